@@ -1,0 +1,257 @@
+/*
+ * batch.c -- record batches: header parse and build, validation of appended chunks, and the
+ * segment scan used by recovery and verification.
+ *
+ * Layout (kafka-reference 1.1): a v2 batch is a 61-byte header followed by the records
+ * section.  Length (bytes 8..12) counts everything after itself, so a batch occupies
+ * Length + 12 bytes.  The CRC at 17..21 is CRC-32C of [21, end): BaseOffset, Length,
+ * PartitionLeaderEpoch and Magic are outside it, which is why a leader can assign offsets
+ * and stamp its epoch without recomputing it, and why recovery cannot notice a flipped
+ * epoch or magic byte (kafka-reference 11.1).
+ *
+ * Legacy entries (magic 0/1) are read, never written: offset(8) size(4) crc(4) magic(1)
+ * attributes(1) [timestamp(8) for v1] key(4+n) value(4+n); the CRC is CRC-32 (IEEE) of
+ * [16, end).  A compressed legacy entry wraps an inner message set in its value.
+ *
+ * Rules kept here, each with its source:
+ *  - iteration stops without error at <= 17 trailing bytes or a batch that runs past the
+ *    end; Length < 14 is corruption (FileLogInputStream.nextBatch);
+ *  - a v2 batch is valid iff size >= 61 and the CRC matches (DefaultRecordBatch.isValid);
+ *  - recovery truncates at the first invalid batch and indexes every batch whose start is
+ *    more than index_interval_bytes past the last indexed one (LogSegment.recover);
+ *  - appended chunks: whole v2 batches, CRC valid, base offsets strictly increasing and not
+ *    overlapping, follower chunks start at or after the log end offset
+ *    (UnifiedLog.analyzeAndValidateRecords).
+ */
+#include "internal.h"
+
+static int parse_legacy(const uint8_t *b, size_t avail, plog_batch_info *out) {
+    int8_t magic = (int8_t)b[16];
+    size_t min = magic == 0 ? 14 : 22;
+    if ((size_t)out->length < min) return PLOG_ECORRUPT;
+    (void)avail;
+    out->magic = magic;
+    out->crc = (uint32_t)be32(b + 12);
+    out->attributes = b[17];
+    out->partition_leader_epoch = -1;
+    out->last_offset_delta = 0;
+    out->base_timestamp = -1;
+    out->max_timestamp = magic == 1 ? be64(b + 18) : -1;
+    out->producer_id = -1;
+    out->producer_epoch = -1;
+    out->base_sequence = -1;
+    out->record_count = 1;
+    out->last_offset = out->base_offset;
+    return 0;
+}
+
+int plog_batch_parse(const uint8_t *buf, size_t length, size_t position, int32_t max_batch_bytes,
+                     plog_batch_info *out) {
+    if (position > length || length - position <= PLOG_HEADER_SIZE_UP_TO_MAGIC) return PLOG_EPARTIAL;
+    const uint8_t *b = buf + position;
+    size_t avail = length - position;
+    out->base_offset = be64(b + POS_BASE_OFFSET);
+    out->length = be32(b + POS_LENGTH);
+    out->size_bytes = (int64_t)out->length + PLOG_LOG_OVERHEAD;
+    if (out->length < PLOG_LEGACY_RECORD_OVERHEAD_V0) return PLOG_ECORRUPT;
+    if (max_batch_bytes > 0 && out->size_bytes > max_batch_bytes) return PLOG_ETOOLARGE;
+    int8_t magic = (int8_t)b[POS_MAGIC];
+    if (magic < 0 || magic > PLOG_CURRENT_MAGIC) return PLOG_EMAGIC;
+    if ((uint64_t)out->size_bytes > avail) return PLOG_EPARTIAL;
+    if (magic < 2) return parse_legacy(b, avail, out);
+    if (out->size_bytes < PLOG_BATCH_OVERHEAD) return PLOG_ECORRUPT;
+    out->partition_leader_epoch = be32(b + POS_PLE);
+    out->magic = magic;
+    out->crc = (uint32_t)be32(b + POS_CRC);
+    out->attributes = be16(b + POS_ATTRIBUTES);
+    out->last_offset_delta = be32(b + POS_LAST_OFFSET_DELTA);
+    out->base_timestamp = be64(b + POS_BASE_TIMESTAMP);
+    out->max_timestamp = be64(b + POS_MAX_TIMESTAMP);
+    out->producer_id = be64(b + POS_PRODUCER_ID);
+    out->producer_epoch = be16(b + POS_PRODUCER_EPOCH);
+    out->base_sequence = be32(b + POS_BASE_SEQUENCE);
+    out->record_count = be32(b + POS_RECORD_COUNT);
+    out->last_offset = out->base_offset + out->last_offset_delta;
+    return 0;
+}
+
+int plog_batch_crc_ok(const uint8_t *batch, const plog_batch_info *info) {
+    if (info->magic >= 2)
+        return plog_crc32c(0, batch + POS_ATTRIBUTES, (size_t)info->size_bytes - POS_ATTRIBUTES) == info->crc;
+    return plog_crc32_ieee(0, batch + 16, (size_t)info->size_bytes - 16) == info->crc;
+}
+
+int plog_batch_finish(uint8_t *b, size_t size_bytes, const plog_batch_info *h) {
+    if (size_bytes < PLOG_BATCH_OVERHEAD || size_bytes > INT32_MAX) return PLOG_EARG;
+    put64(b + POS_BASE_OFFSET, h->base_offset);
+    put32(b + POS_LENGTH, (int32_t)(size_bytes - PLOG_LOG_OVERHEAD));
+    put32(b + POS_PLE, h->partition_leader_epoch);
+    b[POS_MAGIC] = PLOG_CURRENT_MAGIC;
+    put16(b + POS_ATTRIBUTES, h->attributes);
+    put32(b + POS_LAST_OFFSET_DELTA, h->last_offset_delta);
+    put64(b + POS_BASE_TIMESTAMP, h->base_timestamp);
+    put64(b + POS_MAX_TIMESTAMP, h->max_timestamp);
+    put64(b + POS_PRODUCER_ID, h->producer_id);
+    put16(b + POS_PRODUCER_EPOCH, h->producer_epoch);
+    put32(b + POS_BASE_SEQUENCE, h->base_sequence);
+    put32(b + POS_RECORD_COUNT, h->record_count);
+    put32(b + POS_CRC, (int32_t)plog_crc32c(0, b + POS_ATTRIBUTES, size_bytes - POS_ATTRIBUTES));
+    return 0;
+}
+
+void plog_batch_stamp(uint8_t *b, int64_t base_offset, int32_t partition_leader_epoch) {
+    put64(b + POS_BASE_OFFSET, base_offset);
+    put32(b + POS_PLE, partition_leader_epoch);
+}
+
+/* ---- appended chunks ----------------------------------------------------------------- */
+
+static void note_epoch(int32_t *count, int32_t *epochs, int64_t *offsets, int32_t capacity,
+                       int32_t epoch, int64_t base_offset) {
+    if (*count > 0 && *count <= capacity && epochs[*count - 1] == epoch) return;
+    if (*count < capacity) {
+        epochs[*count] = epoch;
+        offsets[*count] = base_offset;
+    } else if (*count == capacity) {
+        /* overflow: the caller re-derives changes from the batches themselves */
+    }
+    (*count)++;
+}
+
+int plog_validate_chunk(uint8_t *buf, size_t length, plog_validate *v) {
+    size_t pos = 0;
+    int64_t next = v->next_offset, previous_last = -1;
+    v->first_offset = v->last_offset = -1;
+    v->max_timestamp = v->offset_of_max_timestamp = v->first_batch_max_timestamp = -1;
+    v->batch_count = 0;
+    v->record_count = 0;
+    v->epoch_count = 0;
+    v->error_position = v->error_offset = -1;
+    if (length == 0) return PLOG_EEMPTY;
+    while (pos < length) {
+        plog_batch_info info;
+        int rc = plog_batch_parse(buf, length, pos, v->max_batch_bytes, &info);
+        v->error_position = (int64_t)pos;
+        v->error_offset = length - pos >= 8 ? be64(buf + pos) : -1;
+        if (rc) return rc;
+        if (info.magic != PLOG_CURRENT_MAGIC) return PLOG_EMAGIC;
+        if (info.record_count < 0 || info.last_offset_delta < 0) return PLOG_ECORRUPT;
+        if (!plog_batch_crc_ok(buf + pos, &info)) return PLOG_ECRC;
+        if (v->flags & PLOG_VALIDATE_ASSIGN_OFFSETS) {
+            info.base_offset = next;
+            info.last_offset = next + info.last_offset_delta;
+        }
+        if (v->flags & PLOG_VALIDATE_STAMP_EPOCH) info.partition_leader_epoch = v->leader_epoch;
+        if (v->flags & (PLOG_VALIDATE_ASSIGN_OFFSETS | PLOG_VALIDATE_STAMP_EPOCH))
+            plog_batch_stamp(buf + pos, info.base_offset, info.partition_leader_epoch);
+        if (v->batch_count == 0) {
+            if ((v->flags & PLOG_VALIDATE_REQUIRE_FIRST) && info.base_offset < v->next_offset)
+                return PLOG_EAPPENDOFFSET;
+            v->first_offset = info.base_offset;
+            v->first_batch_max_timestamp = info.max_timestamp;
+        } else if (info.base_offset <= previous_last) {
+            return PLOG_EORDER;
+        }
+        if (info.max_timestamp > v->max_timestamp) {
+            v->max_timestamp = info.max_timestamp;
+            v->offset_of_max_timestamp = info.last_offset;
+        }
+        note_epoch(&v->epoch_count, v->epochs, v->epoch_offsets, PLOG_VALIDATE_MAX_EPOCHS,
+                   info.partition_leader_epoch, info.base_offset);
+        previous_last = info.last_offset;
+        next = info.last_offset + 1;
+        v->batch_count++;
+        v->record_count += info.record_count;
+        pos += (size_t)info.size_bytes;
+    }
+    v->last_offset = previous_last;
+    v->error_position = v->error_offset = -1;
+    return 0;
+}
+
+/* ---- segment scan -------------------------------------------------------------------- */
+
+int plog_scan_buffer(const uint8_t *buf, size_t length, plog_scan *s, plog_segment *seg) {
+    size_t pos = 0;
+    int64_t last_indexed_position = 0;
+    s->valid_bytes = 0;
+    s->batch_count = 0;
+    s->record_count = 0;
+    s->first_offset = s->last_offset = -1;
+    s->max_timestamp = s->offset_of_max_timestamp = s->first_batch_max_timestamp = -1;
+    s->min_magic = 3;
+    s->max_magic = -1;
+    s->stop = 0;
+    s->stop_position = -1;
+    s->stop_offset = -1;
+    s->epoch_count = 0;
+    int32_t last_epoch_seen = INT32_MIN;
+    for (;;) {
+        plog_batch_info info;
+        if (pos >= length) break;
+        int rc = plog_batch_parse(buf, length, pos, 0, &info);
+        if (rc == 0 && s->check_crc && !plog_batch_crc_ok(buf + pos, &info)) rc = PLOG_ECRC;
+        if (rc == 0) {
+            int64_t relative = info.last_offset - s->base_offset;
+            if (relative < 0 || relative > INT32_MAX) rc = PLOG_EOVERFLOW;
+        }
+        if (rc) {
+            s->stop = rc;
+            s->stop_position = (int64_t)pos;
+            s->stop_offset = length - pos >= 8 ? be64(buf + pos) : -1;
+            break;
+        }
+        if (info.max_timestamp > s->max_timestamp) {
+            s->max_timestamp = info.max_timestamp;
+            s->offset_of_max_timestamp = info.last_offset;
+        }
+        if (seg && (int64_t)pos - last_indexed_position > s->index_interval_bytes) {
+            rc = plog_index_add(seg, info.last_offset, (int64_t)pos);
+            if (rc == 0) rc = plog_time_index_maybe_add(seg, s->max_timestamp, s->offset_of_max_timestamp, 0);
+            if (rc) {
+                s->stop = rc;
+                s->stop_position = (int64_t)pos;
+                s->stop_offset = info.base_offset;
+                break;
+            }
+            last_indexed_position = (int64_t)pos;
+        }
+        if (s->batch_count == 0) {
+            s->first_offset = info.base_offset;
+            s->first_batch_max_timestamp = info.max_timestamp;
+        }
+        if (info.magic >= 2 && info.partition_leader_epoch != last_epoch_seen) {
+            if (s->epoch_count < s->epoch_capacity) {
+                s->epochs[s->epoch_count] = info.partition_leader_epoch;
+                s->epoch_offsets[s->epoch_count] = info.base_offset;
+            }
+            s->epoch_count++;
+            last_epoch_seen = info.partition_leader_epoch;
+        }
+        if (info.magic < s->min_magic) s->min_magic = info.magic;
+        if (info.magic > s->max_magic) s->max_magic = info.magic;
+        s->last_offset = info.last_offset;
+        s->batch_count++;
+        s->record_count += info.record_count;
+        pos += (size_t)info.size_bytes;
+        s->valid_bytes = (int64_t)pos;
+    }
+    if (s->stop == 0 && (size_t)s->valid_bytes < length) {
+        s->stop = PLOG_EPARTIAL;
+        s->stop_position = s->valid_bytes;
+    }
+    return 0;
+}
+
+int64_t plog_batches_span(const uint8_t *log, int64_t size, int64_t position, int64_t max_bytes,
+                          int64_t max_offset) {
+    int64_t pos = position;
+    while (pos < size) {
+        plog_batch_info info;
+        if (plog_batch_parse(log, (size_t)size, (size_t)pos, 0, &info)) break;
+        if (max_offset >= 0 && info.last_offset >= max_offset) break;
+        if (pos > position && pos + info.size_bytes - position > max_bytes) break;
+        pos += info.size_bytes;
+    }
+    return pos - position;
+}

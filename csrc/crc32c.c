@@ -1,0 +1,216 @@
+/*
+ * crc32c.c -- CRC-32C (Castagnoli) for record batches, and CRC-32 (IEEE) for legacy messages.
+ *
+ * Kafka's v2 batch CRC is CRC-32C over bytes [21, end) of the batch: reflected polynomial
+ * 0x82F63B78, initial value 0xFFFFFFFF, final XOR 0xFFFFFFFF; check value
+ * crc32c("123456789") = 0xE3069283 (kafka-reference 1.8).
+ *
+ * Two paths, chosen at run time:
+ *  - portable: slicing-by-8 tables, about 1.5 GB/s;
+ *  - SSE4.2: the crc32 instruction has a latency of three cycles but a throughput of one
+ *    per cycle, so a single dependency chain runs at a third of the possible speed.  Long
+ *    buffers are cut into three blocks hashed as three independent chains; the chains are
+ *    then joined by "shifting" a CRC over the length of the following block.  The shift is
+ *    linear over GF(2): it is the matrix that appends n zero bytes to the raw register,
+ *    precomputed at start-up into four 256-entry tables per block length.
+ *
+ * Invariant: both paths return identical results for every input (tests/test_crc.py checks
+ * them against each other and against the crc32c package).
+ */
+#include "internal.h"
+#include <pthread.h>
+
+#define POLY_CASTAGNOLI 0x82F63B78u
+#define POLY_IEEE 0xEDB88320u
+
+static uint32_t table_c[8][256];
+static uint32_t table_ieee[256];
+
+#define LONG_BLOCK 8192
+#define SHORT_BLOCK 256
+static uint32_t shift_long[4][256];
+static uint32_t shift_short[4][256];
+
+static int use_hardware = -1;       /* -1 unknown, 0 portable, 1 SSE4.2 */
+static int forced_portable = 0;
+static pthread_once_t init_once = PTHREAD_ONCE_INIT;
+
+/* Apply the GF(2) matrix `mat` (32 columns: mat[i] is the image of bit i) to vec. */
+static uint32_t gf2_times(const uint32_t *mat, uint32_t vec) {
+    uint32_t sum = 0;
+    for (int i = 0; vec; i++, vec >>= 1)
+        if (vec & 1) sum ^= mat[i];
+    return sum;
+}
+
+static void gf2_square(uint32_t *square, const uint32_t *mat) {
+    for (int i = 0; i < 32; i++) square[i] = gf2_times(mat, mat[i]);
+}
+
+/* Matrix that advances the raw CRC register over `bytes` zero bytes. */
+static void zeros_operator(uint32_t *out, size_t bytes) {
+    uint32_t odd[32], even[32];
+    odd[0] = POLY_CASTAGNOLI;               /* one zero bit */
+    for (int i = 1; i < 32; i++) odd[i] = 1u << (i - 1);
+    gf2_square(even, odd);                  /* two bits */
+    gf2_square(odd, even);                  /* four bits */
+    gf2_square(even, odd);                  /* eight bits: one byte, in even */
+    for (int i = 0; i < 32; i++) out[i] = 1u << i;  /* identity */
+    uint32_t *power = even, *spare = odd;
+    while (bytes) {
+        if (bytes & 1) {
+            uint32_t result[32];
+            for (int i = 0; i < 32; i++) result[i] = gf2_times(power, out[i]);
+            memcpy(out, result, sizeof result);
+        }
+        bytes >>= 1;
+        if (!bytes) break;
+        gf2_square(spare, power);
+        uint32_t *t = power; power = spare; spare = t;
+    }
+}
+
+static void shift_table(uint32_t table[4][256], size_t bytes) {
+    uint32_t op[32];
+    zeros_operator(op, bytes);
+    for (int k = 0; k < 4; k++)
+        for (uint32_t v = 0; v < 256; v++) table[k][v] = gf2_times(op, v << (8 * k));
+}
+
+static inline uint32_t shift_crc(uint32_t table[4][256], uint32_t crc) {
+    return table[0][crc & 0xff] ^ table[1][(crc >> 8) & 0xff] ^
+           table[2][(crc >> 16) & 0xff] ^ table[3][crc >> 24];
+}
+
+static void init_tables(void) {
+    for (uint32_t n = 0; n < 256; n++) {
+        uint32_t c = n, d = n;
+        for (int k = 0; k < 8; k++) {
+            c = c & 1 ? (c >> 1) ^ POLY_CASTAGNOLI : c >> 1;
+            d = d & 1 ? (d >> 1) ^ POLY_IEEE : d >> 1;
+        }
+        table_c[0][n] = c;
+        table_ieee[n] = d;
+    }
+    for (uint32_t n = 0; n < 256; n++) {
+        uint32_t c = table_c[0][n];
+        for (int k = 1; k < 8; k++) {
+            c = table_c[0][c & 0xff] ^ (c >> 8);
+            table_c[k][n] = c;
+        }
+    }
+    shift_table(shift_long, LONG_BLOCK);
+    shift_table(shift_short, SHORT_BLOCK);
+#if defined(__x86_64__) || defined(__i386__)
+    __builtin_cpu_init();
+    use_hardware = __builtin_cpu_supports("sse4.2") ? 1 : 0;
+#else
+    use_hardware = 0;
+#endif
+}
+
+/* Raw register update, slicing-by-8. */
+static uint32_t crc_portable(uint32_t crc, const uint8_t *p, size_t n) {
+    while (n && ((uintptr_t)p & 7)) {
+        crc = table_c[0][(crc ^ *p++) & 0xff] ^ (crc >> 8);
+        n--;
+    }
+    while (n >= 8) {
+        uint64_t w;
+        memcpy(&w, p, 8);
+        w ^= crc;   /* little-endian host assumed for the word path (x86-64, aarch64) */
+        crc = table_c[7][w & 0xff] ^ table_c[6][(w >> 8) & 0xff] ^
+              table_c[5][(w >> 16) & 0xff] ^ table_c[4][(w >> 24) & 0xff] ^
+              table_c[3][(w >> 32) & 0xff] ^ table_c[2][(w >> 40) & 0xff] ^
+              table_c[1][(w >> 48) & 0xff] ^ table_c[0][w >> 56];
+        p += 8;
+        n -= 8;
+    }
+    while (n--) crc = table_c[0][(crc ^ *p++) & 0xff] ^ (crc >> 8);
+    return crc;
+}
+
+#if defined(__x86_64__)
+#include <nmmintrin.h>
+
+__attribute__((target("sse4.2")))
+static uint32_t crc_hardware(uint32_t crc, const uint8_t *p, size_t n) {
+    uint64_t c0 = crc;
+    while (n && ((uintptr_t)p & 7)) {
+        c0 = _mm_crc32_u8((uint32_t)c0, *p++);
+        n--;
+    }
+    /* Three interleaved chains over blocks of LONG_BLOCK, then SHORT_BLOCK bytes. */
+    while (n >= 3 * LONG_BLOCK) {
+        uint64_t c1 = 0, c2 = 0;
+        const uint8_t *end = p + LONG_BLOCK;
+        do {
+            uint64_t a, b, d;
+            memcpy(&a, p, 8);
+            memcpy(&b, p + LONG_BLOCK, 8);
+            memcpy(&d, p + 2 * LONG_BLOCK, 8);
+            c0 = _mm_crc32_u64(c0, a);
+            c1 = _mm_crc32_u64(c1, b);
+            c2 = _mm_crc32_u64(c2, d);
+            p += 8;
+        } while (p < end);
+        c0 = shift_crc(shift_long, (uint32_t)c0) ^ (uint32_t)c1;
+        c0 = shift_crc(shift_long, (uint32_t)c0) ^ (uint32_t)c2;
+        p += 2 * LONG_BLOCK;
+        n -= 3 * LONG_BLOCK;
+    }
+    while (n >= 3 * SHORT_BLOCK) {
+        uint64_t c1 = 0, c2 = 0;
+        const uint8_t *end = p + SHORT_BLOCK;
+        do {
+            uint64_t a, b, d;
+            memcpy(&a, p, 8);
+            memcpy(&b, p + SHORT_BLOCK, 8);
+            memcpy(&d, p + 2 * SHORT_BLOCK, 8);
+            c0 = _mm_crc32_u64(c0, a);
+            c1 = _mm_crc32_u64(c1, b);
+            c2 = _mm_crc32_u64(c2, d);
+            p += 8;
+        } while (p < end);
+        c0 = shift_crc(shift_short, (uint32_t)c0) ^ (uint32_t)c1;
+        c0 = shift_crc(shift_short, (uint32_t)c0) ^ (uint32_t)c2;
+        p += 2 * SHORT_BLOCK;
+        n -= 3 * SHORT_BLOCK;
+    }
+    while (n >= 8) {
+        uint64_t a;
+        memcpy(&a, p, 8);
+        c0 = _mm_crc32_u64(c0, a);
+        p += 8;
+        n -= 8;
+    }
+    while (n--) c0 = _mm_crc32_u8((uint32_t)c0, *p++);
+    return (uint32_t)c0;
+}
+#endif
+
+uint32_t plog_crc32c(uint32_t crc, const uint8_t *data, size_t length) {
+    pthread_once(&init_once, init_tables);
+    uint32_t raw = ~crc;
+#if defined(__x86_64__)
+    if (use_hardware == 1 && !forced_portable) return ~crc_hardware(raw, data, length);
+#endif
+    return ~crc_portable(raw, data, length);
+}
+
+int plog_crc32c_hardware(void) {
+    pthread_once(&init_once, init_tables);
+    return use_hardware == 1 && !forced_portable;
+}
+
+void plog_crc32c_force_portable(int on) {
+    pthread_once(&init_once, init_tables);
+    forced_portable = on ? 1 : 0;
+}
+
+uint32_t plog_crc32_ieee(uint32_t crc, const uint8_t *data, size_t length) {
+    pthread_once(&init_once, init_tables);
+    uint32_t c = ~crc;
+    while (length--) c = table_ieee[(c ^ *data++) & 0xff] ^ (c >> 8);
+    return ~c;
+}

@@ -1,0 +1,49 @@
+/* internal.h -- helpers shared by the C core's files; not part of the contract. */
+#ifndef PLOG_INTERNAL_H
+#define PLOG_INTERNAL_H
+#include "plog.h"
+#include <string.h>
+
+static inline int64_t be64(const uint8_t *p) {
+    uint64_t v;
+    memcpy(&v, p, 8);
+    return (int64_t)__builtin_bswap64(v);
+}
+static inline int32_t be32(const uint8_t *p) {
+    uint32_t v;
+    memcpy(&v, p, 4);
+    return (int32_t)__builtin_bswap32(v);
+}
+static inline int16_t be16(const uint8_t *p) {
+    uint16_t v;
+    memcpy(&v, p, 2);
+    return (int16_t)__builtin_bswap16(v);
+}
+static inline void put64(uint8_t *p, int64_t v) {
+    uint64_t x = __builtin_bswap64((uint64_t)v);
+    memcpy(p, &x, 8);
+}
+static inline void put32(uint8_t *p, int32_t v) {
+    uint32_t x = __builtin_bswap32((uint32_t)v);
+    memcpy(p, &x, 4);
+}
+static inline void put16(uint8_t *p, int16_t v) {
+    uint16_t x = __builtin_bswap16((uint16_t)v);
+    memcpy(p, &x, 2);
+}
+
+/* v2 header field positions (kafka-reference 1.1). */
+enum {
+    POS_BASE_OFFSET = 0, POS_LENGTH = 8, POS_PLE = 12, POS_MAGIC = 16, POS_CRC = 17,
+    POS_ATTRIBUTES = 21, POS_LAST_OFFSET_DELTA = 23, POS_BASE_TIMESTAMP = 27,
+    POS_MAX_TIMESTAMP = 35, POS_PRODUCER_ID = 43, POS_PRODUCER_EPOCH = 51,
+    POS_BASE_SEQUENCE = 53, POS_RECORD_COUNT = 57
+};
+
+/* index.c */
+int plog_index_add(plog_segment *seg, int64_t last_offset, int64_t position);
+void plog_index_reset(plog_segment *seg);
+void plog_index_truncate_to(plog_segment *seg, int64_t target);
+int plog_time_index_maybe_add(plog_segment *seg, int64_t timestamp, int64_t offset, int skip_full_check);
+
+#endif

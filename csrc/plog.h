@@ -1,0 +1,374 @@
+/*
+ * plog.h -- the public contract of the partition-log C core.
+ *
+ * The core knows Kafka's on-disk formats (record batch v2, legacy message
+ * sets v0/v1 for reading, the sparse .index and .timeindex files) and does
+ * the byte work of the engine: CRC-32C, batch build/parse/validate, segment
+ * append and scan, index maintenance and lookup.  Policy (when to roll, what
+ * to truncate, epochs) lives in Python (storage/log.py).
+ *
+ * Caveats
+ * -------
+ *  - Every integer in a file is big-endian.  Structs in this header are host
+ *    order; the core converts at the boundary.
+ *  - No function allocates memory that the caller must free, except the
+ *    mappings made by plog_segment_open() and released by plog_segment_close().
+ *  - A plog_segment is not thread-safe; the Python layer serialises access.
+ *  - Every file operation goes through the I/O seam (plog_io_*), never
+ *    directly to the kernel, so a test can substitute a simulated file system.
+ *  - A mapping handed out by the seam stays valid until the seam's unmap is
+ *    called for it; the core never keeps a pointer into a mapping after that.
+ *
+ * Errors
+ * ------
+ *  Functions return int: 0 on success, a positive errno for an operating
+ *  system failure, or one of the negative PLOG_E* codes below.  Where a
+ *  function reports a position or an offset with an error it says so.
+ *  plog_strerror() names every code.
+ *
+ * Only the text between CDEF-BEGIN and CDEF-END is read by the cffi build
+ * (csrc/build_plog.py); it must stay free of preprocessor conditionals.
+ */
+#ifndef PLOG_H
+#define PLOG_H
+#include <stddef.h>
+#include <stdint.h>
+
+/* CDEF-BEGIN */
+
+/* Version of the C ABI; storage/_native.py refuses a module built from other sources. */
+#define PLOG_ABI_VERSION 3
+
+/* Error codes (negative, private range). */
+#define PLOG_EPARTIAL      -1001  /* data ends inside a batch (not an error during iteration) */
+#define PLOG_ECORRUPT      -1002  /* size field out of range / structure broken */
+#define PLOG_ECRC          -1003  /* stored CRC differs from the computed CRC */
+#define PLOG_EMAGIC        -1004  /* magic byte not 0, 1 or 2 (or not 2 where v2 is required) */
+#define PLOG_ETOOLARGE     -1005  /* batch larger than the allowed maximum */
+#define PLOG_EORDER        -1006  /* offsets not strictly increasing */
+#define PLOG_ERECORD       -1007  /* a record inside a batch is malformed */
+#define PLOG_EINDEXFULL    -1008  /* index has no free slot */
+#define PLOG_EOVERFLOW     -1009  /* offset - segment base does not fit in int32 */
+#define PLOG_ESPACE        -1010  /* output buffer too small */
+#define PLOG_EARG          -1011  /* invalid argument (programmer error) */
+#define PLOG_EAPPENDOFFSET -1012  /* follower append starts below the log end offset */
+#define PLOG_EINDEXCORRUPT -1013  /* index file fails its sanity check */
+#define PLOG_ECALLBACK     -1014  /* a Python I/O callback raised */
+#define PLOG_EEMPTY        -1015  /* appended buffer holds no complete batch */
+
+/* Format constants (Kafka's). */
+#define PLOG_LOG_OVERHEAD 12
+#define PLOG_HEADER_SIZE_UP_TO_MAGIC 17
+#define PLOG_BATCH_OVERHEAD 61
+#define PLOG_LEGACY_RECORD_OVERHEAD_V0 14
+#define PLOG_RECORD_OVERHEAD_MAX 21
+#define PLOG_OFFSET_ENTRY_BYTES 8
+#define PLOG_TIME_ENTRY_BYTES 12
+#define PLOG_CURRENT_MAGIC 2
+
+/* Attribute bits (low byte of the int16 at byte 21). */
+#define PLOG_ATTR_COMPRESSION_MASK 7
+#define PLOG_ATTR_LOG_APPEND_TIME 8
+#define PLOG_ATTR_TRANSACTIONAL 16
+#define PLOG_ATTR_CONTROL 32
+#define PLOG_ATTR_DELETE_HORIZON 64
+
+/* Open flags for the I/O seam. */
+#define PLOG_O_READ 1
+#define PLOG_O_WRITE 2
+#define PLOG_O_CREATE 4
+#define PLOG_O_TRUNCATE 8
+
+/* Flags for fsync through the seam: NOOP marks a flush point with fsync disabled. */
+#define PLOG_SYNC_NOOP 1
+
+/* ---- version, errors, CRC ------------------------------------------------------------- */
+
+int plog_abi_version(void);
+const char *plog_version(void);
+const char *plog_strerror(int rc);
+
+/* CRC-32C (Castagnoli), conditioned: plog_crc32c(0, "123456789", 9) == 0xE3069283.
+ * Pass the previous result as crc to continue a running CRC. */
+uint32_t plog_crc32c(uint32_t crc, const uint8_t *data, size_t length);
+/* 1 when the SSE4.2 path is in use, 0 for the portable path. */
+int plog_crc32c_hardware(void);
+/* Force the portable path (1) or return to run-time detection (0); for tests and benchmarks. */
+void plog_crc32c_force_portable(int on);
+/* Legacy (magic 0/1) messages use CRC-32 (IEEE). */
+uint32_t plog_crc32_ieee(uint32_t crc, const uint8_t *data, size_t length);
+
+/* ---- batches ------------------------------------------------------------------------- */
+
+/* One batch header.  For legacy entries (magic 0/1) the core fills base_offset, length,
+ * magic, crc, attributes, max_timestamp (v1) and last_offset from the wrapper entry;
+ * the other fields hold Kafka's "none" sentinels. */
+typedef struct plog_batch_info {
+    int64_t base_offset;
+    int32_t length;                 /* bytes after the length field; size = length + 12 */
+    int32_t partition_leader_epoch;
+    int8_t magic;
+    uint32_t crc;
+    int16_t attributes;
+    int32_t last_offset_delta;
+    int64_t base_timestamp;
+    int64_t max_timestamp;
+    int64_t producer_id;
+    int16_t producer_epoch;
+    int32_t base_sequence;
+    int32_t record_count;
+    int64_t last_offset;            /* derived */
+    int64_t size_bytes;             /* derived: length + 12 */
+} plog_batch_info;
+
+/* Parse the batch starting at buf[position] (buffer of `length` bytes), following Kafka's
+ * in-memory iteration rules:
+ *   fewer than 17 bytes left, or the batch extends past the end  -> PLOG_EPARTIAL;
+ *   length field < 14, or > max_batch_bytes when that is > 0       -> PLOG_ECORRUPT / PLOG_ETOOLARGE;
+ *   magic outside 0..2                                            -> PLOG_EMAGIC;
+ *   v2 batch shorter than 61 bytes                                -> PLOG_ECORRUPT.
+ * The CRC is not checked here (see plog_batch_crc_ok). */
+int plog_batch_parse(const uint8_t *buf, size_t length, size_t position,
+                     int32_t max_batch_bytes, plog_batch_info *out);
+
+/* 1 when the stored CRC matches: CRC-32C of [21, end) for v2, CRC-32 of [16, end) for v0/v1. */
+int plog_batch_crc_ok(const uint8_t *batch, const plog_batch_info *info);
+
+/* Write the 61-byte v2 header into batch[0..61) for a batch of `size_bytes` bytes whose
+ * records section already sits at batch[61..size_bytes), and compute its CRC.
+ * Uses every field of info except length, crc, last_offset and size_bytes. */
+int plog_batch_finish(uint8_t *batch, size_t size_bytes, const plog_batch_info *info);
+
+/* Rewrite base offset and partition leader epoch in place (both outside the CRC). */
+void plog_batch_stamp(uint8_t *batch, int64_t base_offset, int32_t partition_leader_epoch);
+
+/* ---- records (v2) -------------------------------------------------------------------- */
+
+/* Upper bound of the encoded size of n records with the given payload totals. */
+size_t plog_records_bound(int32_t n, size_t keys_bytes, size_t values_bytes, size_t headers_bytes);
+
+/* Encode n records back to back into out.  keys/values are concatenated payloads with
+ * per-record lengths (-1 = null; key_lengths NULL = every key null).  timestamps NULL means
+ * every record carries base_timestamp.  headers: per-record pre-encoded header sections
+ * (count varint + headers), header_lengths NULL = no headers (encoded as count 0).
+ * Writes the encoded size to *written and the largest timestamp to *max_timestamp. */
+int plog_records_encode(uint8_t *out, size_t capacity, size_t *written, int32_t n,
+                        const uint8_t *keys, const int32_t *key_lengths,
+                        const uint8_t *values, const int32_t *value_lengths,
+                        const int64_t *timestamps, int64_t base_timestamp,
+                        const uint8_t *headers, const int32_t *header_lengths,
+                        int64_t *max_timestamp);
+
+/* One decoded record: positions are relative to the records buffer. */
+typedef struct plog_record_view {
+    int64_t timestamp_delta;
+    int32_t offset_delta;
+    int32_t key_position;
+    int32_t key_length;             /* -1 = null */
+    int32_t value_position;
+    int32_t value_length;           /* -1 = null */
+    int32_t headers_position;       /* first header (after the count varint) */
+    int32_t headers_count;
+} plog_record_view;
+
+/* Decode exactly `count` records with Kafka's record-level validation (declared length
+ * fully consumed, header counts and key lengths non-negative, nothing left over).
+ * On PLOG_ERECORD, *error_position holds the position of the failing record. */
+int plog_records_decode(const uint8_t *buf, size_t length, int32_t count,
+                        plog_record_view *out, int64_t *error_position);
+
+/* Decode `count` headers starting at buf[position]; header values may be null (-1). */
+int plog_headers_decode(const uint8_t *buf, size_t length, int32_t position, int32_t count,
+                        int32_t *key_positions, int32_t *key_lengths,
+                        int32_t *value_positions, int32_t *value_lengths);
+
+/* Zig-zag varint (int32) and varlong (int64); return the bytes written (<= 10). */
+int plog_varint_encode(int64_t value, uint8_t *out);
+
+/* ---- validation of appended chunks --------------------------------------------------- */
+
+#define PLOG_VALIDATE_ASSIGN_OFFSETS 1   /* leader: rewrite base offsets from next_offset */
+#define PLOG_VALIDATE_STAMP_EPOCH 2      /* leader: write leader_epoch into every batch */
+#define PLOG_VALIDATE_REQUIRE_FIRST 4    /* follower: first base offset >= next_offset */
+#define PLOG_VALIDATE_MAX_EPOCHS 64
+
+/* Validate a chunk of v2 batches before it is appended: each batch complete, v2, within
+ * max_batch_bytes (0 = no limit), CRC valid; base offsets strictly increasing (after
+ * assignment).  With ASSIGN_OFFSETS the buffer is rewritten in place (it must be a
+ * private copy).  Records are not parsed.  On error, error_position / error_offset
+ * name the failing batch.  Nothing is written to any file. */
+typedef struct plog_validate {
+    int flags;
+    int64_t next_offset;            /* in: log end offset */
+    int32_t leader_epoch;           /* in: epoch stamped with STAMP_EPOCH */
+    int32_t max_batch_bytes;        /* in */
+    int64_t first_offset;           /* out */
+    int64_t last_offset;            /* out */
+    int64_t max_timestamp;          /* out: -1 when no batch carries one */
+    int64_t offset_of_max_timestamp;/* out: last offset of the batch with max_timestamp */
+    int64_t first_batch_max_timestamp; /* out */
+    int32_t batch_count;            /* out */
+    int64_t record_count;           /* out */
+    int32_t epoch_count;            /* out: epoch changes seen, may exceed MAX_EPOCHS */
+    int32_t epochs[64];             /* out: partition leader epoch at each change */
+    int64_t epoch_offsets[64];      /* out: base offset of the batch where it changed */
+    int64_t error_position;         /* out */
+    int64_t error_offset;           /* out */
+} plog_validate;
+
+int plog_validate_chunk(uint8_t *buf, size_t length, plog_validate *v);
+
+/* ---- scan (recovery, verification) --------------------------------------------------- */
+
+/* Walk the batches of a segment image following Kafka's file iteration and recovery rules
+ * (kafka-reference 1.6, 5.4): stops at <= 17 trailing bytes or a partial trailing batch
+ * (stop = PLOG_EPARTIAL), or at the first corrupt batch (stop = PLOG_ECORRUPT / PLOG_ECRC /
+ * PLOG_EOVERFLOW); valid_bytes is where the valid prefix ends.  When seg is non-NULL the
+ * offset and time indexes of seg are rebuilt from the valid batches with Kafka's cadence. */
+typedef struct plog_scan {
+    int64_t base_offset;            /* in: segment base offset */
+    int32_t index_interval_bytes;   /* in */
+    int check_crc;                  /* in: 1 to validate CRCs */
+    int64_t valid_bytes;            /* out */
+    int32_t batch_count;            /* out */
+    int64_t record_count;           /* out (record counts from headers) */
+    int64_t first_offset;           /* out: -1 when no batch */
+    int64_t last_offset;            /* out: -1 when no batch */
+    int64_t max_timestamp;          /* out: -1 when none */
+    int64_t offset_of_max_timestamp;/* out */
+    int64_t first_batch_max_timestamp; /* out */
+    int32_t min_magic;              /* out */
+    int32_t max_magic;              /* out */
+    int stop;                       /* out: 0 (clean end), or why the scan stopped */
+    int64_t stop_position;          /* out */
+    int64_t stop_offset;            /* out: base offset of the failing batch, -1 if unknown */
+    int32_t epoch_count;            /* out: number of epoch changes (v2 batches only) */
+    int32_t epoch_capacity;         /* in: size of the arrays below */
+    int32_t *epochs;                /* in/out */
+    int64_t *epoch_offsets;         /* in/out */
+} plog_scan;
+
+struct plog_segment;
+int plog_scan_buffer(const uint8_t *buf, size_t length, plog_scan *scan, struct plog_segment *seg);
+
+/* ---- segment ------------------------------------------------------------------------- */
+
+/* A segment: its .log file, and the mmap'd .index / .timeindex.  The struct is public so
+ * Python reads fields without a call; only the functions below change it. */
+typedef struct plog_segment {
+    int64_t base_offset;
+    int log_fd;
+    int index_fd;
+    int time_fd;
+    int64_t size;                   /* logical size of the .log file */
+    int64_t next_offset;            /* one past the last offset appended (base when empty) */
+    int32_t index_interval_bytes;
+    int64_t bytes_since_last_index_entry;
+    int64_t max_timestamp;          /* max batch timestamp seen, -1 none */
+    int64_t offset_of_max_timestamp;
+    int64_t first_batch_max_timestamp; /* for time-based roll; -1 none */
+    uint8_t *offset_index;
+    int32_t offset_entries;
+    int32_t offset_max_entries;
+    int64_t offset_map_bytes;
+    uint8_t *time_index;
+    int32_t time_entries;
+    int32_t time_max_entries;
+    int64_t time_map_bytes;
+    int sync_flags;                 /* PLOG_SYNC_NOOP when fsync is disabled */
+    int mutable_indexes;            /* 1 while the segment is active */
+} plog_segment;
+
+/* Open (or create) the three files.  With mutable_indexes the index files are extended to
+ * index_max_bytes (rounded down to whole entries) and mapped writable; otherwise they are
+ * mapped read-only at their length.  Existing index entries are taken as valid, as Kafka
+ * does: call plog_segment_recover (or trust a clean shutdown). */
+int plog_segment_open(plog_segment *seg, const char *log_path, const char *index_path,
+                      const char *time_path, int64_t base_offset, int32_t index_interval_bytes,
+                      int64_t index_max_bytes, int create, int mutable_indexes, int sync_flags);
+
+/* Append a validated chunk (see plog_validate_chunk) at the end of the .log, then add the
+ * index entries Kafka's cadence asks for.  The chunk is written whole or the segment is
+ * left as it was (a failed write is truncated back). */
+int plog_segment_append(plog_segment *seg, const uint8_t *buf, size_t length,
+                        const plog_validate *v);
+
+/* Offset index lookup: largest entry with offset <= target, or (base, 0). */
+void plog_offset_index_lookup(const plog_segment *seg, int64_t target,
+                              int64_t *offset_out, int64_t *position_out);
+/* Time index lookup: largest entry with timestamp <= target, or (-1, base). */
+void plog_time_index_lookup(const plog_segment *seg, int64_t target,
+                            int64_t *timestamp_out, int64_t *offset_out);
+/* Entry i of each index (for tools and tests). */
+int plog_offset_index_entry(const plog_segment *seg, int32_t i, int64_t *offset, int64_t *position);
+int plog_time_index_entry(const plog_segment *seg, int32_t i, int64_t *timestamp, int64_t *offset);
+
+/* Find, in the segment image `log` (seg->size bytes), the first batch whose last offset is
+ * >= target, starting from the offset index hint.  *position_out = its position or -1. */
+int plog_segment_find(const plog_segment *seg, const uint8_t *log, int64_t target,
+                      int64_t *position_out, plog_batch_info *info_out);
+
+/* Bytes of whole batches from position: at least the first batch, then more while the
+ * total stays <= max_bytes and each batch's last offset < max_offset (-1 = no bound). */
+int64_t plog_batches_span(const uint8_t *log, int64_t size, int64_t position, int64_t max_bytes,
+                          int64_t max_offset);
+
+/* Truncate so that no batch with last offset >= offset remains: cut the .log at the
+ * batch that holds `offset`, drop index entries >= offset.  *new_size reports the size. */
+int plog_segment_truncate_to(plog_segment *seg, const uint8_t *log, int64_t offset);
+
+/* Derive next_offset and the max timestamp of an opened segment from its index hints and
+ * the image `log` (seg->size bytes); used after a clean open. */
+int plog_segment_load(plog_segment *seg, const uint8_t *log);
+
+/* Rebuild the indexes and size from the segment image (unclean recovery).  The .log is
+ * cut to the valid prefix; scan reports what was found and why the scan stopped. */
+int plog_segment_recover(plog_segment *seg, const uint8_t *log, size_t log_length, plog_scan *scan);
+
+/* Append the final time-index entry, trim both indexes to their entries, and map them
+ * read-only: the segment becomes inactive (roll) or is about to close. */
+int plog_segment_seal(plog_segment *seg);
+/* Make a sealed segment active again (after truncation into it). */
+int plog_segment_unseal(plog_segment *seg, int64_t index_max_bytes);
+/* fsync .log and both indexes (a no-op when sync_flags has PLOG_SYNC_NOOP, but the seam
+ * still sees the flush point). */
+int plog_segment_flush(plog_segment *seg);
+/* Unmap and close; does not seal. */
+int plog_segment_close(plog_segment *seg);
+
+/* ---- the I/O seam -------------------------------------------------------------------- */
+
+/* Every file operation of the core.  plog_io_use_python(1) routes them to the Python
+ * callbacks (storage/io.py) instead of the POSIX implementation. */
+int plog_io_open(const char *path, int flags, int *fd_out);
+int plog_io_close(int fd);
+int plog_io_pread(int fd, uint8_t *buf, size_t length, int64_t offset, size_t *read_out);
+int plog_io_pwrite(int fd, const uint8_t *buf, size_t length, int64_t offset);
+int plog_io_fsync(int fd, int flags);
+int plog_io_ftruncate(int fd, int64_t size);
+int plog_io_fsize(int fd, int64_t *size_out);
+int plog_io_mmap(int fd, size_t length, int writable, uint8_t **addr_out);
+int plog_io_munmap(uint8_t *addr, size_t length);
+int plog_io_msync(uint8_t *addr, size_t length, int flags);
+/* Replace the pages of [addr, addr+length) with anonymous zero pages (keeps a mapping
+ * that Python still exports safe after the file under it was truncated). */
+int plog_io_mmap_retire(uint8_t *addr, size_t length);
+
+/* The POSIX implementation, callable from the Python seam. */
+int plog_posix_open(const char *path, int flags, int *fd_out);
+int plog_posix_close(int fd);
+int plog_posix_pread(int fd, uint8_t *buf, size_t length, int64_t offset, size_t *read_out);
+int plog_posix_pwrite(int fd, const uint8_t *buf, size_t length, int64_t offset);
+int plog_posix_fsync(int fd, int flags);
+int plog_posix_ftruncate(int fd, int64_t size);
+int plog_posix_fsize(int fd, int64_t *size_out);
+int plog_posix_mmap(int fd, size_t length, int writable, uint8_t **addr_out);
+int plog_posix_munmap(uint8_t *addr, size_t length);
+int plog_posix_msync(uint8_t *addr, size_t length, int flags);
+
+void plog_io_use_python(int on);
+int plog_io_python_active(void);
+
+/* CDEF-END */
+
+#endif

@@ -1,0 +1,209 @@
+/*
+ * records.c -- the records section of a v2 batch (kafka-reference 1.3).
+ *
+ * Each record: Length varint | Attributes int8 (0) | TimestampDelta varlong |
+ * OffsetDelta varint | KeyLength varint (-1 null) | Key | ValueLength varint (-1 null) |
+ * Value | HeadersCount varint | headers (KeyLength varint >= 0, Key, ValueLength varint,
+ * -1 null, Value).  Varints are zig-zag, base-128, little-endian groups; at most 5 bytes
+ * for an int and 10 for a long.
+ *
+ * Encoding turns whole arrays of records into a section in one call, so Python pays one
+ * foreign call per batch, never per record.  Decoding applies Kafka's record-level checks:
+ * the declared length is present and consumed exactly, counts and key lengths are not
+ * negative, exactly `count` records and no trailing bytes.
+ */
+#include "internal.h"
+
+static inline uint64_t zigzag(int64_t v) { return ((uint64_t)v << 1) ^ (uint64_t)(v >> 63); }
+
+static inline int put_varint(uint8_t *out, int64_t value) {
+    uint64_t v = zigzag(value);
+    int n = 0;
+    while (v >= 0x80) {
+        out[n++] = (uint8_t)(v | 0x80);
+        v >>= 7;
+    }
+    out[n++] = (uint8_t)v;
+    return n;
+}
+
+static inline int varint_size(int64_t value) {
+    uint64_t v = zigzag(value);
+    int n = 1;
+    while (v >= 0x80) {
+        v >>= 7;
+        n++;
+    }
+    return n;
+}
+
+int plog_varint_encode(int64_t value, uint8_t *out) { return put_varint(out, value); }
+
+/* Read a zig-zag varint of at most max_bytes (5 or 10); -1 on overrun or overlong. */
+static inline int get_varint(const uint8_t *p, size_t avail, int max_bytes, int64_t *out) {
+    uint64_t v = 0;
+    int shift = 0;
+    for (int i = 0; i < max_bytes; i++) {
+        if ((size_t)i >= avail) return -1;
+        uint8_t b = p[i];
+        v |= (uint64_t)(b & 0x7f) << shift;
+        if (!(b & 0x80)) {
+            *out = (int64_t)(v >> 1) ^ -(int64_t)(v & 1);
+            return i + 1;
+        }
+        shift += 7;
+    }
+    return -1;
+}
+
+size_t plog_records_bound(int32_t n, size_t keys_bytes, size_t values_bytes, size_t headers_bytes) {
+    /* length 5 + attributes 1 + timestamp 10 + offset 5 + key len 5 + value len 5 + count 5 */
+    return (size_t)n * 36 + keys_bytes + values_bytes + headers_bytes;
+}
+
+int plog_records_encode(uint8_t *out, size_t capacity, size_t *written, int32_t n,
+                        const uint8_t *keys, const int32_t *key_lengths,
+                        const uint8_t *values, const int32_t *value_lengths,
+                        const int64_t *timestamps, int64_t base_timestamp,
+                        const uint8_t *headers, const int32_t *header_lengths,
+                        int64_t *max_timestamp) {
+    size_t pos = 0;
+    int64_t max_ts = -1;
+    const uint8_t *k = keys, *v = values, *h = headers;
+    for (int32_t i = 0; i < n; i++) {
+        int32_t key_length = key_lengths ? key_lengths[i] : -1;
+        int32_t value_length = value_lengths[i];
+        int32_t header_length = header_lengths ? header_lengths[i] : 0;
+        int64_t ts = timestamps ? timestamps[i] : base_timestamp;
+        int64_t ts_delta = ts - base_timestamp;
+        if (ts > max_ts) max_ts = ts;
+        size_t body = 1 + (size_t)varint_size(ts_delta) + (size_t)varint_size(i) +
+                      (size_t)varint_size(key_length) + (key_length > 0 ? (size_t)key_length : 0) +
+                      (size_t)varint_size(value_length) + (value_length > 0 ? (size_t)value_length : 0) +
+                      (header_length > 0 ? (size_t)header_length : 1);
+        if (body > INT32_MAX) return PLOG_ETOOLARGE;
+        if (pos + body + 5 > capacity) return PLOG_ESPACE;
+        pos += (size_t)put_varint(out + pos, (int64_t)body);
+        out[pos++] = 0;
+        pos += (size_t)put_varint(out + pos, ts_delta);
+        pos += (size_t)put_varint(out + pos, i);
+        pos += (size_t)put_varint(out + pos, key_length);
+        if (key_length > 0) {
+            memcpy(out + pos, k, (size_t)key_length);
+            pos += (size_t)key_length;
+            k += key_length;
+        }
+        pos += (size_t)put_varint(out + pos, value_length);
+        if (value_length > 0) {
+            memcpy(out + pos, v, (size_t)value_length);
+            pos += (size_t)value_length;
+            v += value_length;
+        }
+        if (header_length > 0) {
+            memcpy(out + pos, h, (size_t)header_length);
+            pos += (size_t)header_length;
+            h += header_length;
+        } else {
+            out[pos++] = 0;     /* zero headers */
+        }
+    }
+    *written = pos;
+    *max_timestamp = max_ts;
+    return 0;
+}
+
+/* Skip `count` headers from p; returns bytes consumed or -1. */
+static int64_t skip_headers(const uint8_t *p, size_t avail, int64_t count) {
+    size_t pos = 0;
+    for (int64_t i = 0; i < count; i++) {
+        int64_t len;
+        int n = get_varint(p + pos, avail - pos, 5, &len);
+        if (n < 0 || len < 0) return -1;
+        pos += (size_t)n;
+        if ((uint64_t)len > avail - pos) return -1;
+        pos += (size_t)len;
+        n = get_varint(p + pos, avail - pos, 5, &len);
+        if (n < 0 || len < -1) return -1;
+        pos += (size_t)n;
+        if (len > 0) {
+            if ((uint64_t)len > avail - pos) return -1;
+            pos += (size_t)len;
+        }
+    }
+    return (int64_t)pos;
+}
+
+int plog_records_decode(const uint8_t *buf, size_t length, int32_t count, plog_record_view *out,
+                        int64_t *error_position) {
+    size_t pos = 0;
+    if (count < 0) {
+        *error_position = 0;
+        return PLOG_ERECORD;
+    }
+    for (int32_t i = 0; i < count; i++) {
+        int64_t body, value;
+        *error_position = (int64_t)pos;
+        int n = get_varint(buf + pos, length - pos, 5, &body);
+        if (n < 0 || body < 0) return PLOG_ERECORD;
+        pos += (size_t)n;
+        if ((uint64_t)body > length - pos) return PLOG_ERECORD;
+        size_t end = pos + (size_t)body, p = pos;
+        if (p >= end) return PLOG_ERECORD;
+        p++;                                        /* attributes */
+        n = get_varint(buf + p, end - p, 10, &value);
+        if (n < 0) return PLOG_ERECORD;
+        out[i].timestamp_delta = value;
+        p += (size_t)n;
+        n = get_varint(buf + p, end - p, 5, &value);
+        if (n < 0) return PLOG_ERECORD;
+        out[i].offset_delta = (int32_t)value;
+        p += (size_t)n;
+        n = get_varint(buf + p, end - p, 5, &value);
+        if (n < 0 || value < -1 || (value > 0 && (uint64_t)value > end - p - (size_t)n)) return PLOG_ERECORD;
+        p += (size_t)n;
+        out[i].key_position = (int32_t)p;
+        out[i].key_length = (int32_t)value;
+        if (value > 0) p += (size_t)value;
+        n = get_varint(buf + p, end - p, 5, &value);
+        if (n < 0 || value < -1 || (value > 0 && (uint64_t)value > end - p - (size_t)n)) return PLOG_ERECORD;
+        p += (size_t)n;
+        out[i].value_position = (int32_t)p;
+        out[i].value_length = (int32_t)value;
+        if (value > 0) p += (size_t)value;
+        n = get_varint(buf + p, end - p, 5, &value);
+        if (n < 0 || value < 0 || (uint64_t)value > end - p) return PLOG_ERECORD;
+        p += (size_t)n;
+        out[i].headers_position = (int32_t)p;
+        out[i].headers_count = (int32_t)value;
+        int64_t skipped = skip_headers(buf + p, end - p, value);
+        if (skipped < 0) return PLOG_ERECORD;
+        p += (size_t)skipped;
+        if (p != end) return PLOG_ERECORD;          /* declared length not consumed exactly */
+        pos = end;
+    }
+    *error_position = (int64_t)pos;
+    if (pos != length) return PLOG_ERECORD;         /* "Incorrect declared batch size" */
+    return 0;
+}
+
+int plog_headers_decode(const uint8_t *buf, size_t length, int32_t position, int32_t count,
+                        int32_t *key_positions, int32_t *key_lengths,
+                        int32_t *value_positions, int32_t *value_lengths) {
+    size_t pos = (size_t)position;
+    for (int32_t i = 0; i < count; i++) {
+        int64_t len;
+        int n = get_varint(buf + pos, length - pos, 5, &len);
+        if (n < 0 || len < 0 || (uint64_t)len > length - pos - (size_t)n) return PLOG_ERECORD;
+        pos += (size_t)n;
+        key_positions[i] = (int32_t)pos;
+        key_lengths[i] = (int32_t)len;
+        pos += (size_t)len;
+        n = get_varint(buf + pos, length - pos, 5, &len);
+        if (n < 0 || len < -1 || (len > 0 && (uint64_t)len > length - pos - (size_t)n)) return PLOG_ERECORD;
+        pos += (size_t)n;
+        value_positions[i] = (int32_t)pos;
+        value_lengths[i] = (int32_t)len;
+        if (len > 0) pos += (size_t)len;
+    }
+    return 0;
+}

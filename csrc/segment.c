@@ -1,0 +1,296 @@
+/*
+ * segment.c -- one log segment: NNNNNNNNNNNNNNNNNNNN.log plus its .index and .timeindex.
+ *
+ * The .log is a bare concatenation of batches, written with pwrite at the logical end
+ * (never pre-allocated).  Reads are served by Python from its own read-only mapping of the
+ * .log (storage/segment.py); this file keeps the write side and the indexes.
+ *
+ * Invariants kept by every function here:
+ *  I-size    size == the byte length of the valid batches; the file is never longer after a
+ *            successful call (a failed append is truncated back to size).
+ *  I-next    next_offset == last offset of the last batch + 1, or base_offset when empty.
+ *  I-index   every offset-index entry names a batch start < size whose last offset is the
+ *            entry's offset (or a chunk ending there), entries strictly increasing; every
+ *            time-index entry's offset < next_offset.
+ *  I-cadence an offset-index entry is added before appending a chunk iff more than
+ *            index_interval_bytes were appended since the last entry (Kafka's rule; the
+ *            first chunk of a segment never gets one).
+ *  I-seal    a sealed segment's index files are exactly entries * entry size bytes long.
+ */
+#include "internal.h"
+
+static int map_index(int fd, int64_t bytes, int writable, uint8_t **addr) {
+    *addr = NULL;
+    if (bytes <= 0) return 0;
+    return plog_io_mmap(fd, (size_t)bytes, writable, addr);
+}
+
+/* Size an index file and map it; entries found in the file are taken as valid. */
+static int open_index(int fd, int64_t entry_bytes, int64_t max_bytes, int mutable_indexes,
+                      uint8_t **map, int64_t *map_bytes, int32_t *entries, int32_t *max_entries) {
+    int64_t file_bytes;
+    int rc = plog_io_fsize(fd, &file_bytes);
+    if (rc) return rc;
+    *entries = (int32_t)(file_bytes / entry_bytes);
+    int64_t target = file_bytes - file_bytes % entry_bytes;
+    if (mutable_indexes) {
+        int64_t capacity = max_bytes - max_bytes % entry_bytes;
+        if (capacity > target) target = capacity;
+        if (target != file_bytes && (rc = plog_io_ftruncate(fd, target))) return rc;
+    }
+    *max_entries = (int32_t)(target / entry_bytes);
+    *map_bytes = target;
+    return map_index(fd, target, mutable_indexes, map);
+}
+
+int plog_segment_open(plog_segment *seg, const char *log_path, const char *index_path,
+                      const char *time_path, int64_t base_offset, int32_t index_interval_bytes,
+                      int64_t index_max_bytes, int create, int mutable_indexes, int sync_flags) {
+    memset(seg, 0, sizeof *seg);
+    seg->log_fd = seg->index_fd = seg->time_fd = -1;
+    seg->base_offset = base_offset;
+    seg->next_offset = base_offset;
+    seg->index_interval_bytes = index_interval_bytes;
+    seg->max_timestamp = seg->first_batch_max_timestamp = -1;
+    seg->offset_of_max_timestamp = base_offset;
+    seg->sync_flags = sync_flags;
+    seg->mutable_indexes = mutable_indexes;
+    int flags = PLOG_O_READ | PLOG_O_WRITE | (create ? PLOG_O_CREATE : 0);
+    int rc;
+    if ((rc = plog_io_open(log_path, flags, &seg->log_fd))) goto fail;
+    if ((rc = plog_io_fsize(seg->log_fd, &seg->size))) goto fail;
+    /* Index files are created when missing, as Kafka does on load. */
+    if ((rc = plog_io_open(index_path, PLOG_O_READ | PLOG_O_WRITE | PLOG_O_CREATE, &seg->index_fd))) goto fail;
+    if ((rc = plog_io_open(time_path, PLOG_O_READ | PLOG_O_WRITE | PLOG_O_CREATE, &seg->time_fd))) goto fail;
+    if ((rc = open_index(seg->index_fd, PLOG_OFFSET_ENTRY_BYTES, index_max_bytes, mutable_indexes,
+                         &seg->offset_index, &seg->offset_map_bytes, &seg->offset_entries,
+                         &seg->offset_max_entries)))
+        goto fail;
+    if ((rc = open_index(seg->time_fd, PLOG_TIME_ENTRY_BYTES, index_max_bytes, mutable_indexes,
+                         &seg->time_index, &seg->time_map_bytes, &seg->time_entries,
+                         &seg->time_max_entries)))
+        goto fail;
+    return 0;
+fail:
+    plog_segment_close(seg);
+    return rc;
+}
+
+int plog_segment_close(plog_segment *seg) {
+    int rc = 0, r;
+    if (seg->offset_index && (r = plog_io_munmap(seg->offset_index, (size_t)seg->offset_map_bytes)) && !rc) rc = r;
+    if (seg->time_index && (r = plog_io_munmap(seg->time_index, (size_t)seg->time_map_bytes)) && !rc) rc = r;
+    seg->offset_index = seg->time_index = NULL;
+    seg->offset_map_bytes = seg->time_map_bytes = 0;
+    if (seg->log_fd >= 0 && (r = plog_io_close(seg->log_fd)) && !rc) rc = r;
+    if (seg->index_fd >= 0 && (r = plog_io_close(seg->index_fd)) && !rc) rc = r;
+    if (seg->time_fd >= 0 && (r = plog_io_close(seg->time_fd)) && !rc) rc = r;
+    seg->log_fd = seg->index_fd = seg->time_fd = -1;
+    return rc;
+}
+
+int plog_segment_append(plog_segment *seg, const uint8_t *buf, size_t length, const plog_validate *v) {
+    if (!seg->mutable_indexes || v->batch_count <= 0) return PLOG_EARG;
+    int64_t relative = v->last_offset - seg->base_offset;
+    if (v->first_offset < seg->base_offset || relative > INT32_MAX) return PLOG_EOVERFLOW;
+    if (seg->size + (int64_t)length > INT32_MAX) return PLOG_ETOOLARGE;
+    int want_index = seg->bytes_since_last_index_entry > seg->index_interval_bytes;
+    if (want_index && (seg->offset_entries >= seg->offset_max_entries ||
+                       seg->time_entries >= seg->time_max_entries - 1))
+        return PLOG_EINDEXFULL;
+    int rc = plog_io_pwrite(seg->log_fd, buf, length, seg->size);
+    if (rc) {
+        /* All or nothing: drop whatever part of the chunk reached the file. */
+        plog_io_ftruncate(seg->log_fd, seg->size);
+        return rc;
+    }
+    if (v->max_timestamp > seg->max_timestamp) {
+        seg->max_timestamp = v->max_timestamp;
+        seg->offset_of_max_timestamp = v->offset_of_max_timestamp;
+    }
+    if (want_index) {
+        if ((rc = plog_index_add(seg, v->last_offset, seg->size))) return rc;
+        if ((rc = plog_time_index_maybe_add(seg, seg->max_timestamp, seg->offset_of_max_timestamp, 0))) return rc;
+        seg->bytes_since_last_index_entry = 0;
+    }
+    if (seg->size == 0) seg->first_batch_max_timestamp = v->first_batch_max_timestamp;
+    seg->bytes_since_last_index_entry += (int64_t)length;
+    seg->size += (int64_t)length;
+    seg->next_offset = v->last_offset + 1;
+    return 0;
+}
+
+int plog_segment_find(const plog_segment *seg, const uint8_t *log, int64_t target,
+                      int64_t *position_out, plog_batch_info *info_out) {
+    int64_t offset, pos;
+    plog_offset_index_lookup(seg, target, &offset, &pos);
+    *position_out = -1;
+    while (pos < seg->size) {
+        int rc = plog_batch_parse(log, (size_t)seg->size, (size_t)pos, 0, info_out);
+        if (rc) return rc;
+        if (info_out->last_offset >= target) {
+            *position_out = pos;
+            return 0;
+        }
+        pos += info_out->size_bytes;
+    }
+    return 0;
+}
+
+/* Re-derive next_offset and the max timestamp after open or truncation, scanning only from
+ * the index hints (cost bounded by the index interval, never by the segment size). */
+static int restore_state(plog_segment *seg, const uint8_t *log) {
+    seg->next_offset = seg->base_offset;
+    seg->first_batch_max_timestamp = -1;
+    seg->max_timestamp = -1;
+    seg->offset_of_max_timestamp = seg->base_offset;
+    if (seg->size == 0) return 0;
+    plog_batch_info info;
+    int rc = plog_batch_parse(log, (size_t)seg->size, 0, 0, &info);
+    if (rc) return rc;
+    seg->first_batch_max_timestamp = info.max_timestamp;
+    int64_t hint_offset, pos;
+    if (seg->time_entries > 0) {
+        int64_t ts, off;
+        plog_time_index_entry(seg, seg->time_entries - 1, &ts, &off);
+        seg->max_timestamp = ts;
+        seg->offset_of_max_timestamp = off;
+        plog_offset_index_lookup(seg, off, &hint_offset, &pos);
+    } else {
+        pos = 0;
+    }
+    while (pos < seg->size) {
+        if ((rc = plog_batch_parse(log, (size_t)seg->size, (size_t)pos, 0, &info))) return rc;
+        if (info.max_timestamp > seg->max_timestamp) {
+            seg->max_timestamp = info.max_timestamp;
+            seg->offset_of_max_timestamp = info.last_offset;
+        }
+        seg->next_offset = info.last_offset + 1;
+        pos += info.size_bytes;
+    }
+    return 0;
+}
+
+int plog_segment_load(plog_segment *seg, const uint8_t *log) {
+    seg->bytes_since_last_index_entry = 0;
+    return restore_state(seg, log);
+}
+
+int plog_segment_truncate_to(plog_segment *seg, const uint8_t *log, int64_t offset) {
+    int64_t pos;
+    plog_batch_info info;
+    int rc = plog_segment_find(seg, log, offset, &pos, &info);
+    if (rc) return rc;
+    if (pos < 0) return 0;                 /* nothing at or above offset */
+    if ((rc = plog_io_ftruncate(seg->log_fd, pos))) return rc;
+    plog_index_truncate_to(seg, offset);
+    seg->size = pos;
+    seg->bytes_since_last_index_entry = 0;
+    return restore_state(seg, log);
+}
+
+int plog_segment_recover(plog_segment *seg, const uint8_t *log, size_t log_length, plog_scan *scan) {
+    if (!seg->mutable_indexes) return PLOG_EARG;
+    plog_index_reset(seg);
+    scan->base_offset = seg->base_offset;
+    scan->index_interval_bytes = seg->index_interval_bytes;
+    scan->check_crc = 1;
+    int rc = plog_scan_buffer(log, log_length, scan, seg);
+    if (rc) return rc;
+    if (scan->stop == PLOG_EINDEXFULL || scan->stop == PLOG_EORDER) return scan->stop;
+    if ((size_t)scan->valid_bytes != log_length || seg->size != scan->valid_bytes) {
+        if ((rc = plog_io_ftruncate(seg->log_fd, scan->valid_bytes))) return rc;
+    }
+    seg->size = scan->valid_bytes;
+    seg->next_offset = scan->batch_count ? scan->last_offset + 1 : seg->base_offset;
+    seg->max_timestamp = scan->max_timestamp;
+    seg->offset_of_max_timestamp = scan->batch_count ? scan->offset_of_max_timestamp : seg->base_offset;
+    seg->first_batch_max_timestamp = scan->first_batch_max_timestamp;
+    seg->bytes_since_last_index_entry = 0;
+    return 0;
+}
+
+static int resize_index(int fd, uint8_t **map, int64_t *map_bytes, int64_t new_bytes, int writable) {
+    int rc;
+    if (*map && (rc = plog_io_munmap(*map, (size_t)*map_bytes))) return rc;
+    *map = NULL;
+    *map_bytes = 0;
+    if ((rc = plog_io_ftruncate(fd, new_bytes))) return rc;
+    *map_bytes = new_bytes;
+    return map_index(fd, new_bytes, writable, map);
+}
+
+int plog_segment_seal(plog_segment *seg) {
+    if (!seg->mutable_indexes) return 0;
+    int rc = plog_time_index_maybe_add(seg, seg->max_timestamp, seg->offset_of_max_timestamp, 1);
+    if (rc) return rc;
+    if ((rc = resize_index(seg->index_fd, &seg->offset_index, &seg->offset_map_bytes,
+                           (int64_t)seg->offset_entries * PLOG_OFFSET_ENTRY_BYTES, 0)))
+        return rc;
+    if ((rc = resize_index(seg->time_fd, &seg->time_index, &seg->time_map_bytes,
+                           (int64_t)seg->time_entries * PLOG_TIME_ENTRY_BYTES, 0)))
+        return rc;
+    seg->offset_max_entries = seg->offset_entries;
+    seg->time_max_entries = seg->time_entries;
+    seg->mutable_indexes = 0;
+    return 0;
+}
+
+int plog_segment_unseal(plog_segment *seg, int64_t index_max_bytes) {
+    if (seg->mutable_indexes) return 0;
+    int64_t offset_bytes = index_max_bytes - index_max_bytes % PLOG_OFFSET_ENTRY_BYTES;
+    int64_t time_bytes = index_max_bytes - index_max_bytes % PLOG_TIME_ENTRY_BYTES;
+    if (offset_bytes < (int64_t)seg->offset_entries * PLOG_OFFSET_ENTRY_BYTES)
+        offset_bytes = (int64_t)seg->offset_entries * PLOG_OFFSET_ENTRY_BYTES;
+    if (time_bytes < (int64_t)seg->time_entries * PLOG_TIME_ENTRY_BYTES)
+        time_bytes = (int64_t)seg->time_entries * PLOG_TIME_ENTRY_BYTES;
+    int rc;
+    if ((rc = resize_index(seg->index_fd, &seg->offset_index, &seg->offset_map_bytes, offset_bytes, 1))) return rc;
+    if ((rc = resize_index(seg->time_fd, &seg->time_index, &seg->time_map_bytes, time_bytes, 1))) return rc;
+    seg->offset_max_entries = (int32_t)(offset_bytes / PLOG_OFFSET_ENTRY_BYTES);
+    seg->time_max_entries = (int32_t)(time_bytes / PLOG_TIME_ENTRY_BYTES);
+    seg->mutable_indexes = 1;
+    return 0;
+}
+
+int plog_segment_flush(plog_segment *seg) {
+    int rc;
+    if ((rc = plog_io_fsync(seg->log_fd, seg->sync_flags))) return rc;
+    if (seg->offset_index && (rc = plog_io_msync(seg->offset_index, (size_t)seg->offset_map_bytes, seg->sync_flags))) return rc;
+    if ((rc = plog_io_fsync(seg->index_fd, seg->sync_flags))) return rc;
+    if (seg->time_index && (rc = plog_io_msync(seg->time_index, (size_t)seg->time_map_bytes, seg->sync_flags))) return rc;
+    return plog_io_fsync(seg->time_fd, seg->sync_flags);
+}
+
+static const char *const messages[] = {
+    "data ends inside a batch",
+    "corrupt batch: size field out of range",
+    "corrupt batch: CRC mismatch",
+    "invalid magic byte",
+    "batch larger than the maximum allowed size",
+    "offsets are not strictly increasing",
+    "corrupt record inside a batch",
+    "index is full",
+    "offset does not fit the segment (relative offset overflow)",
+    "output buffer too small",
+    "invalid argument",
+    "append starts below the log end offset",
+    "index file is corrupt",
+    "Python I/O callback raised",
+    "no complete batch in the appended data",
+};
+
+const char *plog_strerror(int rc) {
+    if (rc == 0) return "ok";
+    if (rc > 0) return strerror(rc);
+    int i = -rc - 1001;
+    if (i >= 0 && i < (int)(sizeof messages / sizeof *messages)) return messages[i];
+    return "unknown error";
+}
+
+int plog_abi_version(void) { return PLOG_ABI_VERSION; }
+
+#ifndef PLOG_VERSION_STRING
+#define PLOG_VERSION_STRING "unknown"
+#endif
+const char *plog_version(void) { return PLOG_VERSION_STRING; }
