@@ -1,1 +1,16 @@
+"""An embedded storage engine for Kafka-style partition logs and leader-epoch caches.
 
+Public API (design.md): build_batch, iter_batches, RecordBatch, Record, LogConfig,
+PartitionLog, errors.  LeaderEpochCache, EpochEntry and LogDir arrive with the recovery
+issue.  The C core is loaded (and checked for a stale build) on import.
+"""
+from . import errors
+from ._native import NativeBuildError
+from ._version import __version__
+from .log import AppendInfo, LogConfig, PartitionLog, TimestampAndOffset
+from .records import Record, RecordBatch, build_batch, iter_batches
+
+__all__ = [
+    "AppendInfo", "LogConfig", "NativeBuildError", "PartitionLog", "Record", "RecordBatch",
+    "TimestampAndOffset", "__version__", "build_batch", "errors", "iter_batches",
+]

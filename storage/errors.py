@@ -1,0 +1,137 @@
+"""Errors of the storage engine, and Kafka's numeric error codes.
+
+Two vocabularies, never mixed: bad bytes (on disk or from a peer) raise a subclass of
+`StorageError` that names the file, the byte position and the offset where it was found;
+programmer errors are plain `assert`s or `ValueError`/`TypeError` from argument checks.
+Every `StorageError` subclass carries `error_code`, the Kafka error a replica would answer
+with, and also inherits the builtin that fits (`ValueError`, `OSError`, ...), so callers may
+catch either.
+"""
+from __future__ import annotations
+
+from enum import IntEnum
+
+
+class Errors(IntEnum):
+    """Kafka's error codes (clients/.../protocol/Errors.java), as used on replication answers."""
+
+    UNKNOWN_SERVER_ERROR = -1
+    NONE = 0
+    OFFSET_OUT_OF_RANGE = 1
+    CORRUPT_MESSAGE = 2
+    UNKNOWN_TOPIC_OR_PARTITION = 3
+    LEADER_NOT_AVAILABLE = 5
+    NOT_LEADER_OR_FOLLOWER = 6
+    REPLICA_NOT_AVAILABLE = 9
+    MESSAGE_TOO_LARGE = 10
+    STALE_CONTROLLER_EPOCH = 11
+    RECORD_LIST_TOO_LARGE = 18
+    NOT_ENOUGH_REPLICAS = 19
+    NOT_ENOUGH_REPLICAS_AFTER_APPEND = 20
+    NOT_CONTROLLER = 41
+    INVALID_REQUEST = 42
+    UNSUPPORTED_COMPRESSION_TYPE = 76
+    OPERATION_NOT_ATTEMPTED = 55
+    KAFKA_STORAGE_ERROR = 56
+    FENCED_LEADER_EPOCH = 74
+    UNKNOWN_LEADER_EPOCH = 75
+    STALE_BROKER_EPOCH = 77
+    OFFSET_NOT_AVAILABLE = 78
+    PREFERRED_LEADER_NOT_AVAILABLE = 80
+    ELECTION_NOT_NEEDED = 84
+    INVALID_RECORD = 87
+    INVALID_UPDATE_VERSION = 95
+    UNKNOWN_TOPIC_ID = 100
+    INCONSISTENT_TOPIC_ID = 103
+    INELIGIBLE_REPLICA = 107
+    NEW_LEADER_ELECTED = 108
+    OFFSET_MOVED_TO_TIERED_STORAGE = 109
+
+
+def _where(file, position, offset) -> str:
+    parts = []
+    if file is not None:
+        parts.append(str(file))
+    if position is not None and position >= 0:
+        parts.append(f"position {position}")
+    if offset is not None and offset >= 0:
+        parts.append(f"offset {offset}")
+    return ", ".join(parts)
+
+
+class StorageError(Exception):
+    """Base of every engine error.  `file`, `position` and `offset` say where, when known."""
+
+    error_code = Errors.UNKNOWN_SERVER_ERROR
+
+    def __init__(self, message: str, *, file=None, position=None, offset=None):
+        self.reason = message
+        self.file = None if file is None else str(file)
+        self.position = position
+        self.offset = offset
+        where = _where(file, position, offset)
+        super().__init__(f"{where}: {message}" if where else message)
+
+
+class CorruptRecordError(StorageError, ValueError):
+    """A batch fails its size, magic or CRC check, or a record inside it is malformed."""
+
+    error_code = Errors.CORRUPT_MESSAGE
+
+
+class InvalidRecordError(CorruptRecordError):
+    """A record inside an otherwise valid batch is malformed (Kafka's InvalidRecordException)."""
+
+    error_code = Errors.INVALID_RECORD
+
+
+class RecordTooLargeError(StorageError, ValueError):
+    """A batch is larger than `max_message_bytes`."""
+
+    error_code = Errors.MESSAGE_TOO_LARGE
+
+
+class RecordListTooLargeError(StorageError, ValueError):
+    """One append is larger than a whole segment (`segment_bytes`)."""
+
+    error_code = Errors.RECORD_LIST_TOO_LARGE
+
+
+class OffsetsOutOfOrderError(StorageError, ValueError):
+    """Batches of a follower append do not have strictly increasing offsets."""
+
+    error_code = Errors.INVALID_RECORD
+
+
+class UnexpectedAppendOffsetError(StorageError, ValueError):
+    """A follower append starts below the log end offset."""
+
+    error_code = Errors.UNKNOWN_SERVER_ERROR
+
+
+class OffsetOutOfRangeError(StorageError, IndexError):
+    """The requested offset is below the log start offset or beyond the log end offset."""
+
+    error_code = Errors.OFFSET_OUT_OF_RANGE
+
+
+class UnsupportedCodecError(StorageError, RuntimeError):
+    """A batch uses a codec that cannot be read here (library missing) or written at all."""
+
+    error_code = Errors.UNSUPPORTED_COMPRESSION_TYPE
+
+
+class LogClosedError(StorageError, RuntimeError):
+    """An operation on a closed log."""
+
+    error_code = Errors.KAFKA_STORAGE_ERROR
+
+
+class StorageIOError(StorageError, OSError):
+    """The operating system (or the simulated file system) failed an I/O operation."""
+
+    error_code = Errors.KAFKA_STORAGE_ERROR
+
+    def __init__(self, message: str, *, errno: int | None = None, file=None, position=None, offset=None):
+        StorageError.__init__(self, message, file=file, position=position, offset=offset)
+        self.errno = errno

@@ -1,0 +1,523 @@
+"""`PartitionLog`: one partition's segments, appended as leader or follower, read, rolled,
+truncated, with a log start offset, a high watermark and a recovery point.
+
+Invariants (checked by tests/test_log_model.py after every step):
+  - segments are sorted by base offset, do not overlap, and only the last one is active;
+  - log_start_offset <= high_watermark <= log_end_offset, recovery_point <= log_end_offset;
+  - offsets in the log strictly increase; a leader append assigns offsets from the log end
+    offset and stamps the leader epoch; a follower append keeps the batches' own offsets and
+    must start at or after the log end offset;
+  - an append is all or nothing: a rejected chunk leaves the files and the offsets untouched;
+  - every batch below the recovery point was flushed (fsync'd, or a flush point when fsync
+    is disabled) before the recovery point moved past it.
+
+Kafka's semantics are kept where they are surprising: truncation is batch-granular but sets
+the log end offset to the requested target (kafka-reference 2.5), a segment rolls when the
+append would push it past segment_bytes (never splitting a chunk), and the log start offset
+may only move up to the high watermark.
+"""
+from __future__ import annotations
+
+import bisect
+import dataclasses
+import os
+import threading
+import time
+from typing import NamedTuple
+
+from . import errors
+from . import io as _io
+from ._native import ffi, lib
+from .records import _build, describe_error, iter_batches
+from .segment import (DELETED_SUFFIX, INDEX_SUFFIX, LOG_SUFFIX, TIME_INDEX_SUFFIX, Segment)
+
+EARLIEST_TIMESTAMP = -2
+LATEST_TIMESTAMP = -1
+MAX_TIMESTAMP = -3
+_INT32_MAX = 2**31 - 1
+
+
+@dataclasses.dataclass(frozen=True)
+class LogConfig:
+    """Per-log settings, named after Kafka's topic configs (segment.bytes -> segment_bytes)."""
+
+    segment_bytes: int = 1 << 30
+    index_interval_bytes: int = 4096
+    segment_index_bytes: int = 10 << 20
+    max_message_bytes: int = 1048588
+    segment_ms: int = 7 * 24 * 3600 * 1000
+    fsync: bool = True
+
+    def __post_init__(self):
+        if self.segment_bytes < 14:
+            raise ValueError("segment_bytes must be at least 14 (Kafka's minimum)")
+        if self.segment_bytes > _INT32_MAX:
+            raise ValueError("segment_bytes must fit in an int32: a segment file never exceeds 2 GiB")
+        if self.index_interval_bytes < 0:
+            raise ValueError("index_interval_bytes must be >= 0")
+        if self.segment_index_bytes < 8:
+            raise ValueError("segment_index_bytes must hold at least one offset index entry (8 bytes)")
+        if self.max_message_bytes < 0:
+            raise ValueError("max_message_bytes must be >= 0")
+
+
+class AppendInfo(NamedTuple):
+    first_offset: int
+    last_offset: int
+    max_timestamp: int
+    offset_of_max_timestamp: int
+    batch_count: int
+    record_count: int
+    size_bytes: int
+
+
+class TimestampAndOffset(NamedTuple):
+    timestamp: int
+    offset: int
+    leader_epoch: int | None
+
+
+_VALIDATE_ERRORS = {
+    lib.PLOG_ECRC: errors.CorruptRecordError,
+    lib.PLOG_ECORRUPT: errors.CorruptRecordError,
+    lib.PLOG_EMAGIC: errors.CorruptRecordError,
+    lib.PLOG_EPARTIAL: errors.CorruptRecordError,
+    lib.PLOG_EEMPTY: errors.CorruptRecordError,
+    lib.PLOG_ETOOLARGE: errors.RecordTooLargeError,
+    lib.PLOG_EORDER: errors.OffsetsOutOfOrderError,
+    lib.PLOG_EAPPENDOFFSET: errors.UnexpectedAppendOffsetError,
+}
+
+
+def _segment_base(name: str) -> int | None:
+    stem, dot, _ = name.partition(".")
+    return int(stem) if dot and len(stem) == 20 and stem.isdigit() else None
+
+
+class PartitionLog:
+    """A partition directory of segments.  Use `PartitionLog.open(path, config)`."""
+
+    def __init__(self, path, config: LogConfig | None = None, *, recovery_point: int | None = None,
+                 log_start_offset: int | None = None, clean_shutdown: bool = False):
+        self.path = os.fspath(path)
+        self.config = config or LogConfig()
+        self._lock = threading.RLock()
+        self._closed = False
+        self.segments: list[Segment] = []
+        self._bases: list[int] = []
+        self._dir_dirty = False
+        self.recovery_report: list[tuple[int, int, str]] = []
+        self.epoch_cache = None   # LeaderEpochCache comes with the recovery issue
+        seam = _io.current()
+        seam.mkdir(self.path)
+        self._load(seam, recovery_point or 0, log_start_offset, clean_shutdown)
+
+    @classmethod
+    def open(cls, path, config: LogConfig | None = None, **kwargs) -> "PartitionLog":
+        """Open (creating if needed) the partition directory at `path`.
+
+        recovery_point: offset below which data is known durable (default 0: recover all);
+        log_start_offset: checkpointed log start offset (default: first segment's base);
+        clean_shutdown: True skips recovery, as Kafka does after a clean shutdown.
+        """
+        return cls(path, config, **kwargs)
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        self.close()
+
+    # ---- loading (kafka-reference 5.2-5.4) ----
+    def _load(self, seam, recovery_point: int, log_start_offset: int | None, clean: bool) -> None:
+        names = seam.listdir(self.path)
+        for name in names:   # leftovers of an interrupted delete, compaction or split
+            if name.endswith((DELETED_SUFFIX, ".cleaned", ".swap")):
+                seam.unlink(os.path.join(self.path, name))
+        names = [n for n in seam.listdir(self.path)]
+        logs = sorted(b for n in names if n.endswith(LOG_SUFFIX) and (b := _segment_base(n)) is not None)
+        log_set = set(logs)
+        for name in names:   # orphan index files
+            base = _segment_base(name)
+            if base is not None and name.endswith((INDEX_SUFFIX, TIME_INDEX_SUFFIX, ".txnindex")) \
+                    and base not in log_set:
+                seam.unlink(os.path.join(self.path, name))
+        for i, base in enumerate(logs):
+            index_missing = not seam.exists(os.path.join(self.path, f"{base:020d}{INDEX_SUFFIX}"))
+            recover = index_missing or (not clean and self._recovery_candidate(i, logs, recovery_point))
+            segment = Segment(self.path, base, self.config, create=False, active=recover)
+            self.segments.append(segment)
+            self._bases.append(base)
+            if not recover:
+                segment.load()
+                continue
+            truncated, report = segment.recover()
+            segment.seal()
+            if truncated:
+                self.recovery_report.append((base, truncated, report.stop_reason or ""))
+                # Kafka: after the first invalid batch nothing is trusted; later segments go.
+                for later in logs[i + 1:]:
+                    Segment(self.path, later, self.config, create=False, active=False).delete()
+                    self._dir_dirty = True
+                break
+        if self.segments:
+            self.segments[-1].unseal()
+        start = self.segments[0].base_offset if self.segments else 0
+        if log_start_offset is not None:
+            start = max(start, log_start_offset)
+        leo = self.segments[-1].next_offset if self.segments else start
+        if leo < start:
+            # Kafka: the log ends below the checkpointed start offset -> drop everything.
+            for segment in self.segments:
+                segment.delete()
+            self.segments.clear()
+            self._bases.clear()
+        if not self.segments:
+            self._new_segment(start)
+            leo = start
+        self.log_start_offset = start
+        self.log_end_offset = leo
+        self.high_watermark = start
+        self.recovery_point = leo if clean else min(recovery_point, leo)
+        if self.recovery_point < start:
+            self.recovery_point = start
+
+    @staticmethod
+    def _recovery_candidate(i: int, bases: list[int], recovery_point: int) -> bool:
+        # The segment holding the recovery point and every later one (LogSegments.values).
+        return i == len(bases) - 1 or bases[i + 1] > recovery_point
+
+    def _new_segment(self, base_offset: int) -> Segment:
+        prefix = os.path.join(self.path, f"{base_offset:020d}")
+        seam = _io.current()
+        for suffix in (LOG_SUFFIX, INDEX_SUFFIX, TIME_INDEX_SUFFIX):
+            if seam.exists(prefix + suffix):
+                seam.unlink(prefix + suffix)
+        segment = Segment(self.path, base_offset, self.config, create=True, active=True)
+        self.segments.append(segment)
+        self._bases.append(base_offset)
+        self._dir_dirty = True
+        return segment
+
+    # ---- state ----
+    @property
+    def active_segment(self) -> Segment:
+        return self.segments[-1]
+
+    @property
+    def size_bytes(self) -> int:
+        return sum(s.size for s in self.segments)
+
+    def _ensure_open(self) -> None:
+        if self._closed:
+            raise errors.LogClosedError("log is closed", file=self.path)
+
+    def update_high_watermark(self, offset: int) -> int:
+        """Set the high watermark, clamped to [log_start_offset, log_end_offset]."""
+        with self._lock:
+            self.high_watermark = min(max(offset, self.log_start_offset), self.log_end_offset)
+            return self.high_watermark
+
+    # ---- appends ----
+    def _validate(self, buf, length: int, flags: int, leader_epoch: int, max_batch_bytes: int):
+        v = ffi.new("plog_validate *")
+        v.flags = flags
+        v.next_offset = self.log_end_offset
+        v.leader_epoch = leader_epoch
+        v.max_batch_bytes = max_batch_bytes
+        rc = lib.plog_validate_chunk(buf, length, v)
+        if rc:
+            cls = _VALIDATE_ERRORS.get(rc, errors.CorruptRecordError)
+            reason = describe_error(rc)
+            if rc == lib.PLOG_EAPPENDOFFSET:
+                reason = f"first offset {v.error_offset} is below the log end offset {self.log_end_offset}"
+            elif rc == lib.PLOG_ETOOLARGE:
+                reason = f"batch larger than max_message_bytes={max_batch_bytes}"
+            raise cls(reason, file=f"{self.path} (appended data)", position=v.error_position,
+                      offset=v.error_offset)
+        if length > self.config.segment_bytes:
+            raise errors.RecordListTooLargeError(
+                f"append of {length} bytes exceeds segment_bytes={self.config.segment_bytes}", file=self.path,
+                offset=v.first_offset)
+        return v
+
+    def append_as_leader(self, records_or_batches, leader_epoch: int, *, compression: str = "none") -> AppendInfo:
+        """Append as the partition leader: offsets assigned from the log end offset, every
+        batch stamped with `leader_epoch`.
+
+        records_or_batches: a bytes-like object holding whole v2 batches (copied, then
+        rewritten), or an iterable of records (as `build_batch` takes) built into one batch
+        with `compression`.
+        """
+        if leader_epoch < 0:
+            raise ValueError("leader_epoch must be >= 0")
+        if isinstance(records_or_batches, (bytes, bytearray, memoryview)):
+            buf = bytearray(records_or_batches)
+        else:
+            buf = _build(records_or_batches, base_offset=0, partition_leader_epoch=leader_epoch,
+                         compression=compression, base_timestamp=None, producer_id=-1, producer_epoch=-1,
+                         base_sequence=-1, is_transactional=False, is_control=False)
+        flags = lib.PLOG_VALIDATE_ASSIGN_OFFSETS | lib.PLOG_VALIDATE_STAMP_EPOCH
+        with self._lock:
+            self._ensure_open()
+            with ffi.from_buffer(buf) as pointer:
+                v = self._validate(pointer, len(buf), flags, leader_epoch, self.config.max_message_bytes)
+                return self._append(pointer, len(buf), v)
+
+    def append_as_follower(self, batches) -> AppendInfo:
+        """Append batches fetched from the leader as they are: CRC checked, offsets strictly
+        increasing, the first at or after the log end offset (gaps allowed)."""
+        with self._lock:
+            self._ensure_open()
+            with ffi.from_buffer(batches) as pointer:
+                length = len(pointer)
+                v = self._validate(pointer, length, lib.PLOG_VALIDATE_REQUIRE_FIRST, -1, 0)
+                return self._append(pointer, length, v)
+
+    def _append(self, pointer, length: int, v) -> AppendInfo:
+        segment = self._maybe_roll(length, v)
+        segment.append(pointer, length, v)
+        self.log_end_offset = v.last_offset + 1
+        self._after_append(v)
+        return AppendInfo(v.first_offset, v.last_offset, v.max_timestamp, v.offset_of_max_timestamp,
+                          v.batch_count, v.record_count, length)
+
+    def _after_append(self, v) -> None:
+        """Hook for the epoch cache (assign on new epochs); see storage/epoch.py."""
+
+    def _should_roll(self, segment: Segment, length: int, v) -> bool:
+        c = segment._c
+        if c.size > self.config.segment_bytes - length:
+            return True
+        if c.size > 0:
+            first_ts = c.first_batch_max_timestamp
+            if first_ts >= 0 and v.max_timestamp - first_ts > self.config.segment_ms:
+                return True
+        if c.offset_entries >= c.offset_max_entries or c.time_entries >= c.time_max_entries - 1:
+            return True
+        return v.last_offset - c.base_offset > _INT32_MAX or v.first_offset < c.base_offset
+
+    def _maybe_roll(self, length: int, v) -> Segment:
+        segment = self.segments[-1]
+        if self._should_roll(segment, length, v):
+            return self._roll_to(max(v.first_offset, self.log_end_offset))
+        return segment
+
+    def _roll_to(self, base_offset: int) -> Segment:
+        old = self.segments[-1]
+        if old.size == 0:
+            if old.base_offset == base_offset:
+                return old
+            # An empty active segment at the wrong base (offset overflow): replace it.
+            old.delete()
+            self.segments.pop()
+            self._bases.pop()
+            return self._new_segment(base_offset)
+        old.seal()
+        # Kafka flushes the rolled segment (asynchronously) and moves the recovery point.
+        old.flush()
+        segment = self._new_segment(base_offset)
+        self._flush_dir()
+        self.recovery_point = max(self.recovery_point, base_offset)
+        return segment
+
+    def roll(self) -> Segment:
+        """Start a new active segment at the log end offset (no-op when the active one is empty)."""
+        with self._lock:
+            self._ensure_open()
+            return self._roll_to(self.log_end_offset)
+
+    # ---- reads ----
+    def _segment_index(self, offset: int) -> int:
+        return bisect.bisect_right(self._bases, offset) - 1
+
+    def read(self, offset: int, max_bytes: int, *, max_offset: int | None = None) -> memoryview:
+        """Whole batches, zero-copy, the first one holding `offset`; at least that batch even
+        when it is larger than max_bytes, then more while the total stays within max_bytes
+        and (with max_offset) their last offsets stay below max_offset.  Empty at the log end
+        offset; OffsetOutOfRangeError outside [log_start_offset, log_end_offset]."""
+        with self._lock:
+            self._ensure_open()
+            if offset == self.log_end_offset:
+                return memoryview(b"")
+            if offset < self.log_start_offset or offset > self.log_end_offset:
+                raise errors.OffsetOutOfRangeError(
+                    f"offset {offset} outside [{self.log_start_offset}, {self.log_end_offset}]",
+                    file=self.path, offset=offset)
+            bound = -1 if max_offset is None else max_offset
+            i = max(self._segment_index(offset), 0)
+            while i < len(self.segments):
+                view = self.segments[i].read(offset, max_bytes, bound)
+                if view is not None:
+                    return view
+                i += 1
+            return memoryview(b"")
+
+    def batches(self, start_offset: int | None = None):
+        """Every batch from start_offset (default the log start) to the log end, zero-copy."""
+        offset = self.log_start_offset if start_offset is None else start_offset
+        i = max(self._segment_index(offset), 0)
+        for segment in self.segments[i:]:
+            position = segment.find(offset) if segment is self.segments[i] else 0
+            if position < 0:
+                continue
+            yield from iter_batches(segment.view(position), source=segment.log_path, start_position=position,
+                                    verify=False)
+
+    def offset_for_timestamp(self, timestamp: int) -> TimestampAndOffset | None:
+        """Kafka's ListOffsets: the first record with timestamp >= `timestamp`.  Special values:
+        EARLIEST_TIMESTAMP (-2), LATEST_TIMESTAMP (-1), MAX_TIMESTAMP (-3)."""
+        with self._lock:
+            self._ensure_open()
+            if timestamp == EARLIEST_TIMESTAMP:
+                return TimestampAndOffset(-1, self.log_start_offset, self._epoch_for(self.log_start_offset))
+            if timestamp == LATEST_TIMESTAMP:
+                return TimestampAndOffset(-1, self.log_end_offset, self._latest_epoch())
+            if timestamp == MAX_TIMESTAMP:
+                return self._max_timestamp_offset()
+            if timestamp < 0:
+                raise ValueError(f"invalid timestamp {timestamp}")
+            for segment in self.segments:
+                if segment.max_timestamp < timestamp:
+                    continue
+                _, offset = segment.time_index_lookup(timestamp)
+                offset = max(offset, self.log_start_offset)
+                _, position = segment.offset_index_lookup(offset)
+                found = self._first_record_at_or_after(segment, position, timestamp, offset)
+                if found is not None:
+                    return found
+            return None
+
+    def _first_record_at_or_after(self, segment: Segment, position: int, timestamp: int, min_offset: int):
+        for batch in iter_batches(segment.view(position), source=segment.log_path, start_position=position,
+                                  verify=False):
+            if batch.max_timestamp < timestamp or batch.last_offset < min_offset:
+                continue
+            for record in batch.records():
+                if record.timestamp >= timestamp and record.offset >= min_offset:
+                    epoch = batch.partition_leader_epoch if batch.magic >= 2 else None
+                    return TimestampAndOffset(record.timestamp, record.offset, epoch)
+        return None
+
+    def _max_timestamp_offset(self):
+        best = None
+        for segment in self.segments:
+            if segment.size and (best is None or segment.max_timestamp > best.max_timestamp):
+                best = segment
+        if best is None or best.max_timestamp < 0:
+            return None
+        _, position = best.offset_index_lookup(best.offset_of_max_timestamp)
+        return self._first_record_at_or_after(best, position, best.max_timestamp, self.log_start_offset)
+
+    def _epoch_for(self, offset: int):
+        return None
+
+    def _latest_epoch(self):
+        return None
+
+    # ---- truncation and retention ----
+    def truncate_to(self, offset: int) -> bool:
+        """Remove every batch at or above `offset` (batch-granular: the batch holding it goes
+        too) and set the log end offset to `offset`.  Returns whether the log changed.
+        An offset at or above the log end offset changes nothing."""
+        if offset < 0:
+            raise ValueError("cannot truncate to a negative offset")
+        with self._lock:
+            self._ensure_open()
+            if offset >= self.log_end_offset:
+                self._after_truncate(offset)
+                return False
+            if offset < self.segments[0].base_offset:
+                self._truncate_fully(offset)
+                return True
+            # Highest first: any crash in between leaves a prefix of the old log.
+            while len(self.segments) > 1 and self.segments[-1].base_offset > offset:
+                self.segments.pop().delete()
+                self._bases.pop()
+                self._dir_dirty = True
+            active = self.segments[-1]
+            active.truncate_to(offset)
+            if not active.active:
+                active.unseal()
+            self.log_end_offset = offset
+            self.recovery_point = min(self.recovery_point, offset)
+            self.high_watermark = min(self.high_watermark, offset)
+            self.log_start_offset = min(self.log_start_offset, offset)
+            self._after_truncate(offset)
+            return True
+
+    def _after_truncate(self, offset: int) -> None:
+        """Hook for the epoch cache (truncate_from_end); see storage/epoch.py."""
+
+    def _truncate_fully(self, offset: int) -> None:
+        while self.segments:
+            self.segments.pop().delete()
+        self._bases.clear()
+        self._new_segment(offset)
+        self._flush_dir()
+        self.log_start_offset = self.log_end_offset = offset
+        self.recovery_point = self.high_watermark = offset
+
+    def truncate_fully_and_start_at(self, offset: int) -> None:
+        """Delete every segment and restart the log, empty, at `offset` (log start, log end,
+        recovery point and high watermark all become `offset`)."""
+        if offset < 0:
+            raise ValueError("offset must be >= 0")
+        with self._lock:
+            self._ensure_open()
+            self._truncate_fully(offset)
+
+    def increment_log_start_offset(self, offset: int) -> bool:
+        """Raise the log start offset (DeleteRecords / retention) and delete whole segments
+        below it.  Like Kafka, it may not pass the high watermark.  Returns whether it moved."""
+        with self._lock:
+            self._ensure_open()
+            if offset > self.high_watermark:
+                raise errors.OffsetOutOfRangeError(
+                    f"cannot raise the log start offset to {offset}: above the high watermark "
+                    f"{self.high_watermark}", file=self.path, offset=offset)
+            if offset <= self.log_start_offset:
+                return False
+            self.log_start_offset = offset
+            # A segment goes when the next one starts at or below the new start offset.
+            while len(self.segments) > 1 and self.segments[1].base_offset <= offset:
+                self.segments.pop(0).delete()
+                self._bases.pop(0)
+                self._dir_dirty = True
+            self.recovery_point = max(self.recovery_point, self.log_start_offset)
+            return True
+
+    # ---- durability ----
+    def _flush_dir(self) -> None:
+        _io.current().fsync_dir(self.path, 0 if self.config.fsync else _io.SYNC_NOOP)
+        self._dir_dirty = False
+
+    def flush(self) -> None:
+        """fsync every segment with data past the recovery point (a flush point when fsync is
+        disabled) and the directory if files came or went; the recovery point becomes the
+        log end offset."""
+        with self._lock:
+            self._ensure_open()
+            for segment in self.segments:
+                if segment.next_offset > self.recovery_point or segment is self.segments[-1]:
+                    segment.flush()
+            if self._dir_dirty:
+                self._flush_dir()
+            self.recovery_point = self.log_end_offset
+
+    def close(self) -> None:
+        """Seal the active segment (final time-index entry, trimmed indexes), flush, close.
+        The directory then opens with `clean_shutdown=True` without recovery."""
+        with self._lock:
+            if self._closed:
+                return
+            active = self.segments[-1]
+            active.seal()
+            self.flush()
+            self._closed = True
+            for segment in self.segments:
+                segment.close()
+
+    def __repr__(self) -> str:
+        return (f"PartitionLog({self.path!r}, log_start_offset={self.log_start_offset}, "
+                f"log_end_offset={self.log_end_offset}, segments={len(self.segments)})")

@@ -1,0 +1,555 @@
+"""Record batches: `Record`, `RecordBatch`, `build_batch`, `iter_batches`, compression.
+
+Invariants:
+  - a `RecordBatch` is a zero-copy view over the bytes it was read from; its header fields
+    are parsed once, its records only when `records()` is called;
+  - `build_batch` makes one foreign call per batch (plus one compression call), never one
+    per record; what it returns is a complete v2 batch with a valid CRC-32C;
+  - `iter_batches` follows Kafka's in-memory iteration rules (kafka-reference 1.6): a partial
+    trailing batch ends the iteration silently, a size, magic or (with verify) CRC failure
+    raises `CorruptRecordError` naming the source, the byte position and the offset;
+  - legacy message sets (magic 0 and 1) are read, including compressed wrappers; every
+    write is magic 2.
+"""
+from __future__ import annotations
+
+import gzip
+import io as _pyio
+import struct
+import time
+import zlib
+from typing import Iterable, Iterator, NamedTuple
+
+from . import errors
+from ._native import ffi, lib
+
+CODEC_NAMES = ("none", "gzip", "snappy", "lz4", "zstd")
+CODEC_IDS = {name: i for i, name in enumerate(CODEC_NAMES)}
+WRITABLE_CODECS = ("none", "gzip", "zstd")
+
+NO_TIMESTAMP = -1
+NO_PARTITION_LEADER_EPOCH = -1
+BATCH_OVERHEAD = lib.PLOG_BATCH_OVERHEAD
+LOG_OVERHEAD = lib.PLOG_LOG_OVERHEAD
+_HEADER = struct.Struct(">qiibIhiqqqhii")  # the 61-byte v2 header
+assert _HEADER.size == BATCH_OVERHEAD
+_LEGACY = struct.Struct(">qiIbb")           # offset, size, crc, magic, attributes
+_MIN_RECORD_BYTES = 7                       # length, attributes, ts, offset, key, value, headers
+
+
+class Record(NamedTuple):
+    """One record.  Reading fills every field; for building, offset is ignored, a None
+    timestamp means the batch's base timestamp, and headers are (str, bytes | None) pairs."""
+
+    offset: int | None = None
+    timestamp: int | None = None
+    key: bytes | None = None
+    value: bytes | None = None
+    headers: tuple | list = ()
+
+
+# ---- compression -------------------------------------------------------------------------
+
+_XERIAL_MAGIC = b"\x82SNAPPY\x00"
+
+
+def _missing(codec: str, package: str, where: dict):
+    raise errors.UnsupportedCodecError(
+        f"batch is compressed with {codec}, but no {codec} library is installed "
+        f"(pip install {package}, or the [codecs] extra)", **where)
+
+
+def _lz4_decompress(data: bytes, where: dict) -> bytes:
+    try:
+        import lz4.frame as lz4f
+    except ImportError:
+        lz4f = None
+    if lz4f is not None:
+        return lz4f.decompress(data)
+    try:
+        import cramjam
+    except ImportError:
+        _missing("lz4", "lz4", where)
+    return bytes(cramjam.lz4.decompress(data))
+
+
+def _snappy_raw(data: bytes, where: dict) -> bytes:
+    try:
+        import cramjam
+    except ImportError:
+        cramjam = None
+    if cramjam is not None:
+        return bytes(cramjam.snappy.decompress_raw(data))
+    try:
+        import snappy
+    except ImportError:
+        _missing("snappy", "cramjam", where)
+    return snappy.decompress(data)
+
+
+def _snappy_decompress(data: bytes, where: dict) -> bytes:
+    if not data.startswith(_XERIAL_MAGIC):
+        return _snappy_raw(data, where)
+    # xerial framing: 8-byte magic, version int32, compatible version int32, then blocks of
+    # (length int32, raw snappy block).
+    out = []
+    pos = 16
+    while pos + 4 <= len(data):
+        (length,) = struct.unpack_from(">i", data, pos)
+        pos += 4
+        if length < 0 or pos + length > len(data):
+            raise errors.CorruptRecordError("snappy (xerial) block runs past the end of the batch", **where)
+        out.append(_snappy_raw(data[pos:pos + length], where))
+        pos += length
+    return b"".join(out)
+
+
+def _zstd_decompress(data: bytes) -> bytes:
+    import zstandard
+
+    # Kafka's zstd-jni writes frames without a content size: decompress as a stream.
+    reader = zstandard.ZstdDecompressor().stream_reader(_pyio.BytesIO(data), read_across_frames=True)
+    return reader.read()
+
+
+def decompress(codec: int, data: bytes, *, file=None, position=None, offset=None) -> bytes:
+    where = {"file": file, "position": position, "offset": offset}
+    try:
+        if codec == 1:
+            return gzip.decompress(data)
+        if codec == 2:
+            return _snappy_decompress(data, where)
+        if codec == 3:
+            return _lz4_decompress(data, where)
+        if codec == 4:
+            return _zstd_decompress(data)
+    except errors.StorageError:
+        raise
+    except Exception as exc:  # codec libraries raise their own types
+        raise errors.CorruptRecordError(
+            f"cannot decompress {CODEC_NAMES[codec]} records: {exc}", **where) from exc
+    raise errors.CorruptRecordError(f"invalid compression codec id {codec}", **where)
+
+
+def compress(codec: str, data: bytes) -> bytes:
+    if codec == "gzip":
+        return gzip.compress(data, compresslevel=6, mtime=0)
+    if codec == "zstd":
+        import zstandard
+
+        return zstandard.ZstdCompressor(level=3).compress(data)
+    if codec == "none":
+        return data
+    if codec in CODEC_IDS:
+        raise errors.UnsupportedCodecError(
+            f"writing {codec} batches is not supported; writable codecs: {', '.join(WRITABLE_CODECS)}")
+    raise ValueError(f"unknown compression {codec!r}; expected one of {', '.join(CODEC_NAMES)}")
+
+
+# ---- building ----------------------------------------------------------------------------
+
+_varint_buffer = ffi.new("uint8_t[10]")
+
+
+def _varint(value: int) -> bytes:
+    n = lib.plog_varint_encode(value, _varint_buffer)
+    return ffi.buffer(_varint_buffer, n)[:]
+
+
+def _as_bytes(value, what: str):
+    if value is None or isinstance(value, bytes):
+        return value
+    if isinstance(value, (bytearray, memoryview)):
+        return bytes(value)
+    if isinstance(value, str):
+        return value.encode()
+    raise TypeError(f"record {what} must be bytes, bytearray, memoryview, str or None, not {type(value).__name__}")
+
+
+def encode_headers(headers) -> bytes:
+    """The header section of one record: count, then (key, value) pairs."""
+    parts = [_varint(len(headers))]
+    for key, value in headers:
+        key_bytes = key.encode() if isinstance(key, str) else _as_bytes(key, "header key")
+        if key_bytes is None:
+            raise ValueError("a header key cannot be null")
+        value_bytes = _as_bytes(value, "header value")
+        parts.append(_varint(len(key_bytes)))
+        parts.append(key_bytes)
+        if value_bytes is None:
+            parts.append(_varint(-1))
+        else:
+            parts.append(_varint(len(value_bytes)))
+            parts.append(value_bytes)
+    return b"".join(parts)
+
+
+def _normalise(records: list):
+    """Split records into keys, values, timestamps and headers (lists; None where absent)."""
+    n = len(records)
+    if all(type(r) is bytes for r in records):
+        return None, records, None, None
+    keys, values = [None] * n, [None] * n
+    timestamps = headers = None
+    for i, r in enumerate(records):
+        if isinstance(r, Record):
+            key, value, hdrs, ts = r.key, r.value, r.headers, r.timestamp
+        elif isinstance(r, tuple):
+            if len(r) == 2:
+                (key, value), hdrs, ts = r, (), None
+            elif len(r) == 3:
+                (key, value, hdrs), ts = r, None
+            else:
+                raise ValueError(f"record {i}: a tuple record is (key, value) or (key, value, headers)")
+        else:
+            key, value, hdrs, ts = None, r, (), None
+        keys[i] = _as_bytes(key, "key")
+        values[i] = _as_bytes(value, "value")
+        if ts is not None:
+            if timestamps is None:
+                timestamps = [None] * n
+            timestamps[i] = int(ts)
+        if hdrs:
+            if headers is None:
+                headers = [b""] * n
+            headers[i] = encode_headers(hdrs)
+    if all(k is None for k in keys):
+        keys = None
+    return keys, values, timestamps, headers
+
+
+def _lengths_and_blob(items):
+    lengths = [-1 if v is None else len(v) for v in items]
+    return lengths, b"".join(v for v in items if v)
+
+
+def _build(records, *, base_offset, partition_leader_epoch, compression, base_timestamp,
+           producer_id, producer_epoch, base_sequence, is_transactional, is_control) -> bytearray:
+    if not isinstance(records, list):
+        records = list(records)
+    n = len(records)
+    if n == 0:
+        raise ValueError("a batch needs at least one record")
+    if compression not in CODEC_IDS:
+        raise ValueError(f"unknown compression {compression!r}; expected one of {', '.join(CODEC_NAMES)}")
+    keys, values, timestamps, headers = _normalise(records)
+    if base_timestamp is None:
+        base_timestamp = timestamps[0] if timestamps and timestamps[0] is not None else int(time.time() * 1000)
+    if timestamps is not None:
+        timestamps = [base_timestamp if t is None else t for t in timestamps]
+
+    if keys is None and values is records:      # fast path: every record is a bytes value
+        value_lengths = list(map(len, values))
+        value_blob = b"".join(values)
+    else:
+        value_lengths, value_blob = _lengths_and_blob(values)
+    key_blob = b""
+    key_lengths = ffi.NULL
+    if keys is not None:
+        lengths, key_blob = _lengths_and_blob(keys)
+        key_lengths = ffi.new("int32_t[]", lengths)
+    header_blob = b""
+    header_lengths = ffi.NULL
+    if headers is not None:
+        header_lengths = ffi.new("int32_t[]", [len(h) for h in headers])
+        header_blob = b"".join(headers)
+
+    bound = lib.plog_records_bound(n, len(key_blob), len(value_blob), len(header_blob))
+    out = bytearray(BATCH_OVERHEAD + bound)
+    out_ptr = ffi.from_buffer(out)
+    written = ffi.new("size_t *")
+    max_ts = ffi.new("int64_t *")
+    rc = lib.plog_records_encode(
+        out_ptr + BATCH_OVERHEAD, bound, written, n,
+        ffi.from_buffer(key_blob), key_lengths,
+        ffi.from_buffer(value_blob), ffi.new("int32_t[]", value_lengths),
+        ffi.new("int64_t[]", timestamps) if timestamps is not None else ffi.NULL, base_timestamp,
+        ffi.from_buffer(header_blob), header_lengths, max_ts)
+    if rc:
+        raise ValueError(f"cannot encode records: {ffi.string(lib.plog_strerror(rc)).decode()}")
+    size = BATCH_OVERHEAD + written[0]
+    ffi.release(out_ptr)
+    if compression != "none":
+        payload = compress(compression, bytes(memoryview(out)[BATCH_OVERHEAD:size]))
+        out = bytearray(BATCH_OVERHEAD + len(payload))
+        out[BATCH_OVERHEAD:] = payload
+        out_ptr = ffi.from_buffer(out)
+        size = len(out)
+    else:
+        del out[size:]
+        out_ptr = ffi.from_buffer(out)
+    info = ffi.new("plog_batch_info *")
+    info.base_offset = base_offset
+    info.partition_leader_epoch = partition_leader_epoch
+    info.attributes = (CODEC_IDS[compression] | (lib.PLOG_ATTR_TRANSACTIONAL if is_transactional else 0)
+                       | (lib.PLOG_ATTR_CONTROL if is_control else 0))
+    info.last_offset_delta = n - 1
+    info.base_timestamp = base_timestamp
+    info.max_timestamp = max_ts[0]
+    info.producer_id = producer_id
+    info.producer_epoch = producer_epoch
+    info.base_sequence = base_sequence
+    info.record_count = n
+    rc = lib.plog_batch_finish(out_ptr, size, info)
+    if rc:
+        raise ValueError(f"cannot build batch: {ffi.string(lib.plog_strerror(rc)).decode()}")
+    return out
+
+
+def build_batch(records: Iterable, *, base_offset: int = 0, partition_leader_epoch: int = -1,
+                compression: str = "none", base_timestamp: int | None = None, producer_id: int = -1,
+                producer_epoch: int = -1, base_sequence: int = -1, is_transactional: bool = False,
+                is_control: bool = False) -> bytes:
+    """Encode records as one v2 batch.
+
+    records: bytes values, (key, value) or (key, value, headers) tuples, or `Record`s.
+    compression: "none", "gzip" or "zstd".  base_timestamp defaults to the first record's
+    timestamp, or now (ms) when records carry none.
+    """
+    return bytes(_build(records, base_offset=base_offset, partition_leader_epoch=partition_leader_epoch,
+                        compression=compression, base_timestamp=base_timestamp, producer_id=producer_id,
+                        producer_epoch=producer_epoch, base_sequence=base_sequence,
+                        is_transactional=is_transactional, is_control=is_control))
+
+
+# ---- reading -----------------------------------------------------------------------------
+
+class RecordBatch:
+    """One batch over a zero-copy view.  `position` is where it starts in its source."""
+
+    __slots__ = ("_view", "source", "position", "base_offset", "length", "partition_leader_epoch",
+                 "magic", "crc", "attributes", "last_offset_delta", "base_timestamp", "max_timestamp",
+                 "producer_id", "producer_epoch", "base_sequence", "record_count", "_last_offset",
+                 "_legacy_records")
+
+    def __init__(self, view: memoryview, *, source=None, position: int = 0):
+        self._view = view
+        self.source = source
+        self.position = position
+        self._legacy_records = None
+        magic = view[16]
+        if magic >= 2:
+            (self.base_offset, self.length, self.partition_leader_epoch, self.magic, self.crc,
+             self.attributes, self.last_offset_delta, self.base_timestamp, self.max_timestamp,
+             self.producer_id, self.producer_epoch, self.base_sequence,
+             self.record_count) = _HEADER.unpack_from(view)
+            self._last_offset = self.base_offset + self.last_offset_delta
+        else:
+            offset, self.length, self.crc, self.magic, self.attributes = _LEGACY.unpack_from(view)
+            self.base_offset = offset
+            self._last_offset = offset
+            self.partition_leader_epoch = NO_PARTITION_LEADER_EPOCH
+            self.last_offset_delta = 0
+            self.base_timestamp = NO_TIMESTAMP
+            self.max_timestamp = struct.unpack_from(">q", view, 18)[0] if self.magic == 1 else NO_TIMESTAMP
+            self.producer_id, self.producer_epoch, self.base_sequence = -1, -1, -1
+            self.record_count = 1
+            if self.attributes & 7:
+                # A compressed wrapper: its offset is the last inner offset; count the inner records.
+                inner = self._legacy_inner()
+                self.record_count = len(inner)
+                if inner:
+                    self.base_offset = inner[0].offset
+                    self.last_offset_delta = self._last_offset - self.base_offset
+
+    # --- header-derived properties ---
+    @property
+    def last_offset(self) -> int:
+        return self._last_offset
+
+    @property
+    def next_offset(self) -> int:
+        return self._last_offset + 1
+
+    @property
+    def size_bytes(self) -> int:
+        return self.length + LOG_OVERHEAD
+
+    @property
+    def compression(self) -> str:
+        codec = self.attributes & 7
+        return CODEC_NAMES[codec] if codec < len(CODEC_NAMES) else f"invalid({codec})"
+
+    @property
+    def timestamp_type(self) -> str:
+        if self.magic == 0:
+            return "NoTimestampType"
+        return "LogAppendTime" if self.attributes & lib.PLOG_ATTR_LOG_APPEND_TIME else "CreateTime"
+
+    @property
+    def is_transactional(self) -> bool:
+        return self.magic >= 2 and bool(self.attributes & lib.PLOG_ATTR_TRANSACTIONAL)
+
+    @property
+    def is_control(self) -> bool:
+        return self.magic >= 2 and bool(self.attributes & lib.PLOG_ATTR_CONTROL)
+
+    def _where(self) -> dict:
+        return {"file": self.source, "position": self.position, "offset": self.base_offset}
+
+    def is_valid(self) -> bool:
+        """Kafka's isValid: size >= 61 (v2) and the stored CRC matches."""
+        info = ffi.new("plog_batch_info *")
+        buf = ffi.from_buffer(self._view)
+        if lib.plog_batch_parse(buf, len(self._view), 0, 0, info):
+            return False
+        return bool(lib.plog_batch_crc_ok(buf, info))
+
+    def ensure_valid(self) -> None:
+        if not self.is_valid():
+            raise errors.CorruptRecordError(
+                f"CRC mismatch: stored 0x{self.crc:08x}", **self._where())
+
+    def to_bytes(self) -> bytes:
+        return bytes(self._view)
+
+    @property
+    def view(self) -> memoryview:
+        return self._view
+
+    def records(self) -> list[Record]:
+        if self.magic < 2:
+            return list(self._legacy_inner()) if self.attributes & 7 else [self._legacy_single()]
+        payload = self._view[BATCH_OVERHEAD:]
+        codec = self.attributes & 7
+        if codec:
+            payload = decompress(codec, bytes(payload), **self._where())
+        count = self.record_count
+        if count < 0 or count * _MIN_RECORD_BYTES > len(payload) + (0 if count else 1):
+            raise errors.InvalidRecordError(
+                f"record count {count} does not fit in {len(payload)} bytes of records", **self._where())
+        return _decode_records(payload, count, self, codec != 0)
+
+    def __iter__(self):
+        return iter(self.records())
+
+    def __repr__(self) -> str:
+        return (f"RecordBatch(base_offset={self.base_offset}, last_offset={self.last_offset}, "
+                f"partition_leader_epoch={self.partition_leader_epoch}, magic={self.magic}, "
+                f"compression={self.compression!r}, record_count={self.record_count}, "
+                f"size_bytes={self.size_bytes})")
+
+    # --- legacy v0/v1 ---
+    def _legacy_single(self, view=None, outer=None) -> Record:
+        view = self._view if view is None else view
+        offset, _size, _crc, magic, attributes = _LEGACY.unpack_from(view)
+        pos = 18
+        timestamp = NO_TIMESTAMP
+        if magic == 1:
+            (timestamp,) = struct.unpack_from(">q", view, pos)
+            pos += 8
+        (key_length,) = struct.unpack_from(">i", view, pos)
+        pos += 4
+        key = None if key_length < 0 else bytes(view[pos:pos + key_length])
+        pos += max(key_length, 0)
+        (value_length,) = struct.unpack_from(">i", view, pos)
+        pos += 4
+        value = None if value_length < 0 else bytes(view[pos:pos + value_length])
+        return Record(offset, timestamp, key, value, [])
+
+    def _legacy_inner(self) -> list[Record]:
+        if self._legacy_records is not None:
+            return self._legacy_records
+        wrapper = self._legacy_single()
+        if wrapper.value is None:
+            raise errors.CorruptRecordError("compressed legacy message without a value", **self._where())
+        data = decompress(self.attributes & 7, wrapper.value, **self._where())
+        inner = []
+        pos = 0
+        while pos + 12 <= len(data):
+            (size,) = struct.unpack_from(">i", data, pos + 8)
+            if size < lib.PLOG_LEGACY_RECORD_OVERHEAD_V0 or pos + 12 + size > len(data):
+                break
+            inner.append(self._legacy_single(memoryview(data)[pos:pos + 12 + size]))
+            pos += 12 + size
+        if self.magic == 1 and inner:
+            # v1 inner offsets are relative; the wrapper carries the absolute last offset.
+            shift = self._last_offset - inner[-1].offset
+            log_append = bool(self.attributes & lib.PLOG_ATTR_LOG_APPEND_TIME)
+            inner = [r._replace(offset=r.offset + shift,
+                                timestamp=wrapper.timestamp if log_append else r.timestamp) for r in inner]
+        self._legacy_records = inner
+        return inner
+
+
+def _decode_records(payload, count: int, batch: RecordBatch, _compressed: bool) -> list[Record]:
+    views = ffi.new("plog_record_view[]", max(count, 1))
+    error_position = ffi.new("int64_t *")
+    data = payload if isinstance(payload, bytes) else bytes(payload)
+    buf = ffi.from_buffer(data)
+    rc = lib.plog_records_decode(buf, len(data), count, views, error_position)
+    if rc:
+        raise errors.InvalidRecordError(
+            f"malformed record at byte {error_position[0]} of the records section "
+            f"({ffi.string(lib.plog_strerror(rc)).decode()})", **batch._where())
+    base_offset = batch.base_offset
+    log_append = batch.attributes & lib.PLOG_ATTR_LOG_APPEND_TIME
+    base_ts, max_ts = batch.base_timestamp, batch.max_timestamp
+    out = []
+    for i in range(count):
+        v = views[i]
+        kp, kl, vp, vl = v.key_position, v.key_length, v.value_position, v.value_length
+        headers = []
+        if v.headers_count:
+            headers = _decode_headers(data, buf, v.headers_position, v.headers_count, batch)
+        out.append(Record(
+            base_offset + v.offset_delta,
+            max_ts if log_append else base_ts + v.timestamp_delta,
+            None if kl < 0 else data[kp:kp + kl],
+            None if vl < 0 else data[vp:vp + vl],
+            headers))
+    return out
+
+
+def _decode_headers(data: bytes, buf, position: int, count: int, batch: RecordBatch) -> list:
+    kp = ffi.new("int32_t[]", count)
+    kl = ffi.new("int32_t[]", count)
+    vp = ffi.new("int32_t[]", count)
+    vl = ffi.new("int32_t[]", count)
+    if lib.plog_headers_decode(buf, len(data), position, count, kp, kl, vp, vl):
+        raise errors.InvalidRecordError("malformed record header", **batch._where())
+    return [(data[kp[i]:kp[i] + kl[i]].decode("utf-8", "replace"),
+             None if vl[i] < 0 else data[vp[i]:vp[i] + vl[i]]) for i in range(count)]
+
+
+def iter_batches(buffer, *, verify: bool = True, source=None, start_position: int = 0,
+                 max_batch_bytes: int = 0) -> Iterator[RecordBatch]:
+    """Batches of `buffer` (bytes-like), zero-copy.  Stops at a partial tail; raises
+    `CorruptRecordError` on a size or magic failure, and with verify on a CRC mismatch.
+    `source` and `start_position` only shape error messages and `RecordBatch.position`."""
+    view = memoryview(buffer).cast("B") if not isinstance(buffer, memoryview) or buffer.format != "B" else buffer
+    length = len(view)
+    buf = ffi.from_buffer(view)
+    info = ffi.new("plog_batch_info *")
+    pos = 0
+    while pos < length:
+        rc = lib.plog_batch_parse(buf, length, pos, max_batch_bytes, info)
+        if rc == lib.PLOG_EPARTIAL:
+            return
+        if rc:
+            offset = struct.unpack_from(">q", view, pos)[0] if length - pos >= 8 else None
+            cls = errors.RecordTooLargeError if rc == lib.PLOG_ETOOLARGE else errors.CorruptRecordError
+            raise cls(_describe(rc, view, pos), file=source, position=start_position + pos, offset=offset)
+        size = info.size_bytes
+        if verify and not lib.plog_batch_crc_ok(buf + pos, info):
+            raise errors.CorruptRecordError(
+                f"CRC mismatch (stored 0x{info.crc:08x})", file=source,
+                position=start_position + pos, offset=info.base_offset)
+        yield RecordBatch(view[pos:pos + size], source=source, position=start_position + pos)
+        pos += size
+
+
+def _describe(rc: int, view, pos: int) -> str:
+    if rc == lib.PLOG_EMAGIC:
+        return f"invalid magic byte {view[pos + 16] if len(view) > pos + 16 else '?'}"
+    if rc == lib.PLOG_ECORRUPT:
+        (length,) = struct.unpack_from(">i", view, pos + 8)
+        return f"corrupt batch: size field {length} is out of range"
+    if rc == lib.PLOG_ETOOLARGE:
+        (length,) = struct.unpack_from(">i", view, pos + 8)
+        return f"batch of {length + LOG_OVERHEAD} bytes exceeds the maximum batch size"
+    return ffi.string(lib.plog_strerror(rc)).decode()
+
+
+def describe_error(rc: int) -> str:
+    return ffi.string(lib.plog_strerror(rc)).decode()

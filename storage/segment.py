@@ -1,0 +1,294 @@
+"""One log segment: `NNNNNNNNNNNNNNNNNNNN.log`, `.index` and `.timeindex` (kafka-reference 2).
+
+The C core (csrc/segment.c) owns the write side and the indexes; this class owns the read
+mapping of the `.log` and the life cycle (active -> sealed -> deleted).
+
+Invariants:
+  - reads are zero-copy slices of one read-only mapping of the `.log`.  An active segment
+    maps `max(segment_bytes, size)` bytes once, so appends never remap; a slice handed out
+    keeps its mapping alive (the mapping is unmapped when the last slice is released);
+  - before the file under a mapping shrinks (truncation, recovery), the pages past the new
+    end are replaced with zero pages, so an old slice reads zeros instead of faulting;
+  - a sealed segment's index files are trimmed to their entries (what Kafka's loader expects
+    of an inactive segment), and its indexes are mapped read-only;
+  - deleting renames the files to `.deleted` first, as Kafka does, so a crash in between
+    leaves files the loader recognises and removes.
+"""
+from __future__ import annotations
+
+import os
+
+from . import errors
+from . import io as _io
+from ._native import ffi, lib
+from .records import describe_error
+
+PAGE_BYTES = os.sysconf("SC_PAGE_SIZE")
+LOG_SUFFIX, INDEX_SUFFIX, TIME_INDEX_SUFFIX = ".log", ".index", ".timeindex"
+DELETED_SUFFIX = ".deleted"
+
+
+def segment_name(base_offset: int) -> str:
+    """Kafka's file prefix: the base offset as 20 zero-padded decimal digits."""
+    return f"{base_offset:020d}"
+
+
+def _round_pages(n: int) -> int:
+    return (n + PAGE_BYTES - 1) // PAGE_BYTES * PAGE_BYTES
+
+
+class _Mapping:
+    """A read-only mapping of a .log file; unmapped by cffi when nothing references it."""
+
+    __slots__ = ("pointer", "length", "view")
+
+    def __init__(self, fd: int, length: int):
+        out = ffi.new("uint8_t **")
+        rc = lib.plog_io_mmap(fd, length, 0, out)
+        if rc:
+            raise errors.StorageIOError(f"mmap failed: {describe_error(rc)}", errno=rc if rc > 0 else None)
+        pointer = out[0]
+        seam = _io.current()  # unmap through the seam the mapping came from
+
+        def release(p, length=length, seam=seam):
+            if seam is _io.current():
+                lib.plog_io_munmap(p, length)
+            else:
+                seam.munmap(int(ffi.cast("uintptr_t", p)), length)
+
+        self.pointer = ffi.gc(pointer, release, size=length) if length else pointer
+        self.length = length
+        self.view = memoryview(ffi.buffer(self.pointer, length)) if length else memoryview(b"")
+
+    def retire_from(self, position: int) -> None:
+        """Zero-page everything from `position` on (the file is about to shrink there)."""
+        if self.length and position < self.length:
+            lib.plog_io_mmap_retire(self.pointer + position, self.length - position)
+
+
+class Segment:
+    """A segment of a `PartitionLog`.  Not thread-safe: the log serialises access."""
+
+    def __init__(self, directory: str, base_offset: int, config, *, create: bool, active: bool):
+        self.directory = directory
+        self.config = config
+        prefix = os.path.join(directory, segment_name(base_offset))
+        self.log_path = prefix + LOG_SUFFIX
+        self.index_path = prefix + INDEX_SUFFIX
+        self.time_index_path = prefix + TIME_INDEX_SUFFIX
+        self._c = ffi.new("plog_segment *")
+        self._mapping: _Mapping | None = None
+        self.closed = False
+        rc = lib.plog_segment_open(
+            self._c, os.fsencode(self.log_path), os.fsencode(self.index_path),
+            os.fsencode(self.time_index_path), base_offset, config.index_interval_bytes,
+            config.segment_index_bytes, 1 if create else 0, 1 if active else 0,
+            0 if config.fsync else lib.PLOG_SYNC_NOOP)
+        self._check(rc, "open")
+
+    # ---- fields ----
+    @property
+    def base_offset(self) -> int:
+        return self._c.base_offset
+
+    @property
+    def size(self) -> int:
+        return self._c.size
+
+    @property
+    def next_offset(self) -> int:
+        return self._c.next_offset
+
+    @property
+    def max_timestamp(self) -> int:
+        return self._c.max_timestamp
+
+    @property
+    def offset_of_max_timestamp(self) -> int:
+        return self._c.offset_of_max_timestamp
+
+    @property
+    def active(self) -> bool:
+        return bool(self._c.mutable_indexes)
+
+    def __repr__(self) -> str:
+        return (f"Segment(base_offset={self.base_offset}, size={self.size}, next_offset={self.next_offset}, "
+                f"active={self.active})")
+
+    def _check(self, rc: int, what: str, *, offset=None, path=None) -> None:
+        if rc == 0:
+            return
+        path = path or self.log_path
+        if rc == lib.PLOG_ECALLBACK:
+            exc = _io.take_callback_error()
+            raise errors.StorageIOError(f"{what}: I/O seam raised {exc!r}", file=path, offset=offset) from exc
+        if rc > 0:
+            raise errors.StorageIOError(f"{what}: {os.strerror(rc)}", errno=rc, file=path, offset=offset)
+        raise errors.StorageError(f"{what}: {describe_error(rc)}", file=path, offset=offset)
+
+    # ---- reading ----
+    def mapping(self) -> _Mapping:
+        """The current read mapping, covering at least `size` bytes."""
+        m = self._mapping
+        size = self._c.size
+        if m is None or m.length < size:
+            reserve = max(size, self.config.segment_bytes) if self.active else size
+            m = self._mapping = _Mapping(self._c.log_fd, _round_pages(reserve))
+        return m
+
+    def log_pointer(self):
+        return self.mapping().pointer if self._c.size else ffi.NULL
+
+    def view(self, start: int = 0, end: int | None = None) -> memoryview:
+        end = self._c.size if end is None else end
+        return self.mapping().view[start:end]
+
+    def find(self, offset: int) -> int:
+        """Position of the first batch whose last offset >= offset, or -1."""
+        if self._c.size == 0:
+            return -1
+        position = ffi.new("int64_t *")
+        info = ffi.new("plog_batch_info *")
+        rc = lib.plog_segment_find(self._c, self.log_pointer(), offset, position, info)
+        if rc:
+            raise errors.CorruptRecordError(f"cannot read batch header: {describe_error(rc)}",
+                                            file=self.log_path, position=position[0], offset=offset)
+        return position[0]
+
+    def read(self, offset: int, max_bytes: int, max_offset: int = -1) -> memoryview | None:
+        """Whole batches from the one holding `offset` (None when nothing here holds it)."""
+        position = self.find(offset)
+        if position < 0:
+            return None
+        m = self.mapping()
+        span = lib.plog_batches_span(m.pointer, self._c.size, position, max_bytes, max_offset)
+        return m.view[position:position + span]
+
+    # ---- writing ----
+    def append(self, buf_pointer, length: int, validate) -> None:
+        rc = lib.plog_segment_append(self._c, buf_pointer, length, validate)
+        self._check(rc, "append", offset=validate.first_offset)
+
+    def truncate_to(self, offset: int) -> int:
+        """Remove every batch whose last offset >= offset; returns the bytes removed."""
+        before = self._c.size
+        if before == 0:
+            return 0
+        if not self.active:
+            self._check(lib.plog_segment_unseal(self._c, self.config.segment_index_bytes), "unseal")
+        m = self.mapping()
+        rc = lib.plog_segment_truncate_to(self._c, m.pointer, offset)
+        self._check(rc, "truncate", offset=offset)
+        if self._c.size < before:
+            m.retire_from(self._c.size)
+            self._mapping = None
+        return before - self._c.size
+
+    def recover(self) -> tuple[int, object]:
+        """Unclean-shutdown recovery of this segment (kafka-reference 5.4): validate every
+        batch, rebuild both indexes, cut the .log at the first invalid batch.  Returns
+        (bytes truncated, scan report)."""
+        if not self.active:
+            self._check(lib.plog_segment_unseal(self._c, self.config.segment_index_bytes), "unseal")
+        physical = self._c.size
+        m = self.mapping()
+        scan = ffi.new("plog_scan *")
+        epochs = ffi.new("int32_t[]", 256)
+        epoch_offsets = ffi.new("int64_t[]", 256)
+        scan.epoch_capacity = 256
+        scan.epochs = epochs
+        scan.epoch_offsets = epoch_offsets
+        rc = lib.plog_segment_recover(self._c, m.pointer if physical else ffi.NULL, physical, scan)
+        self._check(rc, "recover", offset=scan.stop_offset)
+        truncated = physical - self._c.size
+        if truncated:
+            m.retire_from(self._c.size)
+            self._mapping = None
+        report = ScanReport(scan, [(epochs[i], epoch_offsets[i]) for i in range(min(scan.epoch_count, 256))])
+        return truncated, report
+
+    def load(self) -> None:
+        """Derive next offset and max timestamp after a clean open."""
+        rc = lib.plog_segment_load(self._c, self.log_pointer())
+        if rc:
+            raise errors.CorruptRecordError(f"cannot load segment: {describe_error(rc)}", file=self.log_path)
+
+    def seal(self) -> None:
+        self._check(lib.plog_segment_seal(self._c), "seal", path=self.index_path)
+
+    def unseal(self) -> None:
+        self._check(lib.plog_segment_unseal(self._c, self.config.segment_index_bytes), "unseal",
+                    path=self.index_path)
+
+    def flush(self) -> None:
+        self._check(lib.plog_segment_flush(self._c), "flush")
+
+    def offset_index_entries(self) -> list[tuple[int, int]]:
+        out = []
+        o, p = ffi.new("int64_t *"), ffi.new("int64_t *")
+        for i in range(self._c.offset_entries):
+            lib.plog_offset_index_entry(self._c, i, o, p)
+            out.append((o[0], p[0]))
+        return out
+
+    def time_index_entries(self) -> list[tuple[int, int]]:
+        out = []
+        t, o = ffi.new("int64_t *"), ffi.new("int64_t *")
+        for i in range(self._c.time_entries):
+            lib.plog_time_index_entry(self._c, i, t, o)
+            out.append((t[0], o[0]))
+        return out
+
+    def time_index_lookup(self, timestamp: int) -> tuple[int, int]:
+        t, o = ffi.new("int64_t *"), ffi.new("int64_t *")
+        lib.plog_time_index_lookup(self._c, timestamp, t, o)
+        return t[0], o[0]
+
+    def offset_index_lookup(self, offset: int) -> tuple[int, int]:
+        o, p = ffi.new("int64_t *"), ffi.new("int64_t *")
+        lib.plog_offset_index_lookup(self._c, offset, o, p)
+        return o[0], p[0]
+
+    def close(self) -> None:
+        if self.closed:
+            return
+        self.closed = True
+        # A mapping still referenced by a caller's slice stays valid until released.
+        self._mapping = None
+        self._check(lib.plog_segment_close(self._c), "close")
+
+    def delete(self) -> None:
+        """Close and remove the three files (renamed to .deleted first)."""
+        if not self.closed:
+            if self._mapping is not None:
+                self._mapping.retire_from(0)
+            self.close()
+        seam = _io.current()
+        for path in (self.log_path, self.index_path, self.time_index_path):
+            if seam.exists(path):
+                seam.rename(path, path + DELETED_SUFFIX)
+        for path in (self.log_path, self.index_path, self.time_index_path):
+            if seam.exists(path + DELETED_SUFFIX):
+                seam.unlink(path + DELETED_SUFFIX)
+
+
+class ScanReport:
+    """What a segment scan found (see plog_scan in csrc/plog.h)."""
+
+    def __init__(self, scan, epochs):
+        self.valid_bytes = scan.valid_bytes
+        self.batch_count = scan.batch_count
+        self.record_count = scan.record_count
+        self.first_offset = scan.first_offset
+        self.last_offset = scan.last_offset
+        self.max_timestamp = scan.max_timestamp
+        self.stop = scan.stop
+        self.stop_position = scan.stop_position
+        self.stop_offset = scan.stop_offset
+        self.epochs = epochs
+        self.stop_reason = describe_error(scan.stop) if scan.stop else None
+
+    def __repr__(self) -> str:
+        return (f"ScanReport(valid_bytes={self.valid_bytes}, batch_count={self.batch_count}, "
+                f"last_offset={self.last_offset}, stop={self.stop_reason!r}, "
+                f"stop_position={self.stop_position})")
