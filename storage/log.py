@@ -305,14 +305,10 @@ class PartitionLog:
 
     def _roll_to(self, base_offset: int) -> Segment:
         old = self.segments[-1]
-        if old.size == 0:
-            if old.base_offset == base_offset:
-                return old
-            # An empty active segment at the wrong base (offset overflow): replace it.
-            old.delete()
-            self.segments.pop()
-            self._bases.pop()
-            return self._new_segment(base_offset)
+        if old.size == 0 and old.base_offset == base_offset:
+            return old
+        # An empty active segment at another base stays, sealed, as Kafka keeps it: it
+        # records where the log ended (e.g. after a truncation past its last batch).
         old.seal()
         # Kafka flushes the rolled segment (asynchronously) and moves the recovery point.
         old.flush()
@@ -322,7 +318,8 @@ class PartitionLog:
         return segment
 
     def roll(self) -> Segment:
-        """Start a new active segment at the log end offset (no-op when the active one is empty)."""
+        """Start a new active segment at the log end offset (no-op when the active segment is
+        empty and already starts there)."""
         with self._lock:
             self._ensure_open()
             return self._roll_to(self.log_end_offset)
