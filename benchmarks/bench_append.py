@@ -28,7 +28,7 @@ import lmdb
 import pytest
 
 import storage
-from conftest import KiB, MiB, Workload
+from benchlib import KiB, MiB, Workload
 
 LEADER_EPOCH = 5
 SEGMENT_FILE = "00000000000000000000.log"

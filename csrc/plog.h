@@ -151,12 +151,14 @@ size_t plog_records_bound(int32_t n, size_t keys_bytes, size_t values_bytes, siz
  * per-record lengths (-1 = null; key_lengths NULL = every key null).  timestamps NULL means
  * every record carries base_timestamp.  headers: per-record pre-encoded header sections
  * (count varint + headers), header_lengths NULL = no headers (encoded as count 0).
- * Writes the encoded size to *written and the largest timestamp to *max_timestamp. */
+ * Writes the encoded size to *written and the largest timestamp to *max_timestamp.
+ * PLOG_EARG when the lengths do not add up to keys_bytes / values_bytes / headers_bytes
+ * exactly (nothing is read past a payload). */
 int plog_records_encode(uint8_t *out, size_t capacity, size_t *written, int32_t n,
-                        const uint8_t *keys, const int32_t *key_lengths,
-                        const uint8_t *values, const int32_t *value_lengths,
+                        const uint8_t *keys, size_t keys_bytes, const int32_t *key_lengths,
+                        const uint8_t *values, size_t values_bytes, const int32_t *value_lengths,
                         const int64_t *timestamps, int64_t base_timestamp,
-                        const uint8_t *headers, const int32_t *header_lengths,
+                        const uint8_t *headers, size_t headers_bytes, const int32_t *header_lengths,
                         int64_t *max_timestamp);
 
 /* One decoded record: positions are relative to the records buffer. */

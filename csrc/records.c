@@ -61,13 +61,26 @@ size_t plog_records_bound(int32_t n, size_t keys_bytes, size_t values_bytes, siz
     return (size_t)n * 36 + keys_bytes + values_bytes + headers_bytes;
 }
 
+static int lengths_match(const int32_t *lengths, int32_t n, size_t total) {
+    size_t sum = 0;
+    if (!lengths) return total == 0;
+    for (int32_t i = 0; i < n; i++) {
+        if (lengths[i] < -1) return 0;
+        if (lengths[i] > 0) sum += (size_t)lengths[i];
+    }
+    return sum == total;
+}
+
 int plog_records_encode(uint8_t *out, size_t capacity, size_t *written, int32_t n,
-                        const uint8_t *keys, const int32_t *key_lengths,
-                        const uint8_t *values, const int32_t *value_lengths,
+                        const uint8_t *keys, size_t keys_bytes, const int32_t *key_lengths,
+                        const uint8_t *values, size_t values_bytes, const int32_t *value_lengths,
                         const int64_t *timestamps, int64_t base_timestamp,
-                        const uint8_t *headers, const int32_t *header_lengths,
+                        const uint8_t *headers, size_t headers_bytes, const int32_t *header_lengths,
                         int64_t *max_timestamp) {
     size_t pos = 0;
+    if (n < 0 || !lengths_match(key_lengths, n, keys_bytes) || !lengths_match(value_lengths, n, values_bytes) ||
+        !lengths_match(header_lengths, n, headers_bytes))
+        return PLOG_EARG;
     int64_t max_ts = -1;
     const uint8_t *k = keys, *v = values, *h = headers;
     for (int32_t i = 0; i < n; i++) {

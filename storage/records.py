@@ -59,6 +59,23 @@ def _missing(codec: str, package: str, where: dict):
         f"(pip install {package}, or the [codecs] extra)", **where)
 
 
+def _lz4_fix_kafka08_checksum(data: bytes, where: dict) -> bytes:
+    """Magic-0 LZ4 (Kafka 0.8) framed its header checksum over the frame magic too; Kafka
+    ignores that checksum for magic 0.  Rewrite it so a standard LZ4 frame reader accepts it."""
+    if len(data) < 7:
+        return data
+    flags = data[4]
+    hc_position = 6 + (8 if flags & 0x08 else 0) + (4 if flags & 0x01 else 0)
+    if hc_position >= len(data):
+        return data
+    try:
+        import xxhash
+    except ImportError:
+        _missing("lz4 (Kafka 0.8 framing, which needs xxhash)", "xxhash", where)
+    checksum = (xxhash.xxh32(data[4:hc_position]).intdigest() >> 8) & 0xFF
+    return data[:hc_position] + bytes([checksum]) + data[hc_position + 1:]
+
+
 def _lz4_decompress(data: bytes, where: dict) -> bytes:
     try:
         import lz4.frame as lz4f
@@ -112,7 +129,8 @@ def _zstd_decompress(data: bytes) -> bytes:
     return reader.read()
 
 
-def decompress(codec: int, data: bytes, *, file=None, position=None, offset=None) -> bytes:
+def decompress(codec: int, data: bytes, *, magic: int = 2, file=None, position=None, offset=None) -> bytes:
+    """Decompress a records section (or a legacy wrapper's value) of the given codec id."""
     where = {"file": file, "position": position, "offset": offset}
     try:
         if codec == 1:
@@ -120,6 +138,8 @@ def decompress(codec: int, data: bytes, *, file=None, position=None, offset=None
         if codec == 2:
             return _snappy_decompress(data, where)
         if codec == 3:
+            if magic == 0:
+                data = _lz4_fix_kafka08_checksum(data, where)
             return _lz4_decompress(data, where)
         if codec == 4:
             return _zstd_decompress(data)
@@ -187,8 +207,6 @@ def encode_headers(headers) -> bytes:
 def _normalise(records: list):
     """Split records into keys, values, timestamps and headers (lists; None where absent)."""
     n = len(records)
-    if all(type(r) is bytes for r in records):
-        return None, records, None, None
     keys, values = [None] * n, [None] * n
     timestamps = headers = None
     for i, r in enumerate(records):
@@ -223,6 +241,41 @@ def _lengths_and_blob(items):
     return lengths, b"".join(v for v in items if v)
 
 
+def _encode_section(n, keys, values, timestamps, headers, base_timestamp):
+    """Encode the records section; returns (bytearray with 61 free header bytes, size, max ts)
+    or None when the payload lengths do not add up (a non-byte memoryview value)."""
+    if values is None:
+        return None
+    if isinstance(values, tuple):           # (lengths, blob) prepared by the fast path
+        value_lengths, value_blob = values
+    else:
+        value_lengths, value_blob = _lengths_and_blob(values)
+    key_blob, key_lengths = b"", ffi.NULL
+    if keys is not None:
+        lengths, key_blob = _lengths_and_blob(keys)
+        key_lengths = ffi.new("int32_t[]", lengths)
+    header_blob, header_lengths = b"", ffi.NULL
+    if headers is not None:
+        header_lengths = ffi.new("int32_t[]", [len(h) for h in headers])
+        header_blob = b"".join(headers)
+    bound = lib.plog_records_bound(n, len(key_blob), len(value_blob), len(header_blob))
+    out = bytearray(BATCH_OVERHEAD + bound)
+    written = ffi.new("size_t *")
+    max_ts = ffi.new("int64_t *")
+    with ffi.from_buffer(out) as out_ptr:
+        rc = lib.plog_records_encode(
+            out_ptr + BATCH_OVERHEAD, bound, written, n,
+            ffi.from_buffer(key_blob), len(key_blob), key_lengths,
+            ffi.from_buffer(value_blob), len(value_blob), ffi.new("int32_t[]", value_lengths),
+            ffi.new("int64_t[]", timestamps) if timestamps is not None else ffi.NULL, base_timestamp,
+            ffi.from_buffer(header_blob), len(header_blob), header_lengths, max_ts)
+    if rc == lib.PLOG_EARG:
+        return None
+    if rc:
+        raise ValueError(f"cannot encode records: {ffi.string(lib.plog_strerror(rc)).decode()}")
+    return out, BATCH_OVERHEAD + written[0], max_ts[0]
+
+
 def _build(records, *, base_offset, partition_leader_epoch, compression, base_timestamp,
            producer_id, producer_epoch, base_sequence, is_transactional, is_control) -> bytearray:
     if not isinstance(records, list):
@@ -232,43 +285,25 @@ def _build(records, *, base_offset, partition_leader_epoch, compression, base_ti
         raise ValueError("a batch needs at least one record")
     if compression not in CODEC_IDS:
         raise ValueError(f"unknown compression {compression!r}; expected one of {', '.join(CODEC_NAMES)}")
-    keys, values, timestamps, headers = _normalise(records)
-    if base_timestamp is None:
-        base_timestamp = timestamps[0] if timestamps and timestamps[0] is not None else int(time.time() * 1000)
-    if timestamps is not None:
-        timestamps = [base_timestamp if t is None else t for t in timestamps]
-
-    if keys is None and values is records:      # fast path: every record is a bytes value
-        value_lengths = list(map(len, values))
-        value_blob = b"".join(values)
-    else:
-        value_lengths, value_blob = _lengths_and_blob(values)
-    key_blob = b""
-    key_lengths = ffi.NULL
-    if keys is not None:
-        lengths, key_blob = _lengths_and_blob(keys)
-        key_lengths = ffi.new("int32_t[]", lengths)
-    header_blob = b""
-    header_lengths = ffi.NULL
-    if headers is not None:
-        header_lengths = ffi.new("int32_t[]", [len(h) for h in headers])
-        header_blob = b"".join(headers)
-
-    bound = lib.plog_records_bound(n, len(key_blob), len(value_blob), len(header_blob))
-    out = bytearray(BATCH_OVERHEAD + bound)
-    out_ptr = ffi.from_buffer(out)
-    written = ffi.new("size_t *")
-    max_ts = ffi.new("int64_t *")
-    rc = lib.plog_records_encode(
-        out_ptr + BATCH_OVERHEAD, bound, written, n,
-        ffi.from_buffer(key_blob), key_lengths,
-        ffi.from_buffer(value_blob), ffi.new("int32_t[]", value_lengths),
-        ffi.new("int64_t[]", timestamps) if timestamps is not None else ffi.NULL, base_timestamp,
-        ffi.from_buffer(header_blob), header_lengths, max_ts)
-    if rc:
-        raise ValueError(f"cannot encode records: {ffi.string(lib.plog_strerror(rc)).decode()}")
-    size = BATCH_OVERHEAD + written[0]
-    ffi.release(out_ptr)
+    encoded = None
+    try:                                    # fast path: every record is a bytes-like value
+        blob = b"".join(records)
+    except TypeError:
+        blob = None
+    if blob is not None:
+        if base_timestamp is None:
+            base_timestamp = int(time.time() * 1000)
+        encoded = _encode_section(n, None, (list(map(len, records)), blob), None, None, base_timestamp)
+    if encoded is None:
+        keys, values, timestamps, headers = _normalise(records)
+        if base_timestamp is None:
+            base_timestamp = timestamps[0] if timestamps and timestamps[0] is not None else int(time.time() * 1000)
+        if timestamps is not None:
+            timestamps = [base_timestamp if t is None else t for t in timestamps]
+        encoded = _encode_section(n, keys, values, timestamps, headers, base_timestamp)
+        if encoded is None:
+            raise ValueError("record payload lengths do not match their bytes")
+    out, size, max_timestamp = encoded
     if compression != "none":
         payload = compress(compression, bytes(memoryview(out)[BATCH_OVERHEAD:size]))
         out = bytearray(BATCH_OVERHEAD + len(payload))
@@ -285,7 +320,7 @@ def _build(records, *, base_offset, partition_leader_epoch, compression, base_ti
                        | (lib.PLOG_ATTR_CONTROL if is_control else 0))
     info.last_offset_delta = n - 1
     info.base_timestamp = base_timestamp
-    info.max_timestamp = max_ts[0]
+    info.max_timestamp = max_timestamp
     info.producer_id = producer_id
     info.producer_epoch = producer_epoch
     info.base_sequence = base_sequence
@@ -453,7 +488,7 @@ class RecordBatch:
         wrapper = self._legacy_single()
         if wrapper.value is None:
             raise errors.CorruptRecordError("compressed legacy message without a value", **self._where())
-        data = decompress(self.attributes & 7, wrapper.value, **self._where())
+        data = decompress(self.attributes & 7, wrapper.value, magic=self.magic, **self._where())
         inner = []
         pos = 0
         while pos + 12 <= len(data):
@@ -462,9 +497,10 @@ class RecordBatch:
                 break
             inner.append(self._legacy_single(memoryview(data)[pos:pos + 12 + size]))
             pos += 12 + size
-        if self.magic == 1 and inner:
-            # v1 inner offsets are relative; the wrapper carries the absolute last offset.
-            shift = self._last_offset - inner[-1].offset
+        shift = self._last_offset - inner[-1].offset if inner else 0
+        if self.magic == 1 and inner and shift >= 0:
+            # v1 inner offsets are relative and the wrapper carries the absolute last offset;
+            # a producer-side wrapper (offset 0) is left as is, as Kafka's deep iterator does.
             log_append = bool(self.attributes & lib.PLOG_ATTR_LOG_APPEND_TIME)
             inner = [r._replace(offset=r.offset + shift,
                                 timestamp=wrapper.timestamp if log_append else r.timestamp) for r in inner]

@@ -369,24 +369,12 @@ def _legacy_build(magic: int, codec: str, base: int = 0):
     return bytes(builder.buffer()), recs
 
 
-_LZ4_V0_BUG = pytest.mark.xfail(strict=True, reason=(
-    "BUG: magic-0 LZ4 wrappers use Kafka 0.8's LZ4 framing with the broken frame-descriptor "
-    "checksum (Kafka's KafkaLZ4BlockInputStream ignores it for magic 0); storage/records.py "
-    "_lz4_decompress hands the data to lz4.frame.decompress, which rejects it "
-    "(ERROR_headerChecksum_invalid)"))
-_V1_WRAPPER_OFFSET_BUG = pytest.mark.xfail(strict=True, reason=(
-    "BUG: a magic-1 compressed wrapper written by a producer has wrapper offset 0 while the inner "
-    "relative offsets are 0..n-1; Kafka (AbstractLegacyRecordBatch.DeepRecordsIterator) and "
-    "kafka-python only rebase inner offsets when wrapperOffset - lastInnerOffset >= 0, ours "
-    "(storage/records.py RecordBatch._legacy_inner) always shifts and yields offsets -4..0"))
-
-
 @pytest.mark.parametrize("magic,codec", [
-    (0, "none"), (0, "gzip"), (0, "snappy"), pytest.param(0, "lz4", marks=_LZ4_V0_BUG),
+    (0, "none"), (0, "gzip"), (0, "snappy"), (0, "lz4"),
     (1, "none"),
-    pytest.param(1, "gzip", marks=_V1_WRAPPER_OFFSET_BUG),
-    pytest.param(1, "snappy", marks=_V1_WRAPPER_OFFSET_BUG),
-    pytest.param(1, "lz4", marks=_V1_WRAPPER_OFFSET_BUG),
+    (1, "gzip"),
+    (1, "snappy"),
+    (1, "lz4"),
 ])
 def test_kafka_python_legacy_batches_decode_in_ours(magic, codec):
     """Producer-side legacy message sets exactly as kafka-python writes them."""
