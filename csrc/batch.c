@@ -193,7 +193,12 @@ int plog_scan_buffer(const uint8_t *buf, size_t length, plog_scan *s, plog_segme
         if (rc == 0 && s->check_crc && !plog_batch_crc_ok(buf + pos, &info)) rc = PLOG_ECRC;
         if (rc == 0) {
             int64_t relative = info.last_offset - s->base_offset;
-            if (relative < 0 || relative > INT32_MAX) rc = PLOG_EOVERFLOW;
+            if (relative < 0 || relative > INT32_MAX || info.base_offset < s->base_offset) rc = PLOG_EOVERFLOW;
+            /* Stricter than Kafka (which does not look): offsets are outside the CRC, so a
+             * batch that does not follow its predecessor is treated as corruption. */
+            else if (info.last_offset < info.base_offset ||
+                     (s->batch_count > 0 && info.base_offset <= s->last_offset))
+                rc = PLOG_EORDER;
         }
         if (rc) {
             s->stop = rc;
@@ -209,10 +214,11 @@ int plog_scan_buffer(const uint8_t *buf, size_t length, plog_scan *s, plog_segme
             rc = plog_index_add(seg, info.last_offset, (int64_t)pos);
             if (rc == 0) rc = plog_time_index_maybe_add(seg, s->max_timestamp, s->offset_of_max_timestamp, 0);
             if (rc) {
+                /* The index cannot take the entry (full): not a data problem, the caller fails. */
                 s->stop = rc;
                 s->stop_position = (int64_t)pos;
                 s->stop_offset = info.base_offset;
-                break;
+                return rc;
             }
             last_indexed_position = (int64_t)pos;
         }

@@ -225,8 +225,11 @@ int plog_validate_chunk(uint8_t *buf, size_t length, plog_validate *v);
 /* Walk the batches of a segment image following Kafka's file iteration and recovery rules
  * (kafka-reference 1.6, 5.4): stops at <= 17 trailing bytes or a partial trailing batch
  * (stop = PLOG_EPARTIAL), or at the first corrupt batch (stop = PLOG_ECORRUPT / PLOG_ECRC /
- * PLOG_EOVERFLOW); valid_bytes is where the valid prefix ends.  When seg is non-NULL the
- * offset and time indexes of seg are rebuilt from the valid batches with Kafka's cadence. */
+ * PLOG_EMAGIC / PLOG_EOVERFLOW, or PLOG_EORDER for a batch whose offsets do not follow its
+ * predecessor's -- stricter than Kafka, since offsets are outside the CRC); valid_bytes is
+ * where the valid prefix ends.  When seg is non-NULL the offset and time indexes of seg are
+ * rebuilt from the valid batches with Kafka's cadence; an index that cannot take an entry
+ * ends the scan with that error as the return value. */
 typedef struct plog_scan {
     int64_t base_offset;            /* in: segment base offset */
     int32_t index_interval_bytes;   /* in */

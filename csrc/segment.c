@@ -197,7 +197,6 @@ int plog_segment_recover(plog_segment *seg, const uint8_t *log, size_t log_lengt
     scan->check_crc = 1;
     int rc = plog_scan_buffer(log, log_length, scan, seg);
     if (rc) return rc;
-    if (scan->stop == PLOG_EINDEXFULL || scan->stop == PLOG_EORDER) return scan->stop;
     if ((size_t)scan->valid_bytes != log_length || seg->size != scan->valid_bytes) {
         if ((rc = plog_io_ftruncate(seg->log_fd, scan->valid_bytes))) return rc;
     }

@@ -380,10 +380,15 @@ class RecordBatch:
             self.producer_id, self.producer_epoch, self.base_sequence = -1, -1, -1
             self.record_count = 1
             if self.attributes & 7:
-                # A compressed wrapper: its offset is the last inner offset; count the inner records.
-                inner = self._legacy_inner()
-                self.record_count = len(inner)
+                # A compressed wrapper: its offset is the last inner offset; count the inner
+                # records.  A wrapper that cannot be decoded keeps its own offset here and
+                # raises from records().
+                try:
+                    inner = self._legacy_inner()
+                except errors.StorageError:
+                    inner = None
                 if inner:
+                    self.record_count = len(inner)
                     self.base_offset = inner[0].offset
                     self.last_offset_delta = self._last_offset - self.base_offset
 
@@ -465,20 +470,28 @@ class RecordBatch:
                 f"size_bytes={self.size_bytes})")
 
     # --- legacy v0/v1 ---
-    def _legacy_single(self, view=None, outer=None) -> Record:
+    def _legacy_single(self, view=None) -> Record:
+        """Decode one legacy message: offset, size, crc, magic, attributes, [timestamp], key, value."""
         view = self._view if view is None else view
-        offset, _size, _crc, magic, attributes = _LEGACY.unpack_from(view)
-        pos = 18
-        timestamp = NO_TIMESTAMP
-        if magic == 1:
-            (timestamp,) = struct.unpack_from(">q", view, pos)
-            pos += 8
-        (key_length,) = struct.unpack_from(">i", view, pos)
-        pos += 4
-        key = None if key_length < 0 else bytes(view[pos:pos + key_length])
-        pos += max(key_length, 0)
-        (value_length,) = struct.unpack_from(">i", view, pos)
-        pos += 4
+        try:
+            offset, _size, _crc, magic, _attributes = _LEGACY.unpack_from(view)
+            pos = 18
+            timestamp = NO_TIMESTAMP
+            if magic == 1:
+                (timestamp,) = struct.unpack_from(">q", view, pos)
+                pos += 8
+            (key_length,) = struct.unpack_from(">i", view, pos)
+            pos += 4
+            if key_length > len(view) - pos:
+                raise ValueError(f"key length {key_length} runs past the message")
+            key = None if key_length < 0 else bytes(view[pos:pos + key_length])
+            pos += max(key_length, 0)
+            (value_length,) = struct.unpack_from(">i", view, pos)
+            pos += 4
+            if value_length > len(view) - pos:
+                raise ValueError(f"value length {value_length} runs past the message")
+        except (struct.error, ValueError) as exc:
+            raise errors.CorruptRecordError(f"malformed legacy message: {exc}", **self._where()) from exc
         value = None if value_length < 0 else bytes(view[pos:pos + value_length])
         return Record(offset, timestamp, key, value, [])
 
