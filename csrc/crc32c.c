@@ -133,6 +133,27 @@ static uint32_t crc_portable(uint32_t crc, const uint8_t *p, size_t n) {
 #if defined(__x86_64__)
 #include <nmmintrin.h>
 
+/* Hash three consecutive blocks as independent chains and join them: the first chain is
+ * shifted over the second block and xor-ed with it, then again over the third. */
+__attribute__((target("sse4.2")))
+static inline uint64_t crc_three_blocks(uint64_t c0, const uint8_t *p, size_t block,
+                                        uint32_t table[4][256]) {
+    uint64_t c1 = 0, c2 = 0;
+    const uint8_t *end = p + block;
+    do {
+        uint64_t a, b, d;
+        memcpy(&a, p, 8);
+        memcpy(&b, p + block, 8);
+        memcpy(&d, p + 2 * block, 8);
+        c0 = _mm_crc32_u64(c0, a);
+        c1 = _mm_crc32_u64(c1, b);
+        c2 = _mm_crc32_u64(c2, d);
+        p += 8;
+    } while (p < end);
+    c0 = shift_crc(table, (uint32_t)c0) ^ (uint32_t)c1;
+    return shift_crc(table, (uint32_t)c0) ^ (uint32_t)c2;
+}
+
 __attribute__((target("sse4.2")))
 static uint32_t crc_hardware(uint32_t crc, const uint8_t *p, size_t n) {
     uint64_t c0 = crc;
@@ -142,39 +163,13 @@ static uint32_t crc_hardware(uint32_t crc, const uint8_t *p, size_t n) {
     }
     /* Three interleaved chains over blocks of LONG_BLOCK, then SHORT_BLOCK bytes. */
     while (n >= 3 * LONG_BLOCK) {
-        uint64_t c1 = 0, c2 = 0;
-        const uint8_t *end = p + LONG_BLOCK;
-        do {
-            uint64_t a, b, d;
-            memcpy(&a, p, 8);
-            memcpy(&b, p + LONG_BLOCK, 8);
-            memcpy(&d, p + 2 * LONG_BLOCK, 8);
-            c0 = _mm_crc32_u64(c0, a);
-            c1 = _mm_crc32_u64(c1, b);
-            c2 = _mm_crc32_u64(c2, d);
-            p += 8;
-        } while (p < end);
-        c0 = shift_crc(shift_long, (uint32_t)c0) ^ (uint32_t)c1;
-        c0 = shift_crc(shift_long, (uint32_t)c0) ^ (uint32_t)c2;
-        p += 2 * LONG_BLOCK;
+        c0 = crc_three_blocks(c0, p, LONG_BLOCK, shift_long);
+        p += 3 * LONG_BLOCK;
         n -= 3 * LONG_BLOCK;
     }
     while (n >= 3 * SHORT_BLOCK) {
-        uint64_t c1 = 0, c2 = 0;
-        const uint8_t *end = p + SHORT_BLOCK;
-        do {
-            uint64_t a, b, d;
-            memcpy(&a, p, 8);
-            memcpy(&b, p + SHORT_BLOCK, 8);
-            memcpy(&d, p + 2 * SHORT_BLOCK, 8);
-            c0 = _mm_crc32_u64(c0, a);
-            c1 = _mm_crc32_u64(c1, b);
-            c2 = _mm_crc32_u64(c2, d);
-            p += 8;
-        } while (p < end);
-        c0 = shift_crc(shift_short, (uint32_t)c0) ^ (uint32_t)c1;
-        c0 = shift_crc(shift_short, (uint32_t)c0) ^ (uint32_t)c2;
-        p += 2 * SHORT_BLOCK;
+        c0 = crc_three_blocks(c0, p, SHORT_BLOCK, shift_short);
+        p += 3 * SHORT_BLOCK;
         n -= 3 * SHORT_BLOCK;
     }
     while (n >= 8) {

@@ -31,6 +31,28 @@ static inline int64_t ti_offset(const plog_segment *s, int32_t i) {
     return s->base_offset + be32(s->time_index + (size_t)i * PLOG_TIME_ENTRY_BYTES + 8);
 }
 
+/* Largest i in [0, n) with key(s, i) <= target (keys ascending), or -1. */
+static int32_t floor_slot(const plog_segment *s, int32_t n, int64_t (*key)(const plog_segment *, int32_t),
+                          int64_t target) {
+    int32_t lo = 0, hi = n - 1, found = -1;
+    while (lo <= hi) {
+        int32_t mid = lo + (hi - lo) / 2;
+        if (key(s, mid) <= target) {
+            found = mid;
+            lo = mid + 1;
+        } else {
+            hi = mid - 1;
+        }
+    }
+    return found;
+}
+
+/* Kafka's three-case truncation rule, given the floor slot of the target. */
+static int32_t entries_below(int32_t slot, int64_t slot_key, int64_t target) {
+    if (slot < 0) return 0;
+    return slot_key == target ? slot : slot + 1;
+}
+
 void plog_index_reset(plog_segment *s) {
     s->offset_entries = 0;
     s->time_entries = 0;
@@ -70,19 +92,8 @@ int plog_time_index_maybe_add(plog_segment *s, int64_t timestamp, int64_t offset
     return 0;
 }
 
-/* Largest slot whose offset <= target, or -1. */
 static int32_t offset_slot(const plog_segment *s, int64_t target) {
-    int32_t lo = 0, hi = s->offset_entries - 1, found = -1;
-    while (lo <= hi) {
-        int32_t mid = lo + (hi - lo) / 2;
-        if (oi_offset(s, mid) <= target) {
-            found = mid;
-            lo = mid + 1;
-        } else {
-            hi = mid - 1;
-        }
-    }
-    return found;
+    return floor_slot(s, s->offset_entries, oi_offset, target);
 }
 
 void plog_offset_index_lookup(const plog_segment *s, int64_t target, int64_t *offset_out,
@@ -99,16 +110,7 @@ void plog_offset_index_lookup(const plog_segment *s, int64_t target, int64_t *of
 
 void plog_time_index_lookup(const plog_segment *s, int64_t target, int64_t *timestamp_out,
                             int64_t *offset_out) {
-    int32_t lo = 0, hi = s->time_entries - 1, found = -1;
-    while (lo <= hi) {
-        int32_t mid = lo + (hi - lo) / 2;
-        if (ti_timestamp(s, mid) <= target) {
-            found = mid;
-            lo = mid + 1;
-        } else {
-            hi = mid - 1;
-        }
-    }
+    int32_t found = floor_slot(s, s->time_entries, ti_timestamp, target);
     if (found < 0) {
         *timestamp_out = -1;
         *offset_out = s->base_offset;
@@ -132,22 +134,10 @@ int plog_time_index_entry(const plog_segment *s, int32_t i, int64_t *timestamp, 
     return 0;
 }
 
-/* Kafka's three-case truncation: keep entries with offset < target. */
+/* Keep the entries with offset < target, in both indexes. */
 void plog_index_truncate_to(plog_segment *s, int64_t target) {
     int32_t slot = offset_slot(s, target);
-    if (slot < 0) s->offset_entries = 0;
-    else s->offset_entries = oi_offset(s, slot) == target ? slot : slot + 1;
-
-    int32_t lo = 0, hi = s->time_entries - 1, found = -1;
-    while (lo <= hi) {
-        int32_t mid = lo + (hi - lo) / 2;
-        if (ti_offset(s, mid) <= target) {
-            found = mid;
-            lo = mid + 1;
-        } else {
-            hi = mid - 1;
-        }
-    }
-    if (found < 0) s->time_entries = 0;
-    else s->time_entries = ti_offset(s, found) == target ? found : found + 1;
+    s->offset_entries = entries_below(slot, slot >= 0 ? oi_offset(s, slot) : 0, target);
+    slot = floor_slot(s, s->time_entries, ti_offset, target);
+    s->time_entries = entries_below(slot, slot >= 0 ? ti_offset(s, slot) : 0, target);
 }
