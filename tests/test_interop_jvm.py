@@ -100,7 +100,7 @@ class Checker:
 
     def run(self, paths, *, expect_ok: bool = True) -> subprocess.CompletedProcess:
         proc = subprocess.run(
-            ["java", "-XX:TieredStopAtLevel=1", "-cp", self.classpath, "KafkaRecordsCheck", *map(str, paths)],
+            ["java", "-cp", self.classpath, "KafkaRecordsCheck", *map(str, paths)],
             capture_output=True, text=True, timeout=120)
         if expect_ok:
             errors = [line for line in proc.stderr.splitlines() if not line.startswith("SLF4J:")]
@@ -430,7 +430,8 @@ def test_checker_accepts_segments_written_by_kafka(kafka):
         assert f["end"] == (len(f["batches"]), f["size"])
         batches = f["batches"]
         half = len(batches) // 2
-        assert [b["partition_leader_epoch"] for b in batches] == [int(first_epoch)] * half + [int(first_epoch) + 1] * half
+        epoch = int(first_epoch)
+        assert [b["partition_leader_epoch"] for b in batches] == [epoch] * half + [epoch + 1] * half
         offset = int(path.stem)
         for b in batches:
             assert (b["compression"], b["magic"], b["producer_id"], b["is_transactional"]) == (codec, 2, -1, False)
