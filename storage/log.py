@@ -271,8 +271,19 @@ class PartitionLog:
             self._ensure_open()
             with ffi.from_buffer(batches) as pointer:
                 length = len(pointer)
+                self._maybe_restart_empty_log(pointer, length)
                 v = self._validate(pointer, length, lib.PLOG_VALIDATE_REQUIRE_FIRST, -1, 0)
                 return self._append(pointer, length, v)
+
+    def _maybe_restart_empty_log(self, pointer, length: int) -> None:
+        """Kafka's follower special case (kafka-reference 6.7): an empty log whose first fetched
+        batch starts below the log end offset but reaches it restarts at that batch's base."""
+        if self.log_end_offset != self.log_start_offset or self.size_bytes:
+            return
+        info = ffi.new("plog_batch_info *")
+        if lib.plog_batch_parse(pointer, length, 0, 0, info) == 0 and \
+                info.base_offset < self.log_end_offset <= info.last_offset:
+            self._truncate_fully(info.base_offset)
 
     def _append(self, pointer, length: int, v) -> AppendInfo:
         segment = self._maybe_roll(length, v)

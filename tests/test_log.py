@@ -48,6 +48,15 @@ def test_follower_append_rules(make_log):
     assert offsets_of(log.read(0, 1 << 20)) == [0, 1, 10]
 
 
+def test_empty_follower_restarts_at_a_batch_straddling_its_log_end(make_log):
+    log = make_log()
+    log.truncate_fully_and_start_at(105)
+    log.append_as_follower(build_batch([b"a"] * 10, base_offset=100))
+    assert (log.log_start_offset, log.log_end_offset) == (100, 110)
+    with pytest.raises(errors.UnexpectedAppendOffsetError):   # not empty any more
+        log.append_as_follower(build_batch([b"b"] * 10, base_offset=105))
+
+
 def test_append_is_all_or_nothing(make_log):
     log = make_log()
     log.append_as_leader([b"keep"], 0)
