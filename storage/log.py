@@ -28,6 +28,7 @@ from typing import NamedTuple
 from . import errors
 from . import io as _io
 from ._native import ffi, lib
+from .epoch import CHECKPOINT_FILE, FLUSH_MODES, LeaderEpochCache
 from .records import _build, describe_error, iter_batches
 from .segment import (DELETED_SUFFIX, INDEX_SUFFIX, LOG_SUFFIX, TIME_INDEX_SUFFIX, Segment)
 
@@ -47,6 +48,7 @@ class LogConfig:
     max_message_bytes: int = 1048588
     segment_ms: int = 7 * 24 * 3600 * 1000
     fsync: bool = True
+    epoch_flush: str = "sync"
 
     def __post_init__(self):
         if self.segment_bytes < 14:
@@ -59,6 +61,8 @@ class LogConfig:
             raise ValueError("segment_index_bytes must hold at least one offset index entry (8 bytes)")
         if self.max_message_bytes < 0:
             raise ValueError("max_message_bytes must be >= 0")
+        if self.epoch_flush not in FLUSH_MODES:
+            raise ValueError(f"epoch_flush must be one of {FLUSH_MODES}")
 
 
 class AppendInfo(NamedTuple):
@@ -98,7 +102,8 @@ class PartitionLog:
     """A partition directory of segments.  Use `PartitionLog.open(path, config)`."""
 
     def __init__(self, path, config: LogConfig | None = None, *, recovery_point: int | None = None,
-                 log_start_offset: int | None = None, clean_shutdown: bool = False):
+                 log_start_offset: int | None = None, clean_shutdown: bool = False,
+                 high_watermark: int | None = None):
         self.path = os.fspath(path)
         self.config = config or LogConfig()
         self._lock = threading.RLock()
@@ -107,10 +112,14 @@ class PartitionLog:
         self._bases: list[int] = []
         self._dir_dirty = False
         self.recovery_report: list[tuple[int, int, str]] = []
-        self.epoch_cache = None   # LeaderEpochCache comes with the recovery issue
         seam = _io.current()
         seam.mkdir(self.path)
+        self.epoch_cache = LeaderEpochCache(os.path.join(self.path, CHECKPOINT_FILE), fsync=self.config.fsync,
+                                            epoch_flush=self.config.epoch_flush)
         self._load(seam, recovery_point or 0, log_start_offset, clean_shutdown)
+        self._repair_epoch_cache()
+        if high_watermark is not None:
+            self.update_high_watermark(high_watermark)
 
     @classmethod
     def open(cls, path, config: LogConfig | None = None, **kwargs) -> "PartitionLog":
@@ -118,7 +127,10 @@ class PartitionLog:
 
         recovery_point: offset below which data is known durable (default 0: recover all);
         log_start_offset: checkpointed log start offset (default: first segment's base);
-        clean_shutdown: True skips recovery, as Kafka does after a clean shutdown.
+        clean_shutdown: True skips recovery, as Kafka does after a clean shutdown;
+        high_watermark: checkpointed high watermark (clamped to the log).
+        The leader-epoch cache is loaded from `leader-epoch-checkpoint`, given the epochs of
+        recovered batches, and truncated to the recovered log (kafka-reference 5.2, 5.5).
         """
         return cls(path, config, **kwargs)
 
@@ -153,6 +165,7 @@ class PartitionLog:
                 continue
             truncated, report = segment.recover()
             segment.seal()
+            self._assign_recovered_epochs(segment, report)
             if truncated:
                 self.recovery_report.append((base, truncated, report.stop_reason or ""))
                 # Kafka: after the first invalid batch nothing is trusted; later segments go.
@@ -172,6 +185,7 @@ class PartitionLog:
                 segment.delete()
             self.segments.clear()
             self._bases.clear()
+            self.epoch_cache.clear_and_flush()
         if not self.segments:
             self._new_segment(start)
             leo = start
@@ -181,6 +195,28 @@ class PartitionLog:
         self.recovery_point = leo if clean else min(recovery_point, leo)
         if self.recovery_point < start:
             self.recovery_point = start
+
+    def _assign_recovered_epochs(self, segment: Segment, report) -> None:
+        """LogSegment.recover: a v2 batch whose epoch is newer than the cache's latest starts it."""
+        epochs = report.epochs if report.epoch_count <= len(report.epochs) else segment.scan_epochs()
+        cache = self.epoch_cache
+        for epoch, offset in epochs:
+            if epoch >= 0 and (cache.latest_epoch is None or epoch > cache.latest_epoch):
+                cache.assign(epoch, offset)
+
+    def _repair_epoch_cache(self) -> None:
+        cache = self.epoch_cache
+        if cache.load_error is not None:
+            # A malformed checkpoint is never trusted: rebuild it from every batch.
+            self.recovery_report.append((-1, 0, f"leader-epoch-checkpoint rebuilt: {cache.load_error}"))
+            for segment in self.segments:
+                for epoch, offset in segment.scan_epochs():
+                    if epoch >= 0 and (cache.latest_epoch is None or epoch > cache.latest_epoch):
+                        cache.assign(epoch, offset)
+            cache.flush()
+            cache.load_error = None
+        cache.truncate_from_end(self.log_end_offset)
+        cache.truncate_from_start(self.log_start_offset)
 
     @staticmethod
     def _recovery_candidate(i: int, bases: list[int], recovery_point: int) -> bool:
@@ -289,12 +325,21 @@ class PartitionLog:
         segment = self._maybe_roll(length, v)
         segment.append(pointer, length, v)
         self.log_end_offset = v.last_offset + 1
-        self._after_append(v)
+        self._after_append(v, pointer, length)
         return AppendInfo(v.first_offset, v.last_offset, v.max_timestamp, v.offset_of_max_timestamp,
                           v.batch_count, v.record_count, length)
 
-    def _after_append(self, v) -> None:
-        """Hook for the epoch cache (assign on new epochs); see storage/epoch.py."""
+    def _after_append(self, v, pointer, length: int) -> None:
+        """Kafka's append loop: every v2 batch's epoch is assigned at its base offset."""
+        if v.epoch_count <= lib.PLOG_VALIDATE_MAX_EPOCHS:
+            changes = [(v.epochs[i], v.epoch_offsets[i]) for i in range(v.epoch_count)]
+        else:
+            changes = [(b.partition_leader_epoch, b.base_offset)
+                       for b in iter_batches(ffi.buffer(pointer, length), verify=False)]
+        cache = self.epoch_cache
+        for epoch, offset in changes:
+            if epoch >= 0:
+                cache.assign(epoch, offset)
 
     def _should_roll(self, segment: Segment, length: int, v) -> bool:
         c = segment._c
@@ -321,7 +366,9 @@ class PartitionLog:
         # An empty active segment at another base stays, sealed, as Kafka keeps it: it
         # records where the log ended (e.g. after a truncation past its last batch).
         old.seal()
-        # Kafka flushes the rolled segment (asynchronously) and moves the recovery point.
+        # Kafka flushes the rolled segment (asynchronously) and moves the recovery point.  A
+        # deferred epoch file goes first: no segment is durable before the epochs it starts.
+        self.epoch_cache.flush()
         old.flush()
         segment = self._new_segment(base_offset)
         self._flush_dir()
@@ -418,10 +465,25 @@ class PartitionLog:
         return self._first_record_at_or_after(best, position, best.max_timestamp, self.log_start_offset)
 
     def _epoch_for(self, offset: int):
-        return None
+        return self.epoch_cache.epoch_for_offset(offset)
 
     def _latest_epoch(self):
-        return None
+        return self.epoch_cache.latest_epoch
+
+    # ---- epochs ----
+    def end_offset_for_epoch(self, epoch: int) -> tuple[int, int] | None:
+        """OffsetForLeaderEpoch on this log: (epoch, end offset), None where the cache has no
+        answer (UnifiedLog.endOffsetForEpoch)."""
+        with self._lock:
+            found_epoch, found_offset = self.epoch_cache.end_offset_for(epoch, self.log_end_offset)
+            return None if found_offset == -1 else (found_epoch, found_offset)
+
+    def assign_epoch_start_offset(self, epoch: int, start_offset: int | None = None) -> bool:
+        """Record that `epoch` starts at start_offset (default: the log end offset), as a new
+        leader does before anything else (Partition.makeLeader)."""
+        with self._lock:
+            self._ensure_open()
+            return self.epoch_cache.assign(epoch, self.log_end_offset if start_offset is None else start_offset)
 
     # ---- truncation and retention ----
     def truncate_to(self, offset: int) -> bool:
@@ -455,7 +517,8 @@ class PartitionLog:
             return True
 
     def _after_truncate(self, offset: int) -> None:
-        """Hook for the epoch cache (truncate_from_end); see storage/epoch.py."""
+        # Also when offset >= the log end offset: an epoch starting there goes (KAFKA-10706).
+        self.epoch_cache.truncate_from_end(offset)
 
     def _truncate_fully(self, offset: int) -> None:
         while self.segments:
@@ -463,6 +526,7 @@ class PartitionLog:
         self._bases.clear()
         self._new_segment(offset)
         self._flush_dir()
+        self.epoch_cache.clear_and_flush()
         self.log_start_offset = self.log_end_offset = offset
         self.recovery_point = self.high_watermark = offset
 
@@ -493,6 +557,7 @@ class PartitionLog:
                 self._bases.pop(0)
                 self._dir_dirty = True
             self.recovery_point = max(self.recovery_point, self.log_start_offset)
+            self.epoch_cache.truncate_from_start(offset)
             return True
 
     # ---- durability ----
@@ -506,6 +571,7 @@ class PartitionLog:
         log end offset."""
         with self._lock:
             self._ensure_open()
+            self.epoch_cache.flush()
             for segment in self.segments:
                 if segment.next_offset > self.recovery_point or segment is self.segments[-1]:
                     segment.flush()

@@ -207,6 +207,22 @@ class Segment:
         report = ScanReport(scan, [(epochs[i], epoch_offsets[i]) for i in range(min(scan.epoch_count, 256))])
         return truncated, report
 
+    def scan_epochs(self) -> list[tuple[int, int]]:
+        """(epoch, base offset) at every change of partition leader epoch in the v2 batches."""
+        if self._c.size == 0:
+            return []
+        capacity = 256
+        while True:
+            scan = ffi.new("plog_scan *")
+            epochs = ffi.new("int32_t[]", capacity)
+            offsets = ffi.new("int64_t[]", capacity)
+            scan.base_offset, scan.index_interval_bytes, scan.check_crc = self._c.base_offset, 0, 0
+            scan.epoch_capacity, scan.epochs, scan.epoch_offsets = capacity, epochs, offsets
+            lib.plog_scan_buffer(self.log_pointer(), self._c.size, scan, ffi.NULL)
+            if scan.epoch_count <= capacity:
+                return [(epochs[i], offsets[i]) for i in range(scan.epoch_count)]
+            capacity = scan.epoch_count
+
     def load(self) -> None:
         """Derive next offset and max timestamp after a clean open."""
         rc = lib.plog_segment_load(self._c, self.log_pointer())
@@ -285,6 +301,7 @@ class ScanReport:
         self.stop = scan.stop
         self.stop_position = scan.stop_position
         self.stop_offset = scan.stop_offset
+        self.epoch_count = scan.epoch_count
         self.epochs = epochs
         self.stop_reason = describe_error(scan.stop) if scan.stop else None
 

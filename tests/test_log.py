@@ -125,7 +125,7 @@ def test_roll_names_and_trimmed_indexes(make_log, small_config):
     for i in range(60):
         log.append_as_leader([b"v" * 100], 0)
     names = sorted(os.listdir(log.path))
-    assert all(len(n.split(".")[0]) == 20 for n in names)
+    assert all(len(n.split(".")[0]) == 20 for n in names if n != "leader-epoch-checkpoint")
     for segment in log.segments[:-1]:
         assert segment.size <= small_config.segment_bytes
         assert os.path.getsize(segment.index_path) == 8 * len(segment.offset_index_entries())
@@ -327,16 +327,19 @@ class RecordingIO(sio.PosixIO):
     def __init__(self):
         self.calls = []
         self.fail_pwrite = None
+        self.names = {}
 
     def _note(self, name, *args):
         self.calls.append((name,) + args)
 
     def open(self, path, flags):
         self._note("open", os.path.basename(path))
-        return super().open(path, flags)
+        fd = super().open(path, flags)
+        self.names[fd] = os.path.basename(path)
+        return fd
 
     def pwrite(self, fd, data, offset):
-        self._note("pwrite", len(data))
+        self._note("pwrite", self.names.get(fd), len(data))
         if self.fail_pwrite:
             raise OSError(self.fail_pwrite, "injected")
         return super().pwrite(fd, data, offset)
@@ -375,7 +378,8 @@ def test_every_file_operation_goes_through_the_seam(tmp_path, small_config):
     assert ("open", "00000000000000000000.log") in seam.calls
     # fsync disabled: the flush points still reach the seam, marked NOOP
     assert all(c[1] & sio.SYNC_NOOP for c in seam.calls if c[0] in ("fsync", "fsync_dir"))
-    assert sum(c[0] == "pwrite" for c in seam.calls) == 30
+    assert sum(c[0] == "pwrite" and c[1].endswith(".log") for c in seam.calls) == 30
+    assert ("pwrite", "leader-epoch-checkpoint.tmp", len(b"0\n1\n0 0\n")) in seam.calls
     assert not __import__("storage")._native.lib.plog_io_python_active()
 
 
