@@ -1,16 +1,18 @@
 """An embedded storage engine for Kafka-style partition logs and leader-epoch caches.
 
-Public API (design.md): build_batch, iter_batches, RecordBatch, Record, LogConfig,
-PartitionLog, errors.  LeaderEpochCache, EpochEntry and LogDir arrive with the recovery
-issue.  The C core is loaded (and checked for a stale build) on import.
+Public API (design.md): build_batch, iter_batches, RecordBatch, Record, LeaderEpochCache,
+EpochEntry, LogConfig, LogDir, PartitionLog, errors.  The C core is loaded (and checked for a
+stale build) on import.
 """
 from . import errors
 from ._native import NativeBuildError
 from ._version import __version__
+from .epoch import EpochEntry, LeaderEpochCache
 from .log import AppendInfo, LogConfig, PartitionLog, TimestampAndOffset
+from .logdir import LogDir
 from .records import Record, RecordBatch, build_batch, iter_batches
 
 __all__ = [
-    "AppendInfo", "LogConfig", "NativeBuildError", "PartitionLog", "Record", "RecordBatch",
+    "AppendInfo", "EpochEntry", "LeaderEpochCache", "LogConfig", "LogDir", "NativeBuildError", "PartitionLog", "Record", "RecordBatch",
     "TimestampAndOffset", "__version__", "build_batch", "errors", "iter_batches",
 ]

@@ -104,6 +104,9 @@ class PosixIO:
     def exists(self, path) -> bool:
         return os.path.exists(path)
 
+    def isdir(self, path) -> bool:
+        return os.path.isdir(path)
+
     # ---- whole small files (checkpoints), written through the operations above ----
     def read_file(self, path) -> bytes:
         fd = self.open(path, O_READ)
