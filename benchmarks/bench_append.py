@@ -15,8 +15,11 @@ is not timed.  The peers:
                   (writemap wins on 16 KiB values, loses on 1 MiB ones), and the report
                   compares against the faster one.
 
-Groups "append-16KiB" and "append-1MiB" hold one pedantic case per peer; "append-paired"
-holds the A B A B measurement the ratios come from (see conftest's docstring).
+Groups "append-16KiB" and "append-1MiB" hold one pedantic case per peer (rounds of the same
+peer back to back, after one warm-up round); "append-paired" holds the A B A B measurement
+the target ratios come from (see conftest's docstring), each measured run preceded by an
+untimed run of the same peer (paired_append's `prime`), which puts every peer in the state
+the pedantic cases measure it in.
 """
 from __future__ import annotations
 
@@ -195,10 +198,16 @@ def test_append(benchmark, workload, sizes, fresh_dirs, size_label, batch_bytes,
 PAIRS = [(ours, peer) for ours in (FOLLOWER, LEADER) for peer in (FILE, LMDB_WRITEMAP, LMDB_PLAIN)]
 
 
-def paired_append(wl: Workload, fresh_dirs, rounds: int, *, warmup: bool = True) -> dict:
+def paired_append(wl: Workload, fresh_dirs, rounds: int, *, warmup: bool = True, prime: bool = True) -> dict:
     """For each (ours, peer) pair, `rounds` times: run both back to back (A B, then B A on
     the next round), and keep the ratio of the pair: throughput(ours) / throughput(peer) =
-    t_peer / t_ours.  Returns the per-pair ratios and medians and every run's time."""
+    t_peer / t_ours.  Returns the per-pair ratios and medians and every run's time.
+
+    prime: run each measured run once untimed just before (A' A B' B), so every peer writes
+    into page-cache pages that its own previous run has just freed.  Without it LMDB with
+    writemap=True is bimodal here (about 2.3 GB/s when its previous run ended less than ~2 s
+    before, about 0.4 GB/s after a few seconds spent on other peers: its mmap page faults
+    suffer most from the idle-page effect), and its pair ratios depend on the schedule."""
     if warmup:
         for peer in PEERS:
             timed_run(peer, wl, fresh_dirs)
@@ -209,6 +218,8 @@ def paired_append(wl: Workload, fresh_dirs, rounds: int, *, warmup: bool = True)
             order = (ours, peer) if k % 2 == 0 else (peer, ours)
             t = {}
             for p in order:
+                if prime:
+                    timed_run(p, wl, fresh_dirs)
                 t[p.name] = timed_run(p, wl, fresh_dirs)
                 times[p.name].append(t[p.name])
             entry = pairs.setdefault(f"{ours.name} / {peer.name}", {
@@ -223,6 +234,7 @@ def paired_append(wl: Workload, fresh_dirs, rounds: int, *, warmup: bool = True)
         "median_seconds": {name: statistics.median(v) for name, v in times.items()},
         "throughput_MBps": {name: wl.total_bytes / statistics.median(v) / 1e6 for name, v in times.items()},
         "settings": {peer.name: peer.setting for peer in PEERS},
+        "primed": prime,
     }
 
 

@@ -20,6 +20,8 @@ Rules every I/O case follows (the targets are ratios measured side by side on a 
     peer back to back (A B, then B A) and report the median of the per-pair ratios: writing
     into fresh page-cache pages after a couple of seconds idle can be up to 10x slower than
     warm, so medians of cases run at different times would compare machine states, not code.
+    Each measured run in a pair is primed by an untimed run of the same peer just before it
+    (bench_append.paired_append explains why: LMDB with writemap is the peer that needs it).
 """
 from __future__ import annotations
 

@@ -182,6 +182,8 @@ def paired_group(name: str, benches: list[dict]) -> list[str]:
     out = [f"### {name}", ""]
     out.append("Ours and each peer run back to back (A B, then B A on the next round)"
                + (", each run writing fresh files" if name.startswith("append") else "")
+               + (" and preceded by an untimed run of the same peer (primed)"
+                  if any(b["extra_info"].get("primed") for b in benches) else "")
                + "; the ratio is t(peer) / t(ours) of one pair, i.e. throughput(ours) / throughput(peer). "
                "Median, min and max over the pairs.")
     out.append("")

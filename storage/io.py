@@ -107,6 +107,9 @@ class PosixIO:
     def isdir(self, path) -> bool:
         return os.path.isdir(path)
 
+    def file_size(self, path) -> int:
+        return os.path.getsize(path)
+
     # ---- whole small files (checkpoints), written through the operations above ----
     def read_file(self, path) -> bytes:
         fd = self.open(path, O_READ)

@@ -161,8 +161,18 @@ class PartitionLog:
             self.segments.append(segment)
             self._bases.append(base)
             if not recover:
-                segment.load()
-                continue
+                problem = segment.index_problem()
+                if problem is None:
+                    try:
+                        segment.load()
+                        continue
+                    except errors.CorruptRecordError as exc:
+                        problem = exc.reason
+                # Indexes or batch headers a clean open cannot trust: rebuild this segment.
+                segment.close()
+                segment = Segment(self.path, base, self.config, create=False, active=True)
+                self.segments[-1] = segment
+                self.recovery_report.append((base, 0, f"rebuilt: {problem}"))
             truncated, report = segment.recover()
             segment.seal()
             self._assign_recovered_epochs(segment, report)

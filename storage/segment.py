@@ -207,6 +207,29 @@ class Segment:
         report = ScanReport(scan, [(epochs[i], epoch_offsets[i]) for i in range(min(scan.epoch_count, 256))])
         return truncated, report
 
+    def index_problem(self) -> str | None:
+        """Kafka's index sanity check, for a segment opened without recovery: None when the
+        indexes look usable, else why not (then the segment is recovered)."""
+        seam = _io.current()
+        if seam.file_size(self.index_path) % lib.PLOG_OFFSET_ENTRY_BYTES:
+            return "offset index length is not a multiple of 8"
+        if seam.file_size(self.time_index_path) % lib.PLOG_TIME_ENTRY_BYTES:
+            return "time index length is not a multiple of 12"
+        c = self._c
+        if c.offset_entries:
+            o, p = ffi.new("int64_t *"), ffi.new("int64_t *")
+            lib.plog_offset_index_entry(c, c.offset_entries - 1, o, p)
+            if o[0] < c.base_offset or p[0] >= c.size:
+                return f"offset index entry ({o[0]}, {p[0]}) lies outside the segment"
+        if c.time_entries:
+            t, o = ffi.new("int64_t *"), ffi.new("int64_t *")
+            lib.plog_time_index_entry(c, c.time_entries - 1, t, o)
+            first_t, first_o = ffi.new("int64_t *"), ffi.new("int64_t *")
+            lib.plog_time_index_entry(c, 0, first_t, first_o)
+            if o[0] < c.base_offset or t[0] < first_t[0]:
+                return f"time index entry ({t[0]}, {o[0]}) is out of order"
+        return None
+
     def scan_epochs(self) -> list[tuple[int, int]]:
         """(epoch, base offset) at every change of partition leader epoch in the v2 batches."""
         if self._c.size == 0:
