@@ -84,10 +84,18 @@ def demo(directory: str | None) -> int:
 
 
 def main(argv: list[str] | None = None) -> int:
+    argv = sys.argv[1:] if argv is None else argv
+    if argv and argv[0] == "audit":
+        # The fleet audit has its own argument parser (storage/spark/audit.py); Spark is only
+        # imported when it runs.
+        from .spark.audit import main as audit_main
+
+        return audit_main(argv[1:])
     parser = argparse.ArgumentParser(prog="storage", description="Kafka-compatible partition-log storage")
     sub = parser.add_subparsers(dest="command", required=True)
     p_demo = sub.add_parser("demo", help="walk through append, read, crash and recovery")
     p_demo.add_argument("--dir", help="keep the demo's files under this directory (default: a temporary one)")
+    sub.add_parser("audit", help="audit broker log dirs with Spark (python -m storage audit --help)")
     args = parser.parse_args(argv)
     if args.command == "demo":
         return demo(args.dir)
