@@ -62,6 +62,20 @@ def pytest_collect_file(file_path, parent):
     return ihook.pytest_pycollect_makemodule(module_path=file_path, parent=parent)
 
 
+def pytest_sessionstart(session):
+    session.config.stash[_LOAD_AT_START] = _loadavg()
+
+
+def _loadavg():
+    try:
+        return [round(x, 2) for x in os.getloadavg()]
+    except OSError:
+        return None
+
+
+_LOAD_AT_START = pytest.StashKey[object]()
+
+
 def pytest_benchmark_update_machine_info(config, machine_info):
     """What report.py prints as the machine: CPU model and cores from /proc/cpuinfo, etc."""
     import storage
@@ -69,6 +83,9 @@ def pytest_benchmark_update_machine_info(config, machine_info):
     summary = benchlib.machine_summary()
     summary["storage_version"] = storage.__version__
     summary["quick"] = bool(config.getoption("--quick", default=False))
+    # Other processes share the 2 cores: the load average says whether they did.
+    summary["loadavg_start"] = config.stash.get(_LOAD_AT_START, None)
+    summary["loadavg_end"] = _loadavg()
     machine_info["storage_bench"] = summary
 
 

@@ -104,6 +104,12 @@ def machine_lines(data: dict) -> list[str]:
         f"- Python {python}; pytest-benchmark {data.get('version', '?')}"
         + (f"; storage {bench['storage_version']}" if bench.get("storage_version") else ""),
     ]
+    if bench.get("loadavg_start") or bench.get("loadavg_end"):
+        def load(x):
+            return "/".join(str(v) for v in x) if x else "?"
+        lines.append(f"- Load average (1/5/15 min) when the run started: {load(bench.get('loadavg_start'))}, "
+                     f"when it ended: {load(bench.get('loadavg_end'))} (about 1 is the benchmark itself; "
+                     f"more means other processes shared the {cores} cores)")
     if commit.get("id"):
         lines.append(f"- Commit {commit['id'][:12]}" + (" (with uncommitted changes)" if commit.get("dirty") else ""))
     if bench.get("quick"):

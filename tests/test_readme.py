@@ -11,12 +11,17 @@ def python_blocks():
     return re.findall(r"```python\n(.*?)```", README.read_text(), re.S)
 
 
+def block(containing: str) -> str:
+    (found,) = [b for b in python_blocks() if containing in b]
+    return found
+
+
 def test_readme_has_examples():
-    assert len(python_blocks()) >= 2
+    assert len(python_blocks()) >= 3
 
 
 def test_api_tour_runs(tmp_path, capsys):
-    tour = python_blocks()[0].replace('"/data/', f'"{tmp_path}/')
+    tour = block("PartitionLog.open").replace('"/data/', f'"{tmp_path}/')
     namespace = {}
     exec(compile(tour, "README.md", "exec"), namespace)
     assert namespace["info"].first_offset == 0 and namespace["info"].last_offset == 2
@@ -30,6 +35,17 @@ def test_seam_example_runs(tmp_path):
     log = PartitionLog.open(tmp_path / "t-0", LogConfig(fsync=False))
     namespace = {"log": log}
     with pytest.raises(errors.StorageIOError):
-        exec(compile(python_blocks()[1], "README.md", "exec"), namespace)
+        exec(compile(block("class FullDisk"), "README.md", "exec"), namespace)
     assert log.log_end_offset == 0
     log.close()
+
+
+def test_logdir_example_runs(tmp_path):
+    from storage import LogConfig, LogDir
+
+    exec(compile(block("LogDir.open").replace('"/data/', f'"{tmp_path}/'), "README.md", "exec"), {})
+    with LogDir.open(tmp_path / "broker-1", LogConfig(fsync=False)) as logdir:
+        assert logdir.had_clean_shutdown
+        orders = logdir.partition("orders", 0)
+        assert orders.log_end_offset == 2 and orders.recovery_point == 2
+        assert [tuple(e) for e in orders.epoch_cache.entries] == [(5, 0)]
