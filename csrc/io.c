@@ -106,6 +106,9 @@ int plog_posix_mmap(int fd, size_t length, int writable, uint8_t **addr_out) {
     }
     void *p = mmap(NULL, length, PROT_READ | (writable ? PROT_WRITE : 0), MAP_SHARED, fd, 0);
     if (p == MAP_FAILED) return errno;
+    /* Index maps are written a slot at a time and searched at random: read-ahead would only
+     * fault in (zero) pages nobody asked for.  A hint; its failure is harmless. */
+    if (writable) (void)madvise(p, length, MADV_RANDOM);
     *addr_out = p;
     return 0;
 }

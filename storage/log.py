@@ -111,6 +111,7 @@ class PartitionLog:
         self.segments: list[Segment] = []
         self._bases: list[int] = []
         self._dir_dirty = False
+        self._validate_struct = ffi.new("plog_validate *")   # reused by every append (under the lock)
         self.recovery_report: list[tuple[int, int, str]] = []
         seam = _io.current()
         seam.mkdir(self.path)
@@ -266,7 +267,7 @@ class PartitionLog:
 
     # ---- appends ----
     def _validate(self, buf, length: int, flags: int, leader_epoch: int, max_batch_bytes: int):
-        v = ffi.new("plog_validate *")
+        v = self._validate_struct
         v.flags = flags
         v.next_offset = self.log_end_offset
         v.leader_epoch = leader_epoch
@@ -341,12 +342,14 @@ class PartitionLog:
 
     def _after_append(self, v, pointer, length: int) -> None:
         """Kafka's append loop: every v2 batch's epoch is assigned at its base offset."""
+        cache = self.epoch_cache
+        if v.epoch_count == 1 and v.epochs[0] == cache.latest_epoch:
+            return      # the common case: the chunk continues the latest epoch (assign: no-op)
         if v.epoch_count <= lib.PLOG_VALIDATE_MAX_EPOCHS:
             changes = [(v.epochs[i], v.epoch_offsets[i]) for i in range(v.epoch_count)]
         else:
             changes = [(b.partition_leader_epoch, b.base_offset)
                        for b in iter_batches(ffi.buffer(pointer, length), verify=False)]
-        cache = self.epoch_cache
         for epoch, offset in changes:
             if epoch >= 0:
                 cache.assign(epoch, offset)

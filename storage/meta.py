@@ -6,6 +6,7 @@ Databases:
   partition_state "topic\\0partition" -> JSON: leader, leader epoch, partition epoch, ISR,
                   replicas, leader recovery state (written by the replication layer)
   brokers         "broker id"         -> JSON: broker registration (epoch, incarnation, ...)
+  documents       "name"              -> JSON: named documents (the controller's counters)
 
 Invariants:
   - `put_partitions` commits every partition it is given in one write transaction: after a
@@ -31,7 +32,7 @@ from . import errors
 FILE_NAME = "storage.mdb"
 _OFFSETS = struct.Struct(">qqq")
 _INITIAL_MAP_BYTES = 1 << 20
-_DATABASES = (b"partitions", b"partition_state", b"brokers")
+_DATABASES = (b"partitions", b"partition_state", b"brokers", b"documents")
 
 
 class MetadataError(errors.StorageError, OSError):
@@ -69,12 +70,20 @@ class MetaStore:
         self._open()
 
     def _open(self) -> None:
-        try:
-            env = lmdb.open(self.path, subdir=False, map_size=self._map_bytes, max_dbs=len(_DATABASES),
-                            sync=self.sync, metasync=self.sync, lock=True, readahead=False)
-            self._dbs = {name: env.open_db(name) for name in _DATABASES}
-        except lmdb.Error as exc:
-            raise MetadataError(f"cannot open the metadata store: {exc}", file=self.path) from exc
+        while True:
+            env = None
+            try:
+                env = lmdb.open(self.path, subdir=False, map_size=self._map_bytes, max_dbs=len(_DATABASES),
+                                sync=self.sync, metasync=self.sync, lock=True, readahead=False)
+                self._dbs = {name: env.open_db(name) for name in _DATABASES}
+                break
+            except lmdb.MapFullError:
+                env.close()             # creating a missing database needs room: grow and retry
+                self._map_bytes *= 2
+            except lmdb.Error as exc:
+                if env is not None:
+                    env.close()
+                raise MetadataError(f"cannot open the metadata store: {exc}", file=self.path) from exc
         self._map_bytes = max(self._map_bytes, env.info()["map_size"])
         self._env, self._pid = env, os.getpid()
 
@@ -176,6 +185,31 @@ class MetaStore:
         def scan(txn):
             return {int(k): json.loads(v) for k, v in txn.cursor(db=self._dbs[b"brokers"])}
         return self._read(scan)
+
+    def put_document(self, name: str, value: dict) -> None:
+        """A named JSON document (the controller keeps its counters here)."""
+        self._put_json(b"documents", name.encode(), value)
+
+    def get_document(self, name: str) -> dict | None:
+        return self._get_json(b"documents", name.encode())
+
+    def partition_states(self) -> dict[tuple[str, int], dict]:
+        def scan(txn):
+            return {_unkey(k): json.loads(v) for k, v in txn.cursor(db=self._dbs[b"partition_state"])}
+        return self._read(scan)
+
+    def write_batch(self, *, brokers: dict | None = None, partition_states: dict | None = None,
+                    documents: dict | None = None) -> None:
+        """Several JSON records in one transaction (the controller's metadata changes)."""
+        def apply(txn):
+            for broker_id, value in (brokers or {}).items():
+                txn.put(str(broker_id).encode(), json.dumps(value, sort_keys=True).encode(), db=self._dbs[b"brokers"])
+            for (topic, partition), value in (partition_states or {}).items():
+                txn.put(_key(topic, partition), json.dumps(value, sort_keys=True).encode(),
+                        db=self._dbs[b"partition_state"])
+            for name, value in (documents or {}).items():
+                txn.put(name.encode(), json.dumps(value, sort_keys=True).encode(), db=self._dbs[b"documents"])
+        self._write(apply)
 
     # ---- life cycle ----
     def sync_to_disk(self) -> None:

@@ -1,0 +1,308 @@
+"""`Controller`: a KRaft-like model of the cluster metadata -- broker registrations, fencing,
+controlled shutdown, partition leadership and AlterPartition validation -- kept in LMDB.
+
+Invariants:
+  - a new incarnation of a broker gets a new, larger broker epoch (M27); a retried
+    registration of the same incarnation gets the same epoch back;
+  - only active brokers (registered, not fenced, not in controlled shutdown) are elected
+    (KIP-841, M12); every leader change bumps the leader epoch, every change of the record bumps
+    the partition epoch;
+  - an unclean election (when enabled) sets ISR = [leader] and RECOVERING (KIP-704, M17);
+  - AlterPartition is validated in Kafka's order: requester's broker epoch, partition known,
+    leader epoch (older -> FENCED_LEADER_EPOCH, newer -> NOT_CONTROLLER), requester is the
+    leader, partition epoch (INVALID_UPDATE_VERSION), KIP-704 state rules (INVALID_REQUEST),
+    ISR shape (INVALID_REQUEST), member eligibility and broker epochs (INELIGIBLE_REPLICA,
+    KIP-841/903, M13);
+  - fencing a broker removes it from every ISR except where it is the last member, which stays
+    in the ISR with no leader (kafka-reference 8.3);
+  - every change is committed to the store in one transaction before it is published.
+Published changes (LeaderAndIsr to replicas, MetadataUpdate to every broker, StopReplica) wait
+in an outbox the caller drains with `take_outbox()`.
+"""
+from __future__ import annotations
+
+import os
+from dataclasses import asdict, dataclass
+
+from . import guards
+from .errors import Errors
+from .messages import (NO_LEADER, RECOVERED, RECOVERING, AlterPartitionRequest, AlterPartitionResponse,
+                       BrokerHeartbeatRequest, BrokerHeartbeatResponse, BrokerInfo, BrokerRegistrationRequest,
+                       BrokerRegistrationResponse, LeaderAndIsrRequest, MetadataUpdate, PartitionState,
+                       StopReplicaPartition, StopReplicaRequest)
+from .meta import MetaStore
+
+
+@dataclass
+class Registration:
+    broker_id: int
+    broker_epoch: int
+    incarnation_id: str
+    fenced: bool = True
+    in_controlled_shutdown: bool = False
+
+
+class Controller:
+    """The metadata of a cluster.  `path` holds its LMDB store (None: memory only)."""
+
+    def __init__(self, path=None, *, controller_id: int = 3000, unclean_leader_election: bool = False,
+                 sync: bool = True):
+        self.controller_id = controller_id
+        self.unclean_leader_election = unclean_leader_election
+        if path is not None:
+            os.makedirs(path, exist_ok=True)
+        self.store = MetaStore(path, sync=sync) if path is not None else None
+        self.brokers: dict[int, Registration] = {}
+        self.partitions: dict[tuple[str, int], PartitionState] = {}
+        self.next_broker_epoch = 1
+        self.controller_epoch = 1
+        self._outbox: list[tuple[int, object]] = []
+        if self.store is not None:
+            self._load()
+
+    # ---- persistence ----
+    def _load(self) -> None:
+        counters = self.store.get_document("controller") or {}
+        self.next_broker_epoch = counters.get("next_broker_epoch", 1)
+        self.controller_epoch = counters.get("controller_epoch", 0) + 1   # a new controller incarnation
+        self.brokers = {int(b): Registration(**r) for b, r in self.store.brokers().items()}
+        self.partitions = {key: PartitionState(**state) for key, state in self.store.partition_states().items()}
+        self._commit()
+
+    def _commit(self, *, brokers=(), partitions=()) -> None:
+        if self.store is None:
+            return
+        self.store.write_batch(
+            brokers={b: asdict(self.brokers[b]) for b in brokers},
+            partition_states={key: asdict(self.partitions[key]) for key in partitions},
+            documents={"controller": {"next_broker_epoch": self.next_broker_epoch,
+                                      "controller_epoch": self.controller_epoch}})
+
+    def close(self) -> None:
+        if self.store is not None:
+            self.store.close()
+
+    # ---- publishing ----
+    def take_outbox(self) -> list[tuple[int, object]]:
+        out, self._outbox = self._outbox, []
+        return out
+
+    def metadata_update(self) -> MetadataUpdate:
+        return MetadataUpdate(self.controller_epoch, {
+            b: BrokerInfo(b, r.broker_epoch, r.fenced, r.in_controlled_shutdown) for b, r in self.brokers.items()})
+
+    def _publish_metadata(self) -> None:
+        update = self.metadata_update()
+        for b in self.brokers:
+            self._outbox.append((b, update))
+
+    def _publish(self, state: PartitionState) -> None:
+        request = LeaderAndIsrRequest(self.controller_id, self.controller_epoch, [state.copy()])
+        for b in state.replicas:
+            if b in self.brokers:
+                self._outbox.append((b, request))
+
+    # ---- brokers ----
+    def active(self, broker_id: int) -> bool:
+        r = self.brokers.get(broker_id)
+        if r is None or r.fenced:
+            return False
+        return not (r.in_controlled_shutdown and guards.on("M12"))
+
+    def register_broker(self, request: BrokerRegistrationRequest) -> BrokerRegistrationResponse:
+        current = self.brokers.get(request.broker_id)
+        if current is not None and current.incarnation_id == request.incarnation_id:
+            return BrokerRegistrationResponse(Errors.NONE, current.broker_epoch)     # a retry
+        if current is not None and not guards.on("M27"):
+            epoch = current.broker_epoch
+        else:
+            epoch = self.next_broker_epoch
+            self.next_broker_epoch += 1
+        # A new incarnation starts fenced; its old leaderships are gone.
+        self.brokers[request.broker_id] = Registration(request.broker_id, epoch, request.incarnation_id)
+        changed = self._remove_broker_from_partitions(request.broker_id) if current is not None else []
+        self._commit(brokers=[request.broker_id], partitions=changed)
+        self._publish_metadata()
+        for key in changed:
+            self._publish(self.partitions[key])
+        return BrokerRegistrationResponse(Errors.NONE, epoch)
+
+    def heartbeat(self, request: BrokerHeartbeatRequest) -> BrokerHeartbeatResponse:
+        r = self.brokers.get(request.broker_id)
+        if r is None or r.broker_epoch != request.broker_epoch:
+            return BrokerHeartbeatResponse(Errors.STALE_BROKER_EPOCH)
+        changed: list = []
+        if request.want_shut_down and not r.in_controlled_shutdown:
+            r.in_controlled_shutdown = True             # persisted (KIP-841)
+            changed = self._remove_broker_from_partitions(r.broker_id, shutting_down=True)
+            self._commit(brokers=[r.broker_id], partitions=changed)
+            self._publish_metadata()
+        elif request.want_fence and not r.fenced:
+            return self._fence(r, BrokerHeartbeatResponse(Errors.NONE, True))
+        elif not request.want_fence and r.fenced and not r.in_controlled_shutdown:
+            r.fenced = False
+            self._commit(brokers=[r.broker_id])
+            self._publish_metadata()
+            changed = self._elect_leaderless()
+        for key in changed:
+            self._publish(self.partitions[key])
+        leads = any(s.leader == r.broker_id for s in self.partitions.values())
+        return BrokerHeartbeatResponse(Errors.NONE, r.fenced, r.in_controlled_shutdown and not leads)
+
+    def fence_broker(self, broker_id: int) -> None:
+        """The broker's session expired (missed heartbeats)."""
+        r = self.brokers.get(broker_id)
+        if r is not None and not r.fenced:
+            self._fence(r, None)
+
+    def _fence(self, r: Registration, response):
+        r.fenced = True
+        changed = self._remove_broker_from_partitions(r.broker_id)
+        self._commit(brokers=[r.broker_id], partitions=changed)
+        self._publish_metadata()
+        for key in changed:
+            self._publish(self.partitions[key])
+        return response
+
+    def _remove_broker_from_partitions(self, broker_id: int, *, shutting_down: bool = False) -> list:
+        """Take a broker out of every ISR (except as the last member) and out of leadership."""
+        changed = []
+        for key, s in self.partitions.items():
+            if broker_id not in s.isr and s.leader != broker_id:
+                continue
+            old = (s.leader, list(s.isr))
+            if broker_id in s.isr and len(s.isr) > 1:
+                s.isr = [b for b in s.isr if b != broker_id]
+            if s.leader == broker_id:
+                candidates = [b for b in s.replicas if b in s.isr and b != broker_id and self.active(b)]
+                if candidates:
+                    self._set_leader(s, candidates[0])
+                elif not shutting_down:
+                    self._set_leader(s, NO_LEADER)
+            if (s.leader, s.isr) != old:
+                if s.leader == old[0]:
+                    s.partition_epoch += 1
+                changed.append(key)
+        changed += [k for k in self._elect_leaderless(commit=False) if k not in changed]
+        return changed
+
+    def _set_leader(self, s: PartitionState, leader: int) -> None:
+        s.leader = leader
+        s.leader_epoch += 1
+        s.partition_epoch += 1
+
+    # ---- partitions and elections ----
+    def create_partition(self, topic: str, partition: int, replicas: list[int]) -> int:
+        key = (topic, partition)
+        if key in self.partitions:
+            return Errors.NONE
+        live = [b for b in replicas if self.active(b)]
+        if not live:
+            return Errors.INVALID_REPLICATION_FACTOR
+        state = PartitionState(topic, partition, live[0], 0, 0, live, list(replicas))
+        self.partitions[key] = state
+        self._commit(partitions=[key])
+        self._publish(state)
+        return Errors.NONE
+
+    def _elect(self, s: PartitionState, unclean: bool) -> bool:
+        for b in s.replicas:
+            if b in s.isr and self.active(b):
+                if b != s.leader:
+                    self._set_leader(s, b)
+                    return True
+                return False
+        if unclean:
+            for b in s.replicas:
+                if self.active(b):
+                    self._set_leader(s, b)
+                    s.isr = [b]
+                    if guards.on("M17"):
+                        s.leader_recovery_state = RECOVERING
+                    return True
+        return False
+
+    def _elect_leaderless(self, commit: bool = True) -> list:
+        changed = [key for key, s in self.partitions.items()
+                   if s.leader == NO_LEADER and self._elect(s, self.unclean_leader_election)]
+        if commit and changed:
+            self._commit(partitions=changed)
+        return changed
+
+    def elect_leader(self, topic: str, partition: int, *, unclean: bool | None = None) -> int:
+        """Elect a leader now (preferred: the first active ISR replica; unclean when allowed)."""
+        s = self.partitions.get((topic, partition))
+        if s is None:
+            return Errors.UNKNOWN_TOPIC_OR_PARTITION
+        allow = self.unclean_leader_election if unclean is None else unclean
+        if self._elect(s, allow):
+            self._commit(partitions=[(topic, partition)])
+            self._publish(s)
+            return Errors.NONE
+        return Errors.ELECTION_NOT_NEEDED if s.leader != NO_LEADER and self.active(s.leader) \
+            else Errors.LEADER_NOT_AVAILABLE
+
+    def move_leader(self, topic: str, partition: int, new_leader: int) -> int:
+        """Hand leadership to another active ISR member (a preferred-leader election)."""
+        s = self.partitions.get((topic, partition))
+        if s is None:
+            return Errors.UNKNOWN_TOPIC_OR_PARTITION
+        if new_leader not in s.isr or not self.active(new_leader):
+            return Errors.PREFERRED_LEADER_NOT_AVAILABLE
+        if new_leader == s.leader:
+            return Errors.ELECTION_NOT_NEEDED
+        self._set_leader(s, new_leader)
+        self._commit(partitions=[(topic, partition)])
+        self._publish(s)
+        return Errors.NONE
+
+    def stop_replica(self, broker_id: int, topic: str, partition: int, *, delete: bool = False) -> StopReplicaRequest:
+        """Queue (and return) a StopReplica carrying the partition's current leader epoch."""
+        s = self.partitions[(topic, partition)]
+        r = self.brokers.get(broker_id)
+        request = StopReplicaRequest(self.controller_id, self.controller_epoch, r.broker_epoch if r else -1,
+                                     [StopReplicaPartition(topic, partition, s.leader_epoch, delete)])
+        self._outbox.append((broker_id, request))
+        return request
+
+    # ---- AlterPartition ----
+    def handle_alter_partition(self, request: AlterPartitionRequest) -> AlterPartitionResponse:
+        def answer(code):
+            return AlterPartitionResponse(code, request.topic, request.partition)
+
+        r = self.brokers.get(request.broker_id)
+        if r is None or r.broker_epoch != request.broker_epoch:
+            return answer(Errors.STALE_BROKER_EPOCH)
+        key = (request.topic, request.partition)
+        s = self.partitions.get(key)
+        if s is None:
+            return answer(Errors.UNKNOWN_TOPIC_OR_PARTITION)
+        if request.leader_epoch < s.leader_epoch:
+            return answer(Errors.FENCED_LEADER_EPOCH)
+        if request.leader_epoch > s.leader_epoch:
+            return answer(Errors.NOT_CONTROLLER)
+        if request.broker_id != s.leader:
+            return answer(Errors.INVALID_REQUEST)
+        if request.partition_epoch != s.partition_epoch:
+            return answer(Errors.INVALID_UPDATE_VERSION)
+        new_isr = request.new_isr
+        if guards.on("M17"):
+            if request.leader_recovery_state == RECOVERING and len(new_isr) > 1:
+                return answer(Errors.INVALID_REQUEST)
+            if s.leader_recovery_state == RECOVERED and request.leader_recovery_state == RECOVERING:
+                return answer(Errors.INVALID_REQUEST)
+        if s.leader not in new_isr or len(set(new_isr)) != len(new_isr) or not set(new_isr) <= set(s.replicas):
+            return answer(Errors.INVALID_REQUEST)
+        for member in request.new_isr_with_epochs:
+            reg = self.brokers.get(member.broker_id)
+            if reg is None or reg.fenced or (reg.in_controlled_shutdown and guards.on("M12")):
+                return answer(Errors.INELIGIBLE_REPLICA)
+            if guards.on("M13") and member.broker_epoch != -1 and member.broker_epoch != reg.broker_epoch:
+                return answer(Errors.INELIGIBLE_REPLICA)
+        s.isr = list(new_isr)
+        s.leader_recovery_state = request.leader_recovery_state
+        s.partition_epoch += 1
+        self._commit(partitions=[key])
+        self._publish(s)
+        return AlterPartitionResponse(Errors.NONE, s.topic, s.partition, s.leader, s.leader_epoch, list(s.isr),
+                                      s.leader_recovery_state, s.partition_epoch)

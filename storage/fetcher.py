@@ -1,0 +1,282 @@
+"""`ReplicaFetcher`: the follower side -- truncate, then fetch (kafka-reference 6).
+
+Per partition: Truncating (ask OffsetForLeaderEpoch, KIP-101/279), Fetching (Fetch with
+CurrentLeaderEpoch and LastFetchedEpoch, KIP-320/595), or ResettingOffset (after
+OFFSET_OUT_OF_RANGE: ask the leader's end, then its start).  `poll()` returns the requests to
+send as (leader id, request); `handle_response(leader id, request, response)` applies answers.
+Transport-agnostic like the ReplicaManager that owns it.
+
+Invariants:
+  - truncation uses the leader's (epoch, end offset) with KIP-279's rule: when the follower does
+    not know the leader's epoch it truncates to its own end of that epoch and asks again with
+    its new latest epoch; without epoch information it truncates to its high watermark (M1);
+  - a DivergingEpoch in a fetch response is applied through the same rule, before anything of
+    that response's high watermark (M10), and the response's data is not processed;
+  - a response is applied only when it answers the partition's current fetch offset and
+    current leader epoch (M28); anything older is dropped;
+  - FENCED_LEADER_EPOCH for the current epoch parks the partition until new metadata arrives;
+    other errors back off and retry.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from . import errors, guards
+from .errors import Errors
+from .log import EARLIEST_TIMESTAMP, LATEST_TIMESTAMP
+from .messages import (NO_EPOCH, FetchPartition, FetchRequest, FetchResponse, ListOffsetsRequest,
+                       ListOffsetsResponse, OffsetForLeaderEpochPartition, OffsetForLeaderEpochRequest,
+                       OffsetForLeaderEpochResponse)
+
+TRUNCATING, FETCHING, RESETTING = "Truncating", "Fetching", "ResettingOffset"
+
+
+@dataclass
+class PartitionFetchState:
+    topic: str
+    partition: int
+    leader_id: int
+    current_leader_epoch: int
+    fetch_offset: int
+    state: str
+    last_fetched_epoch: int = NO_EPOCH
+    backoff_until_ms: int = 0
+    failed: bool = False
+    inflight_since_ms: int = -1
+    reset_step: int = LATEST_TIMESTAMP
+
+    @property
+    def key(self) -> tuple[str, int]:
+        return self.topic, self.partition
+
+
+class ReplicaFetcher:
+    """Fetch state of every partition this broker follows."""
+
+    def __init__(self, manager, *, truncate_on_fetch: bool = True, backoff_ms: int = 1000,
+                 request_timeout_ms: int = 30_000, max_bytes: int = 1 << 20):
+        self.manager = manager
+        self.truncate_on_fetch = truncate_on_fetch
+        self.backoff_ms = backoff_ms
+        self.request_timeout_ms = request_timeout_ms
+        self.max_bytes = max_bytes
+        self.partitions: dict[tuple[str, int], PartitionFetchState] = {}
+        self.truncations: list[tuple[str, int, int]] = []   # (topic, partition, offset), for tests and tools
+
+    # ---- membership ----
+    def has_partition(self, key) -> bool:
+        return key in self.partitions
+
+    def add_partition(self, p, leader_id: int, leader_epoch: int) -> None:
+        existing = self.partitions.get(p.key)
+        if existing is not None:
+            same = existing.current_leader_epoch == leader_epoch if guards.on("M6") \
+                else existing.leader_id == leader_id
+            if same:
+                existing.leader_id, existing.current_leader_epoch = leader_id, leader_epoch
+                existing.failed = False
+                return
+        cache = p.log.epoch_cache
+        if self.truncate_on_fetch and cache.latest_epoch is not None:
+            state = PartitionFetchState(p.topic, p.partition, leader_id, leader_epoch, p.log.log_end_offset,
+                                        FETCHING, cache.latest_epoch)
+        else:
+            start = p.log.log_end_offset if cache.latest_epoch is not None else p.log.high_watermark
+            state = PartitionFetchState(p.topic, p.partition, leader_id, leader_epoch, start, TRUNCATING)
+        self.partitions[p.key] = state
+
+    def remove_partition(self, key) -> None:
+        self.partitions.pop(key, None)
+
+    # ---- requests ----
+    def _ready(self, fs: PartitionFetchState, now: int) -> bool:
+        if fs.failed or now < fs.backoff_until_ms:
+            return False
+        if fs.inflight_since_ms >= 0 and now - fs.inflight_since_ms < self.request_timeout_ms:
+            return False
+        return True
+
+    def poll(self) -> list[tuple[int, object]]:
+        """Requests to send now, one per (leader, kind)."""
+        now = self.manager.clock()
+        by_leader: dict[tuple[int, str], list] = {}
+        for fs in list(self.partitions.values()):
+            if not self._ready(fs, now):
+                continue
+            p = self.manager.partitions.get(fs.key)
+            if p is None:
+                continue
+            cache = p.log.epoch_cache
+            if fs.state == TRUNCATING:
+                if cache.latest_epoch is None or not guards.on("M1"):
+                    # No epoch information (or the pre-KIP-101 rule): truncate to the high watermark.
+                    self._truncate(p, fs, min(fs.fetch_offset, p.log.high_watermark)
+                                   if guards.on("M1") else p.log.high_watermark, final=True)
+                else:
+                    by_leader.setdefault((fs.leader_id, "epoch"), []).append(OffsetForLeaderEpochPartition(
+                        fs.topic, fs.partition, cache.latest_epoch, fs.current_leader_epoch))
+                    fs.inflight_since_ms = now
+                    continue
+            if fs.state == RESETTING:
+                by_leader.setdefault((fs.leader_id, "list:%d" % fs.reset_step), []).append(fs)
+                fs.inflight_since_ms = now
+                continue
+            by_leader.setdefault((fs.leader_id, "fetch"), []).append(FetchPartition(
+                fs.topic, fs.partition, fs.fetch_offset, fs.current_leader_epoch,
+                fs.last_fetched_epoch if self.truncate_on_fetch else NO_EPOCH, p.log.log_start_offset,
+                self.max_bytes))
+            fs.inflight_since_ms = now
+        out = []
+        me = self.manager.broker_id
+        for (leader, kind), items in by_leader.items():
+            if kind == "epoch":
+                out.append((leader, OffsetForLeaderEpochRequest(me, items)))
+            elif kind == "fetch":
+                out.append((leader, FetchRequest(me, self.manager.broker_epoch, items)))
+            else:
+                out.extend((leader, ListOffsetsRequest(me, fs.topic, fs.partition, fs.reset_step,
+                                                       fs.current_leader_epoch)) for fs in items)
+        return out
+
+    # ---- responses ----
+    def handle_response(self, leader_id: int, request, response) -> None:
+        if isinstance(response, OffsetForLeaderEpochResponse):
+            sent = {(i.topic, i.partition): i for i in request.partitions}
+            for result in response.partitions:
+                self._on_epoch_end_offset(sent.get((result.topic, result.partition)), result)
+        elif isinstance(response, FetchResponse):
+            sent = {(i.topic, i.partition): i for i in request.partitions}
+            for result in response.partitions:
+                self._on_fetched(sent.get((result.topic, result.partition)), result)
+        elif isinstance(response, ListOffsetsResponse):
+            self._on_list_offsets(request, response)
+
+    def handle_failure(self, leader_id: int, request) -> None:
+        """The request was lost or the leader unreachable: back off every partition in it."""
+        items = getattr(request, "partitions", None) or [request]
+        now = self.manager.clock()
+        for item in items:
+            fs = self.partitions.get((item.topic, item.partition))
+            if fs is not None:
+                fs.inflight_since_ms = -1
+                fs.backoff_until_ms = now + self.backoff_ms
+
+    def _current(self, item, epoch: int):
+        """The fetch state an answer applies to, or None when it is stale."""
+        if item is None:
+            return None, None
+        fs = self.partitions.get((item.topic, item.partition))
+        p = self.manager.partitions.get((item.topic, item.partition))
+        if fs is None or p is None or (guards.on("M28") and fs.current_leader_epoch != epoch):
+            return None, None
+        fs.inflight_since_ms = -1
+        return fs, p
+
+    def _back_off(self, fs: PartitionFetchState) -> None:
+        fs.backoff_until_ms = self.manager.clock() + self.backoff_ms
+
+    def _fenced(self, fs: PartitionFetchState, request_epoch: int) -> None:
+        if request_epoch == fs.current_leader_epoch:
+            fs.failed = True            # wait for new leadership metadata
+        else:
+            self._back_off(fs)
+
+    def _truncation_point(self, p, fs: PartitionFetchState, leader_epoch: int, leader_end_offset: int):
+        """kafka-reference 6.3: (offset, final)."""
+        log = p.log
+        leo = log.log_end_offset
+        if leader_end_offset == -1:
+            return min(fs.fetch_offset, leo), True
+        if leader_epoch == NO_EPOCH:
+            return min(leader_end_offset, leo), True
+        local_epoch, local_end = log.epoch_cache.end_offset_for(leader_epoch, leo)
+        if local_end == -1:
+            return min(leader_end_offset, leo), True
+        if local_epoch != leader_epoch:
+            return min(local_end, leo), False
+        return min(local_end, leader_end_offset, leo), True
+
+    def _truncate(self, p, fs: PartitionFetchState, offset: int, *, final: bool) -> None:
+        if offset < p.log.log_end_offset:
+            self.truncations.append((fs.topic, fs.partition, offset))
+        p.log.truncate_to(offset)
+        fs.fetch_offset = offset
+        fs.state = FETCHING if final or self.truncate_on_fetch else TRUNCATING
+        latest = p.log.epoch_cache.latest_epoch
+        fs.last_fetched_epoch = NO_EPOCH if latest is None else latest
+
+    def _on_epoch_end_offset(self, item, result) -> None:
+        fs, p = self._current(item, item.current_leader_epoch if item else NO_EPOCH)
+        if fs is None or fs.state != TRUNCATING:
+            return
+        if result.error_code == Errors.NONE:
+            offset, final = self._truncation_point(p, fs, result.leader_epoch, result.end_offset)
+            self._truncate(p, fs, offset, final=final)
+        elif result.error_code == Errors.FENCED_LEADER_EPOCH:
+            self._fenced(fs, item.current_leader_epoch)
+        else:
+            self._back_off(fs)
+
+    def _on_fetched(self, item, result) -> None:
+        fs, p = self._current(item, item.current_leader_epoch if item else NO_EPOCH)
+        if fs is None or fs.state != FETCHING:
+            return
+        log = p.log
+        if guards.on("M28") and (item.fetch_offset != fs.fetch_offset or item.fetch_offset != log.log_end_offset):
+            return      # answers an older fetch position
+        code = result.error_code
+        if code == Errors.NONE and result.diverging_epoch is not None:
+            leo_before = log.log_end_offset
+            if not guards.on("M10"):
+                log.high_watermark = min(result.high_watermark, leo_before)
+            offset, _final = self._truncation_point(p, fs, result.diverging_epoch.epoch,
+                                                    result.diverging_epoch.end_offset)
+            self._truncate(p, fs, offset, final=True)
+            if not guards.on("M10"):
+                log.high_watermark = min(result.high_watermark, leo_before)
+            return
+        if code == Errors.NONE:
+            if result.records:
+                try:
+                    log.append_as_follower(result.records)
+                except errors.StorageError:
+                    self._back_off(fs)   # corrupt or unexpected data: retry later
+                    return
+            fs.fetch_offset = log.log_end_offset
+            latest = log.epoch_cache.latest_epoch
+            fs.last_fetched_epoch = NO_EPOCH if latest is None else latest
+            log.update_high_watermark(min(result.high_watermark, log.log_end_offset))
+            if result.log_start_offset > log.log_start_offset:
+                log.increment_log_start_offset(min(result.log_start_offset, log.high_watermark))
+        elif code == Errors.OFFSET_OUT_OF_RANGE:
+            fs.state, fs.reset_step = RESETTING, LATEST_TIMESTAMP
+        elif code == Errors.FENCED_LEADER_EPOCH:
+            self._fenced(fs, item.current_leader_epoch)
+        else:
+            self._back_off(fs)
+
+    def _on_list_offsets(self, request: ListOffsetsRequest, response: ListOffsetsResponse) -> None:
+        fs, p = self._current(request, request.current_leader_epoch)
+        if fs is None or fs.state != RESETTING or request.timestamp != fs.reset_step:
+            return
+        if response.error_code == Errors.FENCED_LEADER_EPOCH:
+            self._fenced(fs, request.current_leader_epoch)
+            return
+        if response.error_code != Errors.NONE:
+            self._back_off(fs)
+            return
+        log = p.log
+        if fs.reset_step == LATEST_TIMESTAMP:
+            if response.offset < log.log_end_offset:
+                # The leader ends below us (an unclean election): truncate to its end.
+                self._truncate(p, fs, response.offset, final=True)
+            else:
+                fs.reset_step = EARLIEST_TIMESTAMP
+            return
+        if response.offset > log.log_end_offset:
+            self.truncations.append((fs.topic, fs.partition, response.offset))
+            log.truncate_fully_and_start_at(response.offset)
+        fs.fetch_offset = max(response.offset, log.log_end_offset)
+        fs.state, fs.reset_step = FETCHING, LATEST_TIMESTAMP
+        latest = log.epoch_cache.latest_epoch
+        fs.last_fetched_epoch = NO_EPOCH if latest is None else latest

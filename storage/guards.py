@@ -1,0 +1,71 @@
+"""Protocol guards, by their id in the reliability model's catalogue (M1-M30).
+
+Every guard site in the engine reads `on("Mn")`.  In production every guard is on and cannot
+be switched off: `disable` refuses unless the simulator (storage.sim) has entered simulation
+mode, where a mutation run turns one guard off to prove the simulator finds the violation
+it prevents (reliability-model.md section 3).
+"""
+from __future__ import annotations
+
+import contextlib
+
+CATALOGUE = {
+    "M1": "truncate by OffsetForLeaderEpoch, not to the high watermark",
+    "M3": "OffsetForLeaderEpoch answers (epoch, offset) and the follower iterates (KIP-279)",
+    "M4": "a new leader persists (epoch, log end offset) before anything else",
+    "M6": "a leader-epoch bump restarts truncation even when the leader is unchanged",
+    "M7": "current-leader-epoch fencing on Fetch and OffsetForLeaderEpoch (KIP-320)",
+    "M8": "follower states are reset when the leader epoch is bumped",
+    "M9": "ISR expansion needs log end offset >= high watermark and >= leader epoch start offset",
+    "M10": "diverging-epoch truncation happens before the high watermark of a response is applied",
+    "M11": "the high watermark waits for the maximal ISR (pending additions included)",
+    "M12": "fenced and shutting-down replicas never join the ISR or lead (KIP-841)",
+    "M13": "AlterPartition checks every member's broker epoch (KIP-903)",
+    "M15": "a retried AlterPartition keeps the broker epochs",
+    "M16": "StopReplica with an older leader epoch is fenced (KIP-570)",
+    "M17": "an unclean leader is RECOVERING with ISR = [leader] until it reports RECOVERED (KIP-704)",
+    "M19": "the high watermark does not advance while the ISR is below min.insync.replicas",
+    "M20": "recovery truncates the epoch cache to the recovered log end offset",
+    "M21": "epoch 0 is an epoch like any other when the cache is rebuilt",
+    "M25": "truncation at or above the log end offset still truncates the epoch cache",
+    "M26": "full truncation resets the high watermark",
+    "M27": "a new broker incarnation gets a new broker epoch",
+    "M28": "a fetch response is applied only at the offset and epoch it was asked for",
+    "M29": "a new leader forgets what it knew of followers",
+    "M30": "partition state with an older leader or partition epoch is ignored",
+}
+
+_disabled: set[str] = set()
+_simulation = False
+
+
+def on(guard_id: str) -> bool:
+    return guard_id not in _disabled
+
+
+def enter_simulation() -> None:
+    global _simulation
+    _simulation = True
+
+
+def disable(guard_id: str) -> None:
+    if not _simulation:
+        raise RuntimeError("guards can only be switched off inside the simulator (storage.sim)")
+    if guard_id not in CATALOGUE:
+        raise KeyError(f"unknown guard {guard_id}")
+    _disabled.add(guard_id)
+
+
+def enable_all() -> None:
+    _disabled.clear()
+
+
+@contextlib.contextmanager
+def disabled(*guard_ids: str):
+    for guard_id in guard_ids:
+        disable(guard_id)
+    try:
+        yield
+    finally:
+        for guard_id in guard_ids:
+            _disabled.discard(guard_id)

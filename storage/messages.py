@@ -1,0 +1,285 @@
+"""Requests and responses of the replication layer: plain dataclasses with Kafka's field names
+(snake case of the message schemas' names) and Kafka's numeric error codes, so a caller can
+put them on any wire.  Nothing here does I/O.
+
+Sentinels, as in Kafka: -1 means "absent / undefined" for epochs and offsets
+(CurrentLeaderEpoch -1 = "do not check"; ReplicaEpoch -1 = unknown); StopReplica's leader epoch
+-2 (EPOCH_DURING_DELETE) overrides any epoch.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from .errors import Errors
+
+NO_EPOCH = -1
+EPOCH_DURING_DELETE = -2
+NO_LEADER = -1
+CONSUMER_REPLICA_ID = -1
+
+RECOVERED = 0
+RECOVERING = 1
+
+
+# ---- controller -> broker -------------------------------------------------------------------
+
+@dataclass
+class PartitionState:
+    """A partition's leadership record (Kafka's PartitionRecord / LeaderAndIsr)."""
+
+    topic: str
+    partition: int
+    leader: int
+    leader_epoch: int
+    partition_epoch: int
+    isr: list[int]
+    replicas: list[int]
+    leader_recovery_state: int = RECOVERED
+
+    def copy(self) -> "PartitionState":
+        return PartitionState(self.topic, self.partition, self.leader, self.leader_epoch, self.partition_epoch,
+                              list(self.isr), list(self.replicas), self.leader_recovery_state)
+
+
+@dataclass
+class BrokerInfo:
+    """What the metadata says of a broker (registration epoch, fencing, controlled shutdown)."""
+
+    broker_id: int
+    broker_epoch: int
+    fenced: bool = False
+    in_controlled_shutdown: bool = False
+
+
+@dataclass
+class MetadataUpdate:
+    """The controller's view of the brokers, pushed to every broker."""
+
+    controller_epoch: int
+    brokers: dict[int, BrokerInfo]
+
+
+@dataclass
+class LeaderAndIsrRequest:
+    controller_id: int
+    controller_epoch: int
+    partition_states: list[PartitionState]
+
+
+@dataclass
+class LeaderAndIsrResponse:
+    error_code: int
+    partition_errors: dict[tuple[str, int], int] = field(default_factory=dict)
+
+
+@dataclass
+class StopReplicaPartition:
+    topic: str
+    partition: int
+    leader_epoch: int = NO_EPOCH
+    delete_partition: bool = False
+
+
+@dataclass
+class StopReplicaRequest:
+    controller_id: int
+    controller_epoch: int
+    broker_epoch: int
+    partitions: list[StopReplicaPartition]
+
+
+@dataclass
+class StopReplicaResponse:
+    error_code: int
+    partition_errors: dict[tuple[str, int], int] = field(default_factory=dict)
+
+
+# ---- broker -> controller -------------------------------------------------------------------
+
+@dataclass
+class BrokerRegistrationRequest:
+    broker_id: int
+    incarnation_id: str
+
+
+@dataclass
+class BrokerRegistrationResponse:
+    error_code: int
+    broker_epoch: int = -1
+
+
+@dataclass
+class BrokerHeartbeatRequest:
+    broker_id: int
+    broker_epoch: int
+    want_fence: bool = False
+    want_shut_down: bool = False
+
+
+@dataclass
+class BrokerHeartbeatResponse:
+    error_code: int
+    is_fenced: bool = True
+    should_shut_down: bool = False
+
+
+@dataclass
+class BrokerEpoch:
+    broker_id: int
+    broker_epoch: int = -1
+
+
+@dataclass
+class AlterPartitionRequest:
+    broker_id: int
+    broker_epoch: int
+    topic: str
+    partition: int
+    leader_epoch: int
+    new_isr_with_epochs: list[BrokerEpoch]
+    leader_recovery_state: int
+    partition_epoch: int
+
+    @property
+    def new_isr(self) -> list[int]:
+        return [m.broker_id for m in self.new_isr_with_epochs]
+
+
+@dataclass
+class AlterPartitionResponse:
+    error_code: int
+    topic: str
+    partition: int
+    leader_id: int = NO_LEADER
+    leader_epoch: int = NO_EPOCH
+    isr: list[int] = field(default_factory=list)
+    leader_recovery_state: int = RECOVERED
+    partition_epoch: int = -1
+
+
+# ---- broker <-> broker / clients --------------------------------------------------------------
+
+@dataclass
+class FetchPartition:
+    topic: str
+    partition: int
+    fetch_offset: int
+    current_leader_epoch: int = NO_EPOCH
+    last_fetched_epoch: int = NO_EPOCH
+    log_start_offset: int = -1
+    partition_max_bytes: int = 1 << 20
+
+
+@dataclass
+class FetchRequest:
+    replica_id: int                 # -1 for a consumer
+    replica_epoch: int              # KIP-903: the follower's broker epoch, -1 unknown
+    partitions: list[FetchPartition]
+
+
+@dataclass
+class EpochEndOffset:
+    epoch: int = NO_EPOCH
+    end_offset: int = -1
+
+
+@dataclass
+class FetchResponsePartition:
+    topic: str
+    partition: int
+    error_code: int
+    high_watermark: int = -1
+    log_start_offset: int = -1
+    diverging_epoch: EpochEndOffset | None = None
+    records: bytes = b""
+
+
+@dataclass
+class FetchResponse:
+    partitions: list[FetchResponsePartition]
+
+
+@dataclass
+class OffsetForLeaderEpochPartition:
+    topic: str
+    partition: int
+    leader_epoch: int
+    current_leader_epoch: int = NO_EPOCH
+
+
+@dataclass
+class OffsetForLeaderEpochRequest:
+    replica_id: int
+    partitions: list[OffsetForLeaderEpochPartition]
+
+
+@dataclass
+class OffsetForLeaderEpochResult:
+    topic: str
+    partition: int
+    error_code: int
+    leader_epoch: int = NO_EPOCH
+    end_offset: int = -1
+
+
+@dataclass
+class OffsetForLeaderEpochResponse:
+    partitions: list[OffsetForLeaderEpochResult]
+
+
+@dataclass
+class ProduceRequest:
+    topic: str
+    partition: int
+    records: bytes
+    acks: int = -1                  # 0, 1 or -1 (all)
+
+
+@dataclass
+class ProduceResponse:
+    topic: str
+    partition: int
+    error_code: int
+    base_offset: int = -1
+    log_start_offset: int = -1
+
+
+@dataclass
+class ListOffsetsRequest:
+    replica_id: int
+    topic: str
+    partition: int
+    timestamp: int                  # -2 earliest, -1 latest, -3 max timestamp, else a time
+    current_leader_epoch: int = NO_EPOCH
+
+
+@dataclass
+class ListOffsetsResponse:
+    topic: str
+    partition: int
+    error_code: int
+    timestamp: int = -1
+    offset: int = -1
+    leader_epoch: int = NO_EPOCH
+
+
+@dataclass
+class DeleteRecordsRequest:
+    topic: str
+    partition: int
+    offset: int                     # -1: the high watermark
+
+
+@dataclass
+class DeleteRecordsResponse:
+    topic: str
+    partition: int
+    error_code: int
+    low_watermark: int = -1
+
+
+def error_name(code: int) -> str:
+    try:
+        return Errors(code).name
+    except ValueError:
+        return str(code)

@@ -1,0 +1,553 @@
+"""`ReplicaManager`: the leader and follower sides of one broker, over a `LogDir`.
+
+Transport-agnostic: every handler takes a request dataclass (storage.messages) and returns a
+response; what the broker must send (AlterPartition to the controller, fetches to leaders) is
+collected in outboxes that the caller drains (`take_alter_partition_requests`,
+`fetcher.poll`).  Nothing here touches files except through `PartitionLog`.
+
+Invariants (each guard carries its catalogue id, storage/guards.py):
+  - partition state with an older leader or partition epoch is ignored (M30);
+  - becoming leader with a bumped epoch assigns (epoch, log end offset) in the epoch cache before
+    anything else (M4), forgets what it knew of followers (M8, M29) and remembers the leader
+    epoch start offset; without a bump nothing of that happens;
+  - a follower joins the ISR only when it is caught up -- log end offset >= high watermark and
+    >= the leader epoch start offset (M9) -- and eligible: known to the metadata, not fenced,
+    not shutting down (KIP-841, M12), and its broker epoch from its last fetch equals the one
+    registered (KIP-903, M13); the AlterPartition request is built from the same snapshot as
+    the check, one change at a time, and a retry keeps the broker epochs (M15);
+  - a fetch carrying a broker epoch older than the registered one is rejected with
+    NOT_LEADER_OR_FOLLOWER and leaves the stored follower state untouched (KIP-903);
+  - the high watermark is the minimum log end offset over the leader and the maximal ISR
+    (pending additions included, M11) and caught-up eligible followers; it never moves back
+    and does not advance while the ISR is below min.insync.replicas (M19);
+  - a RECOVERING leader (KIP-704, M17) keeps the ISR at itself and answers fetch, produce,
+    list-offsets, delete-records and OffsetForLeaderEpoch with NOT_LEADER_OR_FOLLOWER until its
+    recovery hook ran and the controller accepted RECOVERED; a follower serving consumer reads
+    does the same while the partition is RECOVERING;
+  - StopReplica with an older leader epoch is fenced and leaves the partition alone (KIP-570,
+    M16); a stale controller epoch fences the whole request.
+"""
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass
+from typing import Callable
+
+from . import errors, guards
+from .errors import Errors
+from .log import EARLIEST_TIMESTAMP, LATEST_TIMESTAMP, MAX_TIMESTAMP
+from .logdir import LogDir
+from .messages import (CONSUMER_REPLICA_ID, EPOCH_DURING_DELETE, NO_EPOCH, NO_LEADER, RECOVERED, RECOVERING,
+                       AlterPartitionRequest, AlterPartitionResponse, BrokerEpoch, BrokerInfo, DeleteRecordsRequest,
+                       DeleteRecordsResponse, EpochEndOffset, FetchRequest, FetchResponse, FetchResponsePartition,
+                       LeaderAndIsrRequest, LeaderAndIsrResponse, ListOffsetsRequest, ListOffsetsResponse,
+                       MetadataUpdate, OffsetForLeaderEpochRequest, OffsetForLeaderEpochResponse,
+                       OffsetForLeaderEpochResult, PartitionState, ProduceRequest, ProduceResponse,
+                       StopReplicaRequest, StopReplicaResponse)
+
+
+def _now_ms() -> int:
+    return int(time.monotonic() * 1000)
+
+
+@dataclass
+class FollowerState:
+    """The leader's view of one remote replica (Kafka's Replica / ReplicaState)."""
+
+    broker_id: int
+    log_end_offset: int = -1
+    broker_epoch: int | None = None          # None: no fetch since this leader took over
+    last_caught_up_time_ms: int = -1
+    last_fetch_time_ms: int = -1
+    last_fetch_leader_log_end_offset: int = -1
+
+
+@dataclass
+class _DelayedProduce:
+    topic: str
+    partition: int
+    required_offset: int
+    base_offset: int
+    callback: Callable[[ProduceResponse], None]
+    deadline_ms: int
+
+
+class Partition:
+    """One hosted partition: its log and its replication state on this broker."""
+
+    def __init__(self, topic: str, partition: int, log):
+        self.topic, self.partition, self.log = topic, partition, log
+        self.leader = NO_LEADER
+        self.leader_epoch = NO_EPOCH
+        self.partition_epoch = -1
+        self.isr: list[int] = []
+        self.replicas: list[int] = []
+        self.leader_recovery_state = RECOVERED
+        self.leader_epoch_start_offset = -1
+        self.followers: dict[int, FollowerState] = {}
+        self.inflight: AlterPartitionRequest | None = None   # the one AlterPartition in flight
+        self.recovery_done = True                             # KIP-704 hook finished
+
+    @property
+    def key(self) -> tuple[str, int]:
+        return self.topic, self.partition
+
+    @property
+    def maximal_isr(self) -> list[int]:
+        """The ISR including additions in flight (Kafka's maximalIsr)."""
+        if self.inflight is None:
+            return self.isr
+        return sorted(set(self.isr) | set(self.inflight.new_isr))
+
+    @property
+    def recovering(self) -> bool:
+        return self.leader_recovery_state == RECOVERING
+
+    def state(self) -> PartitionState:
+        return PartitionState(self.topic, self.partition, self.leader, self.leader_epoch, self.partition_epoch,
+                              list(self.isr), list(self.replicas), self.leader_recovery_state)
+
+
+class ReplicaManager:
+    """One broker's replicas.  `recovery_hook(partition)` runs when this broker becomes an
+    unclean (RECOVERING) leader; it returns True when recovery is complete, False when the
+    caller will call `complete_leader_recovery` later."""
+
+    def __init__(self, broker_id: int, logdir: LogDir, *, broker_epoch: int = -1, min_insync_replicas: int = 1,
+                 replica_lag_time_max_ms: int = 30_000, produce_timeout_ms: int = 30_000,
+                 clock: Callable[[], int] | None = None, recovery_hook=None, fetcher_options: dict | None = None):
+        from .fetcher import ReplicaFetcher
+
+        self.broker_id = broker_id
+        self.broker_epoch = broker_epoch
+        self.logdir = logdir
+        self.min_insync_replicas = min_insync_replicas
+        self.replica_lag_time_max_ms = replica_lag_time_max_ms
+        self.produce_timeout_ms = produce_timeout_ms
+        self.clock = clock or _now_ms
+        self.recovery_hook = recovery_hook
+        self.controller_epoch = 0
+        self.metadata: dict[int, BrokerInfo] = {}
+        self.partitions: dict[tuple[str, int], Partition] = {}
+        self._alter_outbox: list[AlterPartitionRequest] = []
+        self._delayed: list[_DelayedProduce] = []
+        self.fetcher = ReplicaFetcher(self, **(fetcher_options or {}))
+
+    # ---- controller-facing ------------------------------------------------------------------
+    def apply_metadata(self, update: MetadataUpdate) -> None:
+        if update.controller_epoch < self.controller_epoch:
+            return
+        self.controller_epoch = update.controller_epoch
+        self.metadata = {b: BrokerInfo(i.broker_id, i.broker_epoch, i.fenced, i.in_controlled_shutdown)
+                         for b, i in update.brokers.items()}
+
+    def handle_leader_and_isr(self, request: LeaderAndIsrRequest) -> LeaderAndIsrResponse:
+        if request.controller_epoch < self.controller_epoch:
+            return LeaderAndIsrResponse(Errors.STALE_CONTROLLER_EPOCH)
+        self.controller_epoch = request.controller_epoch
+        return LeaderAndIsrResponse(Errors.NONE, {(s.topic, s.partition): self.apply_partition_state(s)
+                                                  for s in request.partition_states})
+
+    def apply_partition_state(self, state: PartitionState) -> int:
+        """Become leader or follower of a partition as `state` says; returns an error code."""
+        key = (state.topic, state.partition)
+        p = self.partitions.get(key)
+        if p is None:
+            p = Partition(state.topic, state.partition, self.logdir.partition(state.topic, state.partition))
+            self.partitions[key] = p
+        elif guards.on("M30") and (state.partition_epoch < p.partition_epoch or state.leader_epoch < p.leader_epoch):
+            return Errors.FENCED_LEADER_EPOCH
+        elif state.partition_epoch == p.partition_epoch and state.leader_epoch == p.leader_epoch:
+            return Errors.NONE
+        if state.leader == self.broker_id:
+            self._make_leader(p, state)
+        else:
+            self._make_follower(p, state)
+        return Errors.NONE
+
+    def _make_leader(self, p: Partition, state: PartitionState) -> None:
+        bumped = state.leader_epoch > p.leader_epoch or p.leader != self.broker_id
+        p.leader, p.leader_epoch, p.partition_epoch = state.leader, state.leader_epoch, state.partition_epoch
+        p.isr, p.replicas = list(state.isr), list(state.replicas)
+        p.leader_recovery_state = state.leader_recovery_state
+        if bumped:
+            self.fetcher.remove_partition(p.key)
+            if guards.on("M4"):
+                p.log.assign_epoch_start_offset(state.leader_epoch)   # durable before anything else
+            if guards.on("M8") and guards.on("M29"):
+                p.followers = {b: FollowerState(b) for b in p.replicas if b != self.broker_id}
+            else:
+                for b in p.replicas:
+                    if b != self.broker_id:
+                        p.followers.setdefault(b, FollowerState(b))
+            p.leader_epoch_start_offset = p.log.log_end_offset
+            p.inflight = None
+            if p.recovering:
+                p.recovery_done = False
+                if self.recovery_hook is None or self.recovery_hook(p) is not False:
+                    self.complete_leader_recovery(p.topic, p.partition)
+        elif p.inflight is not None and set(p.isr) == set(p.inflight.new_isr):
+            p.inflight = None
+        self._maybe_increment_high_watermark(p)
+
+    def _make_follower(self, p: Partition, state: PartitionState) -> None:
+        changed = state.leader_epoch != p.leader_epoch or state.leader != p.leader
+        was_leader = p.leader == self.broker_id
+        p.leader, p.leader_epoch, p.partition_epoch = state.leader, state.leader_epoch, state.partition_epoch
+        p.isr, p.replicas = list(state.isr), list(state.replicas)
+        p.leader_recovery_state = state.leader_recovery_state
+        p.followers, p.inflight = {}, None
+        if was_leader:
+            self._fail_delayed(p, Errors.NOT_LEADER_OR_FOLLOWER)
+        if state.leader == NO_LEADER or self.broker_id not in state.replicas:
+            self.fetcher.remove_partition(p.key)
+        elif changed or not self.fetcher.has_partition(p.key):
+            self.fetcher.add_partition(p, state.leader, state.leader_epoch)
+
+    def complete_leader_recovery(self, topic: str, partition: int) -> None:
+        """KIP-704: the recovery hook is done; report RECOVERED (ISR = [leader])."""
+        p = self.partitions[(topic, partition)]
+        p.recovery_done = True
+        if p.leader == self.broker_id and p.recovering:
+            self._submit_alter_partition(p, [self.broker_id], RECOVERED)
+
+    def handle_stop_replica(self, request: StopReplicaRequest) -> StopReplicaResponse:
+        if request.controller_epoch < self.controller_epoch:
+            return StopReplicaResponse(Errors.STALE_CONTROLLER_EPOCH)
+        self.controller_epoch = request.controller_epoch
+        results = {}
+        for item in request.partitions:
+            key = (item.topic, item.partition)
+            p = self.partitions.get(key)
+            if p is not None:
+                epoch = item.leader_epoch
+                accepted = epoch in (EPOCH_DURING_DELETE, NO_EPOCH) or epoch >= p.leader_epoch \
+                    or not guards.on("M16")
+                if not accepted:
+                    results[key] = Errors.FENCED_LEADER_EPOCH
+                    continue
+                self.fetcher.remove_partition(key)
+                self._fail_delayed(p, Errors.NOT_LEADER_OR_FOLLOWER)
+                del self.partitions[key]
+            if item.delete_partition:
+                self.logdir.delete_partition(item.topic, item.partition)
+            results[key] = Errors.NONE
+        return StopReplicaResponse(Errors.NONE, results)
+
+    def take_alter_partition_requests(self) -> list[AlterPartitionRequest]:
+        out, self._alter_outbox = self._alter_outbox, []
+        return out
+
+    def handle_alter_partition_response(self, request: AlterPartitionRequest, response: AlterPartitionResponse) -> None:
+        p = self.partitions.get((response.topic, response.partition))
+        if p is None or p.inflight is not request or p.leader != self.broker_id:
+            return      # a stale answer: leadership or the request changed meanwhile
+        code = response.error_code
+        if code == Errors.NONE:
+            if response.leader_epoch == p.leader_epoch and response.partition_epoch >= p.partition_epoch:
+                p.isr = list(response.isr)
+                p.partition_epoch = response.partition_epoch
+                p.leader_recovery_state = response.leader_recovery_state
+            p.inflight = None
+            self._maybe_increment_high_watermark(p)
+        elif code in (Errors.INELIGIBLE_REPLICA, Errors.OPERATION_NOT_ATTEMPTED):
+            p.inflight = None           # back to the last committed ISR, no retry
+        elif code in (Errors.INVALID_REQUEST, Errors.FENCED_LEADER_EPOCH, Errors.INVALID_UPDATE_VERSION,
+                      Errors.UNKNOWN_TOPIC_OR_PARTITION, Errors.UNKNOWN_TOPIC_ID):
+            p.inflight = None           # give up; new metadata will follow
+        elif code == Errors.NEW_LEADER_ELECTED:
+            pass                        # stays pending
+        else:
+            self._resend(p)
+
+    def _resend(self, p: Partition) -> None:
+        request = p.inflight
+        if not guards.on("M15"):
+            request.new_isr_with_epochs = [BrokerEpoch(m.broker_id, -1) for m in request.new_isr_with_epochs]
+        self._alter_outbox.append(request)
+
+    def retry_alter_partition(self, topic: str, partition: int) -> None:
+        """Resend the in-flight AlterPartition (after a lost request or a retriable error)."""
+        p = self.partitions.get((topic, partition))
+        if p is not None and p.inflight is not None:
+            self._resend(p)
+
+    def _submit_alter_partition(self, p: Partition, new_isr: list[int], recovery_state: int) -> None:
+        members = []
+        for b in new_isr:
+            if b == self.broker_id:
+                epoch = self.broker_epoch
+            else:
+                follower = p.followers.get(b)
+                epoch = follower.broker_epoch if follower and follower.broker_epoch is not None else -1
+            members.append(BrokerEpoch(b, epoch))
+        request = AlterPartitionRequest(self.broker_id, self.broker_epoch, p.topic, p.partition, p.leader_epoch,
+                                        members, recovery_state, p.partition_epoch)
+        p.inflight = request
+        self._alter_outbox.append(request)
+
+    # ---- eligibility and the high watermark ----------------------------------------------------
+    def _isr_eligible(self, broker_id: int, follower: FollowerState) -> bool:
+        info = self.metadata.get(broker_id)
+        if info is None:
+            return False
+        if guards.on("M12") and (info.fenced or info.in_controlled_shutdown):
+            return False
+        if not guards.on("M13"):
+            return True
+        if follower.broker_epoch is None:
+            return False
+        return follower.broker_epoch == -1 or follower.broker_epoch == info.broker_epoch
+
+    def _caught_up(self, follower: FollowerState, now: int) -> bool:
+        return follower.last_caught_up_time_ms >= 0 and now - follower.last_caught_up_time_ms <= self.replica_lag_time_max_ms
+
+    def _maybe_expand_isr(self, p: Partition, follower: FollowerState) -> None:
+        if p.inflight is not None or follower.broker_id in p.isr or p.recovering:
+            return
+        hw = p.log.high_watermark
+        if guards.on("M9"):
+            if follower.log_end_offset < hw or follower.log_end_offset < p.leader_epoch_start_offset:
+                return
+        if not self._isr_eligible(follower.broker_id, follower):
+            return
+        self._submit_alter_partition(p, sorted(set(p.isr) | {follower.broker_id}), p.leader_recovery_state)
+
+    def _maybe_increment_high_watermark(self, p: Partition) -> bool:
+        if p.leader != self.broker_id:
+            return False
+        if guards.on("M19") and len(p.isr) < self.min_insync_replicas:
+            return False
+        now = self.clock()
+        candidate = p.log.log_end_offset
+        wait_for = p.maximal_isr if guards.on("M11") else p.isr
+        for follower in p.followers.values():
+            waiting = follower.broker_id in wait_for or (
+                self._caught_up(follower, now) and self._isr_eligible(follower.broker_id, follower))
+            if waiting and follower.log_end_offset < candidate:
+                candidate = follower.log_end_offset
+        if candidate > p.log.high_watermark:
+            p.log.update_high_watermark(candidate)
+            self._complete_delayed(p)
+            return True
+        return False
+
+    def tick(self) -> None:
+        """Periodic work: shrink the ISR of lagging followers, expire delayed produces."""
+        now = self.clock()
+        for p in self.partitions.values():
+            if p.leader != self.broker_id or p.inflight is not None or p.recovering:
+                continue
+            out = [b for b in p.isr if b != self.broker_id and b in p.followers
+                   and not self._caught_up(p.followers[b], now)]
+            if out:
+                self._submit_alter_partition(p, [b for b in p.isr if b not in out], p.leader_recovery_state)
+        expired = [d for d in self._delayed if d.deadline_ms <= now]
+        for d in expired:
+            self._delayed.remove(d)
+            d.callback(ProduceResponse(d.topic, d.partition, Errors.REQUEST_TIMED_OUT, d.base_offset))
+
+    # ---- request checks ------------------------------------------------------------------------
+    def _check_epoch(self, p: Partition, current_leader_epoch: int) -> int:
+        if current_leader_epoch == NO_EPOCH or not guards.on("M7"):
+            return Errors.NONE
+        if current_leader_epoch < p.leader_epoch:
+            return Errors.FENCED_LEADER_EPOCH
+        if current_leader_epoch > p.leader_epoch:
+            return Errors.UNKNOWN_LEADER_EPOCH
+        return Errors.NONE
+
+    def _leader_partition(self, topic: str, partition: int, current_leader_epoch: int = NO_EPOCH):
+        """(partition, error) for a request only the leader answers, KIP-704 included."""
+        p = self.partitions.get((topic, partition))
+        if p is None:
+            return None, Errors.UNKNOWN_TOPIC_OR_PARTITION
+        code = self._check_epoch(p, current_leader_epoch)
+        if code:
+            return None, code
+        if p.leader != self.broker_id or (p.recovering and guards.on("M17")):
+            return None, Errors.NOT_LEADER_OR_FOLLOWER
+        return p, Errors.NONE
+
+    # ---- fetch (leader side) ---------------------------------------------------------------------
+    def handle_fetch(self, request: FetchRequest) -> FetchResponse:
+        return FetchResponse([self._fetch_partition(request, item) for item in request.partitions])
+
+    def _fetch_partition(self, request: FetchRequest, item) -> FetchResponsePartition:
+        def answer(code, **kw):
+            return FetchResponsePartition(item.topic, item.partition, code, **kw)
+
+        p = self.partitions.get((item.topic, item.partition))
+        if p is None:
+            return answer(Errors.UNKNOWN_TOPIC_OR_PARTITION)
+        code = self._check_epoch(p, item.current_leader_epoch)
+        if code:
+            return answer(code)
+        log = p.log
+        from_follower = request.replica_id != CONSUMER_REPLICA_ID
+        if p.leader != self.broker_id:
+            if from_follower or p.recovering:
+                return answer(Errors.NOT_LEADER_OR_FOLLOWER)
+            return self._read(p, item, log.high_watermark, answer)      # a consumer reading a follower
+        if p.recovering and guards.on("M17"):
+            return answer(Errors.NOT_LEADER_OR_FOLLOWER)
+        if from_follower and request.replica_id not in p.replicas:
+            return answer(Errors.UNKNOWN_LEADER_EPOCH if item.current_leader_epoch != NO_EPOCH
+                          else Errors.NOT_LEADER_OR_FOLLOWER)
+        if item.last_fetched_epoch != NO_EPOCH:
+            epoch, end_offset = log.epoch_cache.end_offset_for(item.last_fetched_epoch, log.log_end_offset)
+            if epoch == NO_EPOCH or end_offset == -1 or item.fetch_offset < log.log_start_offset:
+                return answer(Errors.OFFSET_OUT_OF_RANGE, high_watermark=log.high_watermark,
+                              log_start_offset=log.log_start_offset)
+            if epoch < item.last_fetched_epoch or end_offset < item.fetch_offset:
+                # KIP-320: the follower diverged; no data, no follower state update.
+                return answer(Errors.NONE, high_watermark=log.high_watermark, log_start_offset=log.log_start_offset,
+                              diverging_epoch=EpochEndOffset(epoch, end_offset))
+        limit = log.log_end_offset if from_follower else log.high_watermark
+        response = self._read(p, item, limit, answer)
+        if response.error_code or not from_follower:
+            return response
+        code = self._update_follower(p, request, item.fetch_offset)
+        if code:
+            return answer(code)
+        response.high_watermark = log.high_watermark
+        return response
+
+    def _read(self, p: Partition, item, limit: int, answer) -> FetchResponsePartition:
+        log = p.log
+        if item.fetch_offset < log.log_start_offset or item.fetch_offset > log.log_end_offset:
+            return answer(Errors.OFFSET_OUT_OF_RANGE, high_watermark=log.high_watermark,
+                          log_start_offset=log.log_start_offset)
+        records = b""
+        if item.fetch_offset < limit:
+            records = bytes(log.read(item.fetch_offset, item.partition_max_bytes, max_offset=limit))
+        return answer(Errors.NONE, high_watermark=log.high_watermark, log_start_offset=log.log_start_offset,
+                      records=records)
+
+    def _update_follower(self, p: Partition, request: FetchRequest, fetch_offset: int) -> int:
+        follower = p.followers.setdefault(request.replica_id, FollowerState(request.replica_id))
+        info = self.metadata.get(request.replica_id)
+        if guards.on("M13") and request.replica_epoch != -1 and info is not None \
+                and info.broker_epoch > request.replica_epoch:
+            return Errors.NOT_LEADER_OR_FOLLOWER     # KIP-903: a stale incarnation; state untouched
+        now = self.clock()
+        leader_end = p.log.log_end_offset
+        if fetch_offset >= leader_end:
+            follower.last_caught_up_time_ms = now
+        elif fetch_offset >= follower.last_fetch_leader_log_end_offset >= 0:
+            follower.last_caught_up_time_ms = follower.last_fetch_time_ms
+        follower.log_end_offset = fetch_offset
+        follower.broker_epoch = request.replica_epoch
+        follower.last_fetch_time_ms = now
+        follower.last_fetch_leader_log_end_offset = leader_end
+        self._maybe_expand_isr(p, follower)
+        self._maybe_increment_high_watermark(p)
+        return Errors.NONE
+
+    # ---- OffsetForLeaderEpoch ------------------------------------------------------------------
+    def handle_offset_for_leader_epoch(self, request: OffsetForLeaderEpochRequest) -> OffsetForLeaderEpochResponse:
+        results = []
+        for item in request.partitions:
+            p, code = self._leader_partition(item.topic, item.partition, item.current_leader_epoch)
+            if code:
+                results.append(OffsetForLeaderEpochResult(item.topic, item.partition, code))
+                continue
+            if guards.on("M3"):
+                epoch, end_offset = p.log.epoch_cache.end_offset_for(item.leader_epoch, p.log.log_end_offset)
+            else:   # KIP-101 v0: only an offset, the epoch is not echoed
+                epoch, end_offset = NO_EPOCH, p.log.epoch_cache.end_offset_for(item.leader_epoch,
+                                                                               p.log.log_end_offset)[1]
+            results.append(OffsetForLeaderEpochResult(item.topic, item.partition, Errors.NONE, epoch, end_offset))
+        return OffsetForLeaderEpochResponse(results)
+
+    # ---- produce -------------------------------------------------------------------------------
+    def handle_produce(self, request: ProduceRequest,
+                       callback: Callable[[ProduceResponse], None] | None = None) -> ProduceResponse | None:
+        """Append as leader.  acks 0/1 answer at once; acks=-1 answers (through `callback`, and
+        returns None) when the high watermark passes the batch, or at the timeout."""
+        def answer(code, base_offset=-1):
+            response = ProduceResponse(request.topic, request.partition, code, base_offset)
+            if callback is not None:
+                callback(response)
+            return response
+
+        if request.acks not in (0, 1, -1):
+            return answer(Errors.INVALID_REQUIRED_ACKS)
+        p, code = self._leader_partition(request.topic, request.partition)
+        if code:
+            return answer(code)
+        if request.acks == -1 and len(p.isr) < self.min_insync_replicas:
+            return answer(Errors.NOT_ENOUGH_REPLICAS)
+        try:
+            info = p.log.append_as_leader(request.records, p.leader_epoch)
+        except errors.StorageError as exc:
+            return answer(int(exc.error_code))
+        if request.acks != -1:
+            self._maybe_increment_high_watermark(p)
+            return answer(Errors.NONE, info.first_offset)
+        if callback is None:
+            raise ValueError("acks=-1 needs a callback: the answer comes when the high watermark moves")
+        self._delayed.append(_DelayedProduce(p.topic, p.partition, info.last_offset + 1, info.first_offset, callback,
+                                             self.clock() + self.produce_timeout_ms))
+        self._maybe_increment_high_watermark(p)
+        return None
+
+    def _complete_delayed(self, p: Partition) -> None:
+        hw = p.log.high_watermark
+        done = [d for d in self._delayed if (d.topic, d.partition) == p.key and d.required_offset <= hw]
+        for d in done:
+            self._delayed.remove(d)
+            code = Errors.NONE if len(p.isr) >= self.min_insync_replicas else Errors.NOT_ENOUGH_REPLICAS_AFTER_APPEND
+            d.callback(ProduceResponse(d.topic, d.partition, code, d.base_offset))
+
+    def _fail_delayed(self, p: Partition, code: int) -> None:
+        failed = [d for d in self._delayed if (d.topic, d.partition) == p.key]
+        for d in failed:
+            self._delayed.remove(d)
+            d.callback(ProduceResponse(d.topic, d.partition, code, d.base_offset))
+
+    # ---- list offsets, delete records ------------------------------------------------------------
+    def handle_list_offsets(self, request: ListOffsetsRequest) -> ListOffsetsResponse:
+        def answer(code, timestamp=-1, offset=-1, epoch=NO_EPOCH):
+            return ListOffsetsResponse(request.topic, request.partition, code, timestamp, offset, epoch)
+
+        p, code = self._leader_partition(request.topic, request.partition, request.current_leader_epoch)
+        if code:
+            return answer(code)
+        log = p.log
+        consumer = request.replica_id == CONSUMER_REPLICA_ID
+        cache = log.epoch_cache
+        if consumer and p.leader_epoch_start_offset > log.high_watermark and request.timestamp != EARLIEST_TIMESTAMP:
+            return answer(Errors.OFFSET_NOT_AVAILABLE)      # a new leader's HW has not caught up yet
+        if request.timestamp == LATEST_TIMESTAMP:
+            offset = log.high_watermark if consumer else log.log_end_offset
+            return answer(Errors.NONE, -1, offset, cache.epoch_for_offset(offset - 1) if offset > 0 else NO_EPOCH)
+        found = log.offset_for_timestamp(request.timestamp) if request.timestamp in (EARLIEST_TIMESTAMP, MAX_TIMESTAMP) \
+            or request.timestamp >= 0 else None
+        if found is None or (consumer and found.offset >= log.high_watermark and request.timestamp != EARLIEST_TIMESTAMP):
+            return answer(Errors.NONE)
+        epoch = found.leader_epoch if found.leader_epoch is not None else NO_EPOCH
+        return answer(Errors.NONE, found.timestamp, found.offset, epoch)
+
+    def handle_delete_records(self, request: DeleteRecordsRequest) -> DeleteRecordsResponse:
+        p, code = self._leader_partition(request.topic, request.partition)
+        if code:
+            return DeleteRecordsResponse(request.topic, request.partition, code)
+        log = p.log
+        offset = log.high_watermark if request.offset == -1 else request.offset
+        if offset < 0 or offset > log.high_watermark:
+            return DeleteRecordsResponse(request.topic, request.partition, Errors.OFFSET_OUT_OF_RANGE)
+        log.increment_log_start_offset(offset)
+        return DeleteRecordsResponse(request.topic, request.partition, Errors.NONE, log.log_start_offset)
+
+    # ---- life cycle ------------------------------------------------------------------------------
+    def partition_state(self, topic: str, partition: int) -> PartitionState | None:
+        p = self.partitions.get((topic, partition))
+        return None if p is None else p.state()
+
+    def shutdown(self) -> None:
+        """Fail pending requests and close the log dir (clean shutdown)."""
+        for p in list(self.partitions.values()):
+            self._fail_delayed(p, Errors.NOT_LEADER_OR_FOLLOWER)
+        self.fetcher.partitions.clear()
+        self.logdir.close()
