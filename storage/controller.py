@@ -112,6 +112,7 @@ class Controller:
     def register_broker(self, request: BrokerRegistrationRequest) -> BrokerRegistrationResponse:
         current = self.brokers.get(request.broker_id)
         if current is not None and current.incarnation_id == request.incarnation_id:
+            self._publish_hosted(request.broker_id, ())
             return BrokerRegistrationResponse(Errors.NONE, current.broker_epoch)     # a retry
         if current is not None and not guards.on("M27"):
             epoch = current.broker_epoch
@@ -125,7 +126,14 @@ class Controller:
         self._publish_metadata()
         for key in changed:
             self._publish(self.partitions[key])
+        self._publish_hosted(request.broker_id, changed)
         return BrokerRegistrationResponse(Errors.NONE, epoch)
+
+    def _publish_hosted(self, broker_id: int, skip) -> None:
+        """A (re)starting broker learns every partition it hosts, as KRaft brokers replay the log."""
+        hosted = [s.copy() for key, s in self.partitions.items() if broker_id in s.replicas and key not in skip]
+        if hosted:
+            self._outbox.append((broker_id, LeaderAndIsrRequest(self.controller_id, self.controller_epoch, hosted)))
 
     def heartbeat(self, request: BrokerHeartbeatRequest) -> BrokerHeartbeatResponse:
         r = self.brokers.get(request.broker_id)
