@@ -1,0 +1,73 @@
+"""The in-process cluster over the channel: acks=all writes survive failovers, replicas converge,
+and a seed decides the whole run."""
+import hashlib
+
+from storage import LogConfig
+from storage.channel import Channel
+from storage.cluster import Cluster
+from storage.errors import Errors
+
+
+def produce_all(cluster, values, acked):
+    for value in values:
+        for _attempt in range(20):
+            response = cluster.produce("t", 0, [value])
+            if response.error_code == Errors.NONE:
+                acked.append(value)
+                break
+            cluster.run(200)
+
+
+def converged(cluster):
+    return cluster.run_until(lambda: cluster.replicas_caught_up("t", 0)
+                             and len(cluster.state("t", 0).isr) == 3, 60_000)
+
+
+def test_failovers_keep_every_acknowledged_write(tmp_path):
+    cluster = Cluster(tmp_path, 3, seed=7, min_insync_replicas=2)
+    cluster.create_partition("t", 0, [1, 2, 3])
+    acked = []
+    produce_all(cluster, [b"a%d" % i for i in range(10)], acked)
+    first_leader = cluster.leader("t", 0)
+    cluster.brokers[first_leader].crash()
+    assert cluster.run_until(lambda: cluster.leader("t", 0) not in (-1, first_leader), 20_000)
+    produce_all(cluster, [b"b%d" % i for i in range(10)], acked)
+    cluster.brokers[first_leader].start()
+    assert converged(cluster)
+    second = cluster.leader("t", 0)
+    cluster.brokers[second].crash()
+    assert cluster.run_until(lambda: cluster.leader("t", 0) not in (-1, second), 20_000)
+    produce_all(cluster, [b"c%d" % i for i in range(5)], acked)
+    cluster.brokers[second].start()
+    assert converged(cluster)
+    logs = [cluster.batches(b, "t", 0) for b in (1, 2, 3)]
+    assert logs[0] == logs[1] == logs[2]
+    values = [v for _o, _e, v in cluster.records(cluster.leader("t", 0), "t", 0)]
+    assert values == acked
+    epochs = [e for _o, e, _v in cluster.records(1, "t", 0)]
+    assert epochs == sorted(epochs) and len(set(epochs)) == 3
+    cluster.close()
+
+
+def run_lossy(root, seed):
+    channel = Channel(seed, min_delay_ms=1, max_delay_ms=20, loss=0.05, duplicate=0.05, reorder=True)
+    cluster = Cluster(root, 3, seed=seed, channel=channel, config=LogConfig(segment_bytes=4096, fsync=False))
+    cluster.create_partition("t", 0, [1, 2, 3])
+    acked = []
+    produce_all(cluster, [b"v%d" % i for i in range(15)], acked)
+    cluster.brokers[cluster.leader("t", 0)].restart()
+    produce_all(cluster, [b"w%d" % i for i in range(15)], acked)
+    assert converged(cluster)
+    trace = hashlib.sha256(repr(channel.trace).encode()).hexdigest()
+    result = (acked, [cluster.batches(b, "t", 0) for b in (1, 2, 3)], trace)
+    cluster.close()
+    return result
+
+
+def test_lossy_network_converges_and_a_seed_decides_everything(tmp_path):
+    acked, logs, trace = run_lossy(tmp_path / "a", 11)
+    assert logs[0] == logs[1] == logs[2]
+    assert len(acked) == 30
+    again = run_lossy(tmp_path / "b", 11)
+    assert again[0] == acked and again[2] == trace
+    assert [[(b, l, e) for b, l, e, _crc in log] for log in again[1]] == [[(b, l, e) for b, l, e, _crc in log] for log in logs]
