@@ -43,9 +43,20 @@ def test_seam_example_runs(tmp_path):
 def test_logdir_example_runs(tmp_path):
     from storage import LogConfig, LogDir
 
-    exec(compile(block("LogDir.open").replace('"/data/', f'"{tmp_path}/'), "README.md", "exec"), {})
+    exec(compile(block("with LogDir.open").replace('"/data/', f'"{tmp_path}/'), "README.md", "exec"), {})
     with LogDir.open(tmp_path / "broker-1", LogConfig(fsync=False)) as logdir:
         assert logdir.had_clean_shutdown
         orders = logdir.partition("orders", 0)
         assert orders.log_end_offset == 2 and orders.recovery_point == 2
         assert [tuple(e) for e in orders.epoch_cache.entries] == [(5, 0)]
+
+
+def test_replication_example_runs(tmp_path):
+    from storage import build_batch
+    from storage.errors import Errors
+
+    namespace = {"build_batch": build_batch}
+    exec(compile(block("ReplicaManager(").replace('"/data/', f'"{tmp_path}/'), "README.md", "exec"), namespace)
+    assert namespace["answer"].error_code == Errors.NONE and namespace["answer"].base_offset == 0
+    namespace["broker"].shutdown()
+    namespace["controller"].close()
