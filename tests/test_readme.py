@@ -52,10 +52,9 @@ def test_logdir_example_runs(tmp_path):
 
 
 def test_replication_example_runs(tmp_path):
-    from storage import build_batch
     from storage.errors import Errors
 
-    namespace = {"build_batch": build_batch}
+    namespace = {}
     exec(compile(block("ReplicaManager(").replace('"/data/', f'"{tmp_path}/'), "README.md", "exec"), namespace)
     assert namespace["answer"].error_code == Errors.NONE and namespace["answer"].base_offset == 0
     namespace["broker"].shutdown()
