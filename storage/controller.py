@@ -57,6 +57,7 @@ class Controller:
         self.next_broker_epoch = 1
         self.controller_epoch = 1
         self._outbox: list[tuple[int, object]] = []
+        self.unclean_elections: list[tuple[str, int, int, int, bool]] = []   # (topic, partition, leader, epoch, RECOVERING)
         if self.store is not None:
             self._load()
 
@@ -227,6 +228,8 @@ class Controller:
                     s.isr = [b]
                     if guards.on("M17"):
                         s.leader_recovery_state = RECOVERING
+                    self.unclean_elections.append((s.topic, s.partition, b, s.leader_epoch,
+                                                   s.leader_recovery_state == RECOVERING))
                     return True
         return False
 
