@@ -327,7 +327,8 @@ int plog_segment_truncate_to(plog_segment *seg, const uint8_t *log, int64_t offs
 int plog_segment_load(plog_segment *seg, const uint8_t *log);
 
 /* Rebuild the indexes and size from the segment image (unclean recovery).  The .log is
- * cut to the valid prefix; scan reports what was found and why the scan stopped. */
+ * cut to the valid prefix; scan reports what was found and why the scan stopped.  The caller
+ * sets scan->check_crc (always 1 outside the simulator's mutation runs) and the epoch arrays. */
 int plog_segment_recover(plog_segment *seg, const uint8_t *log, size_t log_length, plog_scan *scan);
 
 /* Append the final time-index entry, trim both indexes to their entries, and map them

@@ -193,8 +193,7 @@ int plog_segment_recover(plog_segment *seg, const uint8_t *log, size_t log_lengt
     if (!seg->mutable_indexes) return PLOG_EARG;
     plog_index_reset(seg);
     scan->base_offset = seg->base_offset;
-    scan->index_interval_bytes = seg->index_interval_bytes;
-    scan->check_crc = 1;
+    scan->index_interval_bytes = seg->index_interval_bytes;   /* check_crc: the caller's (1 but in mutation runs) */
     int rc = plog_scan_buffer(log, log_length, scan, seg);
     if (rc) return rc;
     if ((size_t)scan->valid_bytes != log_length || seg->size != scan->valid_bytes) {

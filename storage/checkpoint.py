@@ -19,7 +19,7 @@ from __future__ import annotations
 
 import os
 
-from . import errors
+from . import errors, guards
 from . import io as _io
 
 VERSION = 0
@@ -84,7 +84,16 @@ def read(path, fields: int) -> list[tuple[str, ...]]:
 
 
 def write(path, entries, *, sync: bool = True) -> None:
-    _io.current().write_file_atomic(path, format_lines(entries), sync=sync)
+    seam = _io.current()
+    if guards.on("M22"):
+        seam.write_file_atomic(path, format_lines(entries), sync=sync)
+        return
+    # The mutation: rewrite in place, no fsync (what KAFKA-16541's fix forbids).
+    fd = seam.open(path, _io.O_READ | _io.O_WRITE | _io.O_CREATE | _io.O_TRUNCATE)
+    try:
+        seam.pwrite(fd, format_lines(entries), 0)
+    finally:
+        seam.close(fd)
 
 
 # ---- the log-dir offset checkpoints Kafka keeps (topic partition offset) ------------------

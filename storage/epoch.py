@@ -146,6 +146,33 @@ class LeaderEpochCache:
             self._changed()
             return True
 
+    def restore_head(self, head: list[tuple[int, int]]) -> bool:
+        """Put back (epoch, start offset) entries below the earliest one: recovery found batches
+        under it (a crash fell between truncate_from_start and the log start checkpoint).  An
+        entry of the earliest epoch moves its start down; entries that would break the order
+        are ignored."""
+        with self._lock:
+            epochs, offsets = [], []
+            for epoch, start in head:
+                if self._offsets and start >= self._offsets[0]:
+                    break
+                if self._epochs and epoch >= self._epochs[0]:
+                    if epoch == self._epochs[0]:
+                        self._offsets[0] = start
+                        epochs.append(None)
+                    break
+                if not epochs or (epoch > epochs[-1] and start > offsets[-1]):
+                    epochs.append(epoch)
+                    offsets.append(start)
+            if not epochs:
+                return False
+            if epochs[-1] is None:
+                epochs.pop()
+            self._epochs[:0] = epochs
+            self._offsets[:0] = offsets
+            self._changed()
+            return True
+
     def clear_and_flush(self) -> None:
         with self._lock:
             self._epochs, self._offsets = [], []

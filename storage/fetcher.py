@@ -81,7 +81,10 @@ class ReplicaFetcher:
             state = PartitionFetchState(p.topic, p.partition, leader_id, leader_epoch, p.log.log_end_offset,
                                         FETCHING, cache.latest_epoch)
         else:
-            start = p.log.log_end_offset if cache.latest_epoch is not None else p.log.high_watermark
+            # Kafka's initial fetch offset: the log end only with truncation-on-fetch and an
+            # epoch; otherwise the high watermark (what a leader without epochs truncates to).
+            start = p.log.log_end_offset if self.truncate_on_fetch and cache.latest_epoch is not None \
+                else p.log.high_watermark
             state = PartitionFetchState(p.topic, p.partition, leader_id, leader_epoch, start, TRUNCATING)
         self.partitions[p.key] = state
 

@@ -25,7 +25,7 @@ import threading
 import time
 from typing import NamedTuple
 
-from . import errors
+from . import errors, guards
 from . import io as _io
 from ._native import ffi, lib
 from .epoch import CHECKPOINT_FILE, FLUSH_MODES, LeaderEpochCache
@@ -174,7 +174,7 @@ class PartitionLog:
                 segment = Segment(self.path, base, self.config, create=False, active=True)
                 self.segments[-1] = segment
                 self.recovery_report.append((base, 0, f"rebuilt: {problem}"))
-            truncated, report = segment.recover()
+            truncated, report = segment.recover(check_crc=guards.on("M24"))
             segment.seal()
             self._assign_recovered_epochs(segment, report)
             if truncated:
@@ -211,8 +211,9 @@ class PartitionLog:
         """LogSegment.recover: a v2 batch whose epoch is newer than the cache's latest starts it."""
         epochs = report.epochs if report.epoch_count <= len(report.epochs) else segment.scan_epochs()
         cache = self.epoch_cache
+        lowest = 0 if guards.on("M21") else 1
         for epoch, offset in epochs:
-            if epoch >= 0 and (cache.latest_epoch is None or epoch > cache.latest_epoch):
+            if epoch >= lowest and (cache.latest_epoch is None or epoch > cache.latest_epoch):
                 cache.assign(epoch, offset)
 
     def _repair_epoch_cache(self) -> None:
@@ -226,8 +227,21 @@ class PartitionLog:
                         cache.assign(epoch, offset)
             cache.flush()
             cache.load_error = None
-        cache.truncate_from_end(self.log_end_offset)
+        if guards.on("M20"):
+            cache.truncate_from_end(self.log_end_offset)
         cache.truncate_from_start(self.log_start_offset)
+        earliest = cache.earliest_entry
+        if earliest is not None and earliest.start_offset > self.log_start_offset:
+            # Batches between the log start and the earliest entry: a crash came between moving
+            # the cache's start up and checkpointing the log start offset.  Give them their epochs.
+            head = []
+            for batch in self.batches(self.log_start_offset):
+                if batch.base_offset >= earliest.start_offset:
+                    break
+                epoch = batch.partition_leader_epoch
+                if batch.magic >= 2 and epoch >= 0 and (not head or epoch > head[-1][0]):
+                    head.append((epoch, max(batch.base_offset, self.log_start_offset)))
+            cache.restore_head(head)
 
     @staticmethod
     def _recovery_candidate(i: int, bases: list[int], recovery_point: int) -> bool:
@@ -508,7 +522,8 @@ class PartitionLog:
         with self._lock:
             self._ensure_open()
             if offset >= self.log_end_offset:
-                self._after_truncate(offset)
+                if guards.on("M25"):
+                    self._after_truncate(offset)
                 return False
             if offset < self.segments[0].base_offset:
                 self._truncate_fully(offset)
@@ -540,8 +555,11 @@ class PartitionLog:
         self._new_segment(offset)
         self._flush_dir()
         self.epoch_cache.clear_and_flush()
-        self.log_start_offset = self.log_end_offset = offset
-        self.recovery_point = self.high_watermark = offset
+        self.log_start_offset = self.log_end_offset = self.recovery_point = offset
+        if guards.on("M26"):
+            self.high_watermark = offset
+        else:
+            self.high_watermark = max(self.high_watermark, offset)
 
     def truncate_fully_and_start_at(self, offset: int) -> None:
         """Delete every segment and restart the log, empty, at `offset` (log start, log end,

@@ -32,7 +32,7 @@ import os
 import re
 import uuid
 
-from . import checkpoint, errors
+from . import checkpoint, errors, guards
 from . import io as _io
 from .log import LogConfig, PartitionLog
 from .meta import FILE_NAME as META_FILE
@@ -65,7 +65,7 @@ class LogDir:
         seam.mkdir(self.path)
         marker = os.path.join(self.path, CLEAN_SHUTDOWN_FILE)
         self.had_clean_shutdown = seam.exists(marker)
-        if self.had_clean_shutdown:
+        if self.had_clean_shutdown and guards.on("M23"):
             seam.unlink(marker)
             seam.fsync_dir(self.path, self._sync_flags)
         imported = {} if seam.exists(os.path.join(self.path, META_FILE)) else self._import_kafka_checkpoints()
@@ -81,6 +81,8 @@ class LogDir:
                 self._open_partition(key, stored.get(key))
         if imported:
             self.checkpoint()
+        if self.had_clean_shutdown and not guards.on("M23") and seam.exists(marker):
+            seam.unlink(marker)   # the mutation: removed only after loading (KAFKA-10471)
 
     @classmethod
     def open(cls, path, config: LogConfig | None = None, **kwargs) -> "LogDir":

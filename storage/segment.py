@@ -184,7 +184,7 @@ class Segment:
             self._mapping = None
         return before - self._c.size
 
-    def recover(self) -> tuple[int, object]:
+    def recover(self, *, check_crc: bool = True) -> tuple[int, object]:
         """Unclean-shutdown recovery of this segment (kafka-reference 5.4): validate every
         batch, rebuild both indexes, cut the .log at the first invalid batch.  Returns
         (bytes truncated, scan report)."""
@@ -198,6 +198,7 @@ class Segment:
         scan.epoch_capacity = 256
         scan.epochs = epochs
         scan.epoch_offsets = epoch_offsets
+        scan.check_crc = 1 if check_crc else 0
         rc = lib.plog_segment_recover(self._c, m.pointer if physical else ffi.NULL, physical, scan)
         self._check(rc, "recover", offset=scan.stop_offset)
         truncated = physical - self._c.size

@@ -119,6 +119,8 @@ def checkpoint_lineage(partition_dir: str) -> tuple[list | None, str | None]:
 # ---- the Spark job ------------------------------------------------------------------------------
 
 def _spark_facts(spark, log_dirs: list[str], progress) -> dict:
+    """Two Spark jobs: the scan (cached batch rows), then one job whose branches give the
+    per-replica summaries, the listed exceptions and the first conflict of each partition."""
     from pyspark import StorageLevel
     from pyspark.sql import Window
     from pyspark.sql import functions as F
@@ -144,38 +146,36 @@ def _spark_facts(spark, log_dirs: list[str], progress) -> dict:
         # Exceptions along each replica's log, in file order: epoch starts and regressions,
         # gaps, offsets that do not increase, batches below their segment's base, CRC failures.
         w = Window.partitionBy(*replica_key).orderBy("segment_base_offset", "position")
-        before = w.rowsBetween(Window.unboundedPreceding, -1)
         seq = ok.select(*replica_key, "segment_base_offset", "position", "base_offset", "crc_valid",
                         F.col("partition_leader_epoch").alias("epoch"),
                         F.lag("last_offset").over(w).alias("prev_last"),
                         F.max(F.when(F.col("partition_leader_epoch") >= 0, F.col("partition_leader_epoch")))
-                        .over(before).alias("prev_epoch"))
+                        .over(w.rowsBetween(Window.unboundedPreceding, -1)).alias("prev_epoch"))
 
-        def event(kind, condition, offset, a, b):
+        def event(kind, condition, offset, a, b=F.lit(None)):
             return F.when(condition, F.struct(F.lit(kind).alias("kind"), offset.cast("long").alias("offset"),
                                               a.cast("long").alias("a"), b.cast("long").alias("b")))
 
-        epoch, base = F.col("epoch"), F.col("base_offset")
-        events = seq.select(*replica_key, F.col("segment_base_offset"), F.col("position"), F.explode(F.filter(F.array(
-            event("epoch", (epoch >= 0) & (F.col("prev_epoch").isNull() | (epoch > F.col("prev_epoch"))),
-                  base, epoch, F.lit(None)),
-            event("epoch_regression", (epoch >= 0) & (epoch < F.col("prev_epoch")), base, epoch, F.col("prev_epoch")),
-            event("gap", base > F.col("prev_last") + 1, F.col("prev_last") + 1, base, F.lit(None)),
-            event("disorder", base <= F.col("prev_last"), base, F.col("prev_last"), F.lit(None)),
-            event("below_segment_base", base < F.col("segment_base_offset"), base, F.col("segment_base_offset"),
-                  F.lit(None)),
-            event("crc", ~F.col("crc_valid"), base, F.lit(None), F.lit(None)),
-        ), lambda e: e.isNotNull())).alias("e")).select(*replica_key, "segment_base_offset", "position", "e.*",
-                                                         F.lit(None).cast("string").alias("message"))
+        epoch, base, prev_last, prev_epoch = (F.col("epoch"), F.col("base_offset"), F.col("prev_last"),
+                                              F.col("prev_epoch"))
+        events = seq.select(*replica_key, "segment_base_offset", "position", F.explode(F.filter(F.array(
+            event("epoch", (epoch >= 0) & (prev_epoch.isNull() | (epoch > prev_epoch)), base, epoch),
+            event("epoch_regression", (epoch >= 0) & (epoch < prev_epoch), base, epoch, prev_epoch),
+            event("gap", base > prev_last + 1, prev_last + 1, base),
+            event("disorder", base <= prev_last, base, prev_last),
+            event("below_segment_base", base < F.col("segment_base_offset"), base, F.col("segment_base_offset")),
+            event("crc", ~F.col("crc_valid"), base, F.lit(None)),
+        ), lambda e: e.isNotNull())).alias("e")).select(*replica_key, "segment_base_offset", "position", "e.*")
         errors = rows.where(F.col("error").isNotNull()).select(
             *replica_key, "segment_base_offset", "position",
             F.split(F.col("error"), ":").getItem(0).alias("kind"), F.col("base_offset").alias("offset"),
-            F.lit(None).cast("long").alias("a"), F.lit(None).cast("long").alias("b"), F.col("error").alias("message"))
+            F.col("error").alias("message"))
         per_kind = Window.partitionBy(*replica_key, "kind")
-        listed = (events.unionByName(errors)
+        listed = (events.unionByName(errors, allowMissingColumns=True)
                   .withColumn("n", F.row_number().over(per_kind.orderBy("segment_base_offset", "position")))
                   .withColumn("kind_count", F.count(F.lit(1)).over(per_kind))
-                  .where((F.col("kind") == "epoch") | (F.col("n") <= EXAMPLES_MAX)))
+                  .where((F.col("kind") == "epoch") | (F.col("n") <= EXAMPLES_MAX))
+                  .drop("n"))
 
         # The conflict search (analysis.py): a base offset is suspicious unless every replica
         # with data holds a batch there with one (last offset, fingerprint); a suspicious offset
@@ -183,31 +183,35 @@ def _spark_facts(spark, log_dirs: list[str], progress) -> dict:
         ranges = summaries.select(*replica_key, F.col("first_offset").alias("range_start"),
                                   (F.col("last_offset") + 1).alias("range_end"))
         replica_counts = ranges.groupBy("topic", "partition").agg(F.count(F.lit(1)).alias("with_data"))
-        groups = (ok.groupBy("topic", "partition", "base_offset")
-                  .agg(F.countDistinct("log_dir").alias("holders"),
-                       F.countDistinct("last_offset", "fingerprint").alias("variants"))
+        held = F.collect_list(F.struct("log_dir", "last_offset", "fingerprint", "partition_leader_epoch",
+                                       "crc_valid"))
+        groups = (ok.groupBy("topic", "partition", "base_offset").agg(held.alias("held"))
+                  .withColumn("holders", F.size(F.array_distinct(F.col("held.log_dir"))))
+                  .withColumn("variants", F.size(F.array_distinct(F.transform(
+                      "held", lambda b: F.struct(b["last_offset"], b["fingerprint"])))))
                   .join(F.broadcast(replica_counts), ["topic", "partition"])
                   .where((F.col("variants") > 1) | (F.col("holders") < F.col("with_data"))))
-        r = F.broadcast(ranges.alias("r"))
-        g = groups.alias("g")
+        g, r = groups.alias("g"), F.broadcast(ranges.alias("r"))
         covered = (g.join(r, (F.col("g.topic") == F.col("r.topic")) & (F.col("g.partition") == F.col("r.partition"))
                           & (F.col("r.range_start") <= F.col("g.base_offset"))
                           & (F.col("g.base_offset") < F.col("r.range_end")))
-                   .groupBy("g.topic", "g.partition", "g.base_offset", "g.holders", "g.variants")
-                   .agg(F.count(F.lit(1)).alias("covering")))
+                   .groupBy("g.topic", "g.partition", "g.base_offset")
+                   .agg(F.first("g.holders").alias("holders"), F.first("g.variants").alias("variants"),
+                        F.first("g.held").alias("held"), F.count(F.lit(1)).alias("covering")))
+        per_partition = Window.partitionBy("topic", "partition")
         conflicts = (covered.where((F.col("variants") > 1) | (F.col("holders") < F.col("covering")))
-                     .groupBy("topic", "partition")
-                     .agg(F.min("base_offset").alias("offset"), F.count(F.lit(1)).alias("batch_count")))
-        conflict_rows = conflicts.collect()
-        at_conflict = []
-        if conflict_rows:
-            at_conflict = (ok.join(F.broadcast(conflicts.select("topic", "partition",
-                                                                F.col("offset").alias("base_offset"))),
-                                   ["topic", "partition", "base_offset"])
-                           .select(*replica_key, "last_offset", "fingerprint", "partition_leader_epoch", "crc_valid")
-                           .collect())
-        return {"summaries": summaries.collect(), "events": listed.collect(),
-                "conflicts": conflict_rows, "at_conflict": at_conflict}
+                     .withColumn("n", F.row_number().over(per_partition.orderBy("base_offset")))
+                     .withColumn("kind_count", F.count(F.lit(1)).over(per_partition))
+                     .where(F.col("n") == 1)
+                     .select("topic", "partition", F.col("base_offset").alias("offset"), "kind_count", "held"))
+
+        everything = (summaries.withColumn("section", F.lit("summary"))
+                      .unionByName(listed.withColumn("section", F.lit("event")), allowMissingColumns=True)
+                      .unionByName(conflicts.withColumn("section", F.lit("conflict")), allowMissingColumns=True))
+        facts = {"summary": [], "event": [], "conflict": []}
+        for row in everything.collect():
+            facts[row.section].append(row)
+        return facts
     finally:
         rows.unpersist()
 
@@ -272,19 +276,16 @@ def run_audit(spark, log_dirs: list[str], *, progress: bool = False) -> dict:
     segment_count = sum(len(ref.segments) for ref in refs)
     total_bytes = sum(s.size_bytes for ref in refs for s in ref.segments)
     facts = _spark_facts(spark, log_dirs, _Progress(spark, segment_count, progress)) if segment_count else \
-        {"summaries": [], "events": [], "conflicts": [], "at_conflict": []}
+        {"summary": [], "event": [], "conflict": []}
 
-    summaries = {(r.topic, r.partition, r.log_dir): r for r in facts["summaries"]}
+    summaries = {(r.topic, r.partition, r.log_dir): r for r in facts["summary"]}
     events: dict[tuple, dict[str, list]] = {}
     counts: dict[tuple, dict[str, int]] = {}
-    for e in sorted(facts["events"], key=lambda e: (e.segment_base_offset, e.position)):
+    for e in sorted(facts["event"], key=lambda e: (e.segment_base_offset, e.position)):
         key = (e.topic, e.partition, e.log_dir)
         events.setdefault(key, {}).setdefault(e.kind, []).append(e)
         counts.setdefault(key, {})[e.kind] = e.kind_count
-    conflicts = {(c.topic, c.partition): c for c in facts["conflicts"]}
-    at_conflict: dict[tuple, list] = {}
-    for b in facts["at_conflict"]:
-        at_conflict.setdefault((b.topic, b.partition), []).append(b)
+    conflicts = {(c.topic, c.partition): c for c in facts["conflict"]}
 
     by_partition: dict[tuple, list] = {}
     for ref in refs:
@@ -300,10 +301,10 @@ def run_audit(spark, log_dirs: list[str], *, progress: bool = False) -> dict:
         conflict = None
         c = conflicts.get((topic, partition))
         if c is not None:
-            held = {b.log_dir: b for b in at_conflict.get((topic, partition), [])}
+            held = {b.log_dir: b for b in c.held}
             conflict = {
                 "offset": c.offset,
-                "batch_count": c.batch_count,
+                "batch_count": c.kind_count,
                 "batches": [{"log_dir": d, "last_offset": b.last_offset, "fingerprint": b.fingerprint,
                              "partition_leader_epoch": b.partition_leader_epoch, "crc_valid": b.crc_valid}
                             for d, b in sorted(held.items(), key=lambda kv: order[kv[0]])],

@@ -1,0 +1,196 @@
+"""Single-node exhaustive crash enumeration (ALICE / CrashMonkey style).
+
+For every sequence of up to N engine operations (append, roll, flush, truncate, epoch bump,
+log-start increase) run after a fixed, flushed prefix, for every crash point (every mutating
+I/O operation the sequence makes through the seam), and for a bounded set of crash states the
+fault model allows there (S1 modes a-d, S3 torn sectors, S4 size before data, S5 metadata
+loss), the log dir is reopened and checked:
+
+  I12 the recovered log is a prefix of the log at the crash (byte-identical batches, nothing
+      fabricated), contains every batch that was durable, and the clean-shutdown marker is
+      absent (the run never closed cleanly);
+  I8  epoch-cache integrity, and the cache equals the one rebuilt from the batches' epochs;
+  I9  offset integrity, index entries on batch boundaries, segment bases.
+"""
+from __future__ import annotations
+
+import itertools
+import os
+import shutil
+from dataclasses import dataclass, field
+
+from .. import io as sio
+from ..log import LogConfig
+from ..logdir import CLEAN_SHUTDOWN_FILE, LogDir
+from ..records import iter_batches
+from . import invariants
+from .fs import CrashNow, SimFS, snapshot, write_tree
+
+OPERATIONS = ("append", "roll", "flush", "truncate", "epoch_bump", "log_start")
+CONFIG = LogConfig(segment_bytes=600, index_interval_bytes=100, segment_index_bytes=240, fsync=False)
+STATES = (("d", ()), ("a", ()), ("b", ()), ("b", ()), ("c", ()), ("c", ()), ("b", ("S3",)), ("b", ("S4",)),
+          ("c", ("S5",)))
+
+
+@dataclass
+class Outcome:
+    sequences: int = 0
+    crash_points: int = 0
+    states: int = 0
+    violations: list = field(default_factory=list)
+
+
+def _apply(log, logdir, operation: str, step: int) -> None:
+    if operation == "append":
+        log.append_as_leader([b"v%d-%d" % (step, i) for i in range(2)], log.epoch_cache.latest_epoch or 0)
+    elif operation == "roll":
+        log.roll()
+    elif operation == "flush":
+        logdir.flush()
+    elif operation == "truncate":
+        if log.log_end_offset > log.log_start_offset:
+            log.truncate_to(max(log.log_start_offset, log.log_end_offset - 1))
+    elif operation == "epoch_bump":
+        log.assign_epoch_start_offset((log.epoch_cache.latest_epoch or 0) + 1)
+    elif operation == "log_start":
+        log.update_high_watermark(log.log_end_offset)
+        if log.high_watermark > log.log_start_offset:
+            log.increment_log_start_offset(log.log_start_offset + 1)
+            logdir.checkpoint()
+
+
+def _prepare(root: str) -> None:
+    with LogDir.open(root, CONFIG) as logdir:
+        log = logdir.partition("t", 0)
+        log.assign_epoch_start_offset(0)
+        for i in range(3):
+            log.append_as_leader([b"base-%d" % i, b"x" * 30], 0)
+        log.roll()
+        log.append_as_leader([b"base-3"], 0)
+        logdir.flush()
+
+
+def _meta_files(root: str) -> list[str]:
+    return [os.path.join(root, n) for n in os.listdir(root) if n.startswith("storage.mdb")]
+
+
+def _batches_in(files: dict, partition_dir: str) -> list[bytes]:
+    logs = sorted(p for p in files if os.path.dirname(p) == partition_dir and p.endswith(".log"))
+    out = []
+    for path in logs:
+        out += [b.to_bytes() for b in iter_batches(files[path], verify=False) if b.is_valid()]
+    return out
+
+
+def _rebuilt_epochs(batches) -> list[tuple[int, int]]:
+    out = []
+    for b in batches:
+        if b.partition_leader_epoch >= 0 and (not out or b.partition_leader_epoch > out[-1][0]):
+            out.append((b.partition_leader_epoch, b.base_offset))
+    return out
+
+
+def _check(root: str, versions: list[list[bytes]], floor: int, label: str) -> list[str]:
+    """versions: the log's batches at every point of the run (any of them may be what the
+    disk holds after a crash); floor: every offset below it was durable."""
+    out = []
+    try:
+        logdir = LogDir.open(root, CONFIG)
+    except Exception as exc:   # noqa: BLE001 - anything here is a finding
+        return [f"{label}: reopen raised {exc!r}"]
+    try:
+        if logdir.had_clean_shutdown:
+            out.append(f"I12 {label}: a clean-shutdown marker after a crash")
+        log = logdir.partition("t", 0)
+        batches = list(log.batches(log.segments[0].base_offset))
+        got = [b.to_bytes() for b in batches]
+        if not any(got == version[: len(got)] for version in versions):
+            out.append(f"I12 {label}: the recovered log is not a prefix of the log at any point of the run")
+        if log.log_end_offset < floor:
+            out.append(f"I12 {label}: durable data lost (log end offset {log.log_end_offset} < {floor})")
+        out += [f"{v} [{label}]" for v in invariants.check_replica("node", log)]
+        rebuilt = [e for e in _rebuilt_epochs(batches) if e[1] >= log.log_start_offset]
+        cache = [tuple(e) for e in log.epoch_cache.entries]
+        if cache[-len(rebuilt):] != rebuilt if rebuilt else False:
+            out.append(f"I8 {label}: cache {cache} differs from the batches' epochs {rebuilt}")
+        log.append_as_leader([b"after recovery"], (log.epoch_cache.latest_epoch or 0))
+    except Exception as exc:   # noqa: BLE001
+        out.append(f"{label}: {exc!r}")
+    finally:
+        try:
+            logdir.close()
+        except Exception as exc:   # noqa: BLE001
+            out.append(f"{label}: close raised {exc!r}")
+    return out
+
+
+def enumerate_crashes(workdir: str, *, max_length: int = 2, seed: int = 0, states_per_point: int | None = None,
+                      progress=None, sequences=None) -> Outcome:
+    """Run the enumeration under workdir; returns what was covered and every violation."""
+    base = os.path.join(workdir, "base")
+    pristine_dir = os.path.join(workdir, "pristine")
+    shutil.rmtree(workdir, ignore_errors=True)
+    os.makedirs(pristine_dir)
+    _prepare(pristine_dir)
+    pristine = snapshot(pristine_dir)
+    partition_dir = os.path.join(os.path.abspath(base), "t-0")
+    pristine = {os.path.join(os.path.abspath(base), os.path.relpath(p, pristine_dir)): data
+                for p, data in pristine.items()}
+    states = STATES[: states_per_point or len(STATES)]
+    outcome = Outcome()
+    if sequences is None:
+        sequences = [s for n in range(1, max_length + 1) for s in itertools.product(OPERATIONS, repeat=n)]
+    for sequence in sequences:
+        outcome.sequences += 1
+        point = 1
+        while True:
+            shutil.rmtree(base, ignore_errors=True)
+            shutil.copytree(pristine_dir, base)     # the metadata store too (SimFS leaves it alone)
+            fs = SimFS(base, seed=seed * 1_000_003 + outcome.sequences * 1009 + point)
+            crashed = False
+            versions = [_batches_in(pristine, partition_dir)]
+            floor = None
+            with sio.using(fs):
+                logdir = LogDir.open(base, CONFIG)
+                log = logdir.partition("t", 0)
+                floor = log.recovery_point
+                fs.crash_after = fs.mutations + point     # crash points count from the sequence on
+                try:
+                    for step, operation in enumerate(sequence):
+                        if operation == "truncate":   # data it removes was allowed to go
+                            floor = min(floor, max(log.log_start_offset, log.log_end_offset - 1))
+                        _apply(log, logdir, operation, step)
+                        versions.append(_batches_in(snapshot(base), partition_dir))
+                        floor = min(floor, log.log_end_offset)
+                        if operation == "flush":
+                            floor = log.recovery_point
+                except Exception as exc:   # noqa: BLE001 - CrashNow, or the I/O error it became in C
+                    crashed = isinstance(exc, CrashNow) or "CrashNow" in repr(exc.__cause__) or "crash at" in str(exc)
+                    if not crashed:
+                        raise
+                for segment in log.segments:   # the process is gone
+                    segment.close()
+                logdir.meta.close()
+            if not crashed:
+                break   # the sequence finished before this crash point: all points covered
+            outcome.crash_points += 1
+            at_crash = snapshot(base)
+            meta_at_crash = {p: open(p, "rb").read() for p in _meta_files(base)}
+            versions.append(_batches_in(at_crash, partition_dir))
+            for number, (mode, faults) in enumerate(states):
+                write_tree(os.path.abspath(base), at_crash)
+                for path, data in meta_at_crash.items():
+                    with open(path, "wb") as f:
+                        f.write(data)
+                files = fs.state(base, mode=mode, faults=faults)
+                write_tree(os.path.abspath(base), files)
+                label = f"{'+'.join(sequence)} crash@{point} {mode}{'+' + '+'.join(faults) if faults else ''}#{number}"
+                outcome.states += 1
+                outcome.violations += _check(base, versions, floor, label)
+            if progress is not None:
+                progress(outcome)
+            point += 1
+    marker = os.path.join(base, CLEAN_SHUTDOWN_FILE)
+    if os.path.exists(marker):
+        os.unlink(marker)
+    return outcome

@@ -1,0 +1,313 @@
+"""SimFS: a simulated file system under the engine's I/O seam, with fsync disabled.
+
+The real files are the page cache.  SimFS records what each flush point made durable -- a
+file's data at its fsync (or the fsync the engine would have made: `SYNC_NOOP` flush points
+count), a directory's names at its fsync -- and on a crash rewrites the files under a
+directory to one state the fault model allows (reliability-model.md 1.1):
+
+  S1 page-cache loss, one of four modes: (a) nothing volatile survives; (b) a per-file prefix
+     of the volatile appends and a prefix of the volatile namespace changes survive (ordered);
+     (c) any subset of the changed 4 KiB pages and of the namespace changes survives;
+     (d) everything survives (a process crash);
+  S3 a torn 512-byte sector inside a surviving volatile page (zeros, garbage or old data);
+  S4 a file's new size survives without its data (a zero-filled tail);
+  S5 a rename persists as old-only, new-only or both; a create or unlink is lost; a renamed
+     file keeps its name but not its data (a zero-length checkpoint);
+  S9 a sticky bit flip in durable data;
+  S12 the whole directory is wiped.
+Every choice comes from the seeded generator passed in, so the same seed gives the same state.
+
+Use it in your own crash tests:
+
+    fs = SimFS(root, seed=7)
+    with storage.io.using(fs):
+        ... run the engine on files under root ...
+    fs.crash(root, mode="b")            # or fs.crash(root, faults=("S3",))
+    ... reopen with the real seam and check what survived ...
+"""
+from __future__ import annotations
+
+import collections
+import os
+import random
+import shutil
+
+from ..io import PosixIO
+
+PAGE_BYTES = 4096
+# LMDB does its own I/O (not through the seam) and its own durability: the metadata store is
+# left alone by crashes ("LMDB aside").
+UNTRACKED_PREFIXES = ("storage.mdb",)
+
+
+def _untracked(path: str) -> bool:
+    return os.path.basename(path).startswith(UNTRACKED_PREFIXES)
+SECTOR_BYTES = 512
+MODES = ("a", "b", "c", "d")
+
+
+class CrashNow(Exception):
+    """Raised by SimFS at the crash point chosen with `crash_after`."""
+
+
+class SimFS(PosixIO):
+    """A PosixIO that records durability; `crash()` applies a fault-model state."""
+
+    def __init__(self, root, seed: int = 0):
+        self.root = os.path.abspath(os.fspath(root))
+        self.random = random.Random(seed)
+        self.counts: collections.Counter = collections.Counter()
+        self.crash_after: int | None = None     # raise CrashNow at this mutating operation
+        self.mutations = 0
+        self._next_inode = 0
+        self.inode_of: dict[str, int] = {}      # the current (volatile) namespace
+        self.durable_ns: dict[str, int] = {}    # the names a crash in mode (a) keeps
+        self.durable_data: dict[int, bytes] = {}
+        self.pending_ns: list[tuple] = []       # namespace changes since their dir's fsync
+        self.fd_inode: dict[int, int] = {}
+        self.adopt()
+
+    # ---- bookkeeping ----
+    def _tracked(self, path) -> bool:
+        path = os.path.abspath(os.fspath(path))
+        return (path == self.root or path.startswith(self.root + os.sep)) and not _untracked(path)
+
+    def _new_inode(self) -> int:
+        self._next_inode += 1
+        return self._next_inode
+
+    def adopt(self) -> None:
+        """Take the files now under root as durable (a fresh start, or after a crash)."""
+        self.inode_of.clear()
+        self.durable_ns.clear()
+        self.durable_data.clear()
+        self.pending_ns.clear()
+        for directory, _dirs, files in os.walk(self.root):
+            for name in files:
+                path = os.path.join(directory, name)
+                if _untracked(path):
+                    continue
+                inode = self._new_inode()
+                self.inode_of[path] = inode
+                self.durable_ns[path] = inode
+                with open(path, "rb") as f:
+                    self.durable_data[inode] = f.read()
+
+    def _mutation(self, kind: str) -> None:
+        self.counts[kind] += 1
+        self.mutations += 1
+        if self.crash_after is not None and self.mutations >= self.crash_after:
+            self.crash_after = None
+            raise CrashNow(f"crash at mutation {self.mutations} ({kind})")
+
+    # ---- the seam ----
+    def open(self, path, flags):
+        path = os.path.abspath(os.fspath(path))
+        tracked = self._tracked(path)
+        if tracked and path not in self.inode_of:
+            if flags & 4:   # O_CREATE
+                self._mutation("create")
+                inode = self._new_inode()
+                self.inode_of[path] = inode
+                self.pending_ns.append(("create", path, inode))
+        elif tracked and flags & 8:   # O_TRUNCATE of an existing file
+            self._mutation("truncate")
+        fd = super().open(path, flags)
+        if tracked and path in self.inode_of:
+            self.fd_inode[fd] = self.inode_of[path]
+        return fd
+
+    def close(self, fd):
+        self.fd_inode.pop(fd, None)
+        return super().close(fd)
+
+    def pwrite(self, fd, data, offset):
+        if fd in self.fd_inode:
+            self._mutation("write")
+        return super().pwrite(fd, data, offset)
+
+    def ftruncate(self, fd, size):
+        if fd in self.fd_inode:
+            self._mutation("truncate")
+        return super().ftruncate(fd, size)
+
+    def fsync(self, fd, flags=0):
+        # Every flush point counts, with fsync disabled too: that is the production ordering.
+        inode = self.fd_inode.get(fd)
+        if inode is not None:
+            self._mutation("fsync")
+            self.durable_data[inode] = super().pread(fd, super().fsize(fd), 0)
+        return super().fsync(fd, flags | 1)
+
+    def msync(self, address, length, flags=0):
+        self.counts["msync"] += 1
+        return super().msync(address, length, flags | 1)
+
+    def rename(self, source, target):
+        source, target = os.path.abspath(source), os.path.abspath(target)
+        if self._tracked(source):
+            self._mutation("rename")
+            inode = self.inode_of.pop(source, None)
+            if inode is not None:
+                self.inode_of[target] = inode
+                self.pending_ns.append(("rename", source, target, inode))
+        return super().rename(source, target)
+
+    def unlink(self, path):
+        path = os.path.abspath(path)
+        if self._tracked(path):
+            self._mutation("unlink")
+            inode = self.inode_of.pop(path, None)
+            self.pending_ns.append(("unlink", path, inode))
+        return super().unlink(path)
+
+    def fsync_dir(self, path, flags=0):
+        path = os.path.abspath(path)
+        if self._tracked(path):
+            self._mutation("fsync_dir")
+            keep = []
+            for op in self.pending_ns:
+                names = [op[1]] if op[0] != "rename" else [op[1], op[2]]
+                if all(os.path.dirname(n) == path for n in names):
+                    self._apply_ns(self.durable_ns, op)
+                else:
+                    keep.append(op)
+            self.pending_ns = keep
+        return super().fsync_dir(path, flags | 1)
+
+    @staticmethod
+    def _apply_ns(namespace: dict, op: tuple) -> None:
+        if op[0] == "create":
+            namespace[op[1]] = op[2]
+        elif op[0] == "rename":
+            namespace.pop(op[1], None)
+            namespace[op[2]] = op[3]
+        else:
+            namespace.pop(op[1], None)
+
+    # ---- crash states ----
+    def _current(self, path: str) -> bytes:
+        with open(path, "rb") as f:
+            return f.read()
+
+    def state(self, subtree=None, *, mode: str = "a", faults=()) -> dict[str, bytes]:
+        """The files under subtree (default: root) after a crash in `mode` with `faults`."""
+        subtree = os.path.abspath(os.fspath(subtree or self.root))
+        within = lambda p: p == subtree or p.startswith(subtree + os.sep)  # noqa: E731
+        rng = self.random
+        if "S12" in faults:
+            return {}
+        if mode == "d":
+            return {p: self._current(p) for p in self.inode_of if within(p) and os.path.exists(p)}
+        namespace = dict(self.durable_ns)
+        pending = [op for op in self.pending_ns if within(op[1])]
+        if mode == "b":
+            for op in pending[: rng.randint(0, len(pending))]:
+                self._apply_ns(namespace, op)
+        elif mode == "c" or "S5" in faults:
+            for op in pending:
+                if op[0] == "rename":
+                    choice = rng.choice(("old", "new", "both"))
+                    if choice == "new":
+                        self._apply_ns(namespace, op)
+                    elif choice == "both":
+                        namespace[op[2]] = op[3]
+                elif rng.random() < 0.5:
+                    self._apply_ns(namespace, op)
+        files = {}
+        for path, inode in namespace.items():
+            if not within(path):
+                continue
+            durable = self.durable_data.get(inode, b"")
+            live_path = next((p for p, i in self.inode_of.items() if i == inode), None)
+            current = self._current(live_path) if live_path and os.path.exists(live_path) else durable
+            files[path] = self._data(durable, current, mode, faults)
+        if "S5" in faults:
+            renamed = [op[2] for op in pending if op[0] == "rename" and op[2] in files]
+            for path in renamed:
+                if rng.random() < 0.5:
+                    files[path] = b""          # the name persisted, the data did not
+        if "S9" in faults:
+            candidates = [p for p, data in files.items() if data]
+            if candidates:
+                path = rng.choice(sorted(candidates))
+                data = bytearray(files[path])
+                position = rng.randrange(len(data))
+                data[position] ^= 1 << rng.randrange(8)
+                files[path] = bytes(data)
+        return files
+
+    def _data(self, durable: bytes, current: bytes, mode: str, faults) -> bytes:
+        rng = self.random
+        if durable == current or mode == "a":
+            data = durable
+        elif mode == "b":
+            if current.startswith(durable):
+                data = current[: rng.randint(len(durable), len(current))]
+            else:
+                data = current if rng.random() < 0.5 else durable
+        else:   # "c": any subset of the changed pages, either size
+            size = rng.choice((len(durable), len(current)))
+            out = bytearray(current[:size].ljust(size, b"\0"))
+            for start in range(0, size, PAGE_BYTES):
+                if rng.random() < 0.5:
+                    old = durable[start:start + PAGE_BYTES].ljust(min(PAGE_BYTES, size - start), b"\0")
+                    out[start:start + len(old)] = old[: size - start]
+            data = bytes(out)
+        if "S4" in faults and len(current) > len(durable) and current.startswith(durable):
+            data = durable + b"\0" * (len(current) - len(durable))
+        if "S3" in faults and len(data) > len(durable):
+            data = bytearray(data)
+            # A torn sector among the new bytes; what was durable before stays (S9 is bit rot).
+            start = max(rng.randrange(len(durable), len(data)) // SECTOR_BYTES * SECTOR_BYTES, len(durable))
+            end = min((start // SECTOR_BYTES + 1) * SECTOR_BYTES, len(data))
+            kind = rng.choice(("zeros", "garbage", "old"))
+            if kind == "zeros":
+                data[start:end] = b"\0" * (end - start)
+            elif kind == "garbage":
+                data[start:end] = bytes(rng.randrange(256) for _ in range(end - start))
+            else:
+                old = durable[start:end]
+                data[start:start + len(old)] = old
+            data = bytes(data)
+        return data
+
+    def crash(self, subtree=None, *, mode: str = "a", faults=()) -> dict[str, bytes]:
+        """Rewrite the files under subtree to a crash state and take it as durable."""
+        subtree = os.path.abspath(os.fspath(subtree or self.root))
+        files = self.state(subtree, mode=mode, faults=faults)
+        self.counts[f"crash-{mode}"] += 1
+        for fault in faults:
+            self.counts[fault] += 1
+        write_tree(subtree, files)
+        self.adopt()
+        return files
+
+
+def write_tree(subtree: str, files: dict[str, bytes]) -> None:
+    """Make the directory tree under subtree hold exactly `files` (directories are kept)."""
+    for directory, _dirs, names in os.walk(subtree):
+        for name in names:
+            path = os.path.join(directory, name)
+            if path not in files and not _untracked(path):
+                os.unlink(path)
+    for path, data in files.items():
+        os.makedirs(os.path.dirname(path), exist_ok=True)
+        with open(path, "wb") as f:
+            f.write(data)
+
+
+def snapshot(subtree) -> dict[str, bytes]:
+    out = {}
+    for directory, _dirs, names in os.walk(subtree):
+        for name in names:
+            path = os.path.join(directory, name)
+            if not _untracked(path):
+                with open(path, "rb") as f:
+                    out[path] = f.read()
+    return out
+
+
+def wipe(subtree) -> None:
+    shutil.rmtree(subtree, ignore_errors=True)
+    os.makedirs(subtree, exist_ok=True)
