@@ -30,12 +30,14 @@ import sys
 import tempfile
 import time
 import zlib
+from array import array
+from bisect import bisect_left
 from typing import NamedTuple
 
 from . import checkpoint, errors
 from .epoch import CHECKPOINT_FILE
 from .logdir import CLEAN_SHUTDOWN_FILE, parse_partition_dir
-from .records import BATCH_OVERHEAD, decompress, iter_batches
+from .records import decompress, iter_batches
 
 USAGE, PROBLEMS, OK = 2, 1, 0
 LOG_SUFFIX, INDEX_SUFFIX, TIME_INDEX_SUFFIX, SNAPSHOT_SUFFIX = ".log", ".index", ".timeindex", ".snapshot"
@@ -281,21 +283,32 @@ class BatchRow(NamedTuple):
 
 
 class SegmentScan:
+    """What one pass over a segment found.  Memory stays small for huge segments: per batch only
+    its position and base offset (two int64 arrays); full rows only for the batches an index
+    entry names (or for every batch with keep_rows, which the replica comparison needs)."""
+
     def __init__(self, base_offset: int, path: str):
         self.base_offset = base_offset
         self.path = path
         self.size = 0
         self.valid_bytes = 0
-        self.batches: list[BatchRow] = []
+        self.batch_count = 0
+        self.first_offset: int | None = None
+        self.last_offset: int | None = None
+        self.crc_failures = 0
+        self.positions = array("q")
+        self.base_offsets = array("q")
+        self.rows: list[BatchRow] | None = None
+        self.at_position: dict[int, tuple[int, BatchRow]] = {}     # wanted by the offset index
+        self.ending_at: dict[int, tuple[int, BatchRow]] = {}       # wanted by either index
         self.index_entries: int | None = None
         self.time_index_entries: int | None = None
 
     def to_json(self) -> dict:
-        b = self.batches
         return {"base_offset": self.base_offset, "file": self.path, "size_bytes": self.size,
-                "valid_bytes": self.valid_bytes, "batch_count": len(b),
-                "first_offset": b[0].base_offset if b else None, "last_offset": b[-1].last_offset if b else None,
-                "crc_failures": sum(1 for x in b if not x.valid),
+                "valid_bytes": self.valid_bytes, "batch_count": self.batch_count,
+                "first_offset": self.first_offset, "last_offset": self.last_offset,
+                "crc_failures": self.crc_failures,
                 "index_entries": self.index_entries, "time_index_entries": self.time_index_entries}
 
 
@@ -321,15 +334,16 @@ class PartitionScan:
 
     @property
     def batch_count(self) -> int:
-        return sum(len(s.batches) for s in self.segments)
+        return sum(s.batch_count for s in self.segments)
 
     @property
     def lineage_pairs(self) -> list[tuple[int, int]]:
         return [(e["epoch"], e["start_offset"]) for e in self.lineage]
 
     def batches(self):
+        """Every batch's row (scanned with keep_rows=True)."""
         for s in self.segments:
-            yield from s.batches
+            yield from s.rows or ()
 
     def to_json(self) -> dict:
         return {
@@ -409,73 +423,79 @@ def _read_index(path: str, entry: struct.Struct) -> tuple[list[tuple], int, byte
     return entries, 0, data
 
 
-def _check_offset_index(seg: SegmentScan, is_last: bool, problems: list, warnings: list) -> None:
-    path = seg.path[: -len(LOG_SUFFIX)] + INDEX_SUFFIX
-    if not os.path.exists(path):
-        warnings.append(Issue("index_missing", "no offset index (Kafka rebuilds it on load)", path))
-        return
-    entries, unused, data = _read_index(path, _OFFSET_ENTRY)
-    seg.index_entries = len(entries)
-    if len(data) % _OFFSET_ENTRY.size:
-        problems.append(Issue("index", f"offset index length {len(data)} is not a multiple of 8", path))
-    if unused and not is_last:
-        warnings.append(Issue("index_untrimmed", f"{unused} unused slots after {len(entries)} entries in the "
-                              "index of a segment that is not the newest (not trimmed at roll)", path))
-    at = {b.position: i for i, b in enumerate(seg.batches)}
-    last_of = {b.last_offset: i for i, b in enumerate(seg.batches)}
-    previous = None
-    for n, (relative, position) in enumerate(entries):
-        offset = seg.base_offset + relative
-        where = dict(file=path, position=n * _OFFSET_ENTRY.size, offset=offset)
-        if previous is not None and (offset <= previous[0] or position <= previous[1]):
-            problems.append(Issue("index", f"entry {n} (offset {offset}, position {position}) does not follow "
-                                  f"entry {n - 1} (offset {previous[0]}, position {previous[1]})", **where))
-        previous = (offset, position)
-        i = at.get(position)
-        if i is None:
-            problems.append(Issue("index", f"entry {n} (offset {offset}) points at log position {position}, "
-                                  "which is not the start of a batch", **where))
-            continue
-        j = last_of.get(offset)
-        if j is None or j < i:
-            b = seg.batches[i]
-            problems.append(Issue("index", f"entry {n} says offset {offset} is at log position {position}, but "
-                                  f"the batch there holds {b.base_offset}..{b.last_offset}"
-                                  + ("" if j is not None else f" and no batch ends at offset {offset}"), **where))
+class _SegmentIndexes:
+    """A segment's two index files, read before its .log is scanned."""
 
+    def __init__(self, seg: SegmentScan, is_last: bool, problems: list, warnings: list):
+        self.offset_path = seg.path[: -len(LOG_SUFFIX)] + INDEX_SUFFIX
+        self.time_path = seg.path[: -len(LOG_SUFFIX)] + TIME_INDEX_SUFFIX
+        self.offset_entries: list = []
+        self.time_entries: list = []
+        for path, entry, kind, name, attr in ((self.offset_path, _OFFSET_ENTRY, "index", "index", "offset_entries"),
+                                              (self.time_path, _TIME_ENTRY, "time_index", "time index",
+                                               "time_entries")):
+            if not os.path.exists(path):
+                warnings.append(Issue("index_missing", f"no {'offset' if kind == 'index' else 'time'} index "
+                                      "(Kafka rebuilds it on load)", path))
+                continue
+            entries, unused, data = _read_index(path, entry)
+            setattr(self, attr, entries)
+            if len(data) % entry.size:
+                problems.append(Issue(kind, f"{name} length {len(data)} is not a multiple of {entry.size}", path))
+            if unused and not is_last:
+                warnings.append(Issue("index_untrimmed", f"{unused} unused slots after {len(entries)} entries in "
+                                      f"the {name} of a segment that is not the newest (not trimmed at roll)", path))
+        if os.path.exists(self.offset_path):
+            seg.index_entries = len(self.offset_entries)
+        if os.path.exists(self.time_path):
+            seg.time_index_entries = len(self.time_entries)
+        base = seg.base_offset
+        self.positions = {position for _relative, position in self.offset_entries}
+        self.lasts = {base + relative for relative, _position in self.offset_entries} | \
+            {base + relative for _timestamp, relative in self.time_entries}
 
-def _check_time_index(seg: SegmentScan, is_last: bool, problems: list, warnings: list) -> None:
-    path = seg.path[: -len(LOG_SUFFIX)] + TIME_INDEX_SUFFIX
-    if not os.path.exists(path):
-        warnings.append(Issue("index_missing", "no time index (Kafka rebuilds it on load)", path))
-        return
-    entries, unused, data = _read_index(path, _TIME_ENTRY)
-    seg.time_index_entries = len(entries)
-    if len(data) % _TIME_ENTRY.size:
-        problems.append(Issue("time_index", f"time index length {len(data)} is not a multiple of 12", path))
-    if unused and not is_last:
-        warnings.append(Issue("index_untrimmed", f"{unused} unused slots after {len(entries)} entries in the "
-                              "time index of a segment that is not the newest (not trimmed at roll)", path))
-    last_of = {b.last_offset: b for b in seg.batches}
-    previous = None
-    for n, (timestamp, relative) in enumerate(entries):
-        offset = seg.base_offset + relative
-        where = dict(file=path, position=n * _TIME_ENTRY.size, offset=offset)
-        if previous is not None and (timestamp <= previous[0] or offset < previous[1]):
-            problems.append(Issue("time_index", f"entry {n} (timestamp {timestamp}, offset {offset}) is out of "
-                                  f"order after (timestamp {previous[0]}, offset {previous[1]})", **where))
-        previous = (timestamp, offset)
-        batch = last_of.get(offset)
-        if batch is None:
-            problems.append(Issue("time_index", f"entry {n} (timestamp {timestamp}) names offset {offset}, which "
-                                  "is not the last offset of any batch", **where))
-        elif batch.max_timestamp != timestamp:
-            problems.append(Issue("time_index", f"entry {n} says timestamp {timestamp} for the batch ending at "
-                                  f"offset {offset}, whose max timestamp is {batch.max_timestamp}", **where))
+    def check(self, seg: SegmentScan, problems: list) -> None:
+        previous = None
+        for n, (relative, position) in enumerate(self.offset_entries):
+            offset = seg.base_offset + relative
+            where = dict(file=self.offset_path, position=n * _OFFSET_ENTRY.size, offset=offset)
+            if previous is not None and (offset <= previous[0] or position <= previous[1]):
+                problems.append(Issue("index", f"entry {n} (offset {offset}, position {position}) does not follow "
+                                      f"entry {n - 1} (offset {previous[0]}, position {previous[1]})", **where))
+            previous = (offset, position)
+            found = seg.at_position.get(position)
+            if found is None:
+                problems.append(Issue("index", f"entry {n} (offset {offset}) points at log position {position}, "
+                                      "which is not the start of a batch", **where))
+                continue
+            i, b = found
+            ending = seg.ending_at.get(offset)
+            # The entry's offset is the last offset of the batch (or appended chunk) that starts
+            # at its position: a batch at or after that position must end exactly there.
+            if ending is None or ending[0] < i:
+                problems.append(Issue("index", f"entry {n} says offset {offset} is at log position {position}, but "
+                                      f"the batch there holds {b.base_offset}..{b.last_offset}"
+                                      + ("" if ending is not None else f" and no batch ends at offset {offset}"),
+                                      **where))
+        previous = None
+        for n, (timestamp, relative) in enumerate(self.time_entries):
+            offset = seg.base_offset + relative
+            where = dict(file=self.time_path, position=n * _TIME_ENTRY.size, offset=offset)
+            if previous is not None and (timestamp <= previous[0] or offset < previous[1]):
+                problems.append(Issue("time_index", f"entry {n} (timestamp {timestamp}, offset {offset}) is out of "
+                                      f"order after (timestamp {previous[0]}, offset {previous[1]})", **where))
+            previous = (timestamp, offset)
+            ending = seg.ending_at.get(offset)
+            if ending is None:
+                problems.append(Issue("time_index", f"entry {n} (timestamp {timestamp}) names offset {offset}, "
+                                      "which is not the last offset of any batch", **where))
+            elif ending[1].max_timestamp != timestamp:
+                problems.append(Issue("time_index", f"entry {n} says timestamp {timestamp} for the batch ending at "
+                                      f"offset {offset}, whose max timestamp is {ending[1].max_timestamp}", **where))
 
 
 def scan_partition(log_dir: str, topic: str, partition: int, path: str, *, offsets: dict | None = None,
-                   progress=None, check_indexes: bool = True) -> PartitionScan:
+                   progress=None, check_indexes: bool = True, keep_rows: bool = False) -> PartitionScan:
     """Read one partition dir without changing anything: every batch's header and CRC, the
     structure (sizes, magic, offsets strictly increasing, nothing after the last whole batch),
     both indexes of every segment, and the epoch lineage against `leader-epoch-checkpoint`."""
@@ -495,23 +515,43 @@ def scan_partition(log_dir: str, topic: str, partition: int, path: str, *, offse
             if base is not None and base not in base_set:
                 ps.warnings.append(Issue("orphan", "index file without its .log (removed on the next load)", full))
     previous_last = None
-    epoch_batches = []
+    lineage = ps.lineage
     for k, base in enumerate(bases):
         seg = SegmentScan(base, os.path.join(path, f"{base:020d}{LOG_SUFFIX}"))
+        if keep_rows:
+            seg.rows = []
         ps.segments.append(seg)
+        indexes = _SegmentIndexes(seg, k == len(bases) - 1, ps.problems, ps.warnings) if check_indexes else None
+        wanted_positions = indexes.positions if indexes else ()
+        wanted_lasts = indexes.lasts if indexes else ()
         if previous_last is not None and base <= previous_last:
             ps.problems.append(Issue("disorder", f"segment base offset {base} is not above the previous segment's "
                                      f"last offset {previous_last}", seg.path, 0, base))
         data = _map_file(seg.path)
         seg.size = len(data)
         reported = 0
+        structural = False
         try:
             for batch in iter_batches(data, verify=False, source=seg.path):
-                row = BatchRow(batch.position, batch.base_offset, batch.last_offset, batch.partition_leader_epoch
-                               if batch.magic >= 2 else -1, batch.magic, batch.crc, batch.is_valid(),
-                               batch.size_bytes, batch.max_timestamp)
-                seg.batches.append(row)
+                magic = batch.magic
+                row = BatchRow(batch.position, batch.base_offset, batch.last_offset,
+                               batch.partition_leader_epoch if magic >= 2 else -1, magic, batch.crc,
+                               batch.is_valid(), batch.size_bytes, batch.max_timestamp)
+                i = seg.batch_count
+                seg.batch_count += 1
+                seg.positions.append(row.position)
+                seg.base_offsets.append(row.base_offset)
+                if seg.first_offset is None:
+                    seg.first_offset = row.base_offset
+                seg.last_offset = row.last_offset
+                if seg.rows is not None:
+                    seg.rows.append(row)
+                if row.position in wanted_positions:
+                    seg.at_position[row.position] = (i, row)
+                if row.last_offset in wanted_lasts:
+                    seg.ending_at[row.last_offset] = (i, row)
                 if not row.valid:
+                    seg.crc_failures += 1
                     ps.problems.append(Issue("crc", f"CRC mismatch (stored 0x{row.crc:08x})", seg.path,
                                              row.position, row.base_offset))
                 if row.base_offset < base:
@@ -526,56 +566,47 @@ def scan_partition(log_dir: str, topic: str, partition: int, path: str, *, offse
                     ps.problems.append(Issue("corrupt", f"last offset {row.last_offset} below base offset",
                                              seg.path, row.position, row.base_offset))
                 previous_last = max(previous_last if previous_last is not None else -1, row.last_offset)
-                if row.magic >= 2:
-                    epoch_batches.append((row.epoch, row.base_offset, row.last_offset))
+                # Epoch lineage: a batch whose epoch is above every earlier one starts an entry
+                # (what Kafka's segment recovery assigns); a smaller epoch later on is an anomaly.
+                epoch = row.epoch
+                if magic >= 2 and epoch >= 0:
+                    if not lineage or epoch > lineage[-1]["epoch"]:
+                        lineage.append({"epoch": epoch, "start_offset": row.base_offset,
+                                        "last_offset": row.last_offset, "batch_count": 1})
+                    elif epoch == lineage[-1]["epoch"]:
+                        lineage[-1]["last_offset"] = row.last_offset
+                        lineage[-1]["batch_count"] += 1
+                    else:
+                        ps.anomalies.append({"offset": row.base_offset, "epoch": epoch,
+                                             "previous_epoch": lineage[-1]["epoch"]})
                 seg.valid_bytes = row.position + row.size
                 if progress is not None and seg.valid_bytes - reported >= 1 << 20:
                     progress.update(seg.valid_bytes - reported)
                     reported = seg.valid_bytes
         except errors.StorageError as exc:
+            structural = True
             ps.problems.append(Issue("corrupt", exc.reason, seg.path, exc.position, exc.offset))
         finally:
             if progress is not None:
                 progress.update(seg.size - reported)
-        if seg.valid_bytes < seg.size and not any(p.kind == "corrupt" and p.file == seg.path for p in ps.problems):
+        if seg.valid_bytes < seg.size and not structural:
             ps.problems.append(Issue("partial_tail", f"{seg.size - seg.valid_bytes} bytes after the last whole batch "
                                      "(a torn write; recovery cuts it)", seg.path, seg.valid_bytes))
-        if check_indexes:
-            _check_offset_index(seg, k == len(bases) - 1, ps.problems, ps.warnings)
-            _check_time_index(seg, k == len(bases) - 1, ps.problems, ps.warnings)
+        if indexes is not None:
+            indexes.check(seg, ps.problems)
         del data
     if not bases:
         ps.warnings.append(Issue("empty", "no segments", path))
 
-    key = (topic, partition)
-    meta = offsets.get(key, {})
-    first_batch = next(ps.batches(), None)
+    meta = offsets.get((topic, partition), {})
     start = bases[0] if bases else 0
     if meta.get("log_start_offset", -1) >= 0:
         start = max(start, meta["log_start_offset"])
-    last = None
-    for s in reversed(ps.segments):
-        if s.batches:
-            last = s.batches[-1].last_offset
-            break
+    last = next((s.last_offset for s in reversed(ps.segments) if s.last_offset is not None), None)
     ps.log_start_offset = start
     ps.log_end_offset = last + 1 if last is not None else (bases[-1] if bases else start)
     ps.high_watermark = meta.get("high_watermark")
-    del first_batch
 
-    # Epoch lineage: a batch whose epoch is above every earlier one starts an entry (what
-    # Kafka's segment recovery assigns); a smaller epoch later on is an anomaly.
-    for epoch, base_offset, last_offset in epoch_batches:
-        if epoch < 0:
-            continue
-        if not ps.lineage or epoch > ps.lineage[-1]["epoch"]:
-            ps.lineage.append({"epoch": epoch, "start_offset": base_offset, "last_offset": last_offset,
-                               "batch_count": 1})
-        elif epoch == ps.lineage[-1]["epoch"]:
-            ps.lineage[-1]["last_offset"] = last_offset
-            ps.lineage[-1]["batch_count"] += 1
-        else:
-            ps.anomalies.append({"offset": base_offset, "epoch": epoch, "previous_epoch": ps.lineage[-1]["epoch"]})
     for a in ps.anomalies:
         ps.problems.append(Issue("epoch_regression", f"partition leader epoch goes back from {a['previous_epoch']} "
                                  f"to {a['epoch']}", path, None, a["offset"]))
@@ -611,7 +642,8 @@ def _partition_bytes(path: str) -> int:
     return total
 
 
-def scan_log_dir(path: str, *, progress: bool = True, check_indexes: bool = True) -> tuple[list[PartitionScan], list[Issue]]:
+def scan_log_dir(path: str, *, progress: bool = True,
+                 check_indexes: bool = True) -> tuple[list[PartitionScan], list[Issue]]:
     """Scan every partition under `path` (a log dir or a partition dir)."""
     parts = partition_dirs(path)
     metadata: dict[str, tuple] = {}
@@ -642,9 +674,9 @@ def cmd_verify(args) -> int:
                "bytes": sum(seg.size for s in scans for seg in s.segments),
                "problems": len(problems), "warnings": warning_count}
     if args.json:
-        _print_json({"path": os.path.abspath(args.dir), "ok": not problems, **summary,
-                     "warnings_log_dir": [w.to_json() for w in dir_warnings],
-                     "partition_reports": [s.to_json() for s in scans]})
+        _print_json({"path": os.path.abspath(args.dir), "ok": not problems, "summary": summary,
+                     "warnings": [w.to_json() for w in dir_warnings],
+                     "partitions": [s.to_json() for s in scans]})
         return PROBLEMS if problems else OK
     for w in dir_warnings:
         print(f"warning: {w.line()}")
@@ -703,14 +735,14 @@ def _recover_partition(log_dir: str, topic: str, partition: int, path: str, meta
         if after is None:
             entry.update(status="deleted", truncated_bytes=sizes_before[base],
                          reason="after the first invalid batch: nothing after it is trusted",
-                         position=0, batches_removed=len(seg.batches),
-                         first_offset_removed=seg.batches[0].base_offset if seg.batches else None)
+                         position=0, batches_removed=seg.batch_count, first_offset_removed=seg.first_offset)
             deleted += 1
         elif after < sizes_before[base]:
-            cut = [b for b in seg.batches if b.position >= after]
+            cut = bisect_left(seg.positions, after)
             entry.update(status="truncated", truncated_bytes=sizes_before[base] - after, position=after,
                          reason=report.get(base, (0, "cut"))[1] or "invalid data",
-                         batches_removed=len(cut), first_offset_removed=cut[0].base_offset if cut else None)
+                         batches_removed=seg.batch_count - cut,
+                         first_offset_removed=seg.base_offsets[cut] if cut < seg.batch_count else None)
         elif base in report and report[base][1].startswith("rebuilt"):
             entry.update(status="rebuilt", reason=report[base][1])
         truncated_total += entry["truncated_bytes"]
@@ -785,14 +817,14 @@ def cmd_recover(args) -> int:
         total = sum(_partition_bytes(p) for *_, p in work)
         results = []
         with _progress(total, "recover", not args.no_progress) as bar:
-            for (log_dir, topic, partition, path), (original_dir, *_rest) in zip(work, parts):
+            for (_, topic, partition, path), (original_dir, _t, _p, original_path) in zip(work, parts):
                 bar.set_description_str(f"{topic}-{partition}")
                 meta = metadata[original_dir].get((topic, partition), {})
                 result = _recover_partition(original_dir, topic, partition, path, meta, bar)
-                if args.dry_run:
-                    result["path"] = _rest[-1]
+                if args.dry_run:        # report the real paths, not the scratch copy's
+                    result["path"] = original_path
                     for s in result["segments"]:
-                        s["file"] = os.path.join(_rest[-1], os.path.basename(s["file"]))
+                        s["file"] = os.path.join(original_path, os.path.basename(s["file"]))
                 results.append(result)
         metadata_updated = False
         if not args.dry_run:
@@ -824,14 +856,15 @@ def cmd_recover(args) -> int:
                 print(f"  {_where(s['file'], s['position'], s['first_offset_removed'])}: {s['truncated_bytes']} bytes "
                       f"{verb} truncated{offsets}: {s['reason']}")
             elif s["status"] == "deleted":
-                print(f"  {s['file']}: {'would be' if args.dry_run else 'was'} deleted ({s['bytes_before']} bytes, {s['batches_removed']} batches), "
-                      f"{s['reason']}")
+                print(f"  {s['file']}: {'would be' if args.dry_run else 'was'} deleted ({s['bytes_before']} bytes, "
+                      f"{s['batches_removed']} batches), {s['reason']}")
             elif s["status"] in ("rebuilt", "created") and not args.quiet:
                 print(f"  {s['file']}: {s['reason']}")
         if r["epochs_before"] != r["epochs_after"] and r["epochs_after"] is not None:
             old = "none" if r["epochs_before"] is None else _lineage_text(
                 [(e["epoch"], e["start_offset"]) for e in r["epochs_before"]])
-            print(f"  leader-epoch-checkpoint: {old} -> {_lineage_text([(e['epoch'], e['start_offset']) for e in r['epochs_after']])}")
+            new = _lineage_text([(e["epoch"], e["start_offset"]) for e in r["epochs_after"]])
+            print(f"  leader-epoch-checkpoint: {old} -> {new}")
         for note in r["notes"]:
             print(f"  {note}")
     what = "dry run (nothing written): " if args.dry_run else ""
@@ -988,10 +1021,13 @@ def _record_lines(batch, args, out_json: list | None, emit) -> list[int]:
         value_size = -1 if record.value is None else len(record.value)
         item = {"offset": record.offset, "timestamp": record.timestamp, "key_size": key_size,
                 "value_size": value_size}
-        text, prefix = "| ", ""
+        # Kafka's layout exactly: "| offset: ..." then " key: ..." and " payload: ..."; with
+        # --skip-record-metadata the key takes the "| " prefix (and a line without one starts
+        # with " payload").
+        text, prefix = "", "| "
         if not args.skip_record_metadata:
-            text += (f"offset: {record.offset} {batch.timestamp_type}: {record.timestamp} keySize: {key_size} "
-                     f"valueSize: {value_size}")
+            text += (f"{prefix}offset: {record.offset} {batch.timestamp_type}: {record.timestamp} "
+                     f"keySize: {key_size} valueSize: {value_size}")
             prefix = " "
             if batch.magic >= 2:
                 sequence = -1 if batch.base_sequence < 0 else _increment_sequence(
@@ -1020,7 +1056,7 @@ def _record_lines(batch, args, out_json: list | None, emit) -> list[int]:
         if out_json is not None:
             out_json.append(item)
         else:
-            emit(text.rstrip() if text != "| " else "|")
+            emit(text)
     return offsets
 
 
@@ -1054,7 +1090,9 @@ class _Dump:
                 self.emit(f"Dumping {name}")
             base = os.path.basename(name)
             try:
-                if not os.path.isfile(name):
+                if os.path.isdir(name):
+                    self.error(f"{name}: is a directory (dump-log takes files; verify takes log dirs)", doc)
+                elif not os.path.isfile(name):
                     self.error(f"{name}: no such file", doc)
                 elif base.endswith(LOG_SUFFIX):
                     self.dump_log(name, doc)
@@ -1064,7 +1102,7 @@ class _Dump:
                     self.dump_index(name, doc)
                 elif base.endswith(SNAPSHOT_SUFFIX):
                     self.dump_snapshot(name, doc)
-                elif base == CHECKPOINT_FILE or base.endswith(".checkpoint") and "epoch" in base:
+                elif base.startswith(CHECKPOINT_FILE):
                     self.dump_epochs(name, doc)
                 else:
                     if doc is not None:
@@ -1099,16 +1137,15 @@ class _Dump:
     # ---- .log
     def dump_log(self, name: str, doc: dict | None) -> None:
         args = self.args
-        base = _segment_base(os.path.basename(name), LOG_SUFFIX)
-        start = base if base is not None else int(os.path.basename(name).split(".")[0] or 0) \
-            if os.path.basename(name).split(".")[0].isdigit() else None
+        stem = os.path.basename(name).split(".")[0]
+        start = int(stem) if stem.isdigit() else None
         if doc is not None:
             doc.update(kind="log", log_starting_offset=start, batches=[])
         elif start is not None:
             self.emit(f"Log starting offset: {start}")
         data = _map_file(name)
         deep = args.deep_iteration or args.print_data_log
-        valid_bytes, last_offset = 0, -1
+        valid_bytes, last_offset, structural = 0, -1, False
         gaps = []
         bar = _progress(len(data), os.path.basename(name), not args.no_progress and
                         (doc is not None or not sys.stdout.isatty()))
@@ -1135,6 +1172,7 @@ class _Dump:
                 valid_bytes += batch.size_bytes
                 bar.update(batch.size_bytes)
         except errors.StorageError as exc:
+            structural = True
             self.error(str(exc), doc)
         finally:
             bar.close()
@@ -1144,24 +1182,38 @@ class _Dump:
             doc["non_consecutive_offsets"] = [list(g) for g in gaps]
         if gaps:
             self.non_consecutive[name] = gaps
-        if trailing > 0 and not (doc or {}).get("errors"):
+        if trailing > 0 and not structural:
             message = f"Found {trailing} invalid bytes at the end of {os.path.basename(name)}"
             self.problems += 1
             if doc is None:
                 self.emit(message)
 
-    def _log_batches(self, index_path: str, suffix: str):
+    def _log_batches(self, index_path: str, suffix: str, base: int, entries, time_index: bool):
+        """The batches of the index's .log that its entries name: (SegmentScan or None, .log path).
+        Only their rows and an array of every batch's last offset are kept."""
         log_path = index_path[: -len(suffix)] + LOG_SUFFIX
         if not os.path.exists(log_path):
             return None, log_path
-        rows = []
+        seg = SegmentScan(base, log_path)
+        seg.lasts = array("q")
+        if time_index:
+            positions, lasts = (), {base + relative for _t, relative in entries}
+        else:
+            positions = {position for _relative, position in entries}
+            lasts = {base + relative for relative, _position in entries}
         try:
-            for b in iter_batches(_map_file(log_path), verify=False, source=log_path):
-                rows.append(BatchRow(b.position, b.base_offset, b.last_offset, -1, b.magic, b.crc, True, b.size_bytes,
-                                     b.max_timestamp))
+            for i, b in enumerate(iter_batches(_map_file(log_path), verify=False, source=log_path)):
+                seg.lasts.append(b.last_offset)
+                if b.position in positions or b.last_offset in lasts:
+                    row = BatchRow(b.position, b.base_offset, b.last_offset, -1, b.magic, b.crc, True, b.size_bytes,
+                                   b.max_timestamp)
+                    if b.position in positions:
+                        seg.at_position[b.position] = (i, row)
+                    if b.last_offset in lasts:
+                        seg.ending_at[b.last_offset] = (i, row)
         except errors.StorageError:
             pass    # entries past a corrupt batch are reported as not found
-        return rows, log_path
+        return seg, log_path
 
     def _index_base(self, name: str, suffix: str) -> int:
         stem = os.path.basename(name)[: -len(suffix)]
@@ -1200,20 +1252,20 @@ class _Dump:
             else:
                 self.emit(f"{name} passed sanity check.")
             return
-        rows, log_path = self._log_batches(name, INDEX_SUFFIX)
-        if rows is None:
+        seg, log_path = self._log_batches(name, INDEX_SUFFIX, base, entries, False)
+        if seg is None:
             self.error(f"{log_path}: no such file (the index cannot be checked against it)", doc)
-        at = {b.position: i for i, b in enumerate(rows or [])}
-        last_of = {b.last_offset: i for i, b in enumerate(rows or [])}
         mismatches = []
         for relative, position in entries:
             offset = base + relative
-            if rows is not None:
-                i = at.get(position)
-                j = last_of.get(offset)
-                if i is None or j is None or j < i:
-                    found = rows[i].last_offset if i is not None else -1
-                    mismatches.append((offset, found))
+            if seg is not None:
+                # Kafka's tool wants the batch at the position to end at the entry's offset; an
+                # appended chunk of several batches (a follower's fetch) is indexed by its last
+                # offset, so a batch at or after the position ending there is accepted too.
+                at = seg.at_position.get(position)
+                ending = seg.ending_at.get(offset)
+                if at is None or ending is None or ending[0] < at[0]:
+                    mismatches.append((offset, at[1].last_offset if at is not None else -1))
             if doc is not None:
                 doc["entries"].append({"offset": offset, "position": position})
             elif not args.verify_index_only:
@@ -1254,19 +1306,19 @@ class _Dump:
             else:
                 self.emit(f"{name} passed sanity check.")
             return
-        rows, log_path = self._log_batches(name, TIME_INDEX_SUFFIX)
-        if rows is None:
+        seg, log_path = self._log_batches(name, TIME_INDEX_SUFFIX, base, entries, True)
+        if seg is None:
             self.error(f"{log_path}: no such file (the time index cannot be checked against it)", doc)
-        last_of = {b.last_offset: b for b in rows or []}
         previous = -1
         mismatch, out_of_order, not_found = [], [], []
         for timestamp, relative in entries:
             offset = base + relative
-            if rows is not None:
-                batch = last_of.get(offset)
+            if seg is not None:
+                ending = seg.ending_at.get(offset)
+                batch = ending[1] if ending is not None else None
                 if batch is None:
-                    later = [b.last_offset for b in rows if b.last_offset >= offset]
-                    not_found.append((offset, later[0] if later else -1))
+                    later = bisect_left(seg.lasts, offset)
+                    not_found.append((offset, seg.lasts[later] if later < len(seg.lasts) else -1))
                 else:
                     if batch.max_timestamp != timestamp:
                         mismatch.append((timestamp, batch.max_timestamp))
@@ -1375,7 +1427,7 @@ def local_comparison(log_dirs: list[str]) -> tuple[str, list[dict]]:
         offsets, _source, _warnings = log_dir_offsets(d)
         for log_dir, topic, partition, path in partition_dirs(d):
             replicas.setdefault((topic, partition), []).append(
-                scan_partition(log_dir, topic, partition, path, offsets=offsets))
+                scan_partition(log_dir, topic, partition, path, offsets=offsets, keep_rows=True))
     results = []
     rows = []
     for (topic, partition), scans in sorted(replicas.items()):
@@ -1448,7 +1500,9 @@ class _DemoStory:
         from .messages import RECOVERING
 
         leader = "none" if s.leader < 0 else str(s.leader)
-        extra = ", RECOVERING" if s.leader_recovery_state == RECOVERING else ""
+        elr = getattr(s, "elr", None)
+        extra = f", ELR {elr}" if elr else ""
+        extra += ", RECOVERING" if s.leader_recovery_state == RECOVERING else ""
         return f"leader {leader}, leader epoch {s.leader_epoch}, ISR {s.isr}{extra}"
 
     def ends(self, brokers=DEMO_BROKERS) -> str:
@@ -1542,16 +1596,25 @@ class _DemoStory:
              f"broker 1 keeps {point1} of its {before[1]} offsets, broker 2 {point2} of {before[2]}.")
         self.run_until("brokers 1 and 2 fenced", lambda: all(c.controller.brokers[b].fenced for b in (1, 2))
                        and self.state().leader < 0)
-        _say(f"   Their sessions expire; the controller fences both: {self.describe()} (the last ISR member "
-             f"stays in the ISR, so the controller remembers who had the committed data).")
+        s = self.state()
+        if getattr(s, "elr", None):
+            why = ("KIP-966: the ISR fell below min.insync.replicas, so the brokers that left it keep their "
+                   "eligibility in the ELR -- the high watermark cannot have passed what they hold")
+        elif s.isr:
+            why = "the last ISR member stays in the ISR, so the controller remembers who had the committed data"
+        else:
+            why = "no replica is known to hold all the committed data"
+        _say(f"   Their sessions expire; the controller fences both: {self.describe()} ({why}).")
 
         c.brokers[3].start()
         self.run_until("broker 3 registered", lambda: c.brokers[3].registered
                        and not c.controller.brokers[3].fenced)
         c.run(200)
         leader_log = self.log(3)
+        s = self.state()
+        eligible = "the ISR or the ELR" if getattr(s, "elr", None) is not None else "the ISR"
         _say(f"5. Broker 3 comes back with offsets 0..{leader_log.log_end_offset - 1} (epoch 0). It is not in "
-             f"the ISR, so no clean election is possible: {self.describe()} -- the partition is offline.")
+             f"{eligible}, so no clean election is possible: {self.describe()} -- the partition is offline.")
         code = c.controller.elect_leader(DEMO_TOPIC, 0, unclean=True)
         c.controller_node.publish()
         self.run_until("broker 3 leads", lambda: c.brokers[3].manager.partition_state(DEMO_TOPIC, 0) is not None
@@ -1582,8 +1645,9 @@ class _DemoStory:
         _say(f"6. Broker 1 restarts. Its recovery finds its log ending at {after_restart} (epochs "
              f"{_lineage_text(epochs_before)}).")
         for replica, epoch, answer in [a for a in self.epoch_answers if a[0] == 1][:2]:
+            error = f" ({error_name(answer.error_code)})" if answer.error_code else ""
             _say(f"   It asks the leader OffsetForLeaderEpoch(epoch {epoch}) -> epoch {answer.leader_epoch}, end "
-                 f"offset {answer.end_offset} ({error_name(answer.error_code)}).")
+                 f"offset {answer.end_offset}{error}.")
         for _t, _p, offset in c.brokers[1].manager.fetcher.truncations:
             _say(f"   It truncates its log from {after_restart} to {offset} (everything after epoch 0 ended on "
                  f"the leader), fetches epoch {self.state().leader_epoch} and rejoins: {self.describe()}.")
@@ -1642,7 +1706,8 @@ class _DemoStory:
         epochs = {b: _lineage_text([tuple(e) for e in self.log(b).epoch_cache.entries]) for b in DEMO_BROKERS}
         _say(f"8. All three replicas hold the same {len(logs[1])} batches (offsets 0..{self.log(3).log_end_offset - 1},"
              f" CRCs equal); leader-epoch-checkpoint {epochs[3]} on each; high watermark "
-             f"{self.log(3).high_watermark}. The brokers shut down cleanly.")
+             f"{self.log(3).high_watermark}. The brokers shut down cleanly after {c.channel.now / 1000:.1f} s of "
+             f"simulated time.")
         c.close()
 
 
@@ -1827,6 +1892,10 @@ def main(argv: list[str] | None = None) -> int:
         except OSError:
             pass
         return OK
+    except OSError as exc:              # unreadable files, a full disk during recover, ...
+        where = exc.filename if exc.filename is not None else "I/O"
+        print(f"error: {where}: {exc.strerror or exc}", file=sys.stderr)
+        return PROBLEMS
     except KeyboardInterrupt:
         print("interrupted", file=sys.stderr)
         return 130

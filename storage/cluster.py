@@ -57,12 +57,15 @@ class BrokerNode:
         self.alive, self.registered, self.shutting_down = True, False, False
         self.broker_epoch = -1
         c.channel.register(self.broker_id, self.handle)
-        c.channel.request(self.broker_id, CONTROLLER_ID, m.BrokerRegistrationRequest(self.broker_id, self.incarnation),
-                          self._on_registered)
+        self.previous_broker_epoch = logdir.previous_broker_epoch
+        c.channel.request(self.broker_id, CONTROLLER_ID, self._registration(), self._on_registered)
+
+    def _registration(self) -> m.BrokerRegistrationRequest:
+        return m.BrokerRegistrationRequest(self.broker_id, self.incarnation, self.previous_broker_epoch)
 
     def _on_registered(self, response: m.BrokerRegistrationResponse) -> None:
         if self.alive and response.error_code == Errors.NONE:
-            self.broker_epoch = self.manager.broker_epoch = response.broker_epoch
+            self.broker_epoch = self.manager.broker_epoch = self.manager.logdir.broker_epoch = response.broker_epoch
             self.registered = True
 
     def crash(self, *, lose_unflushed: bool = False) -> None:
@@ -128,6 +131,9 @@ class BrokerNode:
                               m.BrokerHeartbeatRequest(self.broker_id, self.broker_epoch,
                                                        want_shut_down=self.shutting_down), self._on_heartbeat)
         if not self.registered:
+            if now - self._last_heartbeat >= c.request_timeout_ms:   # a lost registration is sent again
+                self._last_heartbeat = now
+                c.channel.request(self.broker_id, CONTROLLER_ID, self._registration(), self._on_registered)
             return
         for request in manager.take_alter_partition_requests():
             self._alter_sent[id(request)] = now
@@ -174,6 +180,7 @@ class ControllerNode:
         self.cluster = cluster
         self.controller = controller
         self.last_heartbeat: dict[int, int] = {}
+        self.last_republish = 0
 
     def handle(self, src: int, message):
         c = self.controller
@@ -197,6 +204,11 @@ class ControllerNode:
 
     def step(self) -> None:
         now = self.cluster.channel.now
+        if now - self.last_republish >= self.cluster.metadata_refresh_ms:
+            # Brokers replay the metadata log in KRaft; over a lossy channel the pushes are
+            # simply repeated (an unchanged state is ignored by the broker).
+            self.last_republish = now
+            self.controller.republish()
         for broker_id, registration in self.controller.brokers.items():
             last = self.last_heartbeat.get(broker_id, now)
             if not registration.fenced and now - last > self.cluster.session_timeout_ms:
@@ -211,6 +223,7 @@ class Cluster:
                  unclean_leader_election: bool = False, min_insync_replicas: int = 1,
                  replica_lag_time_max_ms: int = 10_000, session_timeout_ms: int = 9_000,
                  heartbeat_interval_ms: int = 500, request_timeout_ms: int = 3_000, step_ms: int = 5,
+                 metadata_refresh_ms: int = 1_000,
                  recovery_hook: Callable | None = None, fetcher_options: dict | None = None,
                  channel: Channel | None = None):
         self.root = os.fspath(root)
@@ -223,12 +236,14 @@ class Cluster:
         self.heartbeat_interval_ms = heartbeat_interval_ms
         self.request_timeout_ms = request_timeout_ms
         self.step_ms = step_ms
+        self.metadata_refresh_ms = metadata_refresh_ms
         self.recovery_hook = recovery_hook
         self.fetcher_options = {"backoff_ms": 100, "request_timeout_ms": request_timeout_ms,
                                 **(fetcher_options or {})}
         self.channel = channel or Channel(seed)
         self.controller = Controller(os.path.join(self.root, "controller"),
-                                     unclean_leader_election=unclean_leader_election, sync=self.config.fsync)
+                                     unclean_leader_election=unclean_leader_election, sync=self.config.fsync,
+                                     min_insync_replicas=min_insync_replicas)
         self.controller_node = ControllerNode(self, self.controller)
         self.channel.register(CONTROLLER_ID, self.controller_node.handle)
         self.brokers = {b: BrokerNode(self, b) for b in range(1, brokers + 1)}

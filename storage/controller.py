@@ -46,8 +46,11 @@ class Controller:
     """The metadata of a cluster.  `path` holds its LMDB store (None: memory only)."""
 
     def __init__(self, path=None, *, controller_id: int = 3000, unclean_leader_election: bool = False,
-                 sync: bool = True):
+                 sync: bool = True, min_insync_replicas: int = 1):
         self.controller_id = controller_id
+        # KIP-966: with min.insync.replicas > 1, replicas leaving an ISR that drops below it keep
+        # their eligibility (ELR) -- the HW cannot have advanced past what they hold.
+        self.min_insync_replicas = min_insync_replicas
         self.unclean_leader_election = unclean_leader_election
         if path is not None:
             os.makedirs(path, exist_ok=True)
@@ -97,6 +100,12 @@ class Controller:
         for b in self.brokers:
             self._outbox.append((b, update))
 
+    def republish(self) -> None:
+        """Queue the whole current metadata again (what a broker replaying the log would see)."""
+        self._publish_metadata()
+        for state in self.partitions.values():
+            self._publish(state)
+
     def _publish(self, state: PartitionState) -> None:
         request = LeaderAndIsrRequest(self.controller_id, self.controller_epoch, [state.copy()])
         for b in state.replicas:
@@ -120,9 +129,14 @@ class Controller:
         else:
             epoch = self.next_broker_epoch
             self.next_broker_epoch += 1
+        # KIP-966: a broker that did not shut down cleanly (its marker does not carry the epoch
+        # it had) may have lost data: it cannot stay the last ISR member nor remain eligible.
+        unclean = current is not None and request.previous_broker_epoch != current.broker_epoch \
+            and guards.on("M18")
         # A new incarnation starts fenced; its old leaderships are gone.
         self.brokers[request.broker_id] = Registration(request.broker_id, epoch, request.incarnation_id)
-        changed = self._remove_broker_from_partitions(request.broker_id) if current is not None else []
+        changed = self._remove_broker_from_partitions(request.broker_id, unclean=unclean) \
+            if current is not None else []
         self._commit(brokers=[request.broker_id], partitions=changed)
         self._publish_metadata()
         for key in changed:
@@ -173,22 +187,33 @@ class Controller:
             self._publish(self.partitions[key])
         return response
 
-    def _remove_broker_from_partitions(self, broker_id: int, *, shutting_down: bool = False) -> list:
-        """Take a broker out of every ISR (except as the last member) and out of leadership."""
+    @property
+    def _elr_enabled(self) -> bool:
+        return self.min_insync_replicas > 1
+
+    def _remove_broker_from_partitions(self, broker_id: int, *, shutting_down: bool = False,
+                                       unclean: bool = False) -> list:
+        """Take a broker out of every ISR and out of leadership.  Without ELR the last member
+        stays (with no leader); with ELR it moves to the ELR; after an unclean restart it
+        leaves both."""
         changed = []
         for key, s in self.partitions.items():
-            if broker_id not in s.isr and s.leader != broker_id:
+            if broker_id not in s.isr and s.leader != broker_id and not (unclean and broker_id in s.elr):
                 continue
-            old = (s.leader, list(s.isr))
-            if broker_id in s.isr and len(s.isr) > 1:
+            old = (s.leader, list(s.isr), list(s.elr))
+            if broker_id in s.isr and (len(s.isr) > 1 or unclean or self._elr_enabled):
                 s.isr = [b for b in s.isr if b != broker_id]
+                if self._elr_enabled and not unclean and len(s.isr) < self.min_insync_replicas:
+                    s.elr = sorted(set(s.elr) | {broker_id})
+            if unclean:
+                s.elr = [b for b in s.elr if b != broker_id]
             if s.leader == broker_id:
                 candidates = [b for b in s.replicas if b in s.isr and b != broker_id and self.active(b)]
                 if candidates:
                     self._set_leader(s, candidates[0])
-                elif not shutting_down:
+                elif not shutting_down or not s.isr:
                     self._set_leader(s, NO_LEADER)
-            if (s.leader, s.isr) != old:
+            if (s.leader, s.isr, s.elr) != old:
                 if s.leader == old[0]:
                     s.partition_epoch += 1
                 changed.append(key)
@@ -221,11 +246,17 @@ class Controller:
                     self._set_leader(s, b)
                     return True
                 return False
+        for b in s.replicas:   # KIP-966: an eligible leader replica holds every committed record
+            if b in s.elr and self.active(b):
+                self._set_leader(s, b)
+                s.isr = [b]
+                s.elr = [x for x in s.elr if x != b]
+                return True
         if unclean:
             for b in s.replicas:
                 if self.active(b):
                     self._set_leader(s, b)
-                    s.isr = [b]
+                    s.isr, s.elr = [b], []
                     if guards.on("M17"):
                         s.leader_recovery_state = RECOVERING
                     self.unclean_elections.append((s.topic, s.partition, b, s.leader_epoch,
@@ -252,6 +283,28 @@ class Controller:
             return Errors.NONE
         return Errors.ELECTION_NOT_NEEDED if s.leader != NO_LEADER and self.active(s.leader) \
             else Errors.LEADER_NOT_AVAILABLE
+
+    def recover_partition(self, topic: str, partition: int, offers: dict[int, tuple[int, int]]) -> int:
+        """KIP-966's unclean recovery for a partition with no ISR and no ELR left: elect the live
+        replica with the longest log in the latest epoch (offers: broker -> (latest epoch, log
+        end offset)), RECOVERING with ISR = [leader].  With at most min.insync.replicas - 1
+        replicas that lost data, that replica holds every committed record."""
+        s = self.partitions.get((topic, partition))
+        if s is None:
+            return Errors.UNKNOWN_TOPIC_OR_PARTITION
+        if s.leader != NO_LEADER or s.isr or s.elr:
+            return Errors.ELECTION_NOT_NEEDED
+        live = {b: o for b, o in offers.items() if b in s.replicas and self.active(b)}
+        if not live:
+            return Errors.LEADER_NOT_AVAILABLE
+        best = max(sorted(live), key=lambda b: live[b])
+        self._set_leader(s, best)
+        s.isr = [best]
+        s.leader_recovery_state = RECOVERING
+        self.unclean_elections.append((topic, partition, best, s.leader_epoch, True))
+        self._commit(partitions=[(topic, partition)])
+        self._publish(s)
+        return Errors.NONE
 
     def move_leader(self, topic: str, partition: int, new_leader: int) -> int:
         """Hand leadership to another active ISR member (a preferred-leader election)."""
@@ -310,7 +363,13 @@ class Controller:
                 return answer(Errors.INELIGIBLE_REPLICA)
             if guards.on("M13") and member.broker_epoch != -1 and member.broker_epoch != reg.broker_epoch:
                 return answer(Errors.INELIGIBLE_REPLICA)
+        removed = [b for b in s.isr if b not in new_isr]
         s.isr = list(new_isr)
+        s.elr = [b for b in s.elr if b not in new_isr]
+        if self._elr_enabled and len(new_isr) < self.min_insync_replicas:
+            s.elr = sorted(set(s.elr) | set(removed))
+        elif len(new_isr) >= self.min_insync_replicas:
+            s.elr = []
         s.leader_recovery_state = request.leader_recovery_state
         s.partition_epoch += 1
         self._commit(partitions=[key])

@@ -10,6 +10,7 @@ from __future__ import annotations
 import contextlib
 
 CATALOGUE = {
+    "M0": "the canary: switched off, every seed divisible by 100 must be reported",
     "M1": "truncate by OffsetForLeaderEpoch, not to the high watermark",
     "M3": "OffsetForLeaderEpoch answers (epoch, offset) and the follower iterates (KIP-279)",
     "M4": "a new leader persists (epoch, log end offset) before anything else",
@@ -24,6 +25,7 @@ CATALOGUE = {
     "M15": "a retried AlterPartition keeps the broker epochs",
     "M16": "StopReplica with an older leader epoch is fenced (KIP-570)",
     "M17": "an unclean leader is RECOVERING with ISR = [leader] until it reports RECOVERED (KIP-704)",
+    "M18": "a broker back from an unclean shutdown is not kept as the last ISR member (KIP-966)",
     "M19": "the high watermark does not advance while the ISR is below min.insync.replicas",
     "M20": "recovery truncates the epoch cache to the recovered log end offset",
     "M21": "epoch 0 is an epoch like any other when the cache is rebuilt",

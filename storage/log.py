@@ -112,6 +112,9 @@ class PartitionLog:
         self._bases: list[int] = []
         self._dir_dirty = False
         self._validate_struct = ffi.new("plog_validate *")   # reused by every append (under the lock)
+        self.on_recovery_point_lowered = None   # LogDir persists the lowered recovery point
+        self._recovered_from: int | None = None
+        self._recovered_epochs: list[tuple[int, int]] = []
         self.recovery_report: list[tuple[int, int, str]] = []
         seam = _io.current()
         seam.mkdir(self.path)
@@ -208,15 +211,38 @@ class PartitionLog:
             self.recovery_point = start
 
     def _assign_recovered_epochs(self, segment: Segment, report) -> None:
-        """LogSegment.recover: a v2 batch whose epoch is newer than the cache's latest starts it."""
+        """Collect the epoch changes of a recovered segment (applied by _reconcile_epochs)."""
         epochs = report.epochs if report.epoch_count <= len(report.epochs) else segment.scan_epochs()
+        if self._recovered_from is None:
+            self._recovered_from = segment.base_offset
+        self._recovered_epochs.extend(epochs)
+
+    def _reconcile_epochs(self) -> None:
+        """LogSegment.recover assigns a batch's epoch when it is newer than the cache's latest.
+        Stricter than Kafka: when the cache's entries over the recovered range are not exactly
+        the epoch changes of the recovered batches (the checkpoint describes data a crash took
+        back, or older data a crash brought back), the batches win: the cache is cut at the
+        start of the range and rebuilt from them, so OffsetForLeaderEpoch describes this log."""
+        if self._recovered_from is None:
+            return
         cache = self.epoch_cache
         lowest = 0 if guards.on("M21") else 1
-        for epoch, offset in epochs:
-            if epoch >= lowest and (cache.latest_epoch is None or epoch > cache.latest_epoch):
+        changes = []
+        for epoch, offset in self._recovered_epochs:
+            if epoch >= lowest and (not changes or epoch > changes[-1][0]):
+                changes.append((epoch, offset))
+        start = self._recovered_from
+        in_range = [tuple(e) for e in cache.entries if e.start_offset >= start]
+        before = cache.epoch_for_offset(start - 1) if start > 0 else None
+        expected = [c for c in changes if not (c[1] == start and c[0] == before)]
+        if in_range[: len(expected)] != expected:
+            cache.truncate_from_end(start)
+        for epoch, offset in changes:
+            if cache.latest_epoch is None or epoch > cache.latest_epoch:
                 cache.assign(epoch, offset)
 
     def _repair_epoch_cache(self) -> None:
+        self._reconcile_epochs()
         cache = self.epoch_cache
         if cache.load_error is not None:
             # A malformed checkpoint is never trusted: rebuild it from every batch.
@@ -538,8 +564,13 @@ class PartitionLog:
             if not active.active:
                 active.unseal()
             self.log_end_offset = offset
+            lowered = offset < self.recovery_point
             self.recovery_point = min(self.recovery_point, offset)
             self.high_watermark = min(self.high_watermark, offset)
+            if lowered and self.on_recovery_point_lowered is not None:
+                # Data below the stored recovery point changed: the store must know before any
+                # rewrite of that range could be flushed, or a crash would skip its recovery.
+                self.on_recovery_point_lowered(self)
             self.log_start_offset = min(self.log_start_offset, offset)
             self._after_truncate(offset)
             return True

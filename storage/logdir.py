@@ -65,6 +65,12 @@ class LogDir:
         seam.mkdir(self.path)
         marker = os.path.join(self.path, CLEAN_SHUTDOWN_FILE)
         self.had_clean_shutdown = seam.exists(marker)
+        self.previous_broker_epoch = -1       # the epoch the clean shutdown recorded (KIP-966)
+        if self.had_clean_shutdown:
+            try:
+                self.previous_broker_epoch = int(json.loads(seam.read_file(marker)).get("brokerEpoch", -1))
+            except (ValueError, AttributeError, OSError):
+                self.previous_broker_epoch = -1
         if self.had_clean_shutdown and guards.on("M23"):
             seam.unlink(marker)
             seam.fsync_dir(self.path, self._sync_flags)
@@ -116,8 +122,15 @@ class LogDir:
             clean_shutdown=self.had_clean_shutdown)
         if log.recovery_report:
             self.recovery_report[key] = list(log.recovery_report)
+        log.on_recovery_point_lowered = self._store_offsets
         self._logs[key] = log
         return log
+
+    def _store_offsets(self, log: PartitionLog) -> None:
+        key = next((k for k, v in self._logs.items() if v is log), None)
+        if key is not None and not self._closed:
+            self.meta.put_partitions({key: PartitionOffsets(log.recovery_point, log.log_start_offset,
+                                                            log.high_watermark)})
 
     def _ensure_open(self) -> None:
         if self._closed:

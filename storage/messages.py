@@ -35,10 +35,11 @@ class PartitionState:
     isr: list[int]
     replicas: list[int]
     leader_recovery_state: int = RECOVERED
+    elr: list[int] = field(default_factory=list)    # KIP-966 eligible leader replicas
 
     def copy(self) -> "PartitionState":
         return PartitionState(self.topic, self.partition, self.leader, self.leader_epoch, self.partition_epoch,
-                              list(self.isr), list(self.replicas), self.leader_recovery_state)
+                              list(self.isr), list(self.replicas), self.leader_recovery_state, list(self.elr))
 
 
 @dataclass
@@ -100,6 +101,7 @@ class StopReplicaResponse:
 class BrokerRegistrationRequest:
     broker_id: int
     incarnation_id: str
+    previous_broker_epoch: int = -1     # KIP-966: from the clean-shutdown marker, -1 after a crash
 
 
 @dataclass

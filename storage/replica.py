@@ -115,7 +115,8 @@ class ReplicaManager:
 
     def __init__(self, broker_id: int, logdir: LogDir, *, broker_epoch: int = -1, min_insync_replicas: int = 1,
                  replica_lag_time_max_ms: int = 30_000, produce_timeout_ms: int = 30_000,
-                 clock: Callable[[], int] | None = None, recovery_hook=None, fetcher_options: dict | None = None):
+                 clock: Callable[[], int] | None = None, recovery_hook=None, fetcher_options: dict | None = None,
+                 follower_reads: bool = False):
         from .fetcher import ReplicaFetcher
 
         self.broker_id = broker_id
@@ -126,6 +127,7 @@ class ReplicaManager:
         self.produce_timeout_ms = produce_timeout_ms
         self.clock = clock or _now_ms
         self.recovery_hook = recovery_hook
+        self.follower_reads = follower_reads    # KIP-392 reads from followers (opt-in, as in Kafka)
         self.controller_epoch = 0
         self.metadata: dict[int, BrokerInfo] = {}
         self.partitions: dict[tuple[str, int], Partition] = {}
@@ -386,9 +388,9 @@ class ReplicaManager:
         log = p.log
         from_follower = request.replica_id != CONSUMER_REPLICA_ID
         if p.leader != self.broker_id:
-            if from_follower or p.recovering:
+            if from_follower or p.recovering or not self.follower_reads:
                 return answer(Errors.NOT_LEADER_OR_FOLLOWER)
-            return self._read(p, item, log.high_watermark, answer)      # a consumer reading a follower
+            return self._read(p, item, log.high_watermark, answer)      # KIP-392: a consumer reading a follower
         if p.recovering and guards.on("M17"):
             return answer(Errors.NOT_LEADER_OR_FOLLOWER)
         if from_follower and request.replica_id not in p.replicas:
@@ -403,6 +405,10 @@ class ReplicaManager:
                 # KIP-320: the follower diverged; no data, no follower state update.
                 return answer(Errors.NONE, high_watermark=log.high_watermark, log_start_offset=log.log_start_offset,
                               diverging_epoch=EpochEndOffset(epoch, end_offset))
+        if not from_follower and log.high_watermark < p.leader_epoch_start_offset:
+            # A new leader whose high watermark has not reached its epoch start yet would show
+            # consumers a high watermark below the one its predecessor showed (I6).
+            return answer(Errors.OFFSET_NOT_AVAILABLE)
         limit = log.log_end_offset if from_follower else log.high_watermark
         response = self._read(p, item, limit, answer)
         if response.error_code or not from_follower:

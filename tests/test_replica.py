@@ -801,6 +801,8 @@ def test_guard_m17_off_serves_while_recovering(make_manager, simulation):
 
 def test_follower_refuses_consumer_fetch_while_recovering(make_manager):
     follower = make_manager(2)
+    assert fetch(follower, CONSUMER, 0).error_code != Errors.NONE    # follower reads are opt-in (KIP-392)
+    follower.follower_reads = True
     seed(follower, (3, 2))
     log_of(follower).update_high_watermark(2)
     follower.apply_partition_state(state(1, 4, [1], recovery=RECOVERING))

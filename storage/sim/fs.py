@@ -64,6 +64,7 @@ class SimFS(PosixIO):
         self.durable_ns: dict[str, int] = {}    # the names a crash in mode (a) keeps
         self.durable_data: dict[int, bytes] = {}
         self.pending_ns: list[tuple] = []       # namespace changes since their dir's fsync
+        self.truncated_to: dict[int, int] = {}  # inode -> smallest size it was cut to since its fsync
         self.fd_inode: dict[int, int] = {}
         self.adopt()
 
@@ -82,6 +83,7 @@ class SimFS(PosixIO):
         self.durable_ns.clear()
         self.durable_data.clear()
         self.pending_ns.clear()
+        self.truncated_to.clear()
         for directory, _dirs, files in os.walk(self.root):
             for name in files:
                 path = os.path.join(directory, name)
@@ -112,6 +114,7 @@ class SimFS(PosixIO):
                 self.pending_ns.append(("create", path, inode))
         elif tracked and flags & 8:   # O_TRUNCATE of an existing file
             self._mutation("truncate")
+            self._note_truncate(self.inode_of[path], 0)
         fd = super().open(path, flags)
         if tracked and path in self.inode_of:
             self.fd_inode[fd] = self.inode_of[path]
@@ -126,9 +129,13 @@ class SimFS(PosixIO):
             self._mutation("write")
         return super().pwrite(fd, data, offset)
 
+    def _note_truncate(self, inode: int, size: int) -> None:
+        self.truncated_to[inode] = min(size, self.truncated_to.get(inode, size))
+
     def ftruncate(self, fd, size):
         if fd in self.fd_inode:
             self._mutation("truncate")
+            self._note_truncate(self.fd_inode[fd], size)
         return super().ftruncate(fd, size)
 
     def fsync(self, fd, flags=0):
@@ -137,6 +144,7 @@ class SimFS(PosixIO):
         if inode is not None:
             self._mutation("fsync")
             self.durable_data[inode] = super().pread(fd, super().fsize(fd), 0)
+            self.truncated_to.pop(inode, None)
         return super().fsync(fd, flags | 1)
 
     def msync(self, address, length, flags=0):
@@ -221,7 +229,7 @@ class SimFS(PosixIO):
             durable = self.durable_data.get(inode, b"")
             live_path = next((p for p, i in self.inode_of.items() if i == inode), None)
             current = self._current(live_path) if live_path and os.path.exists(live_path) else durable
-            files[path] = self._data(durable, current, mode, faults)
+            files[path] = self._data(durable, current, mode, faults, self.truncated_to.get(inode))
         if "S5" in faults:
             renamed = [op[2] for op in pending if op[0] == "rename" and op[2] in files]
             for path in renamed:
@@ -237,10 +245,13 @@ class SimFS(PosixIO):
                 files[path] = bytes(data)
         return files
 
-    def _data(self, durable: bytes, current: bytes, mode: str, faults) -> bytes:
+    def _data(self, durable: bytes, current: bytes, mode: str, faults, truncated_to: int | None = None) -> bytes:
         rng = self.random
         if durable == current or mode == "a":
             data = durable
+        elif mode in "bc" and truncated_to is not None and truncated_to < len(durable) and rng.random() < 0.5:
+            # The truncation reached the disk, the writes after it did not (ordered prefix).
+            data = durable[:truncated_to]
         elif mode == "b":
             if current.startswith(durable):
                 data = current[: rng.randint(len(durable), len(current))]

@@ -1,0 +1,395 @@
+"""The deterministic cluster simulator: one seed decides everything.
+
+A controller and three brokers (storage.cluster) run on the real engine, over the simulated
+file system (fsync disabled, page cache lost on crash) and the in-process channel (drops,
+duplicates, reordering, delays, partitions).  A client produces with acks=all and consumes.
+Faults, drawn per seed (swarm): process crashes with restart under a new broker epoch (P1),
+page-cache loss (S1 a-c) with torn sectors (S3) and size-before-data (S4), disk wipe (S12),
+controlled shutdown (P3), fencing not tied to a failure (P4), unclean election when the
+profile allows it (P6), network partitions (N4) and the channel's N1-N3, plus BUGGIFY sites
+(forced rolls, tiny fetches, spontaneous leader moves, delayed AlterPartition).
+
+Oracle: I1, I2, I7 after every step, I8/I9 every few steps, I12 on restarts (no garbage after
+recovery), the history check I13 (lost-write, duplicate, inconsistent-offsets,
+nonmonotonic-poll, unseen) and liveness I14 after healing.  The safety profile keeps at most
+MinISR - 1 replicas unclean at a time; the beyond-budget profile allows loss and checks
+detection instead (no divergence below a surviving high watermark, RECOVERING after an
+unclean election, no batch served that fails its CRC).
+"""
+from __future__ import annotations
+
+import collections
+import hashlib
+import os
+import random
+import shutil
+from dataclasses import dataclass, field
+
+from .. import guards
+from .. import io as sio
+from .. import messages as m
+from ..channel import Channel
+from ..cluster import Cluster
+from ..errors import Errors
+from ..log import LogConfig
+from ..records import Record, build_batch, iter_batches
+from . import invariants
+from .fs import SimFS
+
+TOPIC, PARTITION = "t", 0
+
+
+@dataclass
+class SimResult:
+    seed: int
+    profile: str
+    steps: int = 0
+    faults: collections.Counter = field(default_factory=collections.Counter)
+    violations: list = field(default_factory=list)
+    trace: list = field(default_factory=list)
+    acked: int = 0
+    polled: int = 0
+
+    @property
+    def trace_hash(self) -> str:
+        return hashlib.sha256(repr(self.trace).encode()).hexdigest()[:16]
+
+    def to_dict(self) -> dict:
+        return {"seed": self.seed, "profile": self.profile, "steps": self.steps, "faults": dict(self.faults),
+                "violations": self.violations, "trace_hash": self.trace_hash, "acked": self.acked,
+                "polled": self.polled}
+
+
+class _Client:
+    """A producer (acks=all) and a consumer reading up to the high watermark."""
+
+    def __init__(self):
+        self.acked: dict[bytes, int] = {}        # value -> offset it was acknowledged at
+        self.pending: dict[bytes, int] = {}      # value -> broker it was sent to
+        self.indeterminate: set[bytes] = set()   # sent to a broker that died before answering
+        self.polled: list[tuple[int, bytes]] = []
+        self.position = 0
+        self.sent = 0
+
+
+class Simulation:
+    def __init__(self, seed: int, root, *, profile: str = "safety", steps: int = 300):
+        self.seed, self.profile, self.steps = seed, profile, steps
+        self.root = os.fspath(root)
+        self.rng = random.Random(seed)
+        self.result = SimResult(seed, profile)
+        rng = self.rng
+        self.buggify = {name: rng.random() < 0.25 for name in ("tiny_segments", "tiny_fetch", "leader_moves",
+                                                              "delay_alter")}
+        self.channel = Channel(seed, min_delay_ms=1, max_delay_ms=rng.choice((1, 5, 20)),
+                               loss=rng.choice((0.0, 0.0, 0.02, 0.05)), duplicate=rng.choice((0.0, 0.02, 0.05)),
+                               reorder=rng.random() < 0.5)
+        self.unclean_allowed = profile == "beyond" and rng.random() < 0.7
+        self.min_isr = 2
+        self.client = _Client()
+        self.unclean: set[int] = set()           # brokers that lost data and have not caught up
+        self.down: set[int] = set()
+        self.seen_hw = 0
+
+    # ---- running ----
+    def run(self) -> SimResult:
+        shutil.rmtree(self.root, ignore_errors=True)
+        os.makedirs(self.root)
+        self.fs = SimFS(self.root, seed=self.seed)
+        segment_bytes = 2048 if self.buggify["tiny_segments"] else 32 * 1024
+        config = LogConfig(segment_bytes=segment_bytes, index_interval_bytes=256, segment_index_bytes=4096,
+                           fsync=False)
+        fetch_bytes = 300 if self.buggify["tiny_fetch"] else 1 << 20
+        with sio.using(self.fs):
+            self.cluster = Cluster(self.root, 3, seed=self.seed, channel=self.channel, config=config,
+                                   unclean_leader_election=self.unclean_allowed,
+                                   min_insync_replicas=self.min_isr, fetcher_options={"max_bytes": fetch_bytes})
+            self.cluster.create_partition(TOPIC, PARTITION, [1, 2, 3])
+            try:
+                for step in range(self.steps):
+                    self.result.steps = step + 1
+                    self._step(step)
+                    self._check(step)
+                    if self.result.violations:
+                        break
+                if not self.result.violations:
+                    self._heal_and_check()
+            finally:
+                self._stop()
+        self.result.acked = len(self.client.acked)
+        self.result.polled = len(self.client.polled)
+        self.result.trace = [self.result.trace, self.channel.trace]
+        if not guards.on("M0") and self.seed % 100 == 0:
+            self.result.violations.append("M0 canary: seed % 100 == 0")
+        return self.result
+
+    def _note(self, what: str) -> None:
+        self.result.trace.append((self.channel.now, what))
+
+    def _stop(self) -> None:
+        for node in self.cluster.brokers.values():
+            if node.alive:
+                node.crash()
+        self.cluster.controller.close()
+
+    def _step(self, step: int) -> None:
+        rng, c = self.rng, self.cluster
+        roll = rng.random()
+        if roll < 0.45:
+            self._produce()
+        elif roll < 0.60:
+            self._consume()
+        elif roll < 0.66:
+            self._crash(rng.choice([1, 2, 3]))
+        elif roll < 0.72:
+            self._restart_one()
+        elif roll < 0.75:
+            a, b = rng.sample([1, 2, 3], 2)
+            self.channel.partition(a, b)
+            self.result.faults["N4"] += 1
+            self._note(f"partition {a}-{b}")
+        elif roll < 0.80:
+            self.channel.heal()
+            self._note("heal")
+        elif roll < 0.82:
+            self._controlled_shutdown()
+        elif roll < 0.84:
+            b = rng.choice([1, 2, 3])
+            c.controller.fence_broker(b)            # P4: fencing not tied to a failure
+            c.controller_node.publish()
+            self.result.faults["P4"] += 1
+            self._note(f"fence {b}")
+        elif roll < 0.86 and self.buggify["leader_moves"]:
+            s = c.state(TOPIC, PARTITION)
+            others = [b for b in s.isr if b != s.leader]
+            if others:
+                c.controller.move_leader(TOPIC, PARTITION, rng.choice(others))
+                c.controller_node.publish()
+                self.result.faults["leader-move"] += 1
+        for _ in range(rng.randint(1, 20)):
+            c.step()
+        self._track_catch_up()
+
+    def _produce(self) -> None:
+        c = self.cluster
+        leader = c.leader(TOPIC, PARTITION)
+        if leader == m.NO_LEADER or not c.brokers[leader].alive or c.brokers[leader].manager is None:
+            return
+        client = self.client
+        value = b"s%d-v%d" % (self.seed, client.sent)
+        client.sent += 1
+        client.pending[value] = leader
+        batch = build_batch([Record(value=value, timestamp=self.channel.now)], base_timestamp=self.channel.now)
+
+        def answered(response, value=value):
+            client.pending.pop(value, None)
+            if response.error_code == Errors.NONE:
+                client.acked[value] = response.base_offset
+
+        c.brokers[leader].manager.handle_produce(m.ProduceRequest(TOPIC, PARTITION, batch, -1), answered)
+
+    def _consume(self) -> None:
+        c = self.cluster
+        leader = c.leader(TOPIC, PARTITION)
+        if leader == m.NO_LEADER or not c.brokers[leader].alive or c.brokers[leader].manager is None:
+            return
+        client = self.client
+        request = m.FetchRequest(-1, -1, [m.FetchPartition(TOPIC, PARTITION, client.position, m.NO_EPOCH)])
+        answer = c.brokers[leader].manager.handle_fetch(request).partitions[0]
+        if answer.error_code != Errors.NONE:
+            return
+        if answer.high_watermark < self.seen_hw and answer.high_watermark >= 0:
+            self.result.violations.append(f"I6 observed high watermark went back {self.seen_hw} -> "
+                                          f"{answer.high_watermark}")
+        self.seen_hw = max(self.seen_hw, answer.high_watermark)
+        for batch in iter_batches(answer.records, verify=False):
+            if not batch.is_valid():
+                self.result.violations.append(f"I15 a batch failing its CRC was served at {batch.base_offset}")
+                return
+            for record in batch.records():
+                if record.offset >= client.position:
+                    client.polled.append((record.offset, record.value))
+                    client.position = record.offset + 1
+
+    def _budget_allows_loss(self, broker: int) -> bool:
+        if self.profile == "beyond":
+            return True
+        return len(self.unclean - {broker}) < self.min_isr - 1
+
+    def _crash(self, broker: int) -> None:
+        node = self.cluster.brokers[broker]
+        if not node.alive:
+            return
+        rng = self.rng
+        lossy = rng.random() < 0.5 and self._budget_allows_loss(broker)
+        node.crash()
+        self.down.add(broker)
+        for value, target in list(self.client.pending.items()):
+            if target == broker:          # the connection dropped: the outcome is unknown
+                del self.client.pending[value]
+                self.client.indeterminate.add(value)
+        if lossy:
+            kind = rng.random()
+            if kind < 0.1:
+                self.fs.crash(node.path, faults=("S12",))
+                self.result.faults["S12"] += 1
+            else:
+                mode = rng.choice("abc")
+                faults = tuple(f for f in ("S3", "S4") if rng.random() < 0.2)
+                self.fs.crash(node.path, mode=mode, faults=faults)
+                self.result.faults[f"S1{mode}"] += 1
+                for fault in faults:
+                    self.result.faults[fault] += 1
+            self.unclean.add(broker)
+        else:
+            self.result.faults["P1"] += 1
+        self._note(f"crash {broker}{' lossy' if lossy else ''}")
+
+    def _restart_one(self) -> None:
+        if not self.down:
+            return
+        broker = self.rng.choice(sorted(self.down))
+        self.down.discard(broker)
+        node = self.cluster.brokers[broker]
+        try:
+            node.start()
+        except Exception as exc:   # noqa: BLE001 - a restart that fails is a finding
+            self.result.violations.append(f"I12 broker {broker} failed to restart: {exc!r}")
+            return
+        self._check_recovered(broker)
+        self._note(f"restart {broker}")
+
+    def _controlled_shutdown(self) -> None:
+        alive = [b for b, n in self.cluster.brokers.items() if n.alive and not n.shutting_down]
+        if len(alive) > 1:
+            broker = self.rng.choice(alive)
+            self.cluster.brokers[broker].shutting_down = True
+            self.result.faults["P3"] += 1
+            self._note(f"controlled shutdown {broker}")
+
+    def _track_catch_up(self) -> None:
+        c = self.cluster
+        s = c.state(TOPIC, PARTITION)
+        for b in list(self.unclean):
+            if b in s.isr and c.brokers[b].alive and c.brokers[b].registered:
+                self.unclean.discard(b)
+        for b, node in c.brokers.items():
+            if not node.alive and b not in self.down:
+                self.down.add(b)     # shut down after a controlled shutdown
+
+    # ---- oracle ----
+    def _logs(self) -> dict:
+        out = {}
+        for b, node in self.cluster.brokers.items():
+            if node.alive and node.manager is not None and (TOPIC, PARTITION) in node.manager.partitions:
+                out[b] = node.manager.partitions[(TOPIC, PARTITION)].log
+        return out
+
+    def _check_recovered(self, broker: int) -> None:
+        node = self.cluster.brokers[broker]
+        log = node.manager.logdir.partition(TOPIC, PARTITION)
+        for batch in log.batches():
+            if not batch.is_valid():
+                self.result.violations.append(f"I12 broker {broker}: a batch failing its CRC survived recovery")
+                return
+
+    def _check(self, step: int) -> None:
+        c, out = self.cluster, self.result.violations
+        state = c.state(TOPIC, PARTITION)
+        logs = self._logs()
+        out += invariants.check_isr(state, c.controller.brokers)
+        out += invariants.check_unclean_elections(c.controller)
+        out += invariants.check_log_matching(logs)   # no divergence below a high watermark, either profile
+        leader = state.leader
+        if self.profile == "safety" and leader in logs and state.leader_recovery_state != m.RECOVERING:
+            acked = sorted((offset, value) for value, offset in self.client.acked.items())
+            out += invariants.check_acknowledged(logs[leader], acked, f"broker {leader}")
+        if step % 10 == 0:
+            for b, log in logs.items():
+                out += invariants.check_replica(f"broker {b}", log)
+
+    def _heal_and_check(self) -> None:
+        c = self.cluster
+        self.channel.heal()
+        self.channel.loss = self.channel.duplicate = 0.0
+        for b, node in c.brokers.items():
+            if node.alive and node.shutting_down:   # finish the controlled shutdown, come back
+                node.shutdown()
+            node.shutting_down = False
+            if not node.alive:
+                self.down.discard(b)
+                node.start()
+                self._check_recovered(b)
+        def offline():
+            s = c.state(TOPIC, PARTITION)
+            return s.leader == m.NO_LEADER and not s.isr and not s.elr
+
+        c.run_until(lambda: all(n.registered for n in c.brokers.values()), 30_000)
+        c.run(2_000)
+        if offline():
+            # Every replica restarted uncleanly: KIP-966's unclean recovery picks the longest log.
+            offers = {b: ((log.epoch_cache.latest_epoch or -1), log.log_end_offset) for b, log in self._logs().items()}
+            c.controller.recover_partition(TOPIC, PARTITION, offers)
+            c.controller_node.publish()
+            self.result.faults["unclean-recovery"] += 1
+        s = c.state(TOPIC, PARTITION)
+        if s.leader == m.NO_LEADER and self.profile == "beyond":
+            c.controller.elect_leader(TOPIC, PARTITION, unclean=True)
+            c.controller_node.publish()
+
+        def converged():
+            s = c.state(TOPIC, PARTITION)
+            if s.leader == m.NO_LEADER or sorted(s.isr) != [1, 2, 3] or s.leader_recovery_state == m.RECOVERING:
+                return False
+            logs = self._logs()
+            if len(logs) != 3:
+                return False
+            ends = {(log.log_end_offset, log.high_watermark) for log in logs.values()}
+            return len(ends) == 1 and not self.client.pending
+        if not c.run_until(converged, 120_000):
+            s = c.state(TOPIC, PARTITION)
+            self.result.violations.append(f"I14 no convergence after healing: {s}, pending {len(self.client.pending)}, "
+                                          f"ends {[(b, l.log_end_offset, l.high_watermark) for b, l in self._logs().items()]}")
+            return
+        for _ in range(50):   # the final drain
+            before = len(self.client.polled)
+            self._consume()
+            c.step()
+            if len(self.client.polled) == before and self.client.position >= self._logs()[c.leader(TOPIC, PARTITION)].high_watermark:
+                break
+        self._history()
+
+    def _history(self) -> None:
+        """I13, Jepsen's queue anomalies over what the client saw."""
+        out = self.result.violations
+        client = self.client
+        final = {}
+        leader_log = self._logs()[self.cluster.leader(TOPIC, PARTITION)]
+        for batch in leader_log.batches():
+            for record in batch.records():
+                final.setdefault(record.value, []).append(record.offset)
+        loss_allowed = self.profile == "beyond"
+        for value, offset in client.acked.items():
+            offsets = final.get(value, [])
+            if not offsets and not loss_allowed:
+                out.append(f"I13 lost-write: {value!r} acknowledged at {offset}")
+            elif len(offsets) > 1:
+                out.append(f"I13 duplicate: {value!r} at {offsets}")
+            elif offsets and offsets[0] != offset and not loss_allowed:
+                out.append(f"I13 inconsistent-offsets: {value!r} acknowledged at {offset}, found at {offsets[0]}")
+        polled_offsets = [o for o, _ in client.polled]
+        if any(b <= a for a, b in zip(polled_offsets, polled_offsets[1:])):
+            out.append("I13 nonmonotonic-poll")
+        seen = {v for _, v in client.polled}
+        unseen = [v for v in client.acked if v not in seen and final.get(v)]
+        if unseen:
+            out.append(f"I13 unseen: {len(unseen)} acknowledged records never polled")
+        by_offset = {o: v for v, offsets in final.items() for o in offsets}
+        changed = [o for o, v in client.polled if o in by_offset and by_offset[o] != v]
+        if changed and not loss_allowed:
+            out.append(f"I6 a record read at offset {changed[0]} is another record on the final leader")
+
+
+def run_seed(seed: int, root, *, profile: str = "safety", steps: int = 300) -> SimResult:
+    guards.enter_simulation()
+    return Simulation(seed, root, profile=profile, steps=steps).run()

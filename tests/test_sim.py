@@ -1,0 +1,152 @@
+"""storage.sim: the simulated file system, the crash enumeration, the cluster simulator, the CLI."""
+import json
+import os
+import subprocess
+import sys
+
+import pytest
+
+from storage import guards
+from storage import io as sio
+from storage.sim.crash import enumerate_crashes
+from storage.sim.fs import SimFS, snapshot
+from storage.sim.simulator import run_seed
+
+
+@pytest.fixture(autouse=True)
+def simulation():
+    guards.enter_simulation()
+    yield
+    guards.enable_all()
+
+
+# ---- SimFS -------------------------------------------------------------------------------------
+
+def write(fs, path, data, *, sync=False, offset=0):
+    fd = fs.open(path, sio.O_READ | sio.O_WRITE | sio.O_CREATE)
+    fs.pwrite(fd, data, offset)
+    if sync:
+        fs.fsync(fd, sio.SYNC_NOOP)
+    fs.close(fd)
+
+
+def test_simfs_page_cache_loss_modes(tmp_path):
+    fs = SimFS(tmp_path, seed=1)
+    path = str(tmp_path / "f")
+    write(fs, path, b"durable", sync=True)
+    fs.fsync_dir(str(tmp_path))
+    write(fs, path, b"+volatile", offset=7)
+    assert fs.state(tmp_path, mode="a") == {path: b"durable"}
+    assert fs.state(tmp_path, mode="d") == {path: b"durable+volatile"}
+    prefixes = {fs.state(tmp_path, mode="b")[path] for _ in range(40)}
+    assert all(b"durable+volatile".startswith(p) and p.startswith(b"durable") for p in prefixes)
+    assert len(prefixes) > 2
+    assert fs.state(tmp_path, faults=("S12",)) == {}
+
+
+def test_simfs_names_need_a_directory_fsync(tmp_path):
+    fs = SimFS(tmp_path, seed=2)
+    path = str(tmp_path / "new")
+    write(fs, path, b"x", sync=True)
+    assert fs.state(tmp_path, mode="a") == {}                # created, file fsync'd, dir not
+    fs.fsync_dir(str(tmp_path))
+    assert fs.state(tmp_path, mode="a") == {path: b"x"}
+    fs.rename(path, path + "2")
+    outcomes = {tuple(sorted(fs.state(tmp_path, mode="c"))) for _ in range(40)}
+    assert {(path,), (path + "2",), (path, path + "2")} <= outcomes   # old-only, new-only, both (S5)
+
+
+def test_simfs_crash_rewrites_the_tree_and_is_deterministic(tmp_path):
+    states = []
+    for run in range(2):
+        root = tmp_path / f"r{run}"
+        root.mkdir()
+        fs = SimFS(root, seed=9)
+        write(fs, str(root / "a"), b"1" * 5000, sync=True)
+        fs.fsync_dir(str(root))
+        write(fs, str(root / "a"), b"2" * 9000)
+        fs.crash(root, mode="c", faults=("S3",))
+        states.append(snapshot(root)[str(root / "a")])
+    assert states[0] == states[1] and set(states[0]) <= set(b"120") and len(states[0]) in (5000, 9000)
+
+
+# ---- single-node crash enumeration ------------------------------------------------------------
+
+def test_every_single_operation_crash_recovers(tmp_path):
+    outcome = enumerate_crashes(str(tmp_path / "w"), max_length=1)
+    assert outcome.crash_points > 20 and outcome.states > 150
+    assert outcome.violations == []
+
+
+@pytest.mark.parametrize("guard", ["M20", "M23"])
+def test_enumeration_catches_a_recovery_mutation(tmp_path, guard):
+    with guards.disabled(guard):
+        outcome = enumerate_crashes(str(tmp_path / "w"), max_length=1)
+    assert outcome.violations, guard
+
+
+@pytest.mark.slow
+def test_every_pair_of_operations_crash_recovers(tmp_path):
+    outcome = enumerate_crashes(str(tmp_path / "w"), max_length=2)
+    assert outcome.crash_points > 300 and outcome.violations == []
+
+
+@pytest.mark.slow
+def test_every_triple_of_operations_crash_recovers(tmp_path):
+    outcome = enumerate_crashes(str(tmp_path / "w"), max_length=3, states_per_point=4)
+    assert outcome.violations == []
+
+
+@pytest.mark.slow
+def test_enumeration_catches_checkpoints_written_in_place(tmp_path):
+    with guards.disabled("M22"):
+        outcome = enumerate_crashes(str(tmp_path / "w"), max_length=2)
+    assert outcome.violations
+
+
+# ---- the cluster simulator ------------------------------------------------------------------
+
+CLEAN_SEEDS = [2, 3, 4, 5, 6]
+
+
+def test_seeds_run_clean_and_replay_identically(tmp_path):
+    for seed in CLEAN_SEEDS:
+        first = run_seed(seed, tmp_path / f"{seed}a", steps=150)
+        second = run_seed(seed, tmp_path / f"{seed}b", steps=150)
+        assert first.violations == [], (seed, first.violations)
+        assert first.trace_hash == second.trace_hash and first.acked == second.acked
+        assert sum(first.faults.values()) > 0
+
+
+def test_the_canary_fires(tmp_path):
+    with guards.disabled("M0"):
+        assert run_seed(100, tmp_path / "c", steps=5).violations == ["M0 canary: seed % 100 == 0"]
+        assert run_seed(101, tmp_path / "d", steps=5).violations == []
+
+
+# ---- the command line ------------------------------------------------------------------------
+
+def sim(*args):
+    result = subprocess.run([sys.executable, "-m", "storage.sim", *args], capture_output=True, text=True,
+                            cwd=os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+    return result.returncode, result.stdout, result.stderr
+
+
+def test_cli_scenario_json():
+    code, out, err = sim("scenario", "kip101-scenario2", "--json")
+    assert code == 0, err
+    report = json.loads(out)
+    assert report["scenario"] == "kip101-scenario2" and report["violations"] == []
+    assert set(report["brokers"]) == {"1", "2"}
+    broker = report["brokers"]["1"]
+    assert {"log_end_offset", "high_watermark", "epochs", "batches"} <= set(broker)
+    assert all(len(b) == 4 for b in broker["batches"])
+    code, out, _ = sim("scenario", "kip101-scenario2", "--json", "--disable-guard", "M1")
+    assert code == 1 and json.loads(out)["violations"]
+
+
+def test_cli_mutate_and_canary():
+    code, out, _ = sim("mutate", "M13", "--json")
+    assert code == 0 and json.loads(out) == {**json.loads(out), "guard": "M13", "caught": True}
+    code, out, _ = sim("mutate", "M0", "--seeds", "100", "--json")
+    assert json.loads(out)["caught"] is True and json.loads(out)["seed"] == 100
