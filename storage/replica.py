@@ -177,7 +177,11 @@ class ReplicaManager:
             if guards.on("M4"):
                 p.log.assign_epoch_start_offset(state.leader_epoch)   # durable before anything else
             if guards.on("M8") and guards.on("M29"):
-                p.followers = {b: FollowerState(b) for b in p.replicas if b != self.broker_id}
+                # ISR members start as caught up (Kafka does): the ISR must not shrink at the
+                # first tick after an election, before anyone had a chance to fetch.
+                now = self.clock()
+                p.followers = {b: FollowerState(b, last_caught_up_time_ms=now if b in p.isr else -1)
+                               for b in p.replicas if b != self.broker_id}
             else:
                 for b in p.replicas:
                     if b != self.broker_id:

@@ -119,8 +119,8 @@ def checkpoint_lineage(partition_dir: str) -> tuple[list | None, str | None]:
 # ---- the Spark job ------------------------------------------------------------------------------
 
 def _spark_facts(spark, log_dirs: list[str], progress) -> dict:
-    """Two Spark jobs: the scan (cached batch rows), then one job whose branches give the
-    per-replica summaries, the listed exceptions and the first conflict of each partition."""
+    """Three Spark jobs: the scan (cached batch rows); the per-replica summaries and listed
+    exceptions; the first conflict of each partition."""
     from pyspark import StorageLevel
     from pyspark.sql import Window
     from pyspark.sql import functions as F
@@ -184,12 +184,26 @@ def _spark_facts(spark, log_dirs: list[str], progress) -> dict:
                   .where((F.col("kind") == "epoch") | (F.col("n") <= EXAMPLES_MAX))
                   .drop("n"))
 
+        facts = {"summary": [], "event": [], "conflict": [], "scan_seconds": scan_seconds}
+        everything = (summaries.withColumn("section", F.lit("summary"))
+                      .unionByName(listed.withColumn("section", F.lit("event")), allowMissingColumns=True))
+        for row in everything.collect():
+            facts[row.section].append(row)
+
         # The conflict search (analysis.py): a base offset is suspicious unless every replica
         # with data holds a batch there with one (last offset, fingerprint); a suspicious offset
         # conflicts when a replica whose readable range covers it lacks it, or two variants exist.
-        ranges = summaries.select(*replica_key, F.col("first_offset").alias("range_start"),
-                                  (F.col("last_offset") + 1).alias("range_end"))
-        replica_counts = ranges.groupBy("topic", "partition").agg(F.count(F.lit(1)).alias("with_data"))
+        # The replicas' ranges come from the driver as a local relation: broadcast, no extra job.
+        if not facts["summary"]:
+            return facts
+        ranges = spark.createDataFrame(
+            [(r.topic, r.partition, r.first_offset, r.last_offset + 1) for r in facts["summary"]],
+            "topic string, partition int, range_start long, range_end long")
+        with_data = {}
+        for r in facts["summary"]:
+            with_data[(r.topic, r.partition)] = with_data.get((r.topic, r.partition), 0) + 1
+        replica_counts = spark.createDataFrame([(t, p, n) for (t, p), n in with_data.items()],
+                                               "topic string, partition int, with_data int")
         held = F.collect_list(F.struct("log_dir", "last_offset", "fingerprint", "partition_leader_epoch",
                                        "crc_valid"))
         groups = (ok.groupBy("topic", "partition", "base_offset").agg(held.alias("held"))
@@ -204,20 +218,13 @@ def _spark_facts(spark, log_dirs: list[str], progress) -> dict:
                           & (F.col("g.base_offset") < F.col("r.range_end")))
                    .groupBy("g.topic", "g.partition", "g.base_offset")
                    .agg(F.first("g.holders").alias("holders"), F.first("g.variants").alias("variants"),
-                        F.first("g.held").alias("held"), F.count(F.lit(1)).alias("covering")))
-        per_partition = Window.partitionBy("topic", "partition")
-        conflicts = (covered.where((F.col("variants") > 1) | (F.col("holders") < F.col("covering")))
-                     .withColumn("n", F.row_number().over(per_partition.orderBy("base_offset")))
-                     .withColumn("kind_count", F.count(F.lit(1)).over(per_partition))
-                     .where(F.col("n") == 1)
-                     .select("topic", "partition", F.col("base_offset").alias("offset"), "kind_count", "held"))
-
-        everything = (summaries.withColumn("section", F.lit("summary"))
-                      .unionByName(listed.withColumn("section", F.lit("event")), allowMissingColumns=True)
-                      .unionByName(conflicts.withColumn("section", F.lit("conflict")), allowMissingColumns=True))
-        facts = {"summary": [], "event": [], "conflict": [], "scan_seconds": scan_seconds}
-        for row in everything.collect():
-            facts[row.section].append(row)
+                        F.first("g.held").alias("held"), F.count(F.lit(1)).alias("covering"))
+                   .where((F.col("variants") > 1) | (F.col("holders") < F.col("covering"))))
+        first = covered.groupBy("topic", "partition").agg(
+            F.min_by(F.struct("base_offset", "held"), F.col("base_offset")).alias("first"),
+            F.count(F.lit(1)).alias("kind_count"))
+        facts["conflict"] = first.select("topic", "partition", F.col("first.base_offset").alias("offset"),
+                                         "kind_count", F.col("first.held").alias("held")).collect()
         return facts
     finally:
         rows.unpersist()
