@@ -59,3 +59,12 @@ def test_replication_example_runs(tmp_path):
     assert namespace["answer"].error_code == Errors.NONE and namespace["answer"].base_offset == 0
     namespace["broker"].shutdown()
     namespace["controller"].close()
+
+
+def test_crash_injection_example_runs(tmp_path):
+    code = block("SimFS(").replace('"/tmp/crash-test"', repr(str(tmp_path / "crash-test")))
+    namespace = {}
+    exec(compile(code, "README.md", "exec"), namespace)
+    log = namespace["logdir"].partition("orders", 0)
+    assert [r.value for b in log.batches() for r in b.records()] == [b"kept"]   # mode "a": the unflushed append is gone
+    namespace["logdir"].close()
