@@ -235,7 +235,7 @@ class PartitionLog:
         in_range = [tuple(e) for e in cache.entries if e.start_offset >= start]
         before = cache.epoch_for_offset(start - 1) if start > 0 else None
         expected = [c for c in changes if not (c[1] == start and c[0] == before)]
-        if in_range[: len(expected)] != expected:
+        if [e for e in in_range if e[1] < self.log_end_offset] != expected:
             cache.truncate_from_end(start)
         for epoch, offset in changes:
             if cache.latest_epoch is None or epoch > cache.latest_epoch:
