@@ -74,17 +74,7 @@ class BrokerNode:
             return
         self.alive = False
         self.cluster.channel.unregister(self.broker_id)
-        logdir = self.manager.logdir
-        cuts = []
-        for log in logdir.logs().values():
-            if lose_unflushed:
-                cuts.append(_unflushed_cut(log))
-            for segment in log.segments:
-                segment.close()
-        logdir.meta.close()
-        for path, size in (c for cut in cuts for c in cut):
-            if os.path.exists(path):
-                os.truncate(path, size)
+        crash_logdir(self.manager.logdir, lose_unflushed=lose_unflushed)
         self.manager = None
 
     def shutdown(self) -> None:
@@ -102,23 +92,7 @@ class BrokerNode:
     # ---- messages ----
     def handle(self, src: int, message):
         manager = self.manager
-        if manager is None:
-            return None
-        if isinstance(message, m.MetadataUpdate):
-            manager.apply_metadata(message)
-        elif isinstance(message, m.LeaderAndIsrRequest):
-            return manager.handle_leader_and_isr(message)
-        elif isinstance(message, m.StopReplicaRequest):
-            return manager.handle_stop_replica(message)
-        elif isinstance(message, m.FetchRequest):
-            return manager.handle_fetch(message)
-        elif isinstance(message, m.OffsetForLeaderEpochRequest):
-            return manager.handle_offset_for_leader_epoch(message)
-        elif isinstance(message, m.ListOffsetsRequest):
-            return manager.handle_list_offsets(message)
-        elif isinstance(message, m.DeleteRecordsRequest):
-            return manager.handle_delete_records(message)
-        return None
+        return None if manager is None else manager.handle(message)
 
     def step(self) -> None:
         if not self.alive:
@@ -162,6 +136,21 @@ class BrokerNode:
     def _on_fetcher_response(self, leader, request, response) -> None:
         if self.alive and self.manager is not None:
             self.manager.fetcher.handle_response(leader, request, response)
+
+
+def crash_logdir(logdir, *, lose_unflushed: bool = False) -> None:
+    """What a killed process leaves of a log dir: nothing sealed, trimmed or checkpointed; with
+    lose_unflushed, every log also cut back to its recovery point (ordered page-cache loss)."""
+    cuts = []
+    for log in logdir.logs().values():
+        if lose_unflushed:
+            cuts += _unflushed_cut(log)
+        for segment in log.segments:
+            segment.close()
+    logdir.meta.close()
+    for path, size in cuts:
+        if os.path.exists(path):
+            os.truncate(path, size)
 
 
 def _unflushed_cut(log) -> list[tuple[str, int]]:

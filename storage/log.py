@@ -22,7 +22,6 @@ import bisect
 import dataclasses
 import os
 import threading
-import time
 from typing import NamedTuple
 
 from . import errors, guards

@@ -17,7 +17,6 @@ import gzip
 import io as _pyio
 import struct
 import time
-import zlib
 from typing import Iterable, Iterator, NamedTuple
 
 from . import errors

@@ -550,6 +550,22 @@ class ReplicaManager:
         log.increment_log_start_offset(offset)
         return DeleteRecordsResponse(request.topic, request.partition, Errors.NONE, log.log_start_offset)
 
+    # ---- dispatch ------------------------------------------------------------------------------
+    def handle(self, message):
+        """Answer any request a broker receives (controller pushes included); None for one-way
+        messages.  Transports call this with what they decoded."""
+        if isinstance(message, MetadataUpdate):
+            return self.apply_metadata(message)
+        for kind, handler in ((LeaderAndIsrRequest, self.handle_leader_and_isr),
+                              (StopReplicaRequest, self.handle_stop_replica),
+                              (FetchRequest, self.handle_fetch),
+                              (OffsetForLeaderEpochRequest, self.handle_offset_for_leader_epoch),
+                              (ListOffsetsRequest, self.handle_list_offsets),
+                              (DeleteRecordsRequest, self.handle_delete_records)):
+            if isinstance(message, kind):
+                return handler(message)
+        raise TypeError(f"a broker does not handle {type(message).__name__}")
+
     # ---- life cycle ------------------------------------------------------------------------------
     def partition_state(self, topic: str, partition: int) -> PartitionState | None:
         p = self.partitions.get((topic, partition))

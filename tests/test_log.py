@@ -1,7 +1,6 @@
 """PartitionLog: appends, reads, roll, indexes, truncation, log start offset, reopen."""
 import errno
 import os
-import struct
 
 import pytest
 

@@ -9,7 +9,7 @@ import tempfile
 
 from hypothesis import HealthCheck, settings
 from hypothesis import strategies as st
-from hypothesis.stateful import RuleBasedStateMachine, invariant, precondition, rule
+from hypothesis.stateful import RuleBasedStateMachine, invariant, rule
 
 from storage import LogConfig, PartitionLog, build_batch, iter_batches
 

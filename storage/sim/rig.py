@@ -6,7 +6,7 @@ import os
 import shutil
 
 from .. import messages as m
-from ..cluster import _unflushed_cut
+from ..cluster import crash_logdir
 from ..controller import Controller
 from ..log import LogConfig
 from ..logdir import LogDir
@@ -56,16 +56,7 @@ class Rig:
         return manager
 
     def crash(self, b, *, lose_unflushed=False, fence=True):
-        manager = self.nodes[b]
-        cuts = []
-        for log in manager.logdir.logs().values():
-            if lose_unflushed:
-                cuts += _unflushed_cut(log)
-            for segment in log.segments:
-                segment.close()
-        manager.logdir.meta.close()
-        for path, size in cuts:
-            os.truncate(path, size)
+        crash_logdir(self.nodes[b].logdir, lose_unflushed=lose_unflushed)
         self.nodes[b] = None
         if fence:
             self.controller.fence_broker(b)
@@ -84,15 +75,7 @@ class Rig:
 
     def deliver(self, b, message):
         manager = self.nodes.get(b)
-        if manager is None:
-            return None
-        if isinstance(message, m.MetadataUpdate):
-            return manager.apply_metadata(message)
-        if isinstance(message, m.LeaderAndIsrRequest):
-            return manager.handle_leader_and_isr(message)
-        if isinstance(message, m.StopReplicaRequest):
-            return manager.handle_stop_replica(message)
-        raise TypeError(message)
+        return None if manager is None else manager.handle(message)
 
     def alter(self, *, hold=False):
         """Send every queued AlterPartition to the controller (or keep them in self.held)."""
@@ -121,12 +104,7 @@ class Rig:
             if target is None:
                 manager.fetcher.handle_failure(leader, request)
                 continue
-            if isinstance(request, m.FetchRequest):
-                response = target.handle_fetch(request)
-            elif isinstance(request, m.OffsetForLeaderEpochRequest):
-                response = target.handle_offset_for_leader_epoch(request)
-            else:
-                response = target.handle_list_offsets(request)
+            response = target.handle(request)
             answers.append(response)
             if deliver:
                 manager.fetcher.handle_response(leader, request, response)

@@ -118,7 +118,7 @@ def checkpoint_lineage(partition_dir: str) -> tuple[list | None, str | None]:
 
 # ---- the Spark job ------------------------------------------------------------------------------
 
-def _spark_facts(spark, log_dirs: list[str], progress) -> dict:
+def _spark_facts(spark, log_dirs: list[str], segment_count: int, progress) -> dict:
     """Three Spark jobs: the scan (cached batch rows); the per-replica summaries and listed
     exceptions; the first conflict of each partition."""
     from pyspark import StorageLevel
@@ -129,12 +129,11 @@ def _spark_facts(spark, log_dirs: list[str], progress) -> dict:
             .select("log_dir", "topic", "partition", "segment_base_offset", "position", "base_offset",
                     "last_offset", "partition_leader_epoch", "crc_valid", "record_count", "size_bytes",
                     "fingerprint", "error"))
-    # One input partition per segment is right for reading, but every later stage over the
-    # cached rows would then run one task per segment; a few tasks per core suffice there.
-    tasks = 2 * spark.sparkContext.defaultParallelism
-    if rows.rdd.getNumPartitions() > tasks:
-        rows = rows.coalesce(tasks)
-    rows = rows.persist(StorageLevel.MEMORY_AND_DISK)
+    # The scan runs one task per segment (balanced, fine-grained); its rows are then hashed by
+    # topic-partition into a few partitions per core and cached, which is the clustering every
+    # later window and aggregation asks for, so those stages read the cache without a shuffle.
+    tasks = max(1, min(segment_count, 2 * spark.sparkContext.defaultParallelism))
+    rows = rows.repartition(tasks, "topic", "partition").persist(StorageLevel.MEMORY_AND_DISK)
     try:
         scan_started = time.monotonic()
         with progress:
@@ -285,12 +284,13 @@ def run_audit(spark, log_dirs: list[str], *, progress: bool = False) -> dict:
     "log_dirs": [...], "seconds": s, "scan_seconds": s} with one audit record per topic-partition
     (seconds: the whole audit; scan_seconds: the Spark job that reads every segment)."""
     started = time.monotonic()
-    log_dirs = [os.path.abspath(d) for d in log_dirs]
+    log_dirs = list(dict.fromkeys(os.path.abspath(d) for d in log_dirs))
     refs = [ref for ref in scan.discover(log_dirs) if ref.log_dir in log_dirs]
     metadata = {d: log_dir_metadata(d) for d in log_dirs}
     segment_count = sum(len(ref.segments) for ref in refs)
     total_bytes = sum(s.size_bytes for ref in refs for s in ref.segments)
-    facts = _spark_facts(spark, log_dirs, _Progress(spark, segment_count, progress)) if segment_count else \
+    facts = _spark_facts(spark, log_dirs, segment_count, _Progress(spark, segment_count, progress)) \
+        if segment_count else \
         {"summary": [], "event": [], "conflict": [], "scan_seconds": 0.0}
 
     summaries = {(r.topic, r.partition, r.log_dir): r for r in facts["summary"]}
@@ -537,6 +537,9 @@ def main(argv: list[str] | None = None) -> int:
     for d in args.log_dirs:
         if not os.path.isdir(d):
             return _fail(f"not a directory: {d}")
+        if any(scan.segment_base(name) is not None for name in os.listdir(d)):
+            return _fail(f"{d} holds segment files: it is a partition dir, give its broker's log dir "
+                         f"({os.path.dirname(os.path.abspath(d))})")
     conf = {}
     for item in args.conf:
         key, sep, value = item.partition("=")
