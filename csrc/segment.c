@@ -159,8 +159,15 @@ static int restore_state(plog_segment *seg, const uint8_t *log) {
     } else {
         pos = 0;
     }
+    int64_t previous_last = seg->base_offset - 1;
     while (pos < seg->size) {
         if ((rc = plog_batch_parse(log, (size_t)seg->size, (size_t)pos, 0, &info))) return rc;
+        /* The checks recovery makes of offsets (outside the CRC): a clean open that finds a
+         * batch below the segment base or going back must recover the segment instead. */
+        if (info.base_offset < seg->base_offset || info.last_offset < info.base_offset ||
+            info.last_offset - seg->base_offset > INT32_MAX || info.base_offset <= previous_last)
+            return PLOG_ECORRUPT;
+        previous_last = info.last_offset;
         if (info.max_timestamp > seg->max_timestamp) {
             seg->max_timestamp = info.max_timestamp;
             seg->offset_of_max_timestamp = info.last_offset;

@@ -112,8 +112,7 @@ class PartitionLog:
         self._dir_dirty = False
         self._validate_struct = ffi.new("plog_validate *")   # reused by every append (under the lock)
         self.on_recovery_point_lowered = None   # LogDir persists the lowered recovery point
-        self._recovered_from: int | None = None
-        self._recovered_epochs: list[tuple[int, int]] = []
+        self._recovered: list[tuple[int, int, list]] = []   # (base, end, epoch changes) per recovered segment
         self.recovery_report: list[tuple[int, int, str]] = []
         seam = _io.current()
         seam.mkdir(self.path)
@@ -212,32 +211,40 @@ class PartitionLog:
     def _assign_recovered_epochs(self, segment: Segment, report) -> None:
         """Collect the epoch changes of a recovered segment (applied by _reconcile_epochs)."""
         epochs = report.epochs if report.epoch_count <= len(report.epochs) else segment.scan_epochs()
-        if self._recovered_from is None:
-            self._recovered_from = segment.base_offset
-        self._recovered_epochs.extend(epochs)
+        self._recovered.append((segment.base_offset, segment.next_offset, list(epochs)))
 
     def _reconcile_epochs(self) -> None:
         """LogSegment.recover assigns a batch's epoch when it is newer than the cache's latest.
-        Stricter than Kafka: when the cache's entries over the recovered range are not exactly
-        the epoch changes of the recovered batches (the checkpoint describes data a crash took
-        back, or older data a crash brought back), the batches win: the cache is cut at the
-        start of the range and rebuilt from them, so OffsetForLeaderEpoch describes this log."""
-        if self._recovered_from is None:
+        Stricter than Kafka: when the cache's entries over a recovered segment are not exactly
+        the epoch changes of its batches (the checkpoint describes data a crash took back, or
+        older data a crash brought back), the batches win: the cache is cut at that segment and
+        rebuilt from the batches of it and every later segment."""
+        if not self._recovered:
             return
         cache = self.epoch_cache
         lowest = 0 if guards.on("M21") else 1
-        changes = []
-        for epoch, offset in self._recovered_epochs:
-            if epoch >= lowest and (not changes or epoch > changes[-1][0]):
-                changes.append((epoch, offset))
-        start = self._recovered_from
-        in_range = [tuple(e) for e in cache.entries if e.start_offset >= start]
-        before = cache.epoch_for_offset(start - 1) if start > 0 else None
-        expected = [c for c in changes if not (c[1] == start and c[0] == before)]
-        if [e for e in in_range if e[1] < self.log_end_offset] != expected:
-            cache.truncate_from_end(start)
-        for epoch, offset in changes:
-            if cache.latest_epoch is None or epoch > cache.latest_epoch:
+
+        def changes_of(epochs, floor_epoch):
+            out, latest = [], floor_epoch
+            for epoch, offset in epochs:
+                if epoch >= lowest and (latest is None or epoch > latest):
+                    out.append((epoch, offset))
+                    latest = epoch
+            return out
+
+        for base, end, epochs in self._recovered:
+            before = cache.epoch_for_offset(base - 1) if base > 0 else None
+            expected = changes_of(epochs, before)
+            cached = [tuple(e) for e in cache.entries if base <= e.start_offset < min(end, self.log_end_offset)]
+            if cached != expected:
+                cache.truncate_from_end(base)
+                for segment in self.segments:
+                    if segment.base_offset >= base:
+                        for epoch, offset in changes_of(segment.scan_epochs(), cache.latest_epoch):
+                            cache.assign(epoch, offset)
+                break
+        for _base, _end, epochs in self._recovered:   # Kafka's rule for the rest
+            for epoch, offset in changes_of(epochs, cache.latest_epoch):
                 cache.assign(epoch, offset)
 
     def _repair_epoch_cache(self) -> None:
@@ -413,6 +420,11 @@ class PartitionLog:
 
     def _roll_to(self, base_offset: int) -> Segment:
         old = self.segments[-1]
+        if base_offset < old.next_offset or base_offset < old.base_offset:
+            # Kafka's LocalLog.roll refuses too: a new segment may not start inside the last one.
+            raise errors.StorageError(f"cannot roll to offset {base_offset}: the active segment "
+                                      f"{old.base_offset} already holds offsets up to {old.next_offset - 1}",
+                                      file=old.log_path, offset=base_offset)
         if old.size == 0 and old.base_offset == base_offset:
             return old
         # An empty active segment at another base stays, sealed, as Kafka keeps it: it

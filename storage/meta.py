@@ -75,6 +75,7 @@ class MetaStore:
             try:
                 env = lmdb.open(self.path, subdir=False, map_size=self._map_bytes, max_dbs=len(_DATABASES),
                                 sync=self.sync, metasync=self.sync, lock=True, readahead=False)
+                self._check_size(env)
                 self._dbs = {name: env.open_db(name) for name in _DATABASES}
                 break
             except lmdb.MapFullError:
@@ -86,6 +87,14 @@ class MetaStore:
                 raise MetadataError(f"cannot open the metadata store: {exc}", file=self.path) from exc
         self._map_bytes = max(self._map_bytes, env.info()["map_size"])
         self._env, self._pid = env, os.getpid()
+
+    def _check_size(self, env) -> None:
+        """A file shorter than the pages its meta page claims would fault (SIGBUS) on access."""
+        info, stat = env.info(), env.stat()
+        needed = (info["last_pgno"] + 1) * stat["psize"]
+        actual = os.path.getsize(self.path)
+        if actual < needed:
+            raise lmdb.CorruptedError(f"file is {actual} bytes, its pages need {needed}")
 
     def _environment(self):
         if self._env is None:
@@ -116,6 +125,8 @@ class MetaStore:
                 return fn(txn)
         except lmdb.Error as exc:
             raise MetadataError(f"metadata read failed: {exc}", file=self.path) from exc
+        except (ValueError, UnicodeDecodeError, struct.error) as exc:   # a damaged key or document
+            raise MetadataError(f"malformed metadata record: {exc}", file=self.path) from exc
 
     @property
     def map_bytes(self) -> int:
@@ -185,6 +196,8 @@ class MetaStore:
         def scan(txn):
             return {int(k): json.loads(v) for k, v in txn.cursor(db=self._dbs[b"brokers"])}
         return self._read(scan)
+
+
 
     def put_document(self, name: str, value: dict) -> None:
         """A named JSON document (the controller keeps its counters here)."""

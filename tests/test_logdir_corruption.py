@@ -31,8 +31,8 @@ What must hold, and why it is not more (kafka-reference 5, 11.1):
     only), so a damaged one may send a read astray or make the next index append -- the
     append itself, or the final time-index entry written when the active segment is sealed
     at close -- fail with a `StorageError` naming a file.
-Two known library bugs are exempted from the property and pinned by strict xfail tests at the
-end of this file (test_segment_rebuilt_below_the_recovery_point_keeps_the_epochs,
+Two library bugs this test found are pinned by the regression tests at the end of this file
+(test_segment_rebuilt_below_the_recovery_point_keeps_the_epochs,
 test_append_after_the_log_end_went_below_the_active_segment).
 
 CORRUPTION_EXAMPLES=2000 raises the number of examples (default 150).
@@ -474,8 +474,6 @@ def _check_epoch_cache(expect: Expect, log, got, tampered) -> None:
         assert e1 < e2 and o1 < o2, entries
     for epoch, offset in entries:
         assert epoch >= 0 and log.log_start_offset <= offset <= log.log_end_offset, (entries, log)
-    if expect.scanned_out_of_turn:
-        return      # BUG, see test_segment_rebuilt_below_the_recovery_point_keeps_the_epochs
     if tampered or expect.checkpoint == "different" or not entries:
         # A changed epoch or base offset outside the CRC, or a checkpoint that still parses,
         # is trusted as Kafka trusts it: only the structure above can be asked for.
@@ -684,10 +682,6 @@ def test_garbage_metadata_store_is_a_clear_metadata_error(pristine, tmp_path):
     assert isinstance(info.value, errors.StorageError)
 
 
-@pytest.mark.xfail(strict=True, reason=(
-    "BUG: LogDir.open reads MetaStore.partitions(), whose _unkey() decodes keys outside any error "
-    "handling (meta.py): a damaged key in storage.mdb raises UnicodeDecodeError/ValueError from "
-    "deep inside instead of MetadataError naming the file"))
 def test_damaged_metadata_key_is_a_clear_metadata_error(pristine, tmp_path):
     root = _copy(pristine, tmp_path, Damage(CLEAN_SHUTDOWN_FILE, "delete", mode="unclean"))
     path = os.path.join(root, META_FILE)
@@ -701,14 +695,6 @@ def test_damaged_metadata_key_is_a_clear_metadata_error(pristine, tmp_path):
     assert path in str(info.value)
 
 
-@pytest.mark.xfail(strict=True, reason=(
-    "BUG: a clean open trusts a base offset damaged outside the CRC in the active segment "
-    "(csrc/segment.c restore_state takes next_offset from the last batch without checking it is "
-    "within [base, base + 2^31), which the recovery scan does) so the log end offset falls below "
-    "the active segment's base; the next append then rolls a segment *below* the active one "
-    "(log.py _maybe_roll/_roll_to has no 'new base >= active base' check -- Kafka's LocalLog.roll "
-    "throws 'Trying to roll a new log segment ... lower than start offset of the active segment'), "
-    "leaving PartitionLog.segments unsorted and offsets duplicated"))
 def test_append_after_the_log_end_went_below_the_active_segment(pristine, tmp_path):
     key = ("alpha", 1)
     last = pristine.model[key][-1]
@@ -728,14 +714,6 @@ def test_append_after_the_log_end_went_below_the_active_segment(pristine, tmp_pa
             (bases, log.log_end_offset)
 
 
-@pytest.mark.xfail(strict=True, reason=(
-    "BUG: PartitionLog._reconcile_epochs (log.py) treats every segment from the first recovered "
-    "one (_recovered_from) to the end as scanned, but a segment below the recovery point is also "
-    "recovered on its own when its offset index is missing (_load: index_missing) or unusable "
-    "(index_problem / load failure -> 'rebuilt'); the trusted segments after it contribute no "
-    "epoch changes, so the comparison with the checkpoint's entries fails and "
-    "cache.truncate_from_end(_recovered_from) throws the checkpoint's entries away: only the "
-    "scanned segments' epochs come back (epochs 2, 4 and 5 vanish, epoch 8 moves from 47 to 55)"))
 @pytest.mark.parametrize("how", ["index-deleted", "index-cut"])
 def test_segment_rebuilt_below_the_recovery_point_keeps_the_epochs(pristine, tmp_path, how):
     key = ("alpha", 0)

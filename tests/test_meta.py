@@ -514,9 +514,6 @@ def test_damaged_document_read_singly_raises_metadata_error(tmp_path):
         assert store.get_partition_state("t", 3) == {"leader": 0, "isr": [0, 1, 2]}
 
 
-@pytest.mark.xfail(strict=True, reason="BUG: MetaStore.brokers() decodes every registration with a bare "
-                   "json.loads (meta.py, brokers(): `{int(k): json.loads(v) ...}`) and lets "
-                   "UnicodeDecodeError/JSONDecodeError out instead of MetadataError, unlike get_broker()")
 def test_damaged_document_listed_raises_metadata_error(tmp_path):
     path = _build_store(tmp_path)
     _replace_everywhere(path, b"MARKERMARKERMARKER", b"\xff" * 18)
@@ -526,9 +523,6 @@ def test_damaged_document_listed_raises_metadata_error(tmp_path):
         assert path in str(info.value)
 
 
-@pytest.mark.xfail(strict=True, reason="BUG: MetaStore.partition_states() decodes every document with a "
-                   "bare json.loads (meta.py, partition_states()): JSONDecodeError instead of MetadataError, "
-                   "unlike get_partition_state()")
 def test_damaged_partition_state_listed_raises_metadata_error(tmp_path):
     path = _build_store(tmp_path)
     _replace_everywhere(path, b"STATEMARKERSTATEMARKER", b'"' * 22)
@@ -538,8 +532,6 @@ def test_damaged_partition_state_listed_raises_metadata_error(tmp_path):
         assert path in str(info.value)
 
 
-@pytest.mark.xfail(strict=True, reason="BUG: MetaStore.brokers() turns keys into ints with a bare int(k) "
-                   "(meta.py, brokers()): a damaged key raises ValueError, not MetadataError")
 def test_damaged_broker_key_raises_metadata_error(tmp_path):
     path = _build_store(tmp_path)
     # The key of broker 4242 is b"4242"; the JSON values never hold that string.
@@ -550,9 +542,6 @@ def test_damaged_broker_key_raises_metadata_error(tmp_path):
         assert path in str(info.value)
 
 
-@pytest.mark.xfail(strict=True, reason="BUG: MetaStore.partitions() parses keys with _unkey() "
-                   "(`int(partition)`, `key.decode()`) outside any error handling: a damaged key raises "
-                   "ValueError/UnicodeDecodeError, not MetadataError (and so does LogDir.open)")
 def test_damaged_partition_key_raises_metadata_error(tmp_path):
     path = _build_store(tmp_path)
     _replace_everywhere(path, b"corruptme\x007", b"corruptme\x00\xff")
@@ -563,10 +552,6 @@ def test_damaged_partition_key_raises_metadata_error(tmp_path):
         assert path in str(info.value)
 
 
-@pytest.mark.xfail(strict=True, reason="BUG: a store file truncated after its meta pages (data pages "
-                   "gone) kills the process with SIGBUS: MetaStore._open (meta.py) maps the file at "
-                   "map_size and calls open_db without checking the file holds last_pgno+1 pages, so "
-                   "LMDB reads past the end of the file instead of a MetadataError being raised")
 @pytest.mark.parametrize("keep_pages", [2, 3])
 def test_truncated_store_raises_metadata_error(tmp_path, keep_pages):
     path = _build_store(tmp_path)
