@@ -14,24 +14,47 @@ is not timed.  The peers:
                   Both settings run: which is faster depends on the batch size here
                   (writemap wins on 16 KiB values, loses on 1 MiB ones), and the report
                   compares against the faster one.
+  sqlite          sqlite3, journal_mode=WAL, synchronous=OFF, table (offset INTEGER PRIMARY
+                  KEY, batch BLOB NOT NULL), one INSERT per batch in autocommit mode (one
+                  transaction per batch, like LMDB); closing (the WAL checkpoint) is timed.
+
+The records path (a log made from Python records, not from prebuilt batches), on a smaller
+volume (`records_total_bytes`, 16 MiB a round: kafka-python builds ~0.3 M records/s, so the
+256 MiB of the other cases would take ~9 s a run):
+
+  ours-records       PartitionLog.append_as_leader(values, 5): one call per batch, built in C
+  kafka-python-log   DefaultRecordBatchBuilder per batch (one .append per record), base
+                     offset and leader epoch stamped into the built batch with struct (what a
+                     broker does), then f.write of it to a plain file: the log a pure-Python
+                     stack writes.
 
 Groups "append-16KiB" and "append-1MiB" hold one pedantic case per peer (rounds of the same
 peer back to back, after one warm-up round); "append-paired" holds the A B A B measurement
 the target ratios come from (see conftest's docstring), each measured run preceded by an
 untimed run of the same peer (paired_append's `prime`), which puts every peer in the state
-the pedantic cases measure it in.
+the pedantic cases measure it in.  SQLite (~1.7 s a run at 16 KiB) is paired with
+ours-follower only (the same input: batches with their offsets) and for `slow_paired_rounds`
+rounds; the records path has its own paired test ("16KiB-records", "1MiB-records") in the
+same group.
 """
 from __future__ import annotations
 
 import os
+import sqlite3
 import statistics
+import struct
 import time
+import warnings
 
 import lmdb
 import pytest
 
 import storage
-from benchlib import KiB, MiB, Workload
+from benchlib import KiB, MiB, Workload, make_values, prebuild_batches
+
+with warnings.catch_warnings():     # kafka-python 3.0.12 loads its schemas with a deprecated API
+    warnings.simplefilter("ignore", DeprecationWarning)
+    from kafka.record.default_records import DefaultRecordBatchBuilder
 
 LEADER_EPOCH = 5
 SEGMENT_FILE = "00000000000000000000.log"
@@ -149,15 +172,124 @@ class Lmdb(Peer):
             env.close()
 
 
+class Sqlite(Peer):
+    name, label, role = "sqlite", "SQLite (WAL, synchronous=OFF)", "peer"
+    setting = ("sqlite3: journal_mode=WAL, synchronous=OFF; table (offset INTEGER PRIMARY KEY, batch BLOB NOT NULL); "
+               "one INSERT per batch, autocommit (a transaction per batch); close (WAL checkpoint) timed")
+    FILE_NAME = "log.db"
+    INSERT = "INSERT INTO log (offset, batch) VALUES (?, ?)"
+
+    def open(self, directory, wl):
+        db = sqlite3.connect(os.path.join(directory, self.FILE_NAME), isolation_level=None)
+        db.execute("PRAGMA journal_mode=WAL")
+        db.execute("PRAGMA synchronous=OFF")
+        db.execute("CREATE TABLE log (offset INTEGER PRIMARY KEY, batch BLOB NOT NULL)")
+        return _State(directory, db, wl.follower, wl.base_offsets)
+
+    def run(self, state):
+        db = state.target
+        execute, insert = db.execute, self.INSERT
+        for key, batch in zip(state.keys, state.batches):
+            execute(insert, (key, batch))
+        db.close()
+
+    def check(self, state, wl):
+        db = sqlite3.connect(os.path.join(state.directory, self.FILE_NAME))
+        try:
+            assert db.execute("SELECT count(*) FROM log").fetchone()[0] == wl.batch_count
+            assert db.execute("SELECT batch FROM log WHERE offset = ?", (state.keys[-1],)).fetchone()[0] == wl.follower[-1]
+        finally:
+            db.close()
+
+
+# ---- the records path: a log made from Python records ---------------------------------------
+
+class RecordsWorkload:
+    """`batch_count` batches of the same `values` (100 bytes each), about total_bytes in all."""
+
+    def __init__(self, batch_bytes: int, total_bytes: int):
+        wl = prebuild_batches(batch_bytes, total_bytes)
+        self.batch_bytes = batch_bytes
+        self.values = make_values(wl.records_per_batch)
+        self.batch_count = wl.batch_count
+        self.records_per_batch = wl.records_per_batch
+        self.total_bytes = wl.total_bytes
+        self.total_records = wl.total_records
+
+    def info(self) -> dict:
+        return {"bytes": self.total_bytes, "records": self.total_records, "batches": self.batch_count,
+                "batch_bytes": self.total_bytes // self.batch_count, "records_per_batch": self.records_per_batch}
+
+
+class OursRecords(Peer):
+    name, label, role = "ours-records", "ours (append_as_leader of records)", "ours"
+    setting = "LogConfig(segment_bytes=1<<30, fsync=False); one append_as_leader(list of values, 5) per batch"
+
+    def open(self, directory, wl):
+        return _State(directory, storage.PartitionLog.open(directory, _log_config()), wl.values, wl.batch_count)
+
+    def run(self, state):
+        log = state.target
+        append, values = log.append_as_leader, state.batches
+        for _ in range(state.keys):
+            append(values, LEADER_EPOCH)
+        log.close()
+
+    def check(self, state, wl):
+        assert state.target.log_end_offset == wl.total_records
+        assert os.path.getsize(os.path.join(state.directory, SEGMENT_FILE)) == wl.total_bytes
+
+
+class KafkaPythonLog(Peer):
+    name, label, role = "kafka-python-log", "kafka-python-built log (file.write)", "peer"
+    setting = ("DefaultRecordBatchBuilder(magic=2, no compression) per batch, .append(offset, ts, None, value, []) "
+               "per record, base offset and epoch stamped with struct.pack_into, f.write to open(path, 'wb')")
+    _STAMP = struct.Struct(">q")
+    _EPOCH = struct.Struct(">i")
+
+    def open(self, directory, wl):
+        return _State(directory, open(os.path.join(directory, SEGMENT_FILE), "wb"), wl.values, wl.batch_count)
+
+    def run(self, state):
+        f = state.target
+        write, values = f.write, state.batches
+        stamp, stamp_epoch = self._STAMP.pack_into, self._EPOCH.pack_into
+        headers: list = []
+        offset = 0
+        for _ in range(state.keys):
+            builder = DefaultRecordBatchBuilder(magic=2, compression_type=0, is_transactional=False,
+                                                producer_id=-1, producer_epoch=-1, base_sequence=-1,
+                                                batch_size=64 << 20)
+            append = builder.append
+            ts = int(time.time() * 1000)
+            for delta, value in enumerate(values):
+                append(delta, ts, None, value, headers)
+            batch = builder.build()
+            stamp(batch, 0, offset)
+            stamp_epoch(batch, 12, LEADER_EPOCH)
+            write(batch)
+            offset += len(values)
+        f.close()
+
+    def check(self, state, wl):
+        assert os.path.getsize(os.path.join(state.directory, SEGMENT_FILE)) == wl.total_bytes
+        with open(os.path.join(state.directory, SEGMENT_FILE), "rb") as f:
+            batches = list(storage.iter_batches(f.read()))
+        assert len(batches) == wl.batch_count and batches[-1].last_offset == wl.total_records - 1
+
+
 FOLLOWER, LEADER, FILE = OursFollower(), OursLeader(), FileWrite()
 LMDB_WRITEMAP, LMDB_PLAIN = Lmdb(writemap=True), Lmdb(writemap=False)
-PEERS = [FOLLOWER, FILE, LEADER, LMDB_WRITEMAP, LMDB_PLAIN]
+SQLITE = Sqlite()
+OURS_RECORDS, KAFKA_PYTHON_LOG = OursRecords(), KafkaPythonLog()
+PEERS = [FOLLOWER, FILE, LEADER, LMDB_WRITEMAP, LMDB_PLAIN, SQLITE]
+RECORDS_PEERS = [OURS_RECORDS, KAFKA_PYTHON_LOG]
 SIZES = {"16KiB": 16 * KiB, "1MiB": 1 * MiB}
 
 
 def _cases():
     for size_label, batch_bytes in SIZES.items():
-        for peer in PEERS:
+        for peer in PEERS + RECORDS_PEERS:
             yield pytest.param(size_label, batch_bytes, peer, id=f"{size_label}-{peer.name}")
 
 
@@ -175,9 +307,21 @@ def timed_run(peer: Peer, wl: Workload, fresh_dirs) -> float:
         fresh_dirs.discard(directory)
 
 
+@pytest.fixture(scope="session")
+def records_workload(sizes):
+    cache = {}
+
+    def get(batch_bytes: int) -> RecordsWorkload:
+        if batch_bytes not in cache:
+            cache[batch_bytes] = RecordsWorkload(batch_bytes, sizes.records_total_bytes)
+        return cache[batch_bytes]
+
+    return get
+
+
 @pytest.mark.parametrize("size_label,batch_bytes,peer", list(_cases()))
-def test_append(benchmark, workload, sizes, fresh_dirs, size_label, batch_bytes, peer):
-    wl = workload(batch_bytes)
+def test_append(benchmark, workload, records_workload, sizes, fresh_dirs, size_label, batch_bytes, peer):
+    wl = records_workload(batch_bytes) if peer in RECORDS_PEERS else workload(batch_bytes)
     benchmark.group = f"append-{size_label}"
     benchmark.extra_info.update(wl.info())
     benchmark.extra_info.update(peer=peer.name, label=peer.label, role=peer.role, setting=peer.setting)
@@ -196,9 +340,12 @@ def test_append(benchmark, workload, sizes, fresh_dirs, size_label, batch_bytes,
 
 
 PAIRS = [(ours, peer) for ours in (FOLLOWER, LEADER) for peer in (FILE, LMDB_WRITEMAP, LMDB_PLAIN)]
+SLOW_PAIRS = [(FOLLOWER, SQLITE)]           # run for `slow_rounds` rounds only
+RECORDS_PAIRS = [(OURS_RECORDS, KAFKA_PYTHON_LOG)]
 
 
-def paired_append(wl: Workload, fresh_dirs, rounds: int, *, warmup: bool = True, prime: bool = True) -> dict:
+def paired_append(wl: Workload, fresh_dirs, rounds: int, *, warmup: bool = True, prime: bool = True,
+                  slow_rounds: int | None = None, pairs=None, peers=None, slow_pairs=None) -> dict:
     """For each (ours, peer) pair, `rounds` times: run both back to back (A B, then B A on
     the next round), and keep the ratio of the pair: throughput(ours) / throughput(peer) =
     t_peer / t_ours.  Returns the per-pair ratios and medians and every run's time.
@@ -207,14 +354,21 @@ def paired_append(wl: Workload, fresh_dirs, rounds: int, *, warmup: bool = True,
     into page-cache pages that its own previous run has just freed.  Without it LMDB with
     writemap=True is bimodal here (about 2.3 GB/s when its previous run ended less than ~2 s
     before, about 0.4 GB/s after a few seconds spent on other peers: its mmap page faults
-    suffer most from the idle-page effect), and its pair ratios depend on the schedule."""
+    suffer most from the idle-page effect), and its pair ratios depend on the schedule.
+
+    slow_pairs (default SLOW_PAIRS) run in the first `slow_rounds` rounds only (default:
+    all); pairs / peers default to PAIRS / PEERS (the records-path test passes its own)."""
+    peers = PEERS if peers is None else peers
+    all_pairs = PAIRS if pairs is None else pairs
+    slow_pairs = SLOW_PAIRS if slow_pairs is None else slow_pairs
+    slow_rounds = rounds if slow_rounds is None else slow_rounds
     if warmup:
-        for peer in PEERS:
+        for peer in peers:
             timed_run(peer, wl, fresh_dirs)
-    times: dict[str, list[float]] = {peer.name: [] for peer in PEERS}
+    times: dict[str, list[float]] = {peer.name: [] for peer in peers}
     pairs: dict[str, dict] = {}
     for k in range(rounds):
-        for ours, peer in PAIRS:
+        for ours, peer in all_pairs + (slow_pairs if k < slow_rounds else []):
             order = (ours, peer) if k % 2 == 0 else (peer, ours)
             t = {}
             for p in order:
@@ -233,7 +387,9 @@ def paired_append(wl: Workload, fresh_dirs, rounds: int, *, warmup: bool = True,
         "times": times,
         "median_seconds": {name: statistics.median(v) for name, v in times.items()},
         "throughput_MBps": {name: wl.total_bytes / statistics.median(v) / 1e6 for name, v in times.items()},
-        "settings": {peer.name: peer.setting for peer in PEERS},
+        "settings": {peer.name: peer.setting for peer in peers},
+        "labels": {peer.name: peer.label for peer in peers},
+        "roles": {peer.name: peer.role for peer in peers},
         "primed": prime,
     }
 
@@ -243,6 +399,20 @@ def test_append_paired(benchmark, workload, sizes, fresh_dirs, size_label, batch
     wl = workload(batch_bytes)
     benchmark.group = "append-paired"
     result = benchmark.pedantic(paired_append, args=(wl, fresh_dirs, sizes.paired_rounds),
-                                kwargs={"warmup": not sizes.quick}, rounds=1, iterations=1)
+                                kwargs={"warmup": not sizes.quick, "slow_rounds": sizes.slow_paired_rounds},
+                                rounds=1, iterations=1)
     benchmark.extra_info.update(wl.info())
     benchmark.extra_info.update(paired=True, size=size_label, unit="bytes", **result)
+
+
+@pytest.mark.parametrize("size_label,batch_bytes", list(SIZES.items()), ids=[f"{s}-records" for s in SIZES])
+def test_append_records_paired(benchmark, records_workload, sizes, fresh_dirs, size_label, batch_bytes):
+    """ours-records / kafka-python-log on `records_total_bytes`, primed like paired_append."""
+    wl = records_workload(batch_bytes)
+    benchmark.group = "append-paired"
+    result = benchmark.pedantic(paired_append, args=(wl, fresh_dirs, sizes.slow_paired_rounds),
+                                kwargs={"warmup": not sizes.quick, "pairs": RECORDS_PAIRS, "peers": RECORDS_PEERS,
+                                        "slow_pairs": []},
+                                rounds=1, iterations=1)
+    benchmark.extra_info.update(wl.info())
+    benchmark.extra_info.update(paired=True, size=f"{size_label}-records", unit="bytes", **result)

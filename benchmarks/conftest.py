@@ -7,8 +7,13 @@ The project's pytest configuration collects `tests/` only (testpaths), so a plai
 `python -m pytest` never runs these.  The benchmark modules are named `bench_*.py` and this
 conftest collects them (pytest_collect_file below) when `benchmarks/` is on the command line.
 
---quick shrinks the data (8 MiB per append round, 5 batches per build round) and runs one
-round per case, for a CI smoke run; its numbers mean nothing.
+--quick shrinks the data (8 MiB per append round, 5 batches per build round, an 8 MiB "big"
+log, 20 partitions, ...: benchlib.QUICK) and runs each case once, for a CI smoke run; its
+numbers mean nothing.
+
+Groups (one module each): append (bench_append), build (bench_build), read (bench_read),
+recovery (bench_recovery), epoch and truncation, leader elections (bench_epoch), replication
+(bench_replication), peak memory (bench_memory), log-dir reopen (bench_logdir).
 
 Rules every I/O case follows (the targets are ratios measured side by side on a 2-core VM):
   - fsync off everywhere (our LogConfig(fsync=False), LMDB sync=False/metasync=False, a plain
@@ -25,17 +30,19 @@ Rules every I/O case follows (the targets are ratios measured side by side on a 
 """
 from __future__ import annotations
 
+import dataclasses
 import fnmatch
 import os
 import shutil
 import sys
+import time
 
 import pytest
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))   # benchlib, whatever --import-mode
 
 import benchlib  # noqa: E402
-from benchlib import FULL, QUICK, FreshDirs, prebuild_batches  # noqa: E402
+from benchlib import FULL, QUICK, FreshDirs, StampedBatches, prebuild_batches, write_log  # noqa: E402
 
 
 # ---- options and collection --------------------------------------------------------------
@@ -62,8 +69,19 @@ def pytest_collect_file(file_path, parent):
     return ihook.pytest_pycollect_makemodule(module_path=file_path, parent=parent)
 
 
+def pytest_generate_tests(metafunc):
+    """Cases whose list depends on --quick (benchlib.FULL / QUICK): epoch counts, memory log sizes."""
+    sizes = QUICK if metafunc.config.getoption("--quick", default=False) else FULL
+    if "epoch_count" in metafunc.fixturenames:
+        metafunc.parametrize("epoch_count", sizes.epoch_counts, ids=[f"{n}-epochs" for n in sizes.epoch_counts])
+    if "memory_log_bytes" in metafunc.fixturenames:
+        metafunc.parametrize("memory_log_bytes", sizes.memory_log_sizes,
+                             ids=[f"{n >> 20}MiB" for n in sizes.memory_log_sizes])
+
+
 def pytest_sessionstart(session):
     session.config.stash[_LOAD_AT_START] = _loadavg()
+    session.config.stash[_STARTED] = time.time()
 
 
 def _loadavg():
@@ -74,6 +92,7 @@ def _loadavg():
 
 
 _LOAD_AT_START = pytest.StashKey[object]()
+_STARTED = pytest.StashKey[float]()
 
 
 def pytest_benchmark_update_machine_info(config, machine_info):
@@ -83,9 +102,12 @@ def pytest_benchmark_update_machine_info(config, machine_info):
     summary = benchlib.machine_summary()
     summary["storage_version"] = storage.__version__
     summary["quick"] = bool(config.getoption("--quick", default=False))
+    summary["sizes"] = dataclasses.asdict(QUICK if summary["quick"] else FULL)
     # Other processes share the 2 cores: the load average says whether they did.
     summary["loadavg_start"] = config.stash.get(_LOAD_AT_START, None)
     summary["loadavg_end"] = _loadavg()
+    started = config.stash.get(_STARTED, None)
+    summary["session_seconds"] = round(time.time() - started, 1) if started else None
     machine_info["storage_bench"] = summary
 
 
@@ -124,3 +146,24 @@ def workload(sizes):
 
     yield get
     cache.clear()
+
+
+@pytest.fixture(scope="session")
+def stamped():
+    """benchlib.StampedBatches of 16 KiB: the batches of every shared log."""
+    return StampedBatches()
+
+
+@pytest.fixture(scope="session")
+def big_log(sizes, fresh_dirs, stamped):
+    """A clean (closed) log of `sizes.big_log_bytes` in 16 KiB batches (1 GiB in a full run),
+    LogConfig(fsync=False) with the default 1 GiB segments, written once per session for the
+    read, recovery and replication cases.  Cases may rebuild its indexes (recovery) or add an
+    epoch entry at its end (a leader), never change its batches.  A dict: path, config and
+    write_log's description (bytes, batches, batch_bytes, records_per_batch, log_end_offset)."""
+    import storage
+
+    path = fresh_dirs.new("big-log")
+    config = storage.LogConfig(fsync=False)
+    info = write_log(os.path.join(path, "t-0"), sizes.big_log_bytes, config, stamped=stamped)
+    return {"root": path, "path": os.path.join(path, "t-0"), "config": config, **info}

@@ -10,7 +10,11 @@ ours / each peer.  Paired groups ("*-paired", where ours and each peer ran back 
 A B then B A) give the medians of the per-pair ratios: those are the numbers the design
 targets are judged on, and the summary at the top lists them.
 
-Ratios are throughput(ours) / throughput(peer), so > 1 means ours is faster.
+Ratios are throughput(ours) / throughput(peer), so > 1 means ours is faster; against a
+ceiling or a limit (file.write, mmap memcpy, raw CRC-32C, a syscall floor) they are shown as
+percentages.  Groups measured in time rather than bytes (truncate_to, end_offset_for, point
+reads, elections, reopen, memory) have their own tables: latencies as p50 / p99, costs at
+several log sizes with the growth from the smallest to the largest.
 """
 from __future__ import annotations
 
@@ -19,7 +23,6 @@ import datetime as _dt
 import json
 import os
 import platform
-import statistics
 import sys
 
 HERE = os.path.dirname(os.path.abspath(__file__))
@@ -29,11 +32,23 @@ APPEND_CEILING_TARGET = 0.90
 APPEND_LMDB_TARGET = 1.5
 BUILD_KAFKA_TARGET = 10.0
 BUILD_RECORDS_PER_S_TARGET = 5_000_000
+READ_SEQ_LMDB_TARGET = 1.0              # sequential fetch >= LMDB's read-all
+POINT_READ_P50_TARGET = 3e-6            # point read by offset p50 <= 3 µs
+RECOVERY_CRC32C_TARGET = 0.5            # recovery scan >= 50 % of the crc32c package
+# "never grows with log size": cost at the largest size / at the smallest, with room for noise
+TRUNCATE_FLAT_TOLERANCE = 1.5
+# "grows with log(epochs)": p50 growth at most this times log(N_max) / log(N_min)
+EPOCH_LOG_TOLERANCE = 1.5
+# peak anonymous memory: growth at the largest log minus growth at the smallest
+MEMORY_ANON_TOLERANCE = 4 << 20
+LIMIT_ROLES = ("ceiling", "limit")
 
 
 # ---- formatting --------------------------------------------------------------------------
 
 def fmt_time(seconds: float) -> str:
+    if seconds < 1e-6:
+        return f"{seconds * 1e9:.0f} ns"
     if seconds >= 1:
         return f"{seconds:.3f} s"
     if seconds >= 1e-3:
@@ -56,6 +71,26 @@ def fmt_ratio(x: float | None) -> str:
 
 def fmt_x(x: float) -> str:
     return f"{x:.2f}×"
+
+
+PERCENT_GROUPS = ("recovery-paired",)     # targets stated as a share of the peer's speed
+
+
+def fmt_for(pair: dict, group: str = ""):
+    """Percent against a ceiling or limit (or in a group whose target is a share), × against a peer."""
+    return fmt_ratio if pair.get("peer_role") in LIMIT_ROLES or group in PERCENT_GROUPS else fmt_x
+
+
+def fmt_bytes(n: float) -> str:
+    if n >= 1 << 30:
+        return f"{n / (1 << 30):.2f} GiB"
+    if n >= 1 << 20:
+        return f"{n / (1 << 20):.1f} MiB"
+    return f"{n / 1024:.0f} KiB"
+
+
+def verdict_max(value: float, maximum: float) -> str:
+    return "meets" if value <= maximum else "**misses**"
 
 
 def verdict(value: float, minimum: float) -> str:
@@ -112,6 +147,21 @@ def machine_lines(data: dict) -> list[str]:
                      f"more means other processes shared the {cores} cores)")
     if commit.get("id"):
         lines.append(f"- Commit {commit['id'][:12]}" + (" (with uncommitted changes)" if commit.get("dirty") else ""))
+    if bench.get("session_seconds"):
+        lines.append(f"- Whole run (pytest session, collection to JSON): {bench['session_seconds'] / 60:.1f} min")
+    scale = bench.get("sizes")
+    if scale:
+        lines.append(
+            f"- Scale: append {fmt_bytes(scale['append_total_bytes'])} a run (records path "
+            f"{fmt_bytes(scale['records_total_bytes'])}); read, recovery and catch-up on a "
+            f"{fmt_bytes(scale['big_log_bytes'])} log; memory at "
+            + ", ".join(fmt_bytes(x) for x in scale["memory_log_sizes"])
+            + "; truncate_to at " + ", ".join(fmt_bytes(x) for x in scale["truncate_log_sizes"])
+            + f"; {scale['reopen_partitions']} partitions reopened; {scale['elections']} elections; "
+            f"K = {scale['paired_rounds']} pairs ({scale['slow_paired_rounds']} with slow peers). "
+            "1 GiB wherever the issue asks for it; scaled down, to stay within 10 minutes: the records path "
+            "(kafka-python builds ~0.3 M records/s), the divergent follower (prefix, cut, refetch = "
+            + " / ".join(fmt_bytes(x) for x in scale["diverge_bytes"]) + ") and the number of catch-up pairs (3)")
     if bench.get("quick"):
         lines.append("- **--quick run**: shrunk data and one round per case; the numbers are a smoke test, not a measurement.")
     return lines
@@ -149,13 +199,20 @@ def plain_group(name: str, benches: list[dict]) -> list[str]:
         rows.append([case_label(b), extra.get("role", ""), b["stats"]["rounds"], fmt_time(b["stats"]["median"]),
                      fmt_time(b["stats"]["min"]), fmt_rate(rates[b["name"]], unit), fmt_ratio(rel)])
     rel_header = "vs ceiling" if ceiling_rate else "vs fastest ours"
+    volumes = {b.get("extra_info", {}).get("bytes") for b in benches}
+    if len(volumes) > 1:        # e.g. the records path on a smaller volume: say which case did what
+        for row, b in zip(rows, sorted(benches, key=lambda b: -rates[b["name"]])):
+            extra = b.get("extra_info", {})
+            row[0] = f"{row[0]} ({fmt_bytes(extra.get('bytes', 0))}, {extra.get('batches')} batches)"
+        benches = sorted(benches, key=lambda b: -(b.get("extra_info", {}).get("bytes") or 0))
     first = benches[0].get("extra_info", {})
     work = (f"{first.get('bytes', 0) / 2**20:.0f} MiB in {first.get('batches')} batches of "
             f"{first.get('batch_bytes')} bytes ({first.get('records_per_batch')} records of 100 bytes each)"
             if unit == "bytes" else
             f"{first.get('records')} records ({first.get('batches')} batches of {first.get('records_per_batch')}, "
             f"{first.get('value_bytes', 100)}-byte values)")
-    out = [f"### {name}", "", f"Per round: {work}. Median and min over the rounds; throughput from the median.", ""]
+    mixed = " (cases marked with another volume wrote that instead)" if len(volumes) > 1 else ""
+    out = [f"### {name}", "", f"Per round: {work}{mixed}. Median and min over the rounds; throughput from the median.", ""]
     out += table(["case", "role", "rounds", "median", "min", "throughput", rel_header], rows)
     ours = [b for b in benches if b.get("extra_info", {}).get("role") == "ours"]
     others = [b for b in benches if b.get("extra_info", {}).get("role") != "ours"]
@@ -167,7 +224,9 @@ def plain_group(name: str, benches: list[dict]) -> list[str]:
             for p in others:
                 if name == "build" and o["extra_info"].get("compression") != p["extra_info"].get("compression"):
                     continue
-                f = fmt_ratio if p["extra_info"].get("role") == "ceiling" else fmt_x
+                if (o["extra_info"].get("peer") == "ours-records") != (p["extra_info"].get("peer") == "kafka-python-log"):
+                    continue        # the records path is compared with the records path only
+                f = fmt_ratio if p["extra_info"].get("role") in LIMIT_ROLES else fmt_x
                 ratio_rows.append([case_label(o), case_label(p), f(rates[o["name"]] / rates[p["name"]])])
         out += table(["ours", "peer", "ours / peer"], ratio_rows)
     settings = {case_label(b): b["extra_info"].get("setting") for b in benches if b.get("extra_info", {}).get("setting")}
@@ -178,10 +237,33 @@ def plain_group(name: str, benches: list[dict]) -> list[str]:
 
 def target_for(group: str, pair: dict) -> float | None:
     if group == "append-paired":
-        return APPEND_CEILING_TARGET if pair.get("peer_role") == "ceiling" else APPEND_LMDB_TARGET
+        if pair.get("peer_role") == "ceiling":
+            return APPEND_CEILING_TARGET
+        return APPEND_LMDB_TARGET if pair.get("peer", "").startswith("lmdb") else None
     if group == "build-paired":
         return BUILD_KAFKA_TARGET
+    if group == "read-seq-paired" and (pair.get("ours"), pair.get("peer")) == ("ours", "lmdb"):
+        return READ_SEQ_LMDB_TARGET
+    if group == "recovery-paired" and pair.get("peer") == "crc32c":
+        return RECOVERY_CRC32C_TARGET
     return None
+
+
+GROUP_NOTES = {
+    "read-seq-paired": "One pass over the whole log per run, everything in the page cache; bench_read's docstring "
+                       "says what each reader does.",
+    "read-point-paired": "Uniformly random offsets, each read timed alone; the pair ratio is p50(peer) / p50(ours) "
+                         "(> 1: ours is faster).",
+    "recovery-paired": "Recovery (CRC check of every batch + rebuild of both indexes, fresh index files) against "
+                       "CRC-32C alone over the same bytes.",
+    "replication-catchup-paired": "An empty follower catches up the whole log in process, in a fresh directory "
+                                  "every run (set-up and clean-up untimed).",
+    "replication-diverge-paired": "A follower with a divergent tail is truncated to the common prefix and refetches "
+                                  "the leader's tail; ratio t(offsets-for-epoch) / t(diverging-epoch).",
+    "elections-paired": "N leader elections with fsync on; ratio t(sync) / t(deferred): how many times cheaper the "
+                        "deferred epoch flush makes them.",
+    "logdir-reopen-paired": "Clean reopen of a log dir; the ratio against the syscall floor is ours' share of it.",
+}
 
 
 def paired_group(name: str, benches: list[dict]) -> list[str]:
@@ -192,37 +274,164 @@ def paired_group(name: str, benches: list[dict]) -> list[str]:
                   if any(b["extra_info"].get("primed") for b in benches) else "")
                + "; the ratio is t(peer) / t(ours) of one pair, i.e. throughput(ours) / throughput(peer). "
                "Median, min and max over the pairs.")
+    if name in GROUP_NOTES:
+        out.append(GROUP_NOTES[name])
     out.append("")
     for b in benches:
         extra = b["extra_info"]
         unit = extra.get("unit", "bytes")
-        amount = extra.get("bytes") if unit == "bytes" else extra.get("records")
+        labels = extra.get("labels", {})
         if unit == "bytes":
-            out.append(f"**{extra.get('size')}**: {amount / 2**20:.0f} MiB per run, {extra.get('batches')} batches of "
-                       f"{extra.get('batch_bytes')} bytes.")
+            amount = extra.get("bytes")
+            line = f"**{extra.get('size')}**: {amount / 2**20:.0f} MiB per run"
+            if extra.get("batches"):
+                line += f", {extra.get('batches')} batches of {extra.get('batch_bytes')} bytes"
+            out.append(line + ".")
+        elif unit == "records":
+            out.append(f"**{extra.get('size')}**: {extra.get('records')} records per run, {extra.get('batches')} "
+                       f"batches of {extra.get('records_per_batch')}.")
+        elif unit == "latency":
+            out.append(f"**{extra.get('size')}**: {extra.get('reads')} random offsets per run over "
+                       f"{fmt_bytes(extra.get('bytes', 0))} ({extra.get('batches')} batches); timer overhead "
+                       f"(included in every sample) {fmt_time(extra.get('timer_overhead_s', 0))}.")
         else:
-            out.append(f"**{extra.get('size')}**: {amount} records per run, {extra.get('batches')} batches of "
-                       f"{extra.get('records_per_batch')}.")
+            out.append(f"**{extra.get('size')}**" + (f": {extra['detail']}" if extra.get("detail") else "") + ".")
         out.append("")
         rows = []
         for pair in extra["pairs"].values():
             ratios = pair["ratios"]
             target = target_for(name, pair)
-            f = fmt_ratio if pair.get("peer_role") == "ceiling" else fmt_x
+            f = fmt_for(pair, name)
             rows.append([pair["label"], f(pair["median"]), f(min(ratios)), f(max(ratios)),
                          len(ratios), f"≥ {f(target)}" if target else "–",
                          verdict(pair["median"], target) if target else "–"])
         out += table(["ours / peer", "median", "min", "max", "pairs", "target", ""], rows)
         out.append("")
-        rate_key = "throughput_MBps" if unit == "bytes" else "records_per_s"
         rate_rows = []
-        for peer, median in sorted(extra["median_seconds"].items(), key=lambda kv: kv[1]):
-            rate = extra[rate_key][peer]
-            rate_rows.append([peer, len(extra["times"][peer]), fmt_time(median),
-                              fmt_rate(rate * 1e6 if unit == "bytes" else rate, unit)])
-        out += table(["run", "runs", "median time", "throughput"], rate_rows)
+        if unit == "latency":
+            lat = extra.get("latency", {})
+            for peer in sorted(lat, key=lambda p: lat[p]["p50"]):
+                v = lat[peer]
+                rate_rows.append([labels.get(peer, peer), v["runs"], v["reads_per_run"], fmt_time(v["p50"]),
+                                  fmt_time(v["p99"]), fmt_time(v["mean"])])
+            out += table(["reader", "runs", "reads a run", "p50", "p99", "mean"], rate_rows)
+        elif unit == "seconds":
+            per = extra.get("per_election_s") or extra.get("per_partition_s")
+            per_header = "per election" if extra.get("per_election_s") else "per partition"
+            for peer, median in sorted(extra["median_seconds"].items(), key=lambda kv: kv[1]):
+                row = [labels.get(peer, peer), len(extra["times"][peer]), fmt_time(median)]
+                if per:
+                    row.append(fmt_time(per[peer]))
+                rate_rows.append(row)
+            out += table(["run", "runs", "median time"] + ([per_header] if per else []), rate_rows)
+        else:
+            rate_key = "throughput_MBps" if unit == "bytes" else "records_per_s"
+            for peer, median in sorted(extra["median_seconds"].items(), key=lambda kv: kv[1]):
+                rate = extra[rate_key][peer]
+                rate_rows.append([labels.get(peer, peer) if labels else peer, len(extra["times"][peer]),
+                                  fmt_time(median), fmt_rate(rate * 1e6 if unit == "bytes" else rate, unit)])
+            out += table(["run", "runs", "median time", "throughput"], rate_rows)
+        settings = extra.get("settings") or {}
+        if settings and name not in ("append-paired",):
+            out += ["", "Settings:", ""] + [f"- {labels.get(k, k)}: `{v}`" for k, v in settings.items()]
         out.append("")
     return out
+
+
+# ---- groups measured in time or memory ---------------------------------------------------
+
+def _growth(values: list[tuple[float, float]]) -> float | None:
+    """value at the largest x / value at the smallest x."""
+    if len(values) < 2:
+        return None
+    values = sorted(values)
+    return values[-1][1] / values[0][1] if values[0][1] else None
+
+
+def truncate_rows(benches: list[dict]) -> dict[str, dict]:
+    """Per segment config: sizes with their median time, and the growth t(largest) / t(smaller)
+    as the median over pairs (1 / the median of t(smaller) / t(largest), an odd count)."""
+    out = {}
+    for b in benches:
+        extra = b["extra_info"]
+        logs = extra["logs"]
+        sizes = sorted(logs, key=lambda n: logs[n]["log_bytes"])
+        growth = {pair["peer"]: 1 / pair["median"] for pair in extra["pairs"].values()}
+        out[extra["segments_config"]] = {"sizes": sizes, "logs": logs, "median": extra["median_seconds"],
+                                         "runs": {k: len(v) for k, v in extra["times"].items()}, "growth": growth,
+                                         "pairs": extra["pairs"]}
+    return out
+
+
+def truncate_group(name: str, benches: list[dict]) -> list[str]:
+    out = [f"### {name}", "",
+           "PartitionLog.truncate_to removing the same last batches of logs of growing size (appended back, "
+           "untimed, after each run); the largest log paired with each smaller one (A B, then B A). "
+           "Growth: median over the pairs of t(largest) / t(smaller).", ""]
+    rows = []
+    for config, item in truncate_rows(benches).items():
+        largest = item["sizes"][-1]
+        for size in item["sizes"]:
+            log = item["logs"][size]
+            growth = item["growth"].get(size)
+            rows.append([config, fmt_bytes(log["log_bytes"]), log["segments"], fmt_bytes(log["truncated_bytes"]),
+                         item["runs"][size], fmt_time(item["median"][size]),
+                         "–" if size == largest else f"{growth:.2f}× (over {len(item['pairs'][f'{largest} / {size}']['ratios'])} pairs)"])
+    out += table(["segments", "log size", "segment files", "truncated", "runs", "median", "largest log / this one"],
+                 rows)
+    return out + [""]
+
+
+def end_offset_group(name: str, benches: list[dict]) -> list[str]:
+    import math
+    out = [f"### {name}", "",
+           "LeaderEpochCache.end_offset_for(epoch, log_end_offset) on a cache of N epochs, random epochs (half "
+           "cached, half between two cached ones), each call timed alone; p50 is the lowest of the runs' p50s, "
+           "p99 and mean the median of the runs'.", ""]
+    benches = sorted(benches, key=lambda b: b["extra_info"]["epochs"])
+    base = benches[0]["extra_info"]
+    rows = []
+    for b in benches:
+        extra = b["extra_info"]
+        lat = extra["latency"]
+        log_ratio = math.log(extra["epochs"]) / math.log(base["epochs"])
+        rows.append([f"{extra['epochs']:,}", extra["queries"], lat["runs"], fmt_time(lat["p50"]), fmt_time(lat["p99"]),
+                     fmt_time(lat["mean"]), f"{lat['p50'] / base['latency']['p50']:.2f}×", f"{log_ratio:.2f}×",
+                     f"{extra['epochs'] / base['epochs']:,.0f}×"])
+    out += table(["epochs", "queries a run", "runs", "p50", "p99", "mean", "p50 vs fewest",
+                  "log(N) ratio", "N ratio"], rows)
+    overhead = benches[0]["extra_info"].get("timer_overhead_s")
+    if overhead:
+        out += ["", f"Timer overhead included in every sample: {fmt_time(overhead)}."]
+    return out + [""]
+
+
+def memory_group(name: str, benches: list[dict]) -> list[str]:
+    out = [f"### {name}", "",
+           "One subprocess per case (bench_memory's docstring). anon: peak RssAnon - baseline (sampled every 2 ms); "
+           "HWM: VmHWM after the case (reset before it) - baseline VmRSS, which counts mapped file pages once "
+           "touched; file: RssFile + RssShmem growth (the mappings' resident pages).", ""]
+    rows = []
+    for b in sorted(benches, key=lambda b: (b["extra_info"]["mode"], b["extra_info"]["log_bytes"])):
+        extra = b["extra_info"]
+        rows.append([extra["mode"], fmt_bytes(extra["log_bytes"]), fmt_bytes(extra["anon_growth"]),
+                     fmt_bytes(extra["hwm_growth"]), fmt_bytes(extra["file_growth"]),
+                     fmt_bytes(extra["baseline"].get("VmRSS", 0)), fmt_time(extra["seconds"]), extra["samples"]])
+    out += table(["case", "log", "anon growth", "HWM growth", "file pages", "baseline RSS", "time", "samples"], rows)
+    return out + [""]
+
+
+def memory_by_mode(benches: list[dict]) -> dict[str, list[tuple[int, dict]]]:
+    out: dict[str, list] = {}
+    for b in benches:
+        extra = b["extra_info"]
+        out.setdefault(extra["mode"], []).append((extra["log_bytes"], extra))
+    for v in out.values():
+        v.sort(key=lambda r: r[0])
+    return out
+
+
+CUSTOM_GROUPS = {"truncate-paired": truncate_group, "epoch-end-offset": end_offset_group, "memory": memory_group}
 
 
 # ---- summary -----------------------------------------------------------------------------
@@ -259,12 +468,107 @@ def summary(groups: dict[str, list[dict]]) -> list[str]:
             rate = extra["records"] / b["stats"]["median"]
             rows.append(["build (none), ours records/s (pedantic case)", fmt_rate(rate, "records"),
                          "≥ 5 M records/s", verdict(rate, BUILD_RECORDS_PER_S_TARGET)])
+    rows += summary_new_groups(groups)
     if not rows:
         return []
     return ["## Targets (paired medians)", ""] + table(["measure", "measured", "target", ""], rows) + [""]
 
 
-GROUP_ORDER = ["append-paired", "append-16KiB", "append-1MiB", "build-paired", "build"]
+def _pair_rows(groups, group: str, title) -> list[list[str]]:
+    rows = []
+    for b in groups.get(group, []):
+        extra = b["extra_info"]
+        for pair in extra["pairs"].values():
+            target = target_for(group, pair)
+            f = fmt_for(pair, group)
+            rows.append([title(extra, pair), f(pair["median"]), f"≥ {f(target)}" if target else "–",
+                         verdict(pair["median"], target) if target else "–"])
+    return rows
+
+
+def summary_new_groups(groups: dict[str, list[dict]]) -> list[list[str]]:
+    import math
+    rows = []
+    for b in groups.get("append-paired", []):       # peers without a design target: informational
+        extra = b["extra_info"]
+        for pair in extra["pairs"].values():
+            if pair["peer"] in ("sqlite", "kafka-python-log"):
+                rows.append([f"append {extra['size']}, {pair['ours']} / {pair['peer']}", fmt_x(pair["median"]), "–", "–"])
+    rows += _pair_rows(groups, "read-seq-paired", lambda e, p: f"sequential fetch, {p['ours']} / {p['peer']}")
+    for b in groups.get("read-point-paired", []):
+        extra = b["extra_info"]
+        lat = extra.get("latency", {})
+        if "ours" in lat:
+            rows.append(["point read by offset, ours p50", fmt_time(lat["ours"]["p50"]),
+                         f"≤ {fmt_time(POINT_READ_P50_TARGET)}", verdict_max(lat["ours"]["p50"], POINT_READ_P50_TARGET)])
+            rows.append(["point read by offset, ours p99", fmt_time(lat["ours"]["p99"]), "–", "–"])
+        for pair in extra["pairs"].values():
+            rows.append([f"point read, p50 {pair['peer']} / p50 ours", fmt_for(pair)(pair["median"]), "–", "–"])
+    rows += _pair_rows(groups, "recovery-paired", lambda e, p: f"recovery scan, {p['ours']} / {p['peer']}")
+    ends = sorted(groups.get("epoch-end-offset", []), key=lambda b: b["extra_info"]["epochs"])
+    for b in ends:
+        if b["extra_info"]["epochs"] == 10_000:
+            lat = b["extra_info"]["latency"]
+            rows.append(["end_offset_for, 10,000 epochs, p50 / p99", f"{fmt_time(lat['p50'])} / {fmt_time(lat['p99'])}",
+                         "–", "–"])
+    if len(ends) >= 2:
+        lo, hi = ends[0]["extra_info"], ends[-1]["extra_info"]
+        growth = hi["latency"]["p50"] / lo["latency"]["p50"]
+        log_ratio = math.log(hi["epochs"]) / math.log(lo["epochs"])
+        rows.append([f"end_offset_for p50 growth, {hi['epochs']:,} / {lo['epochs']:,} epochs", f"{growth:.2f}×",
+                     f"≤ {EPOCH_LOG_TOLERANCE:.1f} × log ratio {log_ratio:.2f} = {EPOCH_LOG_TOLERANCE * log_ratio:.2f}×",
+                     verdict_max(growth, EPOCH_LOG_TOLERANCE * log_ratio)])
+    for config, item in truncate_rows(groups.get("truncate-paired", [])).items():
+        sizes = item["sizes"]
+        times = " / ".join(f"{fmt_bytes(item['logs'][n]['log_bytes'])}: {fmt_time(item['median'][n])}" for n in sizes)
+        rows.append([f"truncate_to of {fmt_bytes(item['logs'][sizes[0]]['truncated_bytes'])}, {config} ({times})",
+                     "–", "–", "–"])
+        if len(sizes) >= 2:
+            growth = item["growth"][sizes[0]]
+            rows.append([f"truncate_to cost growth, {config}, {fmt_bytes(item['logs'][sizes[-1]]['log_bytes'])} / "
+                         f"{fmt_bytes(item['logs'][sizes[0]]['log_bytes'])} log (paired)", f"{growth:.2f}×",
+                         f"≤ {TRUNCATE_FLAT_TOLERANCE:.1f}× (flat)", verdict_max(growth, TRUNCATE_FLAT_TOLERANCE)])
+    rows += _pair_rows(groups, "replication-catchup-paired", lambda e, p: f"follower catch-up, {p['ours']} / {p['peer']}")
+    for b in groups.get("replication-catchup-paired", []):
+        extra = b["extra_info"]
+        rate = extra["throughput_MBps"].get("ours-fetcher")
+        if rate:
+            rows.append([f"follower catch-up of {fmt_bytes(extra['bytes'])} through the fetcher",
+                         f"{fmt_time(extra['median_seconds']['ours-fetcher'])} ({fmt_rate(rate * 1e6, 'bytes')})", "–", "–"])
+    for b in groups.get("replication-diverge-paired", []):
+        extra = b["extra_info"]
+        for run, t in extra["median_seconds"].items():
+            rows.append([f"divergent follower ({fmt_bytes(extra['divergent_bytes'])} cut, "
+                         f"{fmt_bytes(extra['tail_bytes'])} refetched), {run}", fmt_time(t), "–", "–"])
+    for mode, items in memory_by_mode(groups.get("memory", [])).items():
+        for log_bytes, extra in items:
+            rows.append([f"peak memory, {mode} {fmt_bytes(log_bytes)}: anon / HWM growth",
+                         f"{fmt_bytes(extra['anon_growth'])} / {fmt_bytes(extra['hwm_growth'])}", "–", "–"])
+        if len(items) >= 2:
+            grow = items[-1][1]["anon_growth"] - items[0][1]["anon_growth"]
+            rows.append([f"peak anon memory growth with the log, {mode} "
+                         f"{fmt_bytes(items[-1][0])} vs {fmt_bytes(items[0][0])}", fmt_bytes(max(grow, 0)),
+                         f"≤ {fmt_bytes(MEMORY_ANON_TOLERANCE)} (flat)", verdict_max(grow, MEMORY_ANON_TOLERANCE)])
+    for b in groups.get("logdir-reopen-paired", []):
+        extra = b["extra_info"]
+        t = extra["median_seconds"]["ours"]
+        rows.append([f"clean reopen, {extra['partitions']} partitions", f"{fmt_time(t)} "
+                     f"({fmt_time(extra['per_partition_s']['ours'])} a partition)", "–", "–"])
+        for pair in extra["pairs"].values():
+            rows.append(["clean reopen, ours / syscall floor", fmt_ratio(pair["median"]), "–", "–"])
+    for b in groups.get("elections-paired", []):
+        extra = b["extra_info"]
+        per = extra["per_election_s"]
+        rows.append(["leader election (fsync on), per election: deferred / sync",
+                     f"{fmt_time(per['deferred'])} / {fmt_time(per['sync'])}", "–", "–"])
+        for pair in extra["pairs"].values():
+            rows.append([f"{extra['elections']} elections, t(sync) / t(deferred)", fmt_x(pair["median"]), "–", "–"])
+    return rows
+
+
+GROUP_ORDER = ["append-paired", "append-16KiB", "append-1MiB", "build-paired", "build", "read-seq-paired",
+               "read-point-paired", "recovery-paired", "epoch-end-offset", "truncate-paired", "replication-catchup-paired",
+               "replication-diverge-paired", "memory", "logdir-reopen-paired", "elections-paired"]
 
 
 def render(data: dict) -> str:
@@ -274,13 +578,16 @@ def render(data: dict) -> str:
     lines = ["# Benchmark results", "",
              "Generated by `benchmarks/report.py` from pytest-benchmark's JSON "
              "(`python -m pytest benchmarks --benchmark-only --benchmark-json=...`). "
-             "fsync off everywhere; ratios are throughput(ours) / throughput(peer).", ""]
+             "fsync off everywhere (except the elections group); ratios are throughput(ours) / throughput(peer), "
+             "percentages against a ceiling or limit.", ""]
     lines += machine_lines(data) + [""]
     lines += summary(groups)
     lines += ["## Groups", ""]
     for name in sorted(groups, key=lambda g: (GROUP_ORDER.index(g) if g in GROUP_ORDER else len(GROUP_ORDER), g)):
         benches = groups[name]
-        if all(b.get("extra_info", {}).get("paired") for b in benches):
+        if name in CUSTOM_GROUPS:
+            lines += CUSTOM_GROUPS[name](name, benches)
+        elif all(b.get("extra_info", {}).get("paired") for b in benches):
             lines += paired_group(name, benches)
         else:
             lines += plain_group(name, benches)

@@ -141,6 +141,8 @@ class LeaderEpochCache:
             if removed == 0:
                 return False
             epoch = self._epochs[removed - 1]
+            if removed == 1 and self._offsets[0] == start_offset:
+                return True     # removed and re-added unchanged: nothing to write
             self._epochs[:removed] = [epoch]
             self._offsets[:removed] = [start_offset]
             self._changed()

@@ -1,0 +1,104 @@
+"""Reopen time of a clean log dir with 1,000 partitions (the leader-epoch work's ask).
+
+The log dir is written once for the module: LogDir.open(path, LogConfig(fsync=False)), 1,000
+partitions "t-0" ... "t-999", four 16 KiB batches each (64 KiB, one segment), an epoch entry
+each, then close() -- the clean-shutdown marker and the metadata store are written.
+
+"logdir-reopen-paired", alternated in pairs (A B, then B A):
+  ours    LogDir.open(path, LogConfig(fsync=False)): marker read and deleted, metadata read,
+          every partition opened without recovery (clean: indexes trusted, sanity-checked,
+          mapped; the epoch checkpoint read).  Closing again (which writes the marker back)
+          is not timed; nothing is written in the timed part except the marker's deletion.
+  floor   the limit: the syscalls any reopen needs, from Python -- listdir of the log dir,
+          and per partition listdir, os.open + os.fstat + os.close of its .log, .index and
+          .timeindex, and reading its leader-epoch-checkpoint
+The pair ratio is t(floor) / t(ours) (ours' share of the floor); `slow_paired_rounds` pairs.
+"""
+from __future__ import annotations
+
+import os
+import time
+
+import pytest
+
+import storage
+from benchlib import Contender, paired
+
+TOPIC = "t"
+BATCHES_PER_PARTITION = 4
+CONFIG = storage.LogConfig(fsync=False)
+
+
+class ManyPartitions:
+    def __init__(self, fresh_dirs, stamped, partitions: int):
+        self.path = fresh_dirs.new("logdir-1000")
+        self.partitions = partitions
+        self.fresh_dirs = fresh_dirs
+        logdir = storage.LogDir.open(self.path, CONFIG)
+        for p in range(partitions):
+            log = logdir.partition(TOPIC, p)
+            log.assign_epoch_start_offset(1, 0)
+            stamped.append_to(log, BATCHES_PER_PARTITION, epoch=1)
+        self.leo = BATCHES_PER_PARTITION * stamped.records_per_batch
+        self.bytes = partitions * BATCHES_PER_PARTITION * stamped.batch_size
+        logdir.close()
+        self.dirs = sorted(n for n in os.listdir(self.path) if n.startswith(f"{TOPIC}-"))
+        assert len(self.dirs) == partitions
+
+    def ours(self) -> float:
+        start = time.perf_counter()
+        logdir = storage.LogDir.open(self.path, CONFIG)
+        elapsed = time.perf_counter() - start
+        try:
+            assert logdir.had_clean_shutdown and not logdir.recovery_report
+            logs = logdir.logs()
+            assert len(logs) == self.partitions
+            assert all(log.log_end_offset == self.leo for log in logs.values())
+        finally:
+            logdir.close()
+        return elapsed
+
+    def floor(self) -> float:
+        join, listdir, open_, fstat, close = os.path.join, os.listdir, os.open, os.fstat, os.close
+        start = time.perf_counter()
+        for name in listdir(self.path):
+            directory = join(self.path, name)
+            if not name.startswith(f"{TOPIC}-"):
+                continue
+            listdir(directory)
+            for suffix in (".log", ".index", ".timeindex"):
+                fd = open_(join(directory, "00000000000000000000" + suffix), os.O_RDONLY)
+                fstat(fd)
+                close(fd)
+            with open(join(directory, "leader-epoch-checkpoint"), "rb") as f:
+                f.read()
+        return time.perf_counter() - start
+
+    def close(self):
+        self.fresh_dirs.discard(self.path)
+
+
+@pytest.fixture(scope="module")
+def many_partitions(fresh_dirs, stamped, sizes):
+    side = ManyPartitions(fresh_dirs, stamped, sizes.reopen_partitions)
+    yield side
+    side.close()
+
+
+def test_logdir_reopen_paired(benchmark, sizes, many_partitions):
+    side = many_partitions
+    contenders = [
+        Contender("ours", f"LogDir.open, {side.partitions} partitions", "ours", side.ours,
+                  "LogDir.open(path, LogConfig(fsync=False)) of a cleanly closed dir"),
+        Contender("floor", "syscall floor (limit)", "limit", side.floor,
+                  "listdir + per partition: listdir, open/fstat/close x3, read leader-epoch-checkpoint"),
+    ]
+    benchmark.group = "logdir-reopen-paired"
+    result = benchmark.pedantic(paired, args=(contenders, [("ours", "floor")], sizes.slow_paired_rounds),
+                                kwargs={"warmup": not sizes.quick, "unit": "seconds"}, rounds=1, iterations=1)
+    detail = (f"{BATCHES_PER_PARTITION} batches of 16 KiB and one epoch entry a partition, "
+              f"{side.bytes / 2**20:.0f} MiB in all, cleanly closed")
+    benchmark.extra_info.update(size=f"{side.partitions} partitions", detail=detail, partitions=side.partitions,
+                                bytes=side.bytes,
+                                per_partition_s={k: v / side.partitions for k, v in result["median_seconds"].items()},
+                                **result)
