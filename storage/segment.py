@@ -77,6 +77,8 @@ class Segment:
         self.index_path = prefix + INDEX_SUFFIX
         self.time_index_path = prefix + TIME_INDEX_SUFFIX
         self._c = ffi.new("plog_segment *")
+        self._find_position = ffi.new("int64_t *")
+        self._find_info = ffi.new("plog_batch_info *")
         self._mapping: _Mapping | None = None
         self.closed = False
         rc = lib.plog_segment_open(
@@ -147,8 +149,7 @@ class Segment:
         """Position of the first batch whose last offset >= offset, or -1."""
         if self._c.size == 0:
             return -1
-        position = ffi.new("int64_t *")
-        info = ffi.new("plog_batch_info *")
+        position, info = self._find_position, self._find_info   # reused: the log serialises calls
         rc = lib.plog_segment_find(self._c, self.log_pointer(), offset, position, info)
         if rc:
             raise errors.CorruptRecordError(f"cannot read batch header: {describe_error(rc)}",
