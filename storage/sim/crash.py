@@ -158,7 +158,11 @@ def enumerate_crashes(workdir: str, *, max_length: int = 2, seed: int = 0, state
                 try:
                     for step, operation in enumerate(sequence):
                         if operation == "truncate":   # data it removes was allowed to go
-                            floor = min(floor, max(log.log_start_offset, log.log_end_offset - 1))
+                            target = max(log.log_start_offset, log.log_end_offset - 1)
+                            cut = next(iter(iter_batches(log.read(target, 1))), None) \
+                                if target < log.log_end_offset else None
+                            # batch-granular: the whole batch holding the target goes
+                            floor = min(floor, cut.base_offset if cut is not None else target)
                         _apply(log, logdir, operation, step)
                         versions.append(_batches_in(snapshot(base), partition_dir))
                         floor = min(floor, log.log_end_offset)
