@@ -566,10 +566,16 @@ class PartitionLog:
                 self._truncate_fully(offset)
                 return True
             # Highest first: any crash in between leaves a prefix of the old log.
+            deleted = False
             while len(self.segments) > 1 and self.segments[-1].base_offset > offset:
                 self.segments.pop().delete()
                 self._bases.pop()
-                self._dir_dirty = True
+                deleted = True
+            if deleted:
+                # The deletions must be durable before the cut below can be: otherwise a crash
+                # could keep the cut segment and bring a deleted later one back (found by the
+                # crash enumeration: truncate, truncate, roll).
+                self._flush_dir()
             active = self.segments[-1]
             active.truncate_to(offset)
             if not active.active:

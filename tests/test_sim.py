@@ -92,9 +92,6 @@ def test_every_pair_of_operations_crash_recovers(tmp_path):
 
 
 @pytest.mark.slow
-@pytest.mark.xfail(strict=False, reason="open finding: 17 of 12,544 crash states after truncate+truncate+"
-                   "{roll,flush,epoch_bump} recover a log that is not a prefix of any version of the run "
-                   "(oracle or engine not yet settled; see the issue notes)")
 def test_every_triple_of_operations_crash_recovers(tmp_path):
     outcome = enumerate_crashes(str(tmp_path / "w"), max_length=3, states_per_point=4)
     assert outcome.violations == []
