@@ -1,6 +1,6 @@
 """Fleet-audit throughput on Spark: local[1] against local[2] (a script, not a pytest case).
 
-    python benchmarks/bench_audit.py [--partitions 4] [--brokers 2] [--batches 1600] [--rounds 3]
+    python benchmarks/bench_audit.py [--partitions 4] [--brokers 2] [--batches 6400] [--rounds 3]
                                      [--fleet DIR] [--json OUT.json]
 
 It writes one fleet with `storage.spark.generate` (realistic logs: rotating leaders, mixed
@@ -67,11 +67,11 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--fleet", help="where to write the fleet (default: a temporary directory, deleted)")
     parser.add_argument("--brokers", type=int, default=2)
     parser.add_argument("--partitions", type=int, default=4, help="partitions per topic (2 topics)")
-    parser.add_argument("--batches", type=int, default=1600, help="batches per partition")
+    parser.add_argument("--batches", type=int, default=6400, help="batches per partition (default: ~1 GB in all)")
     parser.add_argument("--records", type=int, default=40, help="records per batch")
     parser.add_argument("--value-bytes", type=int, default=250)
-    parser.add_argument("--segment-bytes", type=int, default=64 << 20,
-                        help="segment size (default 64 MiB; Kafka's default is 1 GiB: Spark's fixed cost per "
+    parser.add_argument("--segment-bytes", type=int, default=32 << 20,
+                        help="segment size (default 32 MiB; Kafka's default is 1 GiB: Spark's fixed cost per "
                              "task, one task per segment, is what small segments measure)")
     parser.add_argument("--rounds", type=int, default=3, help="(local[1], local[2]) pairs")
     parser.add_argument("--masters", default="local[1],local[2]")

@@ -15,18 +15,17 @@ import sys
 
 import pytest
 
-from storage import LogConfig, LogDir, Record, build_batch, iter_batches
-from storage.spark import analysis, scan
 from storage.spark.session import java_problem, pyspark_problem
 
 _PROBLEM = pyspark_problem() or java_problem()
 if _PROBLEM:
-    pytest.skip(f"Spark tests need PySpark 4 and Java 17+: {_PROBLEM}", allow_module_level=True)
+    pytest.skip(f"Spark tests need PySpark 4, pyarrow, xxhash and Java 17+: {_PROBLEM}", allow_module_level=True)
 
 import pyarrow.parquet as pq  # noqa: E402
 import xxhash  # noqa: E402
 
-from storage.spark import audit, generate  # noqa: E402
+from storage import LogConfig, LogDir, Record, build_batch, iter_batches  # noqa: E402
+from storage.spark import analysis, audit, generate, scan  # noqa: E402
 
 TESTDATA = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "shared", "testdata")
 T0 = 1_700_000_000_000
@@ -246,9 +245,33 @@ def build_scenarios(root) -> tuple[list[str], dict]:
     commit(a, b)
     expect["gaps"] = (analysis.CONSISTENT, None)
 
+    # B's first (sealed) segment has a corrupt size field at offset 9; its later segments are fine.
+    a, b = pair("broken")
+    a.assign_epoch_start_offset(0)
+    write(a, "broken", 30, 0)
+    fetch(a, b)
+    commit(a, b)
+    expect["broken"] = (analysis.CORRUPT, 9)
+
+    # B's newest segment ends in a torn write (a crash mid-append): reported, not corruption.
+    a, b = pair("torn")
+    a.assign_epoch_start_offset(0)
+    write(a, "torn", 6, 0)
+    fetch(a, b)
+    commit(a, b)
+    expect["torn"] = (analysis.CONSISTENT, None)
+
     a_dir.close()
     b_dir.close()
     flip_byte(os.path.join(dirs[1], "flip-0"), 15)
+    first_segment = sorted(glob.glob(os.path.join(dirs[1], "broken-0", "*.log")))[0]
+    with open(first_segment, "r+b") as f:
+        at_9 = next(batch.position for batch in iter_batches(f.read()) if batch.base_offset == 9)
+        f.seek(at_9 + 8)
+        f.write(b"\0\0\0\0")                   # Length 0: below the minimum, the segment ends here
+    last_segment = sorted(glob.glob(os.path.join(dirs[1], "torn-0", "*.log")))[-1]
+    with open(last_segment, "ab") as f:
+        f.write(build_batch([b"x" * 50], base_offset=18)[:30])
     return dirs, expect
 
 
@@ -365,9 +388,29 @@ def test_read_path_never_opens_lmdb(tmp_path, monkeypatch):
     assert sum(b.num_rows for p in parts for b in reader.read(p)) == 5
 
 
+def test_a_segment_gone_since_planning_is_an_error_row(tmp_path):
+    from storage.spark.source import PartitionLogDataSource
+
+    log_dir = LogDir.open(tmp_path / "broker", CONFIG)
+    write(log_dir.partition("t", 0), "x", 30, 0)
+    log_dir.close()
+    source = PartitionLogDataSource({"path": str(tmp_path / "broker")})
+    reader = source.reader(source.schema())
+    parts = reader.partitions()
+    assert len(parts) > 1
+    os.unlink(parts[0].segment.path)                # retention on a live broker, say
+    first = [row for batch in reader.read(parts[0]) for row in batch.to_pylist()]
+    assert len(first) == 1 and first[0]["error"].startswith("unreadable:") and first[0]["base_offset"] is None
+    assert all(row["error"] is None for batch in reader.read(parts[1]) for row in batch.to_pylist())
+    records = PartitionLogDataSource({"path": str(tmp_path / "broker"), "level": "records"})
+    with pytest.raises(OSError):
+        list(records.reader(records.schema()).read(parts[0]))
+
+
 # ---- the audit -----------------------------------------------------------------------------------
 
-@pytest.mark.parametrize("topic", ["same", "cut", "kip101", "hidden", "flip", "missing", "prefix", "tail", "gaps"])
+@pytest.mark.parametrize("topic", ["same", "cut", "kip101", "hidden", "flip", "missing", "prefix", "tail", "gaps",
+                                   "broken", "torn"])
 def test_audit_verdicts_and_first_divergent_offsets(scenarios, topic):
     _, expect, results = scenarios
     record = results[topic]
@@ -408,6 +451,12 @@ def test_audit_details(scenarios):
 
     gaps = results["gaps"]["replicas"][0]
     assert gaps["offset_gap_count"] == 2 and gaps["offset_gaps"] == [{"from": 3, "to": 10}, {"from": 13, "to": 20}]
+    broken = results["broken"]["replicas"][1]
+    assert broken["structural_failure_count"] == 1 and broken["structural_failures"][0]["kind"] == "corrupt"
+    assert broken["segment_count"] > 1 and results["broken"]["divergence"]["conflict"]["replicas_without_batch"] \
+        == [dirs[1]]
+    torn = results["torn"]["replicas"]
+    assert [r["torn_tail_bytes"] for r in torn] == [0, 30] and torn[1]["structural_failure_count"] == 0
     assert analysis.exit_code(list(results.values())) == 1
 
 

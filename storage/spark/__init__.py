@@ -15,7 +15,7 @@ source), `analysis` (lineage, failures and divergence of one topic-partition; pl
 
 Importing this package imports neither pyspark nor pyarrow: the CLI must be able to say
 that Java or PySpark is missing in one line, and Spark's forked Python workers import only
-the modules their task needs (`source`, `scan`, `analysis`).
+the modules their task needs (`source` and `scan`).
 """
 from __future__ import annotations
 

@@ -21,7 +21,8 @@ First divergent offset (`first_divergent_offset`), the smallest of:
             failure (its fingerprint differs from the healthy copies'), does.
   missing   the log end offset of a replica whose readable range ends below H: it lacks
             committed data from there on (lost, truncated, or -- in a live cluster -- a
-            follower still catching up: audit a quiesced fleet).
+            follower still catching up: audit a quiesced fleet).  Without a known H nothing
+            counts as missing.
 The partition leader epoch is not part of the comparison (replicas copy batches byte for byte,
 so a difference shows up in the lineage columns); neither is the base offset, which the
 fingerprint leaves out by design and the comparison keys on.

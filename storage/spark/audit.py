@@ -40,7 +40,7 @@ from ..epoch import CHECKPOINT_FILE
 from . import analysis, scan
 
 EXAMPLES_MAX = 20       # failures / gaps / anomalies listed per replica (all are counted)
-_STRUCTURAL = ("corrupt", "disorder", "below_segment_base", "partial_tail")
+_STRUCTURAL = ("corrupt", "unreadable", "disorder", "below_segment_base", "partial_tail")
 
 
 # ---- the driver's small files -----------------------------------------------------------------
@@ -403,11 +403,13 @@ def _notes(record: dict) -> str:
     if len(set(labels)) < len(labels):
         labels = [f"r{i}" for i in range(len(replicas))]
     for label, r in zip(labels, replicas):
-        if r["crc_failure_count"]:
-            notes.append(f"{label}: {r['crc_failure_count']} CRC failure(s) from offset {r['crc_failures'][0]['offset']}")
-        if r["structural_failure_count"]:
-            notes.append(f"{label}: {r['structural_failures'][0]['kind']} at position "
-                         f"{r['structural_failures'][0]['position']}")
+        if r["crc_failure_count"] and r["crc_failures"]:
+            notes.append(f"{label}: {r['crc_failure_count']} CRC failure(s) from offset "
+                         f"{r['crc_failures'][0]['offset']}")
+        if r["structural_failure_count"] and r["structural_failures"]:
+            first = r["structural_failures"][0]
+            notes.append(f"{label}: {first['kind']} in segment {first['segment_base_offset']} at position "
+                         f"{first['position']}")
         if r["missing_committed_from"] is not None:
             notes.append(f"{label}: lacks committed data from {r['missing_committed_from']}")
         if r["lineage_agrees"] is False:
@@ -434,8 +436,8 @@ def format_table(results: list[dict]) -> str:
                       "-" if record["first_divergent_offset"] is None else str(record["first_divergent_offset"]),
                       _notes(record)))
     widths = [max(len(row[i]) for row in [header] + lines) for i in range(len(header) - 1)]
-    return "\n".join("  ".join(cell.ljust(w) for cell, w in zip(row[:-1], widths)) + "  " + row[-1]
-                     for row in [header] + lines).rstrip()
+    return "\n".join(("  ".join(cell.ljust(w) for cell, w in zip(row[:-1], widths)) + "  " + row[-1]).rstrip()
+                     for row in [header] + lines)
 
 
 def write_outputs(report: dict, out_dir: str, *, extra: dict | None = None) -> None:

@@ -22,6 +22,8 @@ Rows of one segment (`scan_batches`) follow Kafka's in-memory iteration rules (r
     failing position (nothing after it can be delimited);
   - bytes after the last whole batch give one row with `error` = "partial_tail: ..." -- a torn
     write, which Kafka's recovery cuts off;
+  - a file that cannot be read (gone since planning, no permission) gives one row with
+    `error` = "unreadable: ...", so one bad file does not fail a whole job;
   - nothing here opens the file before `scan_*` is called, and nothing is kept open after.
 
 The fingerprint of a batch is xxh3-64 of the bytes its CRC covers: [21, end) of a v2 batch
@@ -48,6 +50,7 @@ _INT64_MAX = (1 << 63) - 1
 
 PARTIAL_TAIL = "partial_tail"
 CORRUPT = "corrupt"
+UNREADABLE = "unreadable"
 
 
 class SegmentRef(NamedTuple):
@@ -204,7 +207,12 @@ class BatchRow(NamedTuple):
 def scan_batches(segment: SegmentRef, data: bytes | None = None) -> Iterator[BatchRow]:
     """Rows for every batch of one segment, then at most one error row (see module doc)."""
     if data is None:
-        data = read_segment(segment)
+        try:
+            data = read_segment(segment)
+        except OSError as exc:          # gone (retention on a live broker) or not readable
+            yield BatchRow(0, None, None, None, None, None, None, None, None, None, None, None, None,
+                           f"{UNREADABLE}: {exc.strerror or exc}")
+            return
     end = 0
     try:
         for batch in iter_batches(data, verify=False, source=segment.path):
@@ -237,6 +245,8 @@ def scan_records(segment: SegmentRef, *, strict: bool = True, data: bytes | None
             if strict and row.error.startswith(CORRUPT):
                 raise errors.CorruptRecordError(row.error.split(": ", 1)[1], file=segment.path,
                                                 position=row.position, offset=row.base_offset)
+            if strict and row.error.startswith(UNREADABLE):
+                raise errors.StorageIOError(row.error.split(": ", 1)[1], file=segment.path)
             continue
         if not row.crc_valid:
             if strict:

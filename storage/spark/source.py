@@ -40,7 +40,7 @@ _PAYLOAD_FLUSH_BYTES = 32 << 20
 
 _HEADER_TYPE = ArrayType(StructType([StructField("key", StringType()), StructField("value", BinaryType())]))
 
-# (name, type, meaning) -- the README's schema tables are generated from these lists' order.
+# (name, type, meaning) -- the README's schema tables list these, in this order.
 LOCATION_FIELDS = [
     ("log_dir", StringType(), "absolute path of the broker log dir"),
     ("topic", StringType(), "topic (from the `<topic>-<partition>` dir name)"),
@@ -61,7 +61,8 @@ BATCH_FIELDS = LOCATION_FIELDS + [
     ("max_timestamp", LongType(), "max timestamp, ms since the epoch (-1 for none)"),
     ("size_bytes", IntegerType(), "bytes of the batch on disk"),
     ("fingerprint", LongType(), "xxh3-64 of the CRC-covered bytes, as a signed long"),
-    ("error", StringType(), "null for a batch; `corrupt: ...` or `partial_tail: ...` on an error row"),
+    ("error", StringType(), "null for a batch; `corrupt: ...`, `partial_tail: ...` or `unreadable: ...` on an "
+                            "error row"),
 ]
 BATCH_PAYLOAD_FIELDS = [("data", BinaryType(), "the raw batch bytes")]
 RECORD_FIELDS = LOCATION_FIELDS + [
@@ -168,7 +169,8 @@ class PartitionLogReader(DataSourceReader):
 
 
 class _ArrowWriter:
-    """Column lists for the requested columns only, flushed as Arrow record batches."""
+    """Rows of one segment, buffered and turned into Arrow record batches holding the requested
+    columns only (columns are cut from the buffered tuples at once, not cell by cell)."""
 
     def __init__(self, schema: StructType, rows_max: int):
         import pyarrow as pa
@@ -183,51 +185,60 @@ class _ArrowWriter:
         constants = {"log_dir": segment.log_dir, "topic": segment.topic, "partition": segment.partition,
                      "segment_base_offset": segment.base_offset}
         if level == "batches":
-            getter = _batch_getter
-            source = ((row,) for row in scan.scan_batches(segment))
+            source = scan.scan_batches(segment)
+            columns = _batch_columns
+            payload = (lambda row: row.size_bytes or 0) if "data" in self.names else None
         else:
-            getter = _record_getter
             source = ((row, record) for row, records in scan.scan_records(segment, strict=mode == "FAILFAST")
                       for record in records)
-        const = [(i, constants[name]) for i, name in enumerate(self.names) if name in constants]
-        varying = [(i, getter(name)) for i, name in enumerate(self.names) if name not in constants]
-        sized = [i for i, name in enumerate(self.names) if name in ("data", "key", "value")]
-        columns = [[] for _ in self.names]
-        count = payload_bytes = 0
+            columns = _record_columns
+            wanted = [i for i, name in ((2, "key"), (3, "value")) if name in self.names]
+            payload = (lambda item: sum(len(item[1][i] or b"") for i in wanted)) if wanted else None
+        buffered, payload_bytes = [], 0
         for item in source:
-            for i, get in varying:
-                columns[i].append(get(*item))
-            count += 1
-            if sized:
-                payload_bytes += sum(len(columns[i][-1] or b"") for i in sized)
-            if count >= self.rows_max or payload_bytes >= _PAYLOAD_FLUSH_BYTES:
-                yield self._batch(columns, const, count)
-                columns = [[] for _ in self.names]
-                count = payload_bytes = 0
-        if count:
-            yield self._batch(columns, const, count)
+            buffered.append(item)
+            if payload is not None:
+                payload_bytes += payload(item)
+            if len(buffered) >= self.rows_max or payload_bytes >= _PAYLOAD_FLUSH_BYTES:
+                yield self._batch(columns(buffered, self.names, constants), len(buffered))
+                buffered, payload_bytes = [], 0
+        if buffered:
+            yield self._batch(columns(buffered, self.names, constants), len(buffered))
 
-    def _batch(self, columns, const, count):
+    def _batch(self, columns: list, count: int):
         pa = self.pa
-        for i, value in const:
-            columns[i] = [value] * count
         arrays = [pa.array(column, type=field.type) for column, field in zip(columns, self.arrow_schema)]
         return pa.RecordBatch.from_arrays(arrays, schema=self.arrow_schema)
 
 
-def _batch_getter(name: str):
-    if name == "data":
-        return lambda row: None if row.batch is None else row.batch.to_bytes()
-    index = scan.BatchRow._fields.index(name)
-    return lambda row: row[index]
+_BATCH_INDEX = {name: i for i, name in enumerate(scan.BatchRow._fields)}
 
 
-def _record_getter(name: str):
-    if name == "position":
-        return lambda row, record: row.position
-    if name == "partition_leader_epoch":
-        return lambda row, record: row.partition_leader_epoch
-    if name == "headers":
-        return lambda row, record: [(k, v) for k, v in record.headers] if record.headers else []
-    index = ("offset", "timestamp", "key", "value").index(name)
-    return lambda row, record: record[index]
+def _batch_columns(rows: list, names: list[str], constants: dict) -> list:
+    transposed = list(zip(*rows))
+    out = []
+    for name in names:
+        if name in constants:
+            out.append([constants[name]] * len(rows))
+        elif name == "data":
+            out.append([None if row.batch is None else row.batch.to_bytes() for row in rows])
+        else:
+            out.append(transposed[_BATCH_INDEX[name]])
+    return out
+
+
+def _record_columns(items: list, names: list[str], constants: dict) -> list:
+    out = []
+    for name in names:
+        if name in constants:
+            out.append([constants[name]] * len(items))
+        elif name == "position":
+            out.append([row.position for row, _ in items])
+        elif name == "partition_leader_epoch":
+            out.append([row.partition_leader_epoch for row, _ in items])
+        elif name == "headers":
+            out.append([list(record.headers) for _, record in items])
+        else:
+            index = ("offset", "timestamp", "key", "value").index(name)
+            out.append([record[index] for _, record in items])
+    return out
