@@ -164,7 +164,9 @@ def cmd_crash(args) -> int:
 
 
 def main(argv=None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m storage.sim", description=__doc__.split("\n")[0])
+    parser = argparse.ArgumentParser(prog="python -m storage.sim",
+                                     description="Named scenarios, the cluster simulator, mutation runs and the "
+                                                 "single-node crash enumeration.")
     sub = parser.add_subparsers(dest="command", required=True)
     p = sub.add_parser("scenario", help="replay a KIP's story")
     p.add_argument("name")
