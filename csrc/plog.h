@@ -298,6 +298,12 @@ int plog_segment_open(plog_segment *seg, const char *log_path, const char *index
 int plog_segment_append(plog_segment *seg, const uint8_t *buf, size_t length,
                         const plog_validate *v);
 
+/* Kafka's roll check before an append of `length` bytes (LogSegment.shouldRoll): 1 when the
+ * segment would pass segment_bytes, its first batch is older than segment_ms by the incoming
+ * max timestamp, an index is full, or the chunk's offsets do not fit the segment. */
+int plog_segment_should_roll(const plog_segment *seg, size_t length, const plog_validate *v,
+                             int64_t segment_bytes, int64_t segment_ms);
+
 /* Offset index lookup: largest entry with offset <= target, or (base, 0). */
 void plog_offset_index_lookup(const plog_segment *seg, int64_t target,
                               int64_t *offset_out, int64_t *position_out);

@@ -120,6 +120,16 @@ int plog_segment_append(plog_segment *seg, const uint8_t *buf, size_t length, co
     return 0;
 }
 
+int plog_segment_should_roll(const plog_segment *seg, size_t length, const plog_validate *v,
+                             int64_t segment_bytes, int64_t segment_ms) {
+    if (seg->size > segment_bytes - (int64_t)length) return 1;
+    if (seg->size > 0 && seg->first_batch_max_timestamp >= 0 &&
+        v->max_timestamp - seg->first_batch_max_timestamp > segment_ms)
+        return 1;
+    if (seg->offset_entries >= seg->offset_max_entries || seg->time_entries >= seg->time_max_entries - 1) return 1;
+    return v->last_offset - seg->base_offset > INT32_MAX || v->first_offset < seg->base_offset;
+}
+
 int plog_segment_find(const plog_segment *seg, const uint8_t *log, int64_t target,
                       int64_t *position_out, plog_batch_info *info_out) {
     int64_t offset, pos;

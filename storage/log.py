@@ -389,7 +389,7 @@ class PartitionLog:
     def _after_append(self, v, pointer, length: int) -> None:
         """Kafka's append loop: every v2 batch's epoch is assigned at its base offset."""
         cache = self.epoch_cache
-        if v.epoch_count == 1 and v.epochs[0] == cache.latest_epoch:
+        if v.epoch_count == 1 and (v.epochs[0] < 0 or v.epochs[0] == cache.latest_epoch):
             return      # the common case: the chunk continues the latest epoch (assign: no-op)
         if v.epoch_count <= lib.PLOG_VALIDATE_MAX_EPOCHS:
             changes = [(v.epochs[i], v.epoch_offsets[i]) for i in range(v.epoch_count)]
@@ -401,16 +401,8 @@ class PartitionLog:
                 cache.assign(epoch, offset)
 
     def _should_roll(self, segment: Segment, length: int, v) -> bool:
-        c = segment._c
-        if c.size > self.config.segment_bytes - length:
-            return True
-        if c.size > 0:
-            first_ts = c.first_batch_max_timestamp
-            if first_ts >= 0 and v.max_timestamp - first_ts > self.config.segment_ms:
-                return True
-        if c.offset_entries >= c.offset_max_entries or c.time_entries >= c.time_max_entries - 1:
-            return True
-        return v.last_offset - c.base_offset > _INT32_MAX or v.first_offset < c.base_offset
+        return bool(lib.plog_segment_should_roll(segment._c, length, v, self.config.segment_bytes,
+                                                 self.config.segment_ms))
 
     def _maybe_roll(self, length: int, v) -> Segment:
         segment = self.segments[-1]
