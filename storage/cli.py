@@ -54,13 +54,7 @@ class UsageError(Exception):
 
 # ---- small helpers -------------------------------------------------------------------------------
 
-def _where(file, position=None, offset=None) -> str:
-    parts = [str(file)] if file is not None else []
-    if position is not None and position >= 0:
-        parts.append(f"position {position}")
-    if offset is not None and offset >= 0:
-        parts.append(f"offset {offset}")
-    return ", ".join(parts)
+_where = errors.location
 
 
 class Issue(NamedTuple):
@@ -1188,6 +1182,14 @@ class _Dump:
             if doc is None:
                 self.emit(message)
 
+    def _sanity_result(self, name: str, problem: str | None, doc) -> None:
+        if problem:
+            self.error(problem, doc)
+        elif doc is not None:
+            doc["sanity_check"] = "passed"
+        else:
+            self.emit(f"{name} passed sanity check.")
+
     def _log_batches(self, index_path: str, suffix: str, base: int, entries, time_index: bool):
         """The batches of the index's .log that its entries name: (SegmentScan or None, .log path).
         Only their rows and an array of every batch's last offset are kept."""
@@ -1245,12 +1247,7 @@ class _Dump:
                 if last < base:
                     problem = (f"Corrupt index found, index file ({name}) has non-zero size but the last offset "
                                f"is {last} which is less than the base offset {base}")
-            if problem:
-                self.error(problem, doc)
-            elif doc is not None:
-                doc["sanity_check"] = "passed"
-            else:
-                self.emit(f"{name} passed sanity check.")
+            self._sanity_result(name, problem, doc)
             return
         seg, log_path = self._log_batches(name, INDEX_SUFFIX, base, entries, False)
         if seg is None:
@@ -1299,12 +1296,7 @@ class _Dump:
             if not problem and len(data) % _TIME_ENTRY.size:
                 problem = (f"Time index file {name} is corrupt, found {len(data)} bytes which is neither positive "
                            f"nor a multiple of 12")
-            if problem:
-                self.error(problem, doc)
-            elif doc is not None:
-                doc["sanity_check"] = "passed"
-            else:
-                self.emit(f"{name} passed sanity check.")
+            self._sanity_result(name, problem, doc)
             return
         seg, log_path = self._log_batches(name, TIME_INDEX_SUFFIX, base, entries, True)
         if seg is None:

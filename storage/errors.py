@@ -51,7 +51,8 @@ class Errors(IntEnum):
     OFFSET_MOVED_TO_TIERED_STORAGE = 109
 
 
-def _where(file, position, offset) -> str:
+def location(file, position=None, offset=None) -> str:
+    """"file, position P, offset O" -- how every error and report names where a problem is."""
     parts = []
     if file is not None:
         parts.append(str(file))
@@ -72,7 +73,7 @@ class StorageError(Exception):
         self.file = None if file is None else str(file)
         self.position = position
         self.offset = offset
-        where = _where(file, position, offset)
+        where = location(file, position, offset)
         super().__init__(f"{where}: {message}" if where else message)
 
 
