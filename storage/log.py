@@ -178,8 +178,16 @@ class PartitionLog:
             truncated, report = segment.recover(check_crc=guards.on("M24"))
             segment.seal()
             self._assign_recovered_epochs(segment, report)
+            following = logs[i + 1] if i + 1 < len(logs) else None
+            if not truncated and following is not None and segment.next_offset < following:
+                # Stricter than Kafka: a recovered (not yet durable) segment that stops short of
+                # the next one lost its tail, or the segment between them is gone; keeping the
+                # later segments would leave a hole, and the log would not be a prefix of what
+                # was written.  They are above the recovery point: nothing durable is dropped.
+                truncated = -1
+                report.stop_reason = f"ends at offset {segment.next_offset}, the next segment starts at {following}"
             if truncated:
-                self.recovery_report.append((base, truncated, report.stop_reason or ""))
+                self.recovery_report.append((base, max(truncated, 0), report.stop_reason or ""))
                 # Kafka: after the first invalid batch nothing is trusted; later segments go.
                 for later in logs[i + 1:]:
                     Segment(self.path, later, self.config, create=False, active=False).delete()
