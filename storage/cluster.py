@@ -92,7 +92,14 @@ class BrokerNode:
     # ---- messages ----
     def handle(self, src: int, message):
         manager = self.manager
-        return None if manager is None else manager.handle(message)
+        if manager is None:
+            return None
+        if not self.registered and src == CONTROLLER_ID:
+            # Until this incarnation is registered, what the controller says is about the
+            # previous one (still "alive" until its session expires): a restarted broker -- its
+            # disk perhaps empty -- must not take that incarnation's leadership or ISR place.
+            return None
+        return manager.handle(message)
 
     def step(self) -> None:
         if not self.alive:
