@@ -25,6 +25,7 @@ class Channel:
         self._handlers: dict[int, Callable] = {}
         self._last_due: dict[tuple[int, int], int] = {}
         self._cut: set[frozenset] = set()
+        self.slow: dict[str, int] = {}     # message type name -> extra delay (uniform 0..ms), e.g. BUGGIFY
         self.delivered = 0
         self.dropped = 0
         self.trace: list[tuple] = []       # (time, src, dst, message type) of every delivery
@@ -59,6 +60,10 @@ class Channel:
         copies = 2 if self.random.random() < self.duplicate else 1
         for _ in range(copies):
             due = self.now + self.random.randint(self.min_delay_ms, self.max_delay_ms)
+            if self.slow:
+                kind = type(payload.response if isinstance(payload, _Response) else payload).__name__
+                if kind in self.slow:
+                    due += self.random.randint(0, self.slow[kind])
             if not self.reorder:   # FIFO per link
                 due = max(due, self._last_due.get((src, dst), 0))
                 self._last_due[(src, dst)] = due

@@ -24,7 +24,7 @@ import os
 import threading
 from typing import NamedTuple
 
-from . import checkpoint
+from . import checkpoint, guards
 
 UNDEFINED_EPOCH = -1
 UNDEFINED_EPOCH_OFFSET = -1
@@ -195,6 +195,8 @@ class LeaderEpochCache:
         with self._lock:
             epochs = self._epochs
             if requested_epoch == UNDEFINED_EPOCH:
+                if not guards.on("M5"):
+                    return UNDEFINED_EPOCH, log_end_offset     # KAFKA-6857: the log end offset
                 return UNDEFINED_EPOCH, UNDEFINED_EPOCH_OFFSET
             if epochs and epochs[-1] == requested_epoch:
                 return requested_epoch, log_end_offset

@@ -12,11 +12,13 @@ import contextlib
 CATALOGUE = {
     "M0": "the canary: switched off, every seed divisible by 100 must be reported",
     "M1": "truncate by OffsetForLeaderEpoch, not to the high watermark",
+    "M2": "M1's guard, under correlated page-cache loss on two replicas (KIP-101 scenario 2)",
     "M3": "OffsetForLeaderEpoch answers (epoch, offset) and the follower iterates (KIP-279)",
     "M4": "a new leader persists (epoch, log end offset) before anything else",
+    "M5": "OffsetForLeaderEpoch for an undefined epoch answers UNDEFINED, not the log end offset (KAFKA-6857)",
     "M6": "a leader-epoch bump restarts truncation even when the leader is unchanged",
     "M7": "current-leader-epoch fencing on Fetch and OffsetForLeaderEpoch (KIP-320)",
-    "M8": "follower states are reset when the leader epoch is bumped",
+    "M8": "a leader-epoch bump resets ISR members' fetch state: no offset from an older epoch counts for the HW",
     "M9": "ISR expansion needs log end offset >= high watermark and >= leader epoch start offset",
     "M10": "diverging-epoch truncation happens before the high watermark of a response is applied",
     "M11": "the high watermark waits for the maximal ISR (pending additions included)",
@@ -36,9 +38,12 @@ CATALOGUE = {
     "M26": "full truncation resets the high watermark",
     "M27": "a new broker incarnation gets a new broker epoch",
     "M28": "a fetch response is applied only at the offset and epoch it was asked for",
-    "M29": "a new leader forgets what it knew of followers",
+    "M29": "on a leader-epoch bump the leader forgets what it knew of followers outside the ISR",
     "M30": "partition state with an older leader or partition epoch is ignored",
 }
+
+# A mutation that removes another's guard under a different fault recipe.
+ALIASES = {"M2": "M1"}
 
 _disabled: set[str] = set()
 _simulation = False
@@ -58,7 +63,7 @@ def disable(guard_id: str) -> None:
         raise RuntimeError("guards can only be switched off inside the simulator (storage.sim)")
     if guard_id not in CATALOGUE:
         raise KeyError(f"unknown guard {guard_id}")
-    _disabled.add(guard_id)
+    _disabled.add(ALIASES.get(guard_id, guard_id))
 
 
 def enable_all() -> None:
@@ -73,4 +78,4 @@ def disabled(*guard_ids: str):
         yield
     finally:
         for guard_id in guard_ids:
-            _disabled.discard(guard_id)
+            _disabled.discard(ALIASES.get(guard_id, guard_id))

@@ -8,7 +8,8 @@ collected in outboxes that the caller drains (`take_alter_partition_requests`,
 Invariants (each guard carries its catalogue id, storage/guards.py):
   - partition state with an older leader or partition epoch is ignored (M30);
   - becoming leader with a bumped epoch assigns (epoch, log end offset) in the epoch cache before
-    anything else (M4), forgets what it knew of followers (M8, M29) and remembers the leader
+    anything else (M4), forgets what it knew of followers -- ISR members (M8) and the others
+    (M29) -- and remembers the leader
     epoch start offset; without a bump nothing of that happens;
   - a follower joins the ISR only when it is caught up -- log end offset >= high watermark and
     >= the leader epoch start offset (M9) -- and eligible: known to the metadata, not fenced,
@@ -176,16 +177,25 @@ class ReplicaManager:
             self.fetcher.remove_partition(p.key)
             if guards.on("M4"):
                 p.log.assign_epoch_start_offset(state.leader_epoch)   # durable before anything else
-            if guards.on("M8") and guards.on("M29"):
-                # ISR members start as caught up (Kafka does): the ISR must not shrink at the
-                # first tick after an election, before anyone had a chance to fetch.
-                now = self.clock()
-                p.followers = {b: FollowerState(b, last_caught_up_time_ms=now if b in p.isr else -1)
-                               for b in p.replicas if b != self.broker_id}
-            else:
-                for b in p.replicas:
-                    if b != self.broker_id:
-                        p.followers.setdefault(b, FollowerState(b))
+            # Forget what the previous epochs taught about every follower: nothing learned
+            # before this epoch counts until the follower fetches in it.  ISR members start as
+            # caught up (Kafka does): the ISR must not shrink at the first tick after an
+            # election, before anyone had a chance to fetch.
+            now = self.clock()
+            old, p.followers = p.followers, {}
+            for b in p.replicas:
+                if b == self.broker_id:
+                    continue
+                in_isr = b in p.isr
+                kept = old.get(b)
+                # M8: an ISR member's log end offset from an older epoch must not count for the
+                # high watermark (it may have truncated since, under another leader).
+                # M29: a follower outside the ISR keeps nothing (offset, caught-up time, broker
+                # epoch) from an older epoch either.
+                if kept is not None and not guards.on("M8" if in_isr else "M29"):
+                    p.followers[b] = kept
+                else:
+                    p.followers[b] = FollowerState(b, last_caught_up_time_ms=now if in_isr else -1)
             p.leader_epoch_start_offset = p.log.log_end_offset
             p.inflight = None
             if p.recovering:

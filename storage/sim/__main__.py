@@ -9,9 +9,11 @@ single-node crash enumeration.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import hashlib
 import json
 import os
+import shutil
 import sys
 import tempfile
 
@@ -65,23 +67,46 @@ def cmd_scenario(args) -> int:
 
 
 def _run_seeds(seeds, profile: str, steps: int, label: str):
+    """Yield the result of each seed in turn (a generator: a mutation run stops at its catch)."""
     from .simulator import run_seed
 
-    results = []
     bar = _progress(len(seeds), label)
-    with tempfile.TemporaryDirectory() as root:
-        for seed in seeds:
-            results.append(run_seed(seed, os.path.join(root, str(seed)), profile=profile, steps=steps))
-            if bar is not None:
-                bar.update(1)
-    if bar is not None:
-        bar.close()
-    return results
+    try:
+        with tempfile.TemporaryDirectory() as root:
+            for seed in seeds:
+                result = run_seed(seed, os.path.join(root, str(seed)), profile=profile, steps=steps)
+                if bar is not None:
+                    bar.update(1)
+                yield result
+                shutil.rmtree(os.path.join(root, str(seed)), ignore_errors=True)
+    finally:
+        if bar is not None:
+            bar.close()
 
 
 def cmd_run(args) -> int:
     seeds = list(range(args.first_seed, args.first_seed + args.seeds))
-    results = _run_seeds(seeds, args.profile, args.steps, "seeds")
+    if args.jobs > 1:
+        import multiprocessing
+
+        from .simulator import run_job
+
+        jobs = [(seed, args.profile, args.steps) for seed in seeds]
+        results = []
+        bar = _progress(len(seeds), "seeds")
+        with multiprocessing.get_context("spawn").Pool(args.jobs) as pool:
+            for result in pool.imap(run_job, jobs, chunksize=4):
+                results.append(result)
+                if bar is not None:
+                    bar.update(1)
+        if bar is not None:
+            bar.close()
+    else:
+        results = []
+        for result in _run_seeds(seeds, args.profile, args.steps, "seeds"):
+            if not result.violations:
+                result.trace = []
+            results.append(result)
     faults: dict[str, int] = {}
     for r in results:
         for k, v in r.faults.items():
@@ -104,46 +129,142 @@ def cmd_run(args) -> int:
     return 1 if failed else 0
 
 
-def cmd_mutate(args) -> int:
-    from . import scenarios
+REGRESSIONS = os.path.join(os.path.dirname(os.path.abspath(__file__)), "regressions.json")
 
-    guards.enter_simulation()
-    guard = args.guard
-    found = None
-    how = None
+
+def load_regressions(path: str = REGRESSIONS) -> dict:
+    try:
+        with open(path) as f:
+            return json.load(f)
+    except FileNotFoundError:
+        return {"mutations": {}, "seeds": []}
+
+
+def _judge(kind: str, name, guard: str | None, steps: int, profile: str = "safety") -> list[str]:
+    """Violations of one recipe, story or seed, with `guard` off (None: every guard on)."""
+    from . import recipes, scenarios
+
+    context = guards.disabled(guard) if guard and guard != "C1" else contextlib.nullcontext()
+    with context, tempfile.TemporaryDirectory() as root:
+        if kind == "recipe":
+            return recipes.run(name, os.path.join(root, "r"))["violations"]
+        if kind == "scenario":
+            return scenarios.run(name, os.path.join(root, "s"))["violations"]
+        if kind == "crash":     # the single-node enumeration, sequences of `name` operations
+            from .crash import enumerate_crashes
+            return enumerate_crashes(os.path.join(root, "c"), max_length=name).violations
+        from .simulator import run_seed
+        result = run_seed(name, os.path.join(root, "seed"), profile=profile, steps=steps)
+        if guard == "C1":
+            return [v for v in result.violations if "lost-write" in v]
+        return result.violations
+
+
+def find_catch(guard: str, seeds: list[int], steps: int) -> dict:
+    """The first recipe, KIP story or seed whose run shows a violation with `guard` switched off
+    (and, for a seed, none with it on: only then is the violation the guard's)."""
+    from . import recipes, scenarios
+
+    out = {"guard": guard, "caught": False, "kind": None, "seed": None, "violation": None, "steps": steps,
+           "description": guards.CATALOGUE.get(guard, CALIBRATION if guard == "C1" else None)}
     if guard == "M0":
-        for seed in range(args.first_seed, args.first_seed + args.seeds):
+        for seed in seeds:
             if seed % 100 == 0:
-                found, how = seed, "canary"
-                break
-    else:
-        with guards.disabled(guard):
-            with tempfile.TemporaryDirectory() as root:
-                for name in scenarios.SCENARIOS:       # the KIPs' stories first: they are recipes
-                    report = scenarios.run(name, os.path.join(root, name))
-                    if report["violations"]:
-                        found, how = name, report["violations"][0]
-                        break
-            if found is None:
-                seeds = list(range(args.first_seed, args.first_seed + args.seeds))
-                for result in _run_seeds(seeds, "safety", args.steps, guard):
-                    if result.violations:
-                        found, how = result.seed, result.violations[0]
-                        break
-        if isinstance(found, int):
-            # Only a seed that passes with the guard on shows what the guard prevents.
-            (baseline,) = _run_seeds([found], "safety", args.steps, "baseline")
-            if baseline.violations:
-                how = f"seed {found} also fails with the guard on ({baseline.violations[0]}): not attributable"
-                found = None
-    out = {"guard": guard, "caught": found is not None, "seed": found, "violation": how,
-           "description": guards.CATALOGUE.get(guard)}
+                return {**out, "caught": True, "kind": "seed", "seed": seed, "profile": "safety",
+                        "violation": "M0 canary: seed % 100 == 0"}
+        return out
+    if guard != "C1":
+        candidates = [("recipe", name) for name in recipes.for_guard(guard)]
+        candidates += [("scenario", name) for name in scenarios.SCENARIOS]
+        candidates += [("crash", 1)]
+        for kind, name in candidates:          # recipes and the KIPs' stories first
+            found = _judge(kind, name, guard, steps)
+            if found:
+                return {**out, "caught": True, "kind": kind, "seed": name, "violation": found[0]}
+    profile = "calibration" if guard == "C1" else "safety"
+    bar = _progress(len(seeds), guard)
+    try:
+        for seed in seeds:
+            found = _judge("seed", seed, guard, steps, profile)
+            if bar is not None:
+                bar.update(1)
+            if not found:
+                continue
+            if guard != "C1" and _judge("seed", seed, None, steps, profile):
+                continue      # fails with the guard on too: not the guard's violation
+            return {**out, "caught": True, "kind": "seed", "seed": seed, "profile": profile, "violation": found[0]}
+    finally:
+        if bar is not None:
+            bar.close()
+    if guard != "C1":
+        found = _judge("crash", 2, guard, steps)
+        if found:
+            return {**out, "caught": True, "kind": "crash", "seed": 2, "violation": found[0]}
+    return out
+
+
+CALIBRATION = "C1 calibration: unclean elections with no budget; the history checker must report lost-write"
+
+
+def cmd_mutate(args) -> int:
+    guards.enter_simulation()
+    if args.guard not in guards.CATALOGUE and args.guard != "C1":
+        print(f"error: unknown guard {args.guard}; known: {', '.join(guards.CATALOGUE)}, C1", file=sys.stderr)
+        return 2
+    seeds = list(range(args.first_seed, args.first_seed + args.seeds))
+    out = find_catch(args.guard, seeds, args.steps)
+    if out["caught"] and args.store:
+        data = load_regressions()
+        data["mutations"][args.guard] = {k: out[k] for k in ("kind", "seed", "violation", "steps")
+                                         } | ({"profile": out["profile"]} if "profile" in out else {})
+        with open(REGRESSIONS, "w") as f:
+            json.dump(data, f, indent=1, sort_keys=True)
+            f.write("\n")
     if args.json:
         print(json.dumps(out, sort_keys=True))
     else:
-        print(f"{guard}: {'caught' if found is not None else 'NOT caught'}"
-              + (f" by {found}: {how}" if found is not None else ""))
-    return 0 if found is not None else 1
+        print(f"{args.guard}: {'caught' if out['caught'] else 'NOT caught'}"
+              + (f" by {out['kind']} {out['seed']}: {out['violation']}" if out["caught"] else ""))
+    return 0 if out["caught"] else 1
+
+
+def cmd_regress(args) -> int:
+    """Replay every stored regression: each mutation's recipe, story or seed must still show a
+    violation with its guard off and none with it on; each stored seed must run clean."""
+    guards.enter_simulation()
+    data = load_regressions(args.file)
+    failures, rows = [], []
+    for guard, entry in sorted(data["mutations"].items(), key=lambda kv: (len(kv[0]), kv[0])):
+        kind, name, steps = entry["kind"], entry["seed"], entry.get("steps", 200)
+        profile = entry.get("profile", "safety")
+        off = _judge(kind, name, guard, steps, profile)
+        on = [] if guard in ("M0", "C1") else _judge(kind, name, None, steps, profile)
+        ok = bool(off) and not on
+        rows.append({"guard": guard, "kind": kind, "seed": name, "caught": bool(off), "clean_with_guard": not on,
+                     "violation": off[0] if off else None})
+        if not ok:
+            failures.append(f"{guard} ({kind} {name}): " + ("not caught any more" if not off else f"fails with the "
+                                                             f"guard on: {on[0]}"))
+    for entry in data.get("seeds", []):
+        found = _judge("seed", entry["seed"], None, entry.get("steps", 200), entry.get("profile", "safety"))
+        rows.append({"seed": entry["seed"], "profile": entry.get("profile", "safety"), "clean": not found,
+                     "note": entry.get("note")})
+        if found:
+            failures.append(f"seed {entry['seed']} ({entry.get('note')}): {found[0]}")
+    if args.json:
+        print(json.dumps({"replayed": len(rows), "failures": failures, "rows": rows}, sort_keys=True))
+    else:
+        for row in rows:
+            if "guard" in row:
+                print(f"{row['guard']:>4}: {row['kind']} {row['seed']}: "
+                      f"{'caught' if row['caught'] else 'NOT caught'}, "
+                      f"{'clean' if row['clean_with_guard'] else 'FAILS'} with the guard on")
+            else:
+                print(f"seed {row['seed']} ({row['profile']}): {'clean' if row['clean'] else 'FAILS'}  {row['note'] or ''}")
+        print(f"{len(rows)} regressions replayed, {len(failures)} failed")
+        for line in failures:
+            print(f"  {line}")
+    return 1 if failures else 0
 
 
 def cmd_crash(args) -> int:
@@ -175,20 +296,26 @@ def main(argv=None) -> int:
     p = sub.add_parser("run", help="run the cluster simulator over seeds")
     p.add_argument("--seeds", type=int, default=20)
     p.add_argument("--first-seed", type=int, default=1)
-    p.add_argument("--profile", choices=("safety", "beyond"), default="safety")
+    p.add_argument("--profile", choices=("safety", "beyond", "calibration", "swarm"), default="safety")
     p.add_argument("--steps", type=int, default=200)
+    p.add_argument("--jobs", type=int, default=1, help="worker processes (a long run: one per core)")
     p.add_argument("--json", action="store_true")
     p = sub.add_parser("mutate", help="switch a guard off and look for the violation it prevents")
     p.add_argument("guard")
     p.add_argument("--seeds", type=int, default=50)
     p.add_argument("--first-seed", type=int, default=1)
     p.add_argument("--steps", type=int, default=200)
+    p.add_argument("--store", action="store_true", help="store the catch in the regression file")
+    p.add_argument("--json", action="store_true")
+    p = sub.add_parser("regress", help="replay every stored regression (mutations and seeds)")
+    p.add_argument("--file", default=REGRESSIONS)
     p.add_argument("--json", action="store_true")
     p = sub.add_parser("crash", help="single-node exhaustive crash enumeration")
     p.add_argument("--max-length", type=int, default=2)
     p.add_argument("--json", action="store_true")
     args = parser.parse_args(argv)
-    return {"scenario": cmd_scenario, "run": cmd_run, "mutate": cmd_mutate, "crash": cmd_crash}[args.command](args)
+    return {"scenario": cmd_scenario, "run": cmd_run, "mutate": cmd_mutate, "regress": cmd_regress,
+            "crash": cmd_crash}[args.command](args)
 
 
 if __name__ == "__main__":

@@ -14,6 +14,11 @@ def batches_of(log) -> list:
     return list(log.batches())
 
 
+def batch_summaries(log) -> list[tuple[int, int, int, int]]:
+    """(base offset, last offset, epoch, crc) of every batch, in offset order."""
+    return [(b.base_offset, b.last_offset, b.partition_leader_epoch, b.crc) for b in log.batches()]
+
+
 def check_replica(name, log, *, leader_epoch: int | None = None, leader_epoch_start_offset: int | None = None) -> list[str]:
     """I8 (epoch cache integrity) and I9 (offset integrity) on one replica's log."""
     out = []
@@ -61,11 +66,11 @@ def check_replica(name, log, *, leader_epoch: int | None = None, leader_epoch_st
     return out
 
 
-def check_log_matching(logs: dict) -> list[str]:
+def check_log_matching(logs: dict, summaries: dict | None = None) -> list[str]:
     """I1: below both high watermarks, two replicas hold the same batches."""
     out = []
-    summaries = {name: [(b.base_offset, b.last_offset, b.partition_leader_epoch, b.crc) for b in batches_of(log)]
-                 for name, log in logs.items()}
+    if summaries is None:
+        summaries = {name: batch_summaries(log) for name, log in logs.items()}
     names = sorted(logs)
     for i, a in enumerate(names):
         for b in names[i + 1:]:
@@ -123,3 +128,38 @@ def check_acknowledged(leader_log, acked: list[tuple[int, bytes]], name="leader"
     lost = [(o, v) for o, v in acked if have.get(o) != v]
     return [f"I2 {name}: acknowledged record at offset {lost[0][0]} is missing or changed "
             f"({len(lost)} of {len(acked)})"] if lost else []
+
+
+def check_candidates(state, summaries: dict, committed: dict, true_hw: int, *, unclean=()) -> list[str]:
+    """I3 (leader-candidate completeness): every running member of the controller's ISR and
+    ELR holds every committed batch (committed: base offset -> summary, everything ever below
+    a leader's high watermark; true_hw: the largest such watermark).  summaries holds the
+    running replicas only.  A member that lost data and has not caught up is I10's business
+    (unclean exclusion): it must not be there at all."""
+    out = []
+    for b in sorted(set(state.isr) | set(getattr(state, "elr", []))):
+        if b not in summaries:
+            continue
+        have = set(summaries[b])
+        missing = [x for base, x in sorted(committed.items()) if x not in have]
+        end = summaries[b][-1][1] + 1 if summaries[b] else 0
+        if missing or end < true_hw:
+            where = "ISR" if b in state.isr else "ELR"
+            invariant = "I10" if b in unclean else "I3"
+            first = missing[0][0] if missing else end
+            out.append(f"{invariant} broker {b} in the {where} {state.isr if where == 'ISR' else state.elr} lacks "
+                       f"committed data from offset {first} (true high watermark {true_hw})")
+    return out
+
+
+def check_quorum_superset(partition, state, min_insync_replicas: int) -> list[str]:
+    """I4 (replication-quorum superset): while the leader's ISR is at least min.insync.replicas,
+    its maximal ISR (ISR and additions in flight) covers the controller's ISR and ELR."""
+    if len(partition.isr) < min_insync_replicas:
+        return []
+    need = set(state.isr) | set(getattr(state, "elr", []))
+    have = set(partition.maximal_isr)
+    if need <= have:
+        return []
+    return [f"I4 leader {partition.leader}: maximal ISR {sorted(have)} does not cover the controller's "
+            f"ISR {state.isr} + ELR {getattr(state, 'elr', [])}"]

@@ -30,6 +30,7 @@ class Rig:
         self.held: list = []
         self.notes: list[str] = []
         self.committed: dict[int, bytes] = {}     # offset -> value of every record seen committed
+        self.healed = False                       # the story ended with heal(): I14 applies
         for b in range(1, brokers + 1):
             self.start(b)
 
@@ -119,6 +120,11 @@ class Rig:
             self.alter()
             self.publish()
         self.note_committed()
+
+    def heal(self, rounds=10):
+        """The story's end: replicate until quiet; from here liveness (I14) is judged too."""
+        self.replicate(rounds)
+        self.healed = True
 
     def note_committed(self, topic="t", partition=0):
         """Remember every record below the current leader's high watermark (I2's reference)."""

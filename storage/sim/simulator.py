@@ -38,6 +38,18 @@ from .fs import SimFS
 
 TOPIC, PARTITION = "t", 0
 
+# BUGGIFY sites (reliability-model.md 1.4): each is active in a seed with p = 0.25.
+BUGGIFY_SITES = (
+    "tiny_segments",      # tiny segment size: rolls all the time
+    "tiny_fetch",         # tiny fetch byte limit: splits at batch boundaries
+    "leader_moves",       # spontaneous leader elections
+    "delay_alter",        # delayed AlterPartition responses (the channel's delay, per request)
+    "flush_points",       # random log flushes and recovery-point / epoch checkpoints
+    "back_to_back",       # back-to-back elections with no writes between them (KAFKA-7415)
+    "isr_attempts",       # spontaneous ISR shrink and expansion attempts by the leader
+)
+PROFILES = ("safety", "beyond", "calibration")
+
 
 @dataclass
 class SimResult:
@@ -50,9 +62,11 @@ class SimResult:
     acked: int = 0
     polled: int = 0
 
+    fixed_hash: str = ""       # set at the end of a run (the trace may be dropped afterwards)
+
     @property
     def trace_hash(self) -> str:
-        return hashlib.sha256(repr(self.trace).encode()).hexdigest()[:16]
+        return self.fixed_hash or hashlib.sha256(repr(self.trace).encode()).hexdigest()[:16]
 
     def to_dict(self) -> dict:
         return {"seed": self.seed, "profile": self.profile, "steps": self.steps, "faults": dict(self.faults),
@@ -79,17 +93,26 @@ class Simulation:
         self.rng = random.Random(seed)
         self.result = SimResult(seed, profile)
         rng = self.rng
-        self.buggify = {name: rng.random() < 0.25 for name in ("tiny_segments", "tiny_fetch", "leader_moves",
-                                                              "delay_alter")}
+        self.buggify = {name: rng.random() < 0.25 for name in BUGGIFY_SITES}
         self.channel = Channel(seed, min_delay_ms=1, max_delay_ms=rng.choice((1, 5, 20)),
                                loss=rng.choice((0.0, 0.0, 0.02, 0.05)), duplicate=rng.choice((0.0, 0.02, 0.05)),
                                reorder=rng.random() < 0.5)
-        self.unclean_allowed = profile == "beyond" and rng.random() < 0.7
+        if profile not in PROFILES:
+            raise ValueError(f"unknown profile {profile!r}; known: {', '.join(PROFILES)}")
+        # C1 (calibration): unclean elections on and no budget, but the safety profile's history
+        # checker: it must report lost-write (this tests the checker, not the engine).
+        self.unclean_allowed = profile == "calibration" or (profile == "beyond" and rng.random() < 0.7)
         self.min_isr = 2
         self.client = _Client()
         self.unclean: set[int] = set()           # brokers that lost data and have not caught up
         self.down: set[int] = set()
         self.seen_hw = 0
+        # The oracle's reference: every batch ever below a leader's high watermark
+        # (base offset -> (base, last, epoch, crc)) and the largest such watermark (the true HW).
+        self.committed: dict[int, tuple] = {}
+        self.true_hw = 0
+        self.broker_epochs: dict[int, int] = {}   # the last broker epoch each broker registered with
+        self.calibration = profile == "calibration"
 
     # ---- running ----
     def run(self) -> SimResult:
@@ -110,6 +133,7 @@ class Simulation:
                     self.result.steps = step + 1
                     self._step(step)
                     self._check(step)
+                    self._track_catch_up()
                     if self.result.violations:
                         break
                 if not self.result.violations:
@@ -119,6 +143,7 @@ class Simulation:
         self.result.acked = len(self.client.acked)
         self.result.polled = len(self.client.polled)
         self.result.trace = [self.result.trace, self.channel.trace]
+        self.result.fixed_hash = self.result.trace_hash
         if not guards.on("M0") and self.seed % 100 == 0:
             self.result.violations.append("M0 canary: seed % 100 == 0")
         return self.result
@@ -160,15 +185,65 @@ class Simulation:
             self.result.faults["P4"] += 1
             self._note(f"fence {b}")
         elif roll < 0.86 and self.buggify["leader_moves"]:
-            s = c.state(TOPIC, PARTITION)
-            others = [b for b in s.isr if b != s.leader]
-            if others:
-                c.controller.move_leader(TOPIC, PARTITION, rng.choice(others))
-                c.controller_node.publish()
-                self.result.faults["leader-move"] += 1
+            self._move_leader()
+        elif roll < 0.88 and self.buggify["back_to_back"]:
+            if self._move_leader():          # and straight back, nothing written between
+                c.step()
+                self._move_leader()
+                self.result.faults["back-to-back"] += 1
+        elif roll < 0.91 and self.buggify["flush_points"]:
+            self._flush_point()
+        elif roll < 0.93 and self.buggify["isr_attempts"]:
+            self._isr_attempt()
         for _ in range(rng.randint(1, 20)):
             c.step()
-        self._track_catch_up()
+
+    def _move_leader(self) -> bool:
+        c = self.cluster
+        s = c.state(TOPIC, PARTITION)
+        others = [b for b in s.isr if b != s.leader]
+        if not others:
+            return False
+        c.controller.move_leader(TOPIC, PARTITION, self.rng.choice(others))
+        c.controller_node.publish()
+        self.result.faults["leader-move"] += 1
+        return True
+
+    def _flush_point(self) -> None:
+        """BUGGIFY: a flush or a checkpoint at a random moment (recovery point and epoch
+        checkpoint move; a later page-cache loss keeps what they made durable)."""
+        alive = [b for b, n in self.cluster.brokers.items() if n.alive and n.manager is not None]
+        if not alive:
+            return
+        node = self.cluster.brokers[self.rng.choice(alive)]
+        if self.rng.random() < 0.5:
+            node.manager.logdir.flush()
+        else:
+            node.manager.logdir.checkpoint()
+        self.result.faults["flush-point"] += 1
+
+    def _isr_attempt(self) -> None:
+        """BUGGIFY: the leader tries to shrink the ISR by a caught-up follower, or to expand it by
+        any follower (the expansion still has to pass the leader's checks)."""
+        c = self.cluster
+        leader = c.leader(TOPIC, PARTITION)
+        node = c.brokers.get(leader)
+        if node is None or not node.alive or node.manager is None:
+            return
+        manager = node.manager
+        p = manager.partitions.get((TOPIC, PARTITION))
+        if p is None or p.leader != leader or p.inflight is not None or p.recovering:
+            return
+        followers = sorted(p.followers)
+        if not followers:
+            return
+        b = self.rng.choice(followers)
+        if b in p.isr:
+            manager._submit_alter_partition(p, [x for x in p.isr if x != b], p.leader_recovery_state)
+            self.result.faults["isr-shrink"] += 1
+        else:
+            manager._maybe_expand_isr(p, p.followers[b])
+            self.result.faults["isr-expand"] += 1
 
     def _produce(self) -> None:
         c = self.cluster
@@ -212,7 +287,7 @@ class Simulation:
                     client.position = record.offset + 1
 
     def _budget_allows_loss(self, broker: int) -> bool:
-        if self.profile == "beyond":
+        if self.profile != "safety":
             return True
         return len(self.unclean - {broker}) < self.min_isr - 1
 
@@ -294,19 +369,73 @@ class Simulation:
                 return
 
     def _check(self, step: int) -> None:
+        if self.calibration:
+            return          # C1: only the end-of-run history checker judges
         c, out = self.cluster, self.result.violations
         state = c.state(TOPIC, PARTITION)
         logs = self._logs()
+        summaries = {b: invariants.batch_summaries(log) for b, log in logs.items()}
         out += invariants.check_isr(state, c.controller.brokers)
         out += invariants.check_unclean_elections(c.controller)
-        out += invariants.check_log_matching(logs)   # no divergence below a high watermark, either profile
+        out += invariants.check_log_matching(logs, summaries)   # no divergence below a HW, either profile
+        out += self._check_registrations()
         leader = state.leader
-        if self.profile == "safety" and leader in logs and state.leader_recovery_state != m.RECOVERING:
+        if self.profile != "safety":
+            if step % 10 == 0:
+                for b, log in logs.items():
+                    out += invariants.check_replica(f"broker {b}", log)
+            return
+        out += self._note_committed(logs, summaries)
+        running = {b for b, node in c.brokers.items()
+                   if b in logs and node.registered and self._registered_now(b)}
+        out += invariants.check_candidates(state, {b: summaries[b] for b in running}, self.committed,
+                                           self.true_hw, unclean=self.unclean)
+        if leader in logs and state.leader_recovery_state != m.RECOVERING:
             acked = sorted((offset, value) for value, offset in self.client.acked.items())
             out += invariants.check_acknowledged(logs[leader], acked, f"broker {leader}")
+            p = c.brokers[leader].manager.partitions[(TOPIC, PARTITION)]
+            if p.leader == leader and p.leader_epoch == state.leader_epoch:
+                out += invariants.check_quorum_superset(p, state, self.min_isr)
         if step % 10 == 0:
             for b, log in logs.items():
                 out += invariants.check_replica(f"broker {b}", log)
+
+    def _registered_now(self, b: int) -> bool:
+        r = self.cluster.controller.brokers.get(b)
+        return r is not None and not r.fenced and r.broker_epoch == self.cluster.brokers[b].broker_epoch
+
+    def _check_registrations(self) -> list[str]:
+        """I10: every restart registers under a new, larger broker epoch."""
+        out = []
+        for b, node in self.cluster.brokers.items():
+            if not node.alive or not node.registered:
+                continue
+            seen = self.broker_epochs.get(b)
+            if seen is not None and seen[0] != node.incarnation and node.broker_epoch <= seen[1]:
+                out.append(f"I10 broker {b}: a new incarnation registered with broker epoch {node.broker_epoch} "
+                           f"(the previous one had {seen[1]})")
+            self.broker_epochs[b] = (node.incarnation, node.broker_epoch)
+        return out
+
+    def _note_committed(self, logs: dict, summaries: dict) -> list[str]:
+        """Record every batch below a leader's high watermark; I5: it never changes afterwards,
+        and the true high watermark never decreases."""
+        out = []
+        for b, log in logs.items():
+            p = self.cluster.brokers[b].manager.partitions[(TOPIC, PARTITION)]
+            if p.leader != b or p.recovering:
+                continue
+            hw = log.high_watermark
+            for batch in summaries[b]:
+                if batch[1] >= hw:
+                    break
+                known = self.committed.setdefault(batch[0], batch)
+                if known != batch:
+                    out.append(f"I5 broker {b}: the committed batch at offset {batch[0]} is now {batch} "
+                               f"(was {known})")
+                    break
+            self.true_hw = max(self.true_hw, hw)
+        return out
 
     def _heal_and_check(self) -> None:
         c = self.cluster
@@ -333,7 +462,7 @@ class Simulation:
             c.controller_node.publish()
             self.result.faults["unclean-recovery"] += 1
         s = c.state(TOPIC, PARTITION)
-        if s.leader == m.NO_LEADER and self.profile == "beyond":
+        if s.leader == m.NO_LEADER and self.profile != "safety":
             c.controller.elect_leader(TOPIC, PARTITION, unclean=True)
             c.controller_node.publish()
 
@@ -368,7 +497,7 @@ class Simulation:
         for batch in leader_log.batches():
             for record in batch.records():
                 final.setdefault(record.value, []).append(record.offset)
-        loss_allowed = self.profile == "beyond"
+        loss_allowed = self.profile == "beyond"    # calibration keeps the strict checker
         for value, offset in client.acked.items():
             offsets = final.get(value, [])
             if not offsets and not loss_allowed:
@@ -390,6 +519,26 @@ class Simulation:
             out.append(f"I6 a record read at offset {changed[0]} is another record on the final leader")
 
 
+def swarm_profile(seed: int) -> str:
+    """The long run's swarm: one seed in ten runs the beyond-budget profile."""
+    return "beyond" if random.Random(f"swarm-{seed}").random() < 0.1 else "safety"
+
+
 def run_seed(seed: int, root, *, profile: str = "safety", steps: int = 300) -> SimResult:
     guards.enter_simulation()
+    if profile == "swarm":
+        profile = swarm_profile(seed)
     return Simulation(seed, root, profile=profile, steps=steps).run()
+
+
+def run_job(job) -> SimResult:
+    """One seed in a worker process (`run --jobs N`): (seed, profile, steps) -> its result, with
+    the trace dropped when the seed is clean (its hash is kept)."""
+    import tempfile
+
+    seed, profile, steps = job
+    with tempfile.TemporaryDirectory() as root:
+        result = run_seed(seed, os.path.join(root, "seed"), profile=profile, steps=steps)
+    if not result.violations:
+        result.trace = []
+    return result
