@@ -41,6 +41,8 @@ class BrokerNode:
         self.incarnation = None
         self.registered = False
         self.shutting_down = False
+        self.paused = False                        # P2: frozen (GC pause, SIGSTOP); see pause()
+        self._backlog: list = []
         self._alter_sent: dict[int, int] = {}      # id(request) -> time sent
         self._last_heartbeat = -10**9
 
@@ -55,6 +57,7 @@ class BrokerNode:
                                       replica_lag_time_max_ms=c.replica_lag_time_max_ms, clock=lambda: c.channel.now,
                                       recovery_hook=c.recovery_hook, fetcher_options=dict(c.fetcher_options))
         self.alive, self.registered, self.shutting_down = True, False, False
+        self.paused, self._backlog = False, []
         self.broker_epoch = -1
         c.channel.register(self.broker_id, self.handle)
         self.previous_broker_epoch = logdir.previous_broker_epoch
@@ -64,6 +67,8 @@ class BrokerNode:
         return m.BrokerRegistrationRequest(self.broker_id, self.incarnation, self.previous_broker_epoch)
 
     def _on_registered(self, response: m.BrokerRegistrationResponse) -> None:
+        if self._frozen(lambda: self._on_registered(response)):
+            return
         if self.alive and response.error_code == Errors.NONE:
             self.broker_epoch = self.manager.broker_epoch = self.manager.logdir.broker_epoch = response.broker_epoch
             self.registered = True
@@ -73,6 +78,7 @@ class BrokerNode:
         if not self.alive:
             return
         self.alive = False
+        self.paused, self._backlog = False, []
         self.cluster.channel.unregister(self.broker_id)
         crash_logdir(self.manager.logdir, lose_unflushed=lose_unflushed)
         self.manager = None
@@ -85,12 +91,34 @@ class BrokerNode:
             self.manager.shutdown()
             self.manager = None
 
+    def pause(self) -> None:
+        """Freeze the process (P2): it neither runs nor answers; what reaches it waits."""
+        if self.alive:
+            self.paused = True
+
+    def resume(self) -> None:
+        """Thaw it: everything that arrived meanwhile is handled now, stale as it is (answers
+        to requests that waited are lost: their senders have timed out)."""
+        self.paused = False
+        backlog, self._backlog = self._backlog, []
+        for deliver in backlog:
+            if not self.alive:
+                break
+            deliver()
+
+    def _frozen(self, deliver) -> bool:
+        if self.paused:
+            self._backlog.append(deliver)
+        return self.paused
+
     def restart(self, *, wipe: bool = False) -> None:
         self.crash()
         self.start(wipe=wipe)
 
     # ---- messages ----
     def handle(self, src: int, message):
+        if self._frozen(lambda: self.handle(src, message)):
+            return None
         manager = self.manager
         if manager is None:
             return None
@@ -102,7 +130,7 @@ class BrokerNode:
         return manager.handle(message)
 
     def step(self) -> None:
-        if not self.alive:
+        if not self.alive or self.paused:
             return
         c, manager = self.cluster, self.manager
         now = c.channel.now
@@ -132,15 +160,21 @@ class BrokerNode:
         manager.tick()
 
     def _on_heartbeat(self, response: m.BrokerHeartbeatResponse) -> None:
+        if self._frozen(lambda: self._on_heartbeat(response)):
+            return
         if self.alive and response.should_shut_down and self.shutting_down:
             self.shutdown()
 
     def _on_alter_partition(self, request, response) -> None:
+        if self._frozen(lambda: self._on_alter_partition(request, response)):
+            return
         if self.alive and self.manager is not None:
             self._alter_sent.pop(id(request), None)
             self.manager.handle_alter_partition_response(request, response)
 
     def _on_fetcher_response(self, leader, request, response) -> None:
+        if self._frozen(lambda: self._on_fetcher_response(leader, request, response)):
+            return
         if self.alive and self.manager is not None:
             self.manager.fetcher.handle_response(leader, request, response)
 

@@ -77,14 +77,22 @@ class SimFS(PosixIO):
         self._next_inode += 1
         return self._next_inode
 
-    def adopt(self) -> None:
-        """Take the files now under root as durable (a fresh start, or after a crash)."""
-        self.inode_of.clear()
-        self.durable_ns.clear()
-        self.durable_data.clear()
-        self.pending_ns.clear()
-        self.truncated_to.clear()
-        for directory, _dirs, files in os.walk(self.root):
+    def adopt(self, subtree=None) -> None:
+        """Take the files now under subtree (default: root) as durable -- a fresh start, or the
+        state a crash left there.  What lies outside subtree keeps its bookkeeping: another
+        node's page cache is not flushed by this node's crash."""
+        subtree = os.path.abspath(os.fspath(subtree or self.root))
+        within = lambda p: p == subtree or p.startswith(subtree + os.sep)  # noqa: E731
+        gone = {inode for path, inode in self.inode_of.items() if within(path)}
+        gone |= {inode for path, inode in self.durable_ns.items() if within(path)}
+        self.inode_of = {p: i for p, i in self.inode_of.items() if not within(p)}
+        self.durable_ns = {p: i for p, i in self.durable_ns.items() if not within(p)}
+        self.pending_ns = [op for op in self.pending_ns if not any(within(n) for n in op[1:-1] if isinstance(n, str))]
+        for inode in gone:
+            self.durable_data.pop(inode, None)
+            self.truncated_to.pop(inode, None)
+        self.fd_inode = {fd: i for fd, i in self.fd_inode.items() if i not in gone}
+        for directory, _dirs, files in os.walk(subtree):
             for name in files:
                 path = os.path.join(directory, name)
                 if _untracked(path):
@@ -291,7 +299,7 @@ class SimFS(PosixIO):
         for fault in faults:
             self.counts[fault] += 1
         write_tree(subtree, files)
-        self.adopt()
+        self.adopt(subtree)
         return files
 
 

@@ -96,7 +96,7 @@ def check_isr(state, registrations: dict) -> list[str]:
         out.append(f"I7 {state.topic}-{state.partition}: ISR {isr} and ELR {state.elr} overlap")
     if not isr and state.leader != NO_LEADER:
         out.append(f"I7 {state.topic}-{state.partition}: leader {state.leader} with an empty ISR")
-    if state.leader_recovery_state == RECOVERING and isr != [state.leader]:
+    if state.leader_recovery_state == RECOVERING and state.leader != NO_LEADER and isr != [state.leader]:
         out.append(f"I7 {state.topic}-{state.partition}: RECOVERING with ISR {isr}")
     for b in isr:
         r = registrations.get(b)
