@@ -166,9 +166,7 @@ class Segment:
         return m.view[position:position + span]
 
     # ---- writing ----
-    def append(self, buf_pointer, length: int, validate) -> None:
-        rc = lib.plog_segment_append(self._c, buf_pointer, length, validate)
-        self._check(rc, "append", offset=validate.first_offset)
+    # Appends are made by PartitionLog through lib.plog_segment_append_chunk on self._c.
 
     def truncate_to(self, offset: int) -> int:
         """Remove every batch whose last offset >= offset; returns the bytes removed."""
