@@ -354,6 +354,13 @@ int plog_time_index_entry(const plog_segment *seg, int32_t i, int64_t *timestamp
 int plog_segment_find(const plog_segment *seg, const uint8_t *log, int64_t target,
                       int64_t *position_out, plog_batch_info *info_out);
 
+/* A read by offset in one call (plog_segment_find, then plog_batches_span): span_out[0] = the
+ * position of the first batch whose last offset is >= target, or -1 when the segment holds
+ * none (then span_out[1] = 0); span_out[1] = the bytes of whole batches from there, as
+ * plog_batches_span counts them.  An error of plog_segment_find is returned as is. */
+int plog_segment_read(const plog_segment *seg, const uint8_t *log, int64_t target, int64_t max_bytes,
+                      int64_t max_offset, int64_t *span_out);
+
 /* Bytes of whole batches from position: at least the first batch, then more while the
  * total stays <= max_bytes and each batch's last offset < max_offset (-1 = no bound). */
 int64_t plog_batches_span(const uint8_t *log, int64_t size, int64_t position, int64_t max_bytes,

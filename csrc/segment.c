@@ -232,6 +232,20 @@ int plog_segment_find(const plog_segment *seg, const uint8_t *log, int64_t targe
     return 0;
 }
 
+int plog_segment_read(const plog_segment *seg, const uint8_t *log, int64_t target, int64_t max_bytes,
+                      int64_t max_offset, int64_t *span_out) {
+    plog_batch_info info;
+    int64_t position;
+    span_out[0] = -1;
+    span_out[1] = 0;
+    if (seg->size == 0) return 0;
+    int rc = plog_segment_find(seg, log, target, &position, &info);
+    if (rc || position < 0) return rc;
+    span_out[0] = position;
+    span_out[1] = plog_batches_span(log, seg->size, position, max_bytes, max_offset);
+    return 0;
+}
+
 /* Re-derive next_offset and the max timestamp after open or truncation, scanning only from
  * the index hints (cost bounded by the index interval, never by the segment size). */
 static int restore_state(plog_segment *seg, const uint8_t *log) {

@@ -93,6 +93,7 @@ _VALIDATE_ERRORS = {
 
 
 _EPOCH_MIXED = lib.PLOG_EPOCH_MIXED
+_bisect_right = bisect.bisect_right
 # AppendInfo from the seven int64 fields plog_validate leads with (plog.h): what
 # NamedTuple._make does, without its length check (the C layout fixes the length).
 _new_append_info = tuple.__new__
@@ -489,9 +490,12 @@ class PartitionLog:
                     f"offset {offset} outside [{self.log_start_offset}, {self.log_end_offset}]",
                     file=self.path, offset=offset)
             bound = -1 if max_offset is None else max_offset
-            i = max(self._segment_index(offset), 0)
-            while i < len(self.segments):
-                view = self.segments[i].read(offset, max_bytes, bound)
+            segments = self.segments
+            i = _bisect_right(self._bases, offset) - 1
+            if i < 0:
+                i = 0
+            while i < len(segments):
+                view = segments[i].read(offset, max_bytes, bound)
                 if view is not None:
                     return view
                 i += 1
