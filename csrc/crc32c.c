@@ -9,8 +9,8 @@
  *  - portable: slicing-by-8 tables, about 1.5 GB/s;
  *  - SSE4.2: the crc32 instruction has a latency of three cycles but a throughput of one
  *    or two per cycle, so a single dependency chain runs at a third (or a sixth) of the
- *    possible speed.  Long buffers are cut into six blocks hashed as six independent
- *    chains; the chains are then joined by "shifting" a CRC over the length of the
+ *    possible speed.  Long buffers are cut into six blocks (three for the short blocks
+ *    at the end) hashed as independent chains; the chains are then joined by "shifting" a CRC over the length of the
  *    following block.  The shift is
  *    linear over GF(2): it is the matrix that appends n zero bytes to the raw register,
  *    precomputed at start-up into four 256-entry tables per block length.
@@ -167,6 +167,28 @@ static inline uint64_t crc_six_blocks(uint64_t c0, const uint8_t *p, size_t bloc
     return shift_crc(table, (uint32_t)c0) ^ (uint32_t)c5;
 }
 
+/* The same with three chains, for the short blocks: on buffers of a few KiB streamed from
+ * memory (recovery's 16 KiB batches), six chains 256 bytes apart defeat the prefetcher
+ * (12 GB/s against 21 GB/s with three, measured on the benchmark VM). */
+__attribute__((target("sse4.2")))
+static inline uint64_t crc_three_blocks(uint64_t c0, const uint8_t *p, size_t block,
+                                        uint32_t table[4][256]) {
+    uint64_t c1 = 0, c2 = 0;
+    const uint8_t *end = p + block;
+    do {
+        uint64_t a, b, d;
+        memcpy(&a, p, 8);
+        memcpy(&b, p + block, 8);
+        memcpy(&d, p + 2 * block, 8);
+        c0 = _mm_crc32_u64(c0, a);
+        c1 = _mm_crc32_u64(c1, b);
+        c2 = _mm_crc32_u64(c2, d);
+        p += 8;
+    } while (p < end);
+    c0 = shift_crc(table, (uint32_t)c0) ^ (uint32_t)c1;
+    return shift_crc(table, (uint32_t)c0) ^ (uint32_t)c2;
+}
+
 __attribute__((target("sse4.2")))
 static uint32_t crc_hardware(uint32_t crc, const uint8_t *p, size_t n) {
     uint64_t c0 = crc;
@@ -174,16 +196,16 @@ static uint32_t crc_hardware(uint32_t crc, const uint8_t *p, size_t n) {
         c0 = _mm_crc32_u8((uint32_t)c0, *p++);
         n--;
     }
-    /* Six interleaved chains over blocks of LONG_BLOCK, then SHORT_BLOCK bytes. */
+    /* Six interleaved chains over blocks of LONG_BLOCK, then three over SHORT_BLOCK bytes. */
     while (n >= 6 * LONG_BLOCK) {
         c0 = crc_six_blocks(c0, p, LONG_BLOCK, shift_long);
         p += 6 * LONG_BLOCK;
         n -= 6 * LONG_BLOCK;
     }
-    while (n >= 6 * SHORT_BLOCK) {
-        c0 = crc_six_blocks(c0, p, SHORT_BLOCK, shift_short);
-        p += 6 * SHORT_BLOCK;
-        n -= 6 * SHORT_BLOCK;
+    while (n >= 3 * SHORT_BLOCK) {
+        c0 = crc_three_blocks(c0, p, SHORT_BLOCK, shift_short);
+        p += 3 * SHORT_BLOCK;
+        n -= 3 * SHORT_BLOCK;
     }
     while (n >= 8) {
         uint64_t a;
