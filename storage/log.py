@@ -419,7 +419,9 @@ class PartitionLog:
             raise errors.RecordListTooLargeError(
                 f"append of {length} bytes exceeds segment_bytes={self.config.segment_bytes}", file=self.path,
                 offset=v.first_offset)
-        if rc in _VALIDATE_ERRORS and v.error_position >= 0:
+        # A refusal of the chunk names its failing batch (an empty chunk has none); the other
+        # codes come from the segment or the seam.
+        if rc in _VALIDATE_ERRORS and (v.error_position >= 0 or rc == lib.PLOG_EEMPTY):
             cls = _VALIDATE_ERRORS[rc]
             reason = describe_error(rc)
             if rc == lib.PLOG_EAPPENDOFFSET:
@@ -428,7 +430,6 @@ class PartitionLog:
                 reason = f"batch larger than max_message_bytes={v.max_batch_bytes}"
             raise cls(reason, file=f"{self.path} (appended data)", position=v.error_position,
                       offset=v.error_offset)
-        # A refusal of the segment (offset overflow, full index) or an I/O error.
         self.segments[-1]._check(rc, "append", offset=v.first_offset)
         raise AssertionError(f"unexpected append result {rc}")   # _check raised for every rc != 0
 

@@ -137,6 +137,8 @@ def test_errors_are_those_of_validate_chunk(tmp_path):
         buf = bytearray(chunk)
         rc = lib.plog_validate_chunk(ffi.from_buffer(buf), len(buf), v)
         assert (v.error_position, v.error_offset) == (position, offset) and rc != 0
+    with pytest.raises(errors.CorruptRecordError, match="no complete batch"):
+        log.append_as_follower(b"")
     assert (log.size_bytes, log.log_end_offset) == (0, 0)
     log.close()
 
