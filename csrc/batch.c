@@ -24,6 +24,7 @@
  *    (UnifiedLog.analyzeAndValidateRecords).
  */
 #include "internal.h"
+#include <stddef.h>
 
 static int parse_legacy(const uint8_t *b, size_t avail, plog_batch_info *out) {
     int8_t magic = (int8_t)b[16];
@@ -118,13 +119,20 @@ static void note_epoch(int32_t *count, int32_t *epochs, int64_t *offsets, int32_
     (*count)++;
 }
 
-int plog_validate_chunk(uint8_t *buf, size_t length, plog_validate *v) {
+/* The checks of plog_validate_chunk.  check_crc = 0 is the structural pass of
+ * plog_segment_append_chunk: nothing is stamped, offsets are computed as ASSIGN_OFFSETS
+ * would write them, and the CRCs are left to the caller -- but a batch failing an offset
+ * check has its own CRC checked first, because plog_validate_chunk checks a batch's CRC
+ * before its offsets (the caller then checks the batch_count batches before it). */
+static int validate(uint8_t *buf, size_t length, plog_validate *v, int check_crc) {
     size_t pos = 0;
     int64_t next = v->next_offset, previous_last = -1;
     v->first_offset = v->last_offset = -1;
     v->max_timestamp = v->offset_of_max_timestamp = v->first_batch_max_timestamp = -1;
     v->batch_count = 0;
     v->record_count = 0;
+    v->size_bytes = (int64_t)length;
+    v->sole_epoch = PLOG_EPOCH_MIXED;
     v->epoch_count = 0;
     v->error_position = v->error_offset = -1;
     if (length == 0) return PLOG_EEMPTY;
@@ -136,22 +144,24 @@ int plog_validate_chunk(uint8_t *buf, size_t length, plog_validate *v) {
         if (rc) return rc;
         if (info.magic != PLOG_CURRENT_MAGIC) return PLOG_EMAGIC;
         if (info.record_count < 0 || info.last_offset_delta < 0) return PLOG_ECORRUPT;
-        if (!plog_batch_crc_ok(buf + pos, &info)) return PLOG_ECRC;
+        if (check_crc && !plog_batch_crc_ok(buf + pos, &info)) return PLOG_ECRC;
         if (v->flags & PLOG_VALIDATE_ASSIGN_OFFSETS) {
             info.base_offset = next;
             info.last_offset = next + info.last_offset_delta;
         }
         if (v->flags & PLOG_VALIDATE_STAMP_EPOCH) info.partition_leader_epoch = v->leader_epoch;
-        if (v->flags & (PLOG_VALIDATE_ASSIGN_OFFSETS | PLOG_VALIDATE_STAMP_EPOCH))
+        if (check_crc && (v->flags & (PLOG_VALIDATE_ASSIGN_OFFSETS | PLOG_VALIDATE_STAMP_EPOCH)))
             plog_batch_stamp(buf + pos, info.base_offset, info.partition_leader_epoch);
+        rc = 0;
         if (v->batch_count == 0) {
             if ((v->flags & PLOG_VALIDATE_REQUIRE_FIRST) && info.base_offset < v->next_offset)
-                return PLOG_EAPPENDOFFSET;
+                rc = PLOG_EAPPENDOFFSET;
             v->first_offset = info.base_offset;
             v->first_batch_max_timestamp = info.max_timestamp;
         } else if (info.base_offset <= previous_last) {
-            return PLOG_EORDER;
+            rc = PLOG_EORDER;
         }
+        if (rc) return !check_crc && !plog_batch_crc_ok(buf + pos, &info) ? PLOG_ECRC : rc;
         if (info.max_timestamp > v->max_timestamp) {
             v->max_timestamp = info.max_timestamp;
             v->offset_of_max_timestamp = info.last_offset;
@@ -165,9 +175,40 @@ int plog_validate_chunk(uint8_t *buf, size_t length, plog_validate *v) {
         pos += (size_t)info.size_bytes;
     }
     v->last_offset = previous_last;
+    if (v->epoch_count == 1) v->sole_epoch = v->epochs[0];
     v->error_position = v->error_offset = -1;
     return 0;
 }
+
+int plog_validate_chunk(uint8_t *buf, size_t length, plog_validate *v) {
+    return validate(buf, length, v, 1);
+}
+
+int plog_validate_headers(uint8_t *buf, size_t length, plog_validate *v) {
+    return validate(buf, length, v, 0);
+}
+
+int plog_validate_crcs(const uint8_t *buf, size_t length, int64_t count, plog_validate *v) {
+    size_t pos = 0;
+    for (int64_t i = 0; i < count && pos < length; i++) {
+        plog_batch_info info;
+        if (plog_batch_parse(buf, length, pos, 0, &info)) return 0;   /* cannot happen: passed validate */
+        if (!plog_batch_crc_ok(buf + pos, &info)) {
+            v->error_position = (int64_t)pos;
+            v->error_offset = info.base_offset;
+            return PLOG_ECRC;
+        }
+        pos += (size_t)info.size_bytes;
+    }
+    return 0;
+}
+
+/* storage/log.py reads the AppendInfo fields of plog_validate as one int64 array. */
+_Static_assert(offsetof(plog_validate, first_offset) == 0 && offsetof(plog_validate, last_offset) == 8 &&
+               offsetof(plog_validate, max_timestamp) == 16 && offsetof(plog_validate, offset_of_max_timestamp) == 24 &&
+               offsetof(plog_validate, batch_count) == 32 && offsetof(plog_validate, record_count) == 40 &&
+               offsetof(plog_validate, size_bytes) == 48,
+               "plog_validate: the AppendInfo fields must come first, int64, in AppendInfo's order");
 
 /* ---- segment scan -------------------------------------------------------------------- */
 

@@ -40,6 +40,12 @@ enum {
     POS_BASE_SEQUENCE = 53, POS_RECORD_COUNT = 57
 };
 
+/* batch.c: the two halves of plog_validate_chunk, for plog_segment_append_chunk.  Headers:
+ * every check but the CRCs, nothing stamped.  CRCs: the first `count` batches, reporting
+ * a mismatch as plog_validate_chunk would. */
+int plog_validate_headers(uint8_t *buf, size_t length, plog_validate *v);
+int plog_validate_crcs(const uint8_t *buf, size_t length, int64_t count, plog_validate *v);
+
 /* index.c */
 int plog_index_add(plog_segment *seg, int64_t last_offset, int64_t position);
 void plog_index_reset(plog_segment *seg);

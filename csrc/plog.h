@@ -37,7 +37,7 @@
 /* CDEF-BEGIN */
 
 /* Version of the C ABI; storage/_native.py refuses a module built from other sources. */
-#define PLOG_ABI_VERSION 3
+#define PLOG_ABI_VERSION 4
 
 /* Error codes (negative, private range). */
 #define PLOG_EPARTIAL      -1001  /* data ends inside a batch (not an error during iteration) */
@@ -55,6 +55,8 @@
 #define PLOG_EINDEXCORRUPT -1013  /* index file fails its sanity check */
 #define PLOG_ECALLBACK     -1014  /* a Python I/O callback raised */
 #define PLOG_EEMPTY        -1015  /* appended buffer holds no complete batch */
+#define PLOG_ELISTTOOLARGE -1016  /* appended chunk larger than segment_bytes */
+#define PLOG_EROLL         -1017  /* the segment must roll before this chunk (nothing written) */
 
 /* Format constants (Kafka's). */
 #define PLOG_LOG_OVERHEAD 12
@@ -192,25 +194,35 @@ int plog_varint_encode(int64_t value, uint8_t *out);
 #define PLOG_VALIDATE_ASSIGN_OFFSETS 1   /* leader: rewrite base offsets from next_offset */
 #define PLOG_VALIDATE_STAMP_EPOCH 2      /* leader: write leader_epoch into every batch */
 #define PLOG_VALIDATE_REQUIRE_FIRST 4    /* follower: first base offset >= next_offset */
+#define PLOG_APPEND_NO_ROLL 8            /* plog_segment_append_chunk: skip the roll check */
 #define PLOG_VALIDATE_MAX_EPOCHS 64
+#define PLOG_EPOCH_MIXED -2147483649     /* sole_epoch when the batches carry different epochs */
 
 /* Validate a chunk of v2 batches before it is appended: each batch complete, v2, within
  * max_batch_bytes (0 = no limit), CRC valid; base offsets strictly increasing (after
  * assignment).  With ASSIGN_OFFSETS the buffer is rewritten in place (it must be a
  * private copy).  Records are not parsed.  On error, error_position / error_offset
- * name the failing batch.  Nothing is written to any file. */
+ * name the failing batch.  Nothing is written to any file.
+ *
+ * The first seven fields are the AppendInfo of the chunk, int64 and in AppendInfo's order
+ * on purpose: storage/log.py reads them as one int64 array after an append (batch.c
+ * asserts the layout).  Keep them first. */
 typedef struct plog_validate {
-    int flags;
-    int64_t next_offset;            /* in: log end offset */
-    int32_t leader_epoch;           /* in: epoch stamped with STAMP_EPOCH */
-    int32_t max_batch_bytes;        /* in */
     int64_t first_offset;           /* out */
     int64_t last_offset;            /* out */
     int64_t max_timestamp;          /* out: -1 when no batch carries one */
     int64_t offset_of_max_timestamp;/* out: last offset of the batch with max_timestamp */
-    int64_t first_batch_max_timestamp; /* out */
-    int32_t batch_count;            /* out */
+    int64_t batch_count;            /* out */
     int64_t record_count;           /* out */
+    int64_t size_bytes;             /* out: bytes of the chunk */
+    int64_t sole_epoch;             /* out: the epoch every batch carries, or PLOG_EPOCH_MIXED */
+    int flags;                      /* in */
+    int64_t next_offset;            /* in: log end offset */
+    int32_t leader_epoch;           /* in: epoch stamped with STAMP_EPOCH */
+    int32_t max_batch_bytes;        /* in */
+    int64_t segment_bytes;          /* in: plog_segment_append_chunk only */
+    int64_t segment_ms;             /* in: plog_segment_append_chunk only */
+    int64_t first_batch_max_timestamp; /* out */
     int32_t epoch_count;            /* out: epoch changes seen, may exceed MAX_EPOCHS */
     int32_t epochs[64];             /* out: partition leader epoch at each change */
     int64_t epoch_offsets[64];      /* out: base offset of the batch where it changed */
@@ -298,6 +310,29 @@ int plog_segment_open(plog_segment *seg, const char *log_path, const char *index
 int plog_segment_append(plog_segment *seg, const uint8_t *buf, size_t length,
                         const plog_validate *v);
 
+/* The whole append of a chunk in one call, as PartitionLog does it: validate (as
+ * plog_validate_chunk, with v->next_offset = next_offset and v->leader_epoch = leader_epoch;
+ * flags, max_batch_bytes, segment_bytes and segment_ms are read from v), refuse a chunk
+ * larger than segment_bytes (PLOG_ELISTTOOLARGE), run Kafka's roll check unless flags has
+ * PLOG_APPEND_NO_ROLL (PLOG_EROLL: roll, then call again with NO_ROLL), check what
+ * plog_segment_append checks, then write and index the chunk as plog_segment_append does.
+ *
+ * The CRCs are checked while writing: the chunk goes to the file in pieces of
+ * PLOG_APPEND_PIECE_BYTES, and each piece is hashed right after its write, while the bytes
+ * are still in the cache (one pass over memory instead of two).  When a CRC mismatches, the
+ * file is cut back to seg->size through the seam's truncate and PLOG_ECRC is returned:
+ * seg is unchanged and nothing past seg->size remains in the file.  (A crash in between
+ * leaves a torn tail past the valid batches, which recovery cuts, as after any torn
+ * write.)  The offsets and epoch are stamped (ASSIGN_OFFSETS / STAMP_EPOCH) into buf
+ * before the first write, so buf must be a private copy for a leader, and a CRC error found
+ * while writing names the batch's base offset as stamped.  Every other outcome is decided
+ * before the first write, and the error is the one plog_validate_chunk would report (the
+ * first failing batch, CRC included); nothing is stamped then.  On success, v holds what
+ * plog_validate_chunk reports, and size_bytes. */
+#define PLOG_APPEND_PIECE_BYTES 1048576
+int plog_segment_append_chunk(plog_segment *seg, uint8_t *buf, size_t length, int64_t next_offset,
+                              int32_t leader_epoch, plog_validate *v);
+
 /* Kafka's roll check before an append of `length` bytes (LogSegment.shouldRoll): 1 when the
  * segment would pass segment_bytes, its first batch is older than segment_ms by the incoming
  * max timestamp, an index is full, or the chunk's offsets do not fit the segment. */
@@ -318,6 +353,13 @@ int plog_time_index_entry(const plog_segment *seg, int32_t i, int64_t *timestamp
  * >= target, starting from the offset index hint.  *position_out = its position or -1. */
 int plog_segment_find(const plog_segment *seg, const uint8_t *log, int64_t target,
                       int64_t *position_out, plog_batch_info *info_out);
+
+/* A read by offset in one call (plog_segment_find, then plog_batches_span): span_out[0] = the
+ * position of the first batch whose last offset is >= target, or -1 when the segment holds
+ * none (then span_out[1] = 0); span_out[1] = the bytes of whole batches from there, as
+ * plog_batches_span counts them.  An error of plog_segment_find is returned as is. */
+int plog_segment_read(const plog_segment *seg, const uint8_t *log, int64_t target, int64_t max_bytes,
+                      int64_t max_offset, int64_t *span_out);
 
 /* Bytes of whole batches from position: at least the first batch, then more while the
  * total stays <= max_bytes and each batch's last offset < max_offset (-1 = no bound). */

@@ -89,26 +89,28 @@ int plog_segment_close(plog_segment *seg) {
     return rc;
 }
 
-int plog_segment_append(plog_segment *seg, const uint8_t *buf, size_t length, const plog_validate *v) {
+/* What plog_segment_append refuses before writing anything. */
+static int append_check(const plog_segment *seg, size_t length, const plog_validate *v) {
     if (!seg->mutable_indexes || v->batch_count <= 0) return PLOG_EARG;
     int64_t relative = v->last_offset - seg->base_offset;
     if (v->first_offset < seg->base_offset || relative > INT32_MAX) return PLOG_EOVERFLOW;
     if (seg->size + (int64_t)length > INT32_MAX) return PLOG_ETOOLARGE;
-    int want_index = seg->bytes_since_last_index_entry > seg->index_interval_bytes;
-    if (want_index && (seg->offset_entries >= seg->offset_max_entries ||
-                       seg->time_entries >= seg->time_max_entries - 1))
+    if (seg->bytes_since_last_index_entry > seg->index_interval_bytes &&
+        (seg->offset_entries >= seg->offset_max_entries || seg->time_entries >= seg->time_max_entries - 1))
         return PLOG_EINDEXFULL;
-    int rc = plog_io_pwrite(seg->log_fd, buf, length, seg->size);
-    if (rc) {
-        /* All or nothing: drop whatever part of the chunk reached the file. */
-        plog_io_ftruncate(seg->log_fd, seg->size);
-        return rc;
-    }
+    return 0;
+}
+
+/* The chunk of `length` bytes now follows seg->size in the file: index it (Kafka's cadence:
+ * an entry for the chunk's last offset at its start when more than index_interval_bytes came
+ * since the last entry) and account for it. */
+static int append_done(plog_segment *seg, size_t length, const plog_validate *v) {
+    int rc;
     if (v->max_timestamp > seg->max_timestamp) {
         seg->max_timestamp = v->max_timestamp;
         seg->offset_of_max_timestamp = v->offset_of_max_timestamp;
     }
-    if (want_index) {
+    if (seg->bytes_since_last_index_entry > seg->index_interval_bytes) {
         if ((rc = plog_index_add(seg, v->last_offset, seg->size))) return rc;
         if ((rc = plog_time_index_maybe_add(seg, seg->max_timestamp, seg->offset_of_max_timestamp, 0))) return rc;
         seg->bytes_since_last_index_entry = 0;
@@ -118,6 +120,89 @@ int plog_segment_append(plog_segment *seg, const uint8_t *buf, size_t length, co
     seg->size += (int64_t)length;
     seg->next_offset = v->last_offset + 1;
     return 0;
+}
+
+int plog_segment_append(plog_segment *seg, const uint8_t *buf, size_t length, const plog_validate *v) {
+    int rc = append_check(seg, length, v);
+    if (rc) return rc;
+    if ((rc = plog_io_pwrite(seg->log_fd, buf, length, seg->size))) {
+        /* All or nothing: drop whatever part of the chunk reached the file. */
+        plog_io_ftruncate(seg->log_fd, seg->size);
+        return rc;
+    }
+    return append_done(seg, length, v);
+}
+
+/* The write half of plog_segment_append_chunk, for a chunk that passed plog_validate_headers:
+ * stamp it, then write it piece by piece, hashing each piece right after its write, while
+ * the bytes the kernel just copied are still in the cache (see plog.h).  Invariant of the
+ * loop: [0, written) was written; the batches before `pos` matched their CRCs; crc covers
+ * [pos + 21, hashed) of the batch at pos.  Pieces are large on purpose: the page cache
+ * takes one large write much faster than several small ones (large folios), and a 1 MiB
+ * piece still fits the caches it is hashed from. */
+static int write_verified(plog_segment *seg, uint8_t *buf, size_t length, plog_validate *v) {
+    if (v->flags & (PLOG_VALIDATE_ASSIGN_OFFSETS | PLOG_VALIDATE_STAMP_EPOCH)) {
+        int64_t next = v->next_offset;
+        for (size_t pos = 0; pos < length; pos += (size_t)be32(buf + pos + POS_LENGTH) + PLOG_LOG_OVERHEAD) {
+            int64_t base = v->flags & PLOG_VALIDATE_ASSIGN_OFFSETS ? next : be64(buf + pos + POS_BASE_OFFSET);
+            int32_t epoch = v->flags & PLOG_VALIDATE_STAMP_EPOCH ? v->leader_epoch : be32(buf + pos + POS_PLE);
+            plog_batch_stamp(buf + pos, base, epoch);
+            next = base + be32(buf + pos + POS_LAST_OFFSET_DELTA) + 1;
+        }
+    }
+    size_t written = 0, pos = 0, hashed = POS_ATTRIBUTES;
+    uint32_t crc = 0;
+    int rc;
+    while (written < length) {
+        size_t piece = length - written < PLOG_APPEND_PIECE_BYTES ? length - written : PLOG_APPEND_PIECE_BYTES;
+        if ((rc = plog_io_pwrite(seg->log_fd, buf + written, piece, seg->size + (int64_t)written))) goto fail;
+        written += piece;
+        while (hashed < written) {
+            size_t end = pos + (size_t)be32(buf + pos + POS_LENGTH) + PLOG_LOG_OVERHEAD;
+            size_t stop = end < written ? end : written;
+            crc = plog_crc32c(crc, buf + hashed, stop - hashed);
+            hashed = stop;
+            if (hashed < end) break;
+            if (crc != (uint32_t)be32(buf + pos + POS_CRC)) {
+                v->error_position = (int64_t)pos;
+                v->error_offset = be64(buf + pos + POS_BASE_OFFSET);
+                rc = PLOG_ECRC;
+                goto fail;
+            }
+            pos = end;
+            hashed = pos + POS_ATTRIBUTES;
+            crc = 0;
+        }
+    }
+    return 0;
+fail:
+    /* All or nothing: cut off whatever reached the file.  When even that fails, the file
+     * holds bytes past seg->size, and that I/O error is what the caller must see. */
+    {
+        int cut = plog_io_ftruncate(seg->log_fd, seg->size);
+        if (cut && rc == PLOG_ECRC) rc = cut;
+    }
+    return rc;
+}
+
+int plog_segment_append_chunk(plog_segment *seg, uint8_t *buf, size_t length, int64_t next_offset,
+                              int32_t leader_epoch, plog_validate *v) {
+    v->next_offset = next_offset;
+    v->leader_epoch = leader_epoch;
+    int rc = plog_validate_headers(buf, length, v);
+    if (rc == 0 && (int64_t)length > v->segment_bytes) rc = PLOG_ELISTTOOLARGE;
+    if (rc == 0 && !(v->flags & PLOG_APPEND_NO_ROLL) &&
+        plog_segment_should_roll(seg, length, v, v->segment_bytes, v->segment_ms))
+        rc = PLOG_EROLL;
+    if (rc == 0) rc = append_check(seg, length, v);
+    if (rc) {
+        /* Nothing written: a CRC mismatch in a batch before the one that failed (or in any
+         * batch, when the chunk itself was fine) comes first, as in plog_validate_chunk. */
+        int crc_rc = plog_validate_crcs(buf, length, v->batch_count, v);
+        return crc_rc ? crc_rc : rc;
+    }
+    if ((rc = write_verified(seg, buf, length, v))) return rc;
+    return append_done(seg, length, v);
 }
 
 int plog_segment_should_roll(const plog_segment *seg, size_t length, const plog_validate *v,
@@ -144,6 +229,20 @@ int plog_segment_find(const plog_segment *seg, const uint8_t *log, int64_t targe
         }
         pos += info_out->size_bytes;
     }
+    return 0;
+}
+
+int plog_segment_read(const plog_segment *seg, const uint8_t *log, int64_t target, int64_t max_bytes,
+                      int64_t max_offset, int64_t *span_out) {
+    plog_batch_info info;
+    int64_t position;
+    span_out[0] = -1;
+    span_out[1] = 0;
+    if (seg->size == 0) return 0;
+    int rc = plog_segment_find(seg, log, target, &position, &info);
+    if (rc || position < 0) return rc;
+    span_out[0] = position;
+    span_out[1] = plog_batches_span(log, seg->size, position, max_bytes, max_offset);
     return 0;
 }
 
@@ -293,6 +392,8 @@ static const char *const messages[] = {
     "index file is corrupt",
     "Python I/O callback raised",
     "no complete batch in the appended data",
+    "appended data larger than the segment size",
+    "the segment must roll before this append",
 };
 
 const char *plog_strerror(int rc) {

@@ -92,6 +92,28 @@ _VALIDATE_ERRORS = {
 }
 
 
+_EPOCH_MIXED = lib.PLOG_EPOCH_MIXED
+_bisect_right = bisect.bisect_right
+# AppendInfo from the seven int64 fields plog_validate leads with (plog.h): what
+# NamedTuple._make does, without its length check (the C layout fixes the length).
+_new_append_info = tuple.__new__
+
+
+class _AppendState:
+    """The plog_validate struct of one kind of append, with its limits set, and an int64 view
+    of its leading AppendInfo fields."""
+
+    __slots__ = ("v", "out")
+
+    def __init__(self, config: LogConfig, flags: int, max_batch_bytes: int):
+        self.v = ffi.new("plog_validate *")
+        self.v.flags = flags
+        self.v.max_batch_bytes = max_batch_bytes
+        self.v.segment_bytes = config.segment_bytes
+        self.v.segment_ms = config.segment_ms
+        self.out = memoryview(ffi.buffer(self.v)).cast("B")[:len(AppendInfo._fields) * 8].cast("q")
+
+
 def _segment_base(name: str) -> int | None:
     stem, dot, _ = name.partition(".")
     return int(stem) if dot and len(stem) == 20 and stem.isdigit() else None
@@ -110,7 +132,11 @@ class PartitionLog:
         self.segments: list[Segment] = []
         self._bases: list[int] = []
         self._dir_dirty = False
-        self._validate_struct = ffi.new("plog_validate *")   # reused by every append (under the lock)
+        # One preallocated in/out struct per kind of append, reused (under the lock); the
+        # limits are set once (the config is frozen), and `out` views its AppendInfo fields.
+        self._leader_append = _AppendState(self.config, lib.PLOG_VALIDATE_ASSIGN_OFFSETS
+                                           | lib.PLOG_VALIDATE_STAMP_EPOCH, self.config.max_message_bytes)
+        self._follower_append = _AppendState(self.config, lib.PLOG_VALIDATE_REQUIRE_FIRST, 0)
         self.on_recovery_point_lowered = None   # LogDir persists the lowered recovery point
         self._recovered: list[tuple[int, int, list]] = []   # (base, end, epoch changes) per recovered segment
         self.recovery_report: list[tuple[int, int, str]] = []
@@ -320,28 +346,6 @@ class PartitionLog:
             return self.high_watermark
 
     # ---- appends ----
-    def _validate(self, buf, length: int, flags: int, leader_epoch: int, max_batch_bytes: int):
-        v = self._validate_struct
-        v.flags = flags
-        v.next_offset = self.log_end_offset
-        v.leader_epoch = leader_epoch
-        v.max_batch_bytes = max_batch_bytes
-        rc = lib.plog_validate_chunk(buf, length, v)
-        if rc:
-            cls = _VALIDATE_ERRORS.get(rc, errors.CorruptRecordError)
-            reason = describe_error(rc)
-            if rc == lib.PLOG_EAPPENDOFFSET:
-                reason = f"first offset {v.error_offset} is below the log end offset {self.log_end_offset}"
-            elif rc == lib.PLOG_ETOOLARGE:
-                reason = f"batch larger than max_message_bytes={max_batch_bytes}"
-            raise cls(reason, file=f"{self.path} (appended data)", position=v.error_position,
-                      offset=v.error_offset)
-        if length > self.config.segment_bytes:
-            raise errors.RecordListTooLargeError(
-                f"append of {length} bytes exceeds segment_bytes={self.config.segment_bytes}", file=self.path,
-                offset=v.first_offset)
-        return v
-
     def append_as_leader(self, records_or_batches, leader_epoch: int, *, compression: str = "none") -> AppendInfo:
         """Append as the partition leader: offsets assigned from the log end offset, every
         batch stamped with `leader_epoch`.
@@ -358,12 +362,10 @@ class PartitionLog:
             buf = _build(records_or_batches, base_offset=0, partition_leader_epoch=leader_epoch,
                          compression=compression, base_timestamp=None, producer_id=-1, producer_epoch=-1,
                          base_sequence=-1, is_transactional=False, is_control=False)
-        flags = lib.PLOG_VALIDATE_ASSIGN_OFFSETS | lib.PLOG_VALIDATE_STAMP_EPOCH
         with self._lock:
             self._ensure_open()
             with ffi.from_buffer(buf) as pointer:
-                v = self._validate(pointer, len(buf), flags, leader_epoch, self.config.max_message_bytes)
-                return self._append(pointer, len(buf), v)
+                return self._append(self._leader_append, pointer, len(buf), leader_epoch)
 
     def append_as_follower(self, batches) -> AppendInfo:
         """Append batches fetched from the leader as they are: CRC checked, offsets strictly
@@ -372,9 +374,9 @@ class PartitionLog:
             self._ensure_open()
             with ffi.from_buffer(batches) as pointer:
                 length = len(pointer)
-                self._maybe_restart_empty_log(pointer, length)
-                v = self._validate(pointer, length, lib.PLOG_VALIDATE_REQUIRE_FIRST, -1, 0)
-                return self._append(pointer, length, v)
+                if self.log_end_offset == self.log_start_offset:
+                    self._maybe_restart_empty_log(pointer, length)
+                return self._append(self._follower_append, pointer, length, -1)
 
     def _maybe_restart_empty_log(self, pointer, length: int) -> None:
         """Kafka's follower special case (kafka-reference 6.7): an empty log whose first fetched
@@ -386,19 +388,54 @@ class PartitionLog:
                 info.base_offset < self.log_end_offset <= info.last_offset:
             self._truncate_fully(info.base_offset)
 
-    def _append(self, pointer, length: int, v) -> AppendInfo:
-        segment = self._maybe_roll(length, v)
-        segment.append(pointer, length, v)
-        self.log_end_offset = v.last_offset + 1
-        self._after_append(v, pointer, length)
-        return AppendInfo(v.first_offset, v.last_offset, v.max_timestamp, v.offset_of_max_timestamp,
-                          v.batch_count, v.record_count, length)
+    def _append(self, state: "_AppendState", pointer, length: int, leader_epoch: int) -> AppendInfo:
+        """Validate, roll if Kafka would, write and index the chunk: one C call in the common
+        case (plog_segment_append_chunk, which checks the CRCs as it writes)."""
+        v = state.v
+        rc = lib.plog_segment_append_chunk(self.segments[-1]._c, pointer, length, self.log_end_offset,
+                                           leader_epoch, v)
+        if rc:
+            self._append_uncommon(rc, v, pointer, length, leader_epoch)
+        info = _new_append_info(AppendInfo, state.out.tolist())
+        self.log_end_offset = info[1] + 1
+        epoch = v.sole_epoch
+        if epoch == _EPOCH_MIXED or (epoch >= 0 and epoch != self.epoch_cache.latest_epoch):
+            self._after_append(v, pointer, length)
+        return info
+
+    def _append_uncommon(self, rc: int, v, pointer, length: int, leader_epoch: int) -> None:
+        """Roll and append (PLOG_EROLL: the chunk was found valid, nothing written), or raise."""
+        if rc == lib.PLOG_EROLL:
+            segment = self._roll_to(max(v.first_offset, self.log_end_offset))
+            v.flags |= lib.PLOG_APPEND_NO_ROLL
+            try:
+                rc = lib.plog_segment_append_chunk(segment._c, pointer, length, self.log_end_offset,
+                                                   leader_epoch, v)
+            finally:
+                v.flags &= ~lib.PLOG_APPEND_NO_ROLL
+            if rc == 0:
+                return
+        if rc == lib.PLOG_ELISTTOOLARGE:
+            raise errors.RecordListTooLargeError(
+                f"append of {length} bytes exceeds segment_bytes={self.config.segment_bytes}", file=self.path,
+                offset=v.first_offset)
+        # A refusal of the chunk names its failing batch (an empty chunk has none); the other
+        # codes come from the segment or the seam.
+        if rc in _VALIDATE_ERRORS and (v.error_position >= 0 or rc == lib.PLOG_EEMPTY):
+            cls = _VALIDATE_ERRORS[rc]
+            reason = describe_error(rc)
+            if rc == lib.PLOG_EAPPENDOFFSET:
+                reason = f"first offset {v.error_offset} is below the log end offset {self.log_end_offset}"
+            elif rc == lib.PLOG_ETOOLARGE:
+                reason = f"batch larger than max_message_bytes={v.max_batch_bytes}"
+            raise cls(reason, file=f"{self.path} (appended data)", position=v.error_position,
+                      offset=v.error_offset)
+        self.segments[-1]._check(rc, "append", offset=v.first_offset)
+        raise AssertionError(f"unexpected append result {rc}")   # _check raised for every rc != 0
 
     def _after_append(self, v, pointer, length: int) -> None:
         """Kafka's append loop: every v2 batch's epoch is assigned at its base offset."""
         cache = self.epoch_cache
-        if v.epoch_count == 1 and (v.epochs[0] < 0 or v.epochs[0] == cache.latest_epoch):
-            return      # the common case: the chunk continues the latest epoch (assign: no-op)
         if v.epoch_count <= lib.PLOG_VALIDATE_MAX_EPOCHS:
             changes = [(v.epochs[i], v.epoch_offsets[i]) for i in range(v.epoch_count)]
         else:
@@ -407,16 +444,6 @@ class PartitionLog:
         for epoch, offset in changes:
             if epoch >= 0:
                 cache.assign(epoch, offset)
-
-    def _should_roll(self, segment: Segment, length: int, v) -> bool:
-        return bool(lib.plog_segment_should_roll(segment._c, length, v, self.config.segment_bytes,
-                                                 self.config.segment_ms))
-
-    def _maybe_roll(self, length: int, v) -> Segment:
-        segment = self.segments[-1]
-        if self._should_roll(segment, length, v):
-            return self._roll_to(max(v.first_offset, self.log_end_offset))
-        return segment
 
     def _roll_to(self, base_offset: int) -> Segment:
         old = self.segments[-1]
@@ -464,9 +491,12 @@ class PartitionLog:
                     f"offset {offset} outside [{self.log_start_offset}, {self.log_end_offset}]",
                     file=self.path, offset=offset)
             bound = -1 if max_offset is None else max_offset
-            i = max(self._segment_index(offset), 0)
-            while i < len(self.segments):
-                view = self.segments[i].read(offset, max_bytes, bound)
+            segments = self.segments
+            i = _bisect_right(self._bases, offset) - 1
+            if i < 0:
+                i = 0
+            while i < len(segments):
+                view = segments[i].read(offset, max_bytes, bound)
                 if view is not None:
                     return view
                 i += 1

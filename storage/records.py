@@ -16,6 +16,7 @@ from __future__ import annotations
 import gzip
 import io as _pyio
 import struct
+import threading
 import time
 from typing import Iterable, Iterator, NamedTuple
 
@@ -150,13 +151,27 @@ def decompress(codec: int, data: bytes, *, magic: int = 2, file=None, position=N
     raise errors.CorruptRecordError(f"invalid compression codec id {codec}", **where)
 
 
-def compress(codec: str, data: bytes) -> bytes:
+_zstd_local = threading.local()
+
+
+def _zstd_compressor():
+    """This thread's level-3 ZstdCompressor (Kafka's and kafka-python's default level).
+    Reused: making one per batch costs ~15 µs of a ~100 KiB batch's ~400; an instance must
+    not be used by two threads at once, hence one per thread."""
+    compressor = getattr(_zstd_local, "compressor", None)
+    if compressor is None:
+        import zstandard
+
+        compressor = _zstd_local.compressor = zstandard.ZstdCompressor(level=3)
+    return compressor
+
+
+def compress(codec: str, data) -> bytes:
+    """Compress a records section (bytes-like) with the named codec."""
     if codec == "gzip":
         return gzip.compress(data, compresslevel=6, mtime=0)
     if codec == "zstd":
-        import zstandard
-
-        return zstandard.ZstdCompressor(level=3).compress(data)
+        return _zstd_compressor().compress(data)
     if codec == "none":
         return data
     if codec in CODEC_IDS:
@@ -304,7 +319,8 @@ def _build(records, *, base_offset, partition_leader_epoch, compression, base_ti
             raise ValueError("record payload lengths do not match their bytes")
     out, size, max_timestamp = encoded
     if compression != "none":
-        payload = compress(compression, bytes(memoryview(out)[BATCH_OVERHEAD:size]))
+        with memoryview(out) as whole:
+            payload = compress(compression, whole[BATCH_OVERHEAD:size])
         out = bytearray(BATCH_OVERHEAD + len(payload))
         out[BATCH_OVERHEAD:] = payload
         out_ptr = ffi.from_buffer(out)

@@ -79,6 +79,8 @@ class Segment:
         self._c = ffi.new("plog_segment *")
         self._find_position = ffi.new("int64_t *")
         self._find_info = ffi.new("plog_batch_info *")
+        self._span = ffi.new("int64_t[2]")          # plog_segment_read's (position, bytes)
+        self._span_view = memoryview(ffi.buffer(self._span)).cast("q")
         self._mapping: _Mapping | None = None
         self.closed = False
         rc = lib.plog_segment_open(
@@ -157,18 +159,25 @@ class Segment:
         return position[0]
 
     def read(self, offset: int, max_bytes: int, max_offset: int = -1) -> memoryview | None:
-        """Whole batches from the one holding `offset` (None when nothing here holds it)."""
-        position = self.find(offset)
+        """Whole batches from the one holding `offset` (None when nothing here holds it): one
+        C call (plog_segment_read) into a reused out-array; the log serialises calls."""
+        size = self._c.size
+        if size == 0:
+            return None
+        m = self._mapping
+        if m is None or m.length < size:
+            m = self.mapping()
+        rc = lib.plog_segment_read(self._c, m.pointer, offset, max_bytes, max_offset, self._span)
+        if rc:
+            raise errors.CorruptRecordError(f"cannot read batch header: {describe_error(rc)}",
+                                            file=self.log_path, position=-1, offset=offset)
+        position, length = self._span_view
         if position < 0:
             return None
-        m = self.mapping()
-        span = lib.plog_batches_span(m.pointer, self._c.size, position, max_bytes, max_offset)
-        return m.view[position:position + span]
+        return m.view[position:position + length]
 
     # ---- writing ----
-    def append(self, buf_pointer, length: int, validate) -> None:
-        rc = lib.plog_segment_append(self._c, buf_pointer, length, validate)
-        self._check(rc, "append", offset=validate.first_offset)
+    # Appends are made by PartitionLog through lib.plog_segment_append_chunk on self._c.
 
     def truncate_to(self, offset: int) -> int:
         """Remove every batch whose last offset >= offset; returns the bytes removed."""

@@ -14,8 +14,9 @@ def test_check_value():
     assert crc(b"123456789") == 0xE3069283
 
 
-@pytest.mark.parametrize("length", [0, 1, 7, 8, 9, 255, 256, 767, 768, 769, 3 * 8192 - 1, 3 * 8192,
-                                    3 * 8192 + 1, 5 * 3 * 8192 + 3 * 256 + 17, 1 << 20])
+@pytest.mark.parametrize("length", [0, 1, 7, 8, 9, 255, 256, 767, 768, 769, 6 * 256 - 1, 6 * 256, 6 * 256 + 1,
+                                    3 * 8192 - 1, 3 * 8192, 3 * 8192 + 1, 6 * 8192 - 1, 6 * 8192, 6 * 8192 + 1,
+                                    5 * 6 * 8192 + 6 * 256 + 17, 1 << 20])
 def test_hardware_and_portable_paths_agree_with_crc32c_package(length):
     crc32c = pytest.importorskip("crc32c")
     data = os.urandom(length)

@@ -398,3 +398,28 @@ def test_failed_write_leaves_log_unchanged(tmp_path, small_config):
         log.close()
     assert [r.value for b in iter_batches(open(log.segments[0].log_path, "rb").read()) for r in b.records()] == [
         b"first", b"third"]
+
+
+def test_segment_read_is_find_then_span(make_log):
+    """plog_segment_read (one C call per point read) answers what plog_segment_find followed
+    by plog_batches_span answer, for every offset, byte and offset bound."""
+    from storage._native import ffi, lib
+
+    log = make_log(config=LogConfig(index_interval_bytes=100, fsync=False))
+    for i in range(40):
+        log.append_as_leader([b"v%d-%d" % (i, j) for j in range(1 + i % 3)], 2)
+    segment = log.active_segment
+    pointer = segment.mapping().pointer
+    span = ffi.new("int64_t[2]")
+    for offset in range(log.log_end_offset + 3):
+        for max_bytes, max_offset in ((1, -1), (300, -1), (1 << 20, -1), (1 << 20, offset + 4)):
+            assert lib.plog_segment_read(segment._c, pointer, offset, max_bytes, max_offset, span) == 0
+            position = segment.find(offset)
+            expected = (position, lib.plog_batches_span(pointer, segment.size, position, max_bytes, max_offset)) \
+                if position >= 0 else (-1, 0)
+            assert (span[0], span[1]) == expected
+            view = segment.read(offset, max_bytes, max_offset)
+            assert (view is None) if position < 0 else bytes(view) == bytes(segment.view(position, position + span[1]))
+    empty = log.roll()
+    assert lib.plog_segment_read(empty._c, ffi.NULL, 0, 1, -1, span) == 0 and (span[0], span[1]) == (-1, 0)
+    assert empty.read(0, 1) is None
