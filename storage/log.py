@@ -148,6 +148,12 @@ class PartitionLog:
         self._repair_epoch_cache()
         if high_watermark is not None:
             self.update_high_watermark(high_watermark)
+        # After a crash only the data below the recovery point is known to be what the
+        # checkpointed high watermark vouched for: above it the page cache may have given back
+        # an older, divergent version.  Kafka keeps the high watermark; the replica layer caps
+        # it at the recovery point (this is None once anything sets a new high watermark).
+        self.unvouched_high_watermark_above = self.recovery_point \
+            if not clean_shutdown and self.high_watermark > self.recovery_point else None
 
     @classmethod
     def open(cls, path, config: LogConfig | None = None, **kwargs) -> "PartitionLog":
@@ -189,7 +195,7 @@ class PartitionLog:
             self.segments.append(segment)
             self._bases.append(base)
             if not recover:
-                problem = segment.index_problem()
+                problem = segment.index_problem(thorough=not clean)
                 if problem is None:
                     try:
                         segment.load()
@@ -343,6 +349,7 @@ class PartitionLog:
         """Set the high watermark, clamped to [log_start_offset, log_end_offset]."""
         with self._lock:
             self.high_watermark = min(max(offset, self.log_start_offset), self.log_end_offset)
+            self.unvouched_high_watermark_above = None
             return self.high_watermark
 
     # ---- appends ----

@@ -156,7 +156,14 @@ class ReplicaManager:
         key = (state.topic, state.partition)
         p = self.partitions.get(key)
         if p is None:
-            p = Partition(state.topic, state.partition, self.logdir.partition(state.topic, state.partition))
+            log = self.logdir.partition(state.topic, state.partition)
+            if log.unvouched_high_watermark_above is not None:
+                # Stricter than Kafka: after a crash the page cache may have given back an
+                # older, divergent version of the log above the recovery point; the
+                # checkpointed high watermark does not vouch for it.  The leader's answers
+                # raise it again once the log is truncated and fetched.
+                log.update_high_watermark(log.unvouched_high_watermark_above)
+            p = Partition(state.topic, state.partition, log)
             self.partitions[key] = p
         elif guards.on("M30") and (state.partition_epoch < p.partition_epoch or state.leader_epoch < p.leader_epoch):
             return Errors.FENCED_LEADER_EPOCH

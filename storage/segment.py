@@ -17,6 +17,7 @@ Invariants:
 from __future__ import annotations
 
 import os
+import struct
 
 from . import errors
 from . import io as _io
@@ -218,28 +219,43 @@ class Segment:
         report = ScanReport(scan, [(epochs[i], epoch_offsets[i]) for i in range(min(scan.epoch_count, 256))])
         return truncated, report
 
-    def index_problem(self) -> str | None:
+    def index_problem(self, *, thorough: bool = False) -> str | None:
         """Kafka's index sanity check, for a segment opened without recovery: None when the
-        indexes look usable, else why not (then the segment is recovered)."""
+        indexes look usable, else why not (then the segment is recovered).  Stricter than
+        Kafka: the last two entries must be in order (an index whose trim did not reach the
+        disk ends in zero entries), and with `thorough` (after an unclean shutdown) every
+        entry must be in order and inside the segment."""
         seam = _io.current()
         if seam.file_size(self.index_path) % lib.PLOG_OFFSET_ENTRY_BYTES:
             return "offset index length is not a multiple of 8"
         if seam.file_size(self.time_index_path) % lib.PLOG_TIME_ENTRY_BYTES:
             return "time index length is not a multiple of 12"
         c = self._c
-        if c.offset_entries:
-            o, p = ffi.new("int64_t *"), ffi.new("int64_t *")
-            lib.plog_offset_index_entry(c, c.offset_entries - 1, o, p)
-            if o[0] < c.base_offset or p[0] >= c.size:
-                return f"offset index entry ({o[0]}, {p[0]}) lies outside the segment"
-        if c.time_entries:
-            t, o = ffi.new("int64_t *"), ffi.new("int64_t *")
-            lib.plog_time_index_entry(c, c.time_entries - 1, t, o)
-            first_t, first_o = ffi.new("int64_t *"), ffi.new("int64_t *")
-            lib.plog_time_index_entry(c, 0, first_t, first_o)
-            if o[0] < c.base_offset or t[0] < first_t[0]:
-                return f"time index entry ({t[0]}, {o[0]}) is out of order"
+        offsets = self._entries(c.offset_index, c.offset_entries, lib.PLOG_OFFSET_ENTRY_BYTES, ">ii", thorough)
+        previous = (-1, -1)
+        for relative, position in offsets:
+            if relative <= previous[0] or position <= previous[1] or position >= c.size:
+                return f"offset index entry ({c.base_offset + relative}, {position}) is out of order or " \
+                       f"outside the segment"
+            previous = (relative, position)
+        if offsets and offsets[-1][0] < 0:
+            return "offset index entry below the segment's base offset"
+        times = self._entries(c.time_index, c.time_entries, lib.PLOG_TIME_ENTRY_BYTES, ">qi", thorough)
+        previous = (-2**63, -1)
+        for timestamp, relative in times:
+            if timestamp < previous[0] or relative < previous[1] or relative < 0:
+                return f"time index entry ({timestamp}, {c.base_offset + relative}) is out of order"
+            previous = (timestamp, relative)
         return None
+
+    @staticmethod
+    def _entries(pointer, count: int, size: int, layout: str, every: bool) -> list[tuple[int, int]]:
+        """Every entry of a mapped index, or just the last two."""
+        first = 0 if every else max(count - 2, 0)
+        if count == 0:
+            return []
+        raw = ffi.buffer(pointer + first * size, (count - first) * size)
+        return list(struct.iter_unpack(layout, raw))
 
     def scan_epochs(self) -> list[tuple[int, int]]:
         """(epoch, base offset) at every change of partition leader epoch in the v2 batches."""

@@ -9,6 +9,7 @@ import pytest
 from conftest import SHARED
 from storage import LogConfig, LogDir, Record, build_batch, iter_batches
 from storage.logdir import CLEAN_SHUTDOWN_FILE, parse_partition_dir
+from storage.sim import invariants
 
 CONFIG = LogConfig(segment_bytes=700, index_interval_bytes=300, segment_index_bytes=1200, fsync=False)
 
@@ -425,3 +426,44 @@ def test_delete_partition(tmp_path):
     logdir = LogDir.open(tmp_path, CONFIG)
     assert not (tmp_path / "t-9.0123-delete").exists() and logdir.partitions() == [("t", 1)]
     logdir.close()
+
+
+def _three_segments(root):
+    config = LogConfig(segment_bytes=2048, index_interval_bytes=256, segment_index_bytes=4096, fsync=False)
+    logdir = LogDir.open(root, config)
+    log = logdir.partition("t", 0)
+    for _ in range(40):
+        log.append_as_leader([b"x" * 50], 0)
+    assert len(log.segments) == 3 and len(log.segments[0].offset_index_entries()) == 5
+    logdir.close()
+    return config, os.path.join(root, "t-0", "00000000000000000000.index")
+
+
+@pytest.mark.parametrize("clean", [True, False])
+def test_an_index_whose_trim_was_lost_is_rebuilt(tmp_path, clean):
+    # The roll trimmed segment 0's index; a crash kept the pre-allocated length (zero entries at
+    # the end).  Trusted, the zeros break lookups and truncation (stale entries past the cut).
+    config, index = _three_segments(tmp_path)
+    with open(index, "ab") as f:
+        f.write(b"\0" * 64)
+    if not clean:
+        os.unlink(tmp_path / CLEAN_SHUTDOWN_FILE)
+    logdir = LogDir.open(tmp_path, config)
+    log = logdir.partition("t", 0)
+    assert logdir.recovery_report[("t", 0)][0][2].startswith("rebuilt: offset index entry (0, 0)")
+    assert [o for o, _ in log.segments[0].offset_index_entries()] == [3, 6, 9, 12, 15]
+    log.truncate_to(3)
+    assert log.segments[0].offset_index_entries() == [] and invariants.check_replica("t-0", log) == []
+
+
+def test_after_a_crash_every_index_entry_is_checked(tmp_path):
+    # A torn page inside the index (zeros in the middle) is only found by the thorough check,
+    # which runs after an unclean shutdown.
+    config, index = _three_segments(tmp_path)
+    with open(index, "r+b") as f:
+        f.seek(16)
+        f.write(b"\0" * 8)
+    os.unlink(tmp_path / CLEAN_SHUTDOWN_FILE)
+    logdir = LogDir.open(tmp_path, config)
+    assert "out of order" in logdir.recovery_report[("t", 0)][0][2]
+    assert [o for o, _ in logdir.partition("t", 0).segments[0].offset_index_entries()] == [3, 6, 9, 12, 15]

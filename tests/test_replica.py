@@ -934,3 +934,30 @@ def test_delete_records_on_follower(make_manager):
     follower.apply_partition_state(state(2, 1, [1, 2]))
     answer = follower.handle_delete_records(DeleteRecordsRequest(TOPIC, 0, -1))
     assert answer.error_code == Errors.NOT_LEADER_OR_FOLLOWER
+
+
+@pytest.mark.parametrize("clean", [True, False])
+def test_after_a_crash_the_checkpointed_high_watermark_is_capped_at_the_recovery_point(tmp_path, now, clean):
+    # Above the recovery point a crash may give back an older, divergent log; the checkpointed
+    # high watermark does not vouch for it.  The log keeps Kafka's value (storage users see
+    # it); the replica layer lowers it until the leader's answers raise it again.
+    from storage.cluster import crash_logdir
+    path = tmp_path / "broker"
+    logdir = LogDir.open(path, LogConfig(fsync=False))
+    log = logdir.partition(TOPIC, 0)
+    log.append_as_leader([b"a", b"b"], 0)
+    logdir.flush()                                # recovery point 2
+    log.append_as_leader([b"c", b"d"], 0)
+    log.update_high_watermark(4)
+    logdir.checkpoint()
+    if clean:
+        logdir.close()
+    else:
+        crash_logdir(logdir)                      # no clean-shutdown marker
+    logdir = LogDir.open(path, LogConfig(fsync=False))
+    assert logdir.partition(TOPIC, 0).high_watermark == 4
+    manager = ReplicaManager(2, logdir, clock=lambda: now[0], broker_epoch=BROKER_EPOCHS.get(2, -1))
+    manager.apply_metadata(MetadataUpdate(1, brokers()))
+    manager.apply_partition_state(state(1, 1, [1, 2]))
+    assert logdir.partition(TOPIC, 0).high_watermark == (4 if clean else 2)
+    logdir.close()

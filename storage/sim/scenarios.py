@@ -40,7 +40,7 @@ def kip101_scenario1(root) -> Rig:
     rig.fetch(follower)                      # the follower gets m2 ...
     rig.fetch(follower, deliver=False)       # ... acknowledges it (leader HW -> 2); the answer is lost
     rig.note_committed()
-    rig.nodes[follower].logdir.checkpoint()  # its high watermark (1) reaches the disk
+    rig.nodes[follower].logdir.flush()       # its log and its high watermark (1) reach the disk
     rig.crash(follower, fence=False)         # a restart the controller does not notice
     rig.start(follower, new_incarnation=False)
     rig.fetch(follower, deliver=False)       # its first move; the leader dies before answering
