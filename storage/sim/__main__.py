@@ -160,7 +160,7 @@ def _judge(kind: str, name, guard: str | None, steps: int, profile: str = "safet
         return result.violations
 
 
-def find_catch(guard: str, seeds: list[int], steps: int) -> dict:
+def find_catch(guard: str, seeds: list[int], steps: int, *, only_seeds: bool = False) -> dict:
     """The first recipe, KIP story or seed whose run shows a violation with `guard` switched off
     (and, for a seed, none with it on: only then is the violation the guard's)."""
     from . import recipes, scenarios
@@ -173,7 +173,7 @@ def find_catch(guard: str, seeds: list[int], steps: int) -> dict:
                 return {**out, "caught": True, "kind": "seed", "seed": seed, "profile": "safety",
                         "violation": "M0 canary: seed % 100 == 0"}
         return out
-    if guard != "C1":
+    if guard != "C1" and not only_seeds:
         candidates = [("recipe", name) for name in recipes.for_guard(guard)]
         candidates += [("scenario", name) for name in scenarios.SCENARIOS]
         candidates += [("crash", 1)]
@@ -196,7 +196,7 @@ def find_catch(guard: str, seeds: list[int], steps: int) -> dict:
     finally:
         if bar is not None:
             bar.close()
-    if guard != "C1":
+    if guard != "C1" and not only_seeds:
         found = _judge("crash", 2, guard, steps)
         if found:
             return {**out, "caught": True, "kind": "crash", "seed": 2, "violation": found[0]}
@@ -212,7 +212,7 @@ def cmd_mutate(args) -> int:
         print(f"error: unknown guard {args.guard}; known: {', '.join(guards.CATALOGUE)}, C1", file=sys.stderr)
         return 2
     seeds = list(range(args.first_seed, args.first_seed + args.seeds))
-    out = find_catch(args.guard, seeds, args.steps)
+    out = find_catch(args.guard, seeds, args.steps, only_seeds=args.only_seeds)
     if out["caught"] and args.store:
         data = load_regressions()
         data["mutations"][args.guard] = {k: out[k] for k in ("kind", "seed", "violation", "steps")
@@ -306,6 +306,8 @@ def main(argv=None) -> int:
     p.add_argument("--first-seed", type=int, default=1)
     p.add_argument("--steps", type=int, default=200)
     p.add_argument("--store", action="store_true", help="store the catch in the regression file")
+    p.add_argument("--only-seeds", action="store_true",
+                   help="random seeds only (no recipe, story or crash enumeration): the swarm's own score")
     p.add_argument("--json", action="store_true")
     p = sub.add_parser("regress", help="replay every stored regression (mutations and seeds)")
     p.add_argument("--file", default=REGRESSIONS)

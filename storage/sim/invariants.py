@@ -163,3 +163,18 @@ def check_quorum_superset(partition, state, min_insync_replicas: int) -> list[st
         return []
     return [f"I4 leader {partition.leader}: maximal ISR {sorted(have)} does not cover the controller's "
             f"ISR {state.isr} + ELR {getattr(state, 'elr', [])}"]
+
+
+def check_epoch_fencing(state, epochs: dict, summaries: dict) -> list[str]:
+    """I11, as far as state shows it: no replica (epochs: broker -> the leader epoch it holds)
+    is in a leader epoch above the controller's, nor in one below an epoch its own log already
+    holds (it applied an older LeaderAndIsr after a newer one)."""
+    out = []
+    for b in sorted(epochs):
+        if epochs[b] > state.leader_epoch:
+            out.append(f"I11 broker {b}: leader epoch {epochs[b]} above the controller's {state.leader_epoch}")
+        newest = max((x[2] for x in summaries[b]), default=-1)
+        if epochs[b] < newest:
+            out.append(f"I11 broker {b}: applied leader epoch {epochs[b]} while its log holds a batch of "
+                       f"epoch {newest} (an older LeaderAndIsr accepted after a newer one)")
+    return out

@@ -304,18 +304,9 @@ def _check_unclean_exclusion(rig: Rig) -> list[str]:
 
 
 def _check_epoch_fencing(rig: Rig, logs: dict) -> list[str]:
-    """I11, as far as state shows it: no replica holds a leader epoch above the controller's,
-    nor one below an epoch its own log already holds (an older LeaderAndIsr applied late)."""
-    state, out = rig.state(), []
-    for b in sorted(logs):
-        p = rig.nodes[b].partitions[("t", 0)]
-        if p.leader_epoch > state.leader_epoch:
-            out.append(f"I11 broker {b}: leader epoch {p.leader_epoch} above the controller's {state.leader_epoch}")
-        newest = max((x.partition_leader_epoch for x in logs[b].batches()), default=-1)
-        if p.leader_epoch < newest:
-            out.append(f"I11 broker {b}: applied leader epoch {p.leader_epoch} while its log holds a batch of "
-                       f"epoch {newest} (an older LeaderAndIsr accepted after a newer one)")
-    return out
+    epochs = {b: rig.nodes[b].partitions[("t", 0)].leader_epoch for b in logs}
+    return invariants.check_epoch_fencing(rig.state(), epochs, {b: invariants.batch_summaries(log)
+                                                                for b, log in logs.items()})
 
 
 def _check_converged(rig: Rig, logs: dict) -> list[str]:

@@ -406,6 +406,8 @@ class Simulation:
         out += invariants.check_unclean_elections(c.controller)
         out += invariants.check_log_matching(logs, summaries)   # no divergence below a HW, either profile
         out += self._check_registrations()
+        epochs = {b: c.brokers[b].manager.partitions[(TOPIC, PARTITION)].leader_epoch for b in logs}
+        out += invariants.check_epoch_fencing(state, epochs, summaries)
         leader = state.leader
         if self.profile != "safety":
             if step % 10 == 0:
