@@ -107,10 +107,10 @@ class Controller:
             self._publish(state)
 
     def _publish(self, state: PartitionState) -> None:
-        request = LeaderAndIsrRequest(self.controller_id, self.controller_epoch, [state.copy()])
         for b in state.replicas:
             if b in self.brokers:
-                self._outbox.append((b, request))
+                self._outbox.append((b, LeaderAndIsrRequest(self.controller_id, self.controller_epoch, [state.copy()],
+                                                            self.brokers[b].broker_epoch)))
 
     # ---- brokers ----
     def active(self, broker_id: int) -> bool:
@@ -148,7 +148,8 @@ class Controller:
         """A (re)starting broker learns every partition it hosts, as KRaft brokers replay the log."""
         hosted = [s.copy() for key, s in self.partitions.items() if broker_id in s.replicas and key not in skip]
         if hosted:
-            self._outbox.append((broker_id, LeaderAndIsrRequest(self.controller_id, self.controller_epoch, hosted)))
+            self._outbox.append((broker_id, LeaderAndIsrRequest(self.controller_id, self.controller_epoch, hosted,
+                                                                self.brokers[broker_id].broker_epoch)))
 
     def heartbeat(self, request: BrokerHeartbeatRequest) -> BrokerHeartbeatResponse:
         r = self.brokers.get(request.broker_id)

@@ -65,6 +65,7 @@ class LeaderAndIsrRequest:
     controller_id: int
     controller_epoch: int
     partition_states: list[PartitionState]
+    broker_epoch: int = -1          # the addressee's broker epoch (KIP-380); -1: not checked
 
 
 @dataclass

@@ -144,9 +144,16 @@ class ReplicaManager:
         self.metadata = {b: BrokerInfo(i.broker_id, i.broker_epoch, i.fenced, i.in_controlled_shutdown)
                          for b, i in update.brokers.items()}
 
+    def _stale_incarnation(self, broker_epoch: int) -> bool:
+        """KIP-380: a controller request addressed to an earlier incarnation of this broker (sent
+        before it registered again, delivered after) is refused."""
+        return broker_epoch != -1 and self.broker_epoch != -1 and broker_epoch < self.broker_epoch
+
     def handle_leader_and_isr(self, request: LeaderAndIsrRequest) -> LeaderAndIsrResponse:
         if request.controller_epoch < self.controller_epoch:
             return LeaderAndIsrResponse(Errors.STALE_CONTROLLER_EPOCH)
+        if self._stale_incarnation(request.broker_epoch):
+            return LeaderAndIsrResponse(Errors.STALE_BROKER_EPOCH)
         self.controller_epoch = request.controller_epoch
         return LeaderAndIsrResponse(Errors.NONE, {(s.topic, s.partition): self.apply_partition_state(s)
                                                   for s in request.partition_states})
@@ -209,8 +216,9 @@ class ReplicaManager:
                 p.recovery_done = False
                 if self.recovery_hook is None or self.recovery_hook(p) is not False:
                     self.complete_leader_recovery(p.topic, p.partition)
-        elif p.inflight is not None and set(p.isr) == set(p.inflight.new_isr):
-            p.inflight = None
+        elif p.inflight is not None and (set(p.isr) == set(p.inflight.new_isr)
+                                         or state.partition_epoch > p.inflight.partition_epoch):
+            p.inflight = None           # committed metadata newer than the request replaces it
         self._maybe_increment_high_watermark(p)
 
     def _make_follower(self, p: Partition, state: PartitionState) -> None:
@@ -237,6 +245,8 @@ class ReplicaManager:
     def handle_stop_replica(self, request: StopReplicaRequest) -> StopReplicaResponse:
         if request.controller_epoch < self.controller_epoch:
             return StopReplicaResponse(Errors.STALE_CONTROLLER_EPOCH)
+        if self._stale_incarnation(request.broker_epoch):
+            return StopReplicaResponse(Errors.STALE_BROKER_EPOCH)
         self.controller_epoch = request.controller_epoch
         results = {}
         for item in request.partitions:
@@ -273,11 +283,14 @@ class ReplicaManager:
                 p.leader_recovery_state = response.leader_recovery_state
             p.inflight = None
             self._maybe_increment_high_watermark(p)
-        elif code in (Errors.INELIGIBLE_REPLICA, Errors.OPERATION_NOT_ATTEMPTED):
-            p.inflight = None           # back to the last committed ISR, no retry
-        elif code in (Errors.INVALID_REQUEST, Errors.FENCED_LEADER_EPOCH, Errors.INVALID_UPDATE_VERSION,
-                      Errors.UNKNOWN_TOPIC_OR_PARTITION, Errors.UNKNOWN_TOPIC_ID):
-            p.inflight = None           # give up; new metadata will follow
+        elif code in (Errors.INELIGIBLE_REPLICA, Errors.OPERATION_NOT_ATTEMPTED, Errors.INVALID_REQUEST):
+            p.inflight = None           # not applied: back to the last committed ISR, no retry
+        elif code in (Errors.FENCED_LEADER_EPOCH, Errors.INVALID_UPDATE_VERSION, Errors.UNKNOWN_TOPIC_OR_PARTITION,
+                      Errors.UNKNOWN_TOPIC_ID):
+            # No retry, but the change stays pending (it counts for the maximal ISR) until new
+            # metadata replaces it: the controller may have applied this very request -- the
+            # error can answer a duplicate of it -- and then holds an ISR we have not seen.
+            pass
         elif code == Errors.NEW_LEADER_ELECTED:
             pass                        # stays pending
         else:

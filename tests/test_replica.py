@@ -556,14 +556,33 @@ def test_ineligible_replica_reverts_to_committed_isr_and_is_not_retried(expandin
     assert leader.take_alter_partition_requests() == []
 
 
-@pytest.mark.parametrize("code", [Errors.INVALID_REQUEST, Errors.FENCED_LEADER_EPOCH, Errors.INVALID_UPDATE_VERSION,
-                                  Errors.UNKNOWN_TOPIC_OR_PARTITION])
-def test_non_retriable_alter_partition_errors_give_up(expanding, code):
+def test_an_invalid_alter_partition_gives_up(expanding):
     leader, request = expanding
-    reject(leader, request, code)
+    reject(leader, request, Errors.INVALID_REQUEST)      # not applied: back to the committed ISR
     assert leader.partitions[KEY].inflight is None
     assert leader.take_alter_partition_requests() == []
     assert leader.partition_state(TOPIC, 0).isr == [1]
+
+
+@pytest.mark.parametrize("code", [Errors.FENCED_LEADER_EPOCH, Errors.INVALID_UPDATE_VERSION,
+                                  Errors.UNKNOWN_TOPIC_OR_PARTITION])
+def test_non_retriable_alter_partition_errors_keep_the_change_pending(expanding, code):
+    # The error may answer a duplicate of a request the controller applied (simulator seed
+    # 107193: INVALID_UPDATE_VERSION for the copy, the first answer lost): until metadata says
+    # otherwise the high watermark must keep waiting for the proposed member (I4).
+    leader, request = expanding
+    reject(leader, request, code)
+    assert leader.take_alter_partition_requests() == []          # no retry
+    assert leader.partitions[KEY].maximal_isr == [1, 2]
+    leader.apply_partition_state(state(1, 3, [1, 2], replicas=(1, 2), partition_epoch=request.partition_epoch + 1))
+    assert leader.partitions[KEY].inflight is None and leader.partition_state(TOPIC, 0).isr == [1, 2]
+
+
+def test_newer_metadata_replaces_a_pending_change_it_does_not_match(expanding):
+    leader, request = expanding
+    reject(leader, request, Errors.INVALID_UPDATE_VERSION)
+    leader.apply_partition_state(state(1, 3, [1], replicas=(1, 2), partition_epoch=request.partition_epoch + 1))
+    assert leader.partitions[KEY].inflight is None and leader.partitions[KEY].maximal_isr == [1]
 
 
 @pytest.mark.parametrize("code", [Errors.UNKNOWN_SERVER_ERROR, Errors.REQUEST_TIMED_OUT, Errors.NOT_CONTROLLER])
@@ -961,3 +980,16 @@ def test_after_a_crash_the_checkpointed_high_watermark_is_capped_at_the_recovery
     manager.apply_partition_state(state(1, 1, [1, 2]))
     assert logdir.partition(TOPIC, 0).high_watermark == (4 if clean else 2)
     logdir.close()
+
+
+@pytest.mark.parametrize("addressed_to, expected", [(100, Errors.STALE_BROKER_EPOCH), (101, Errors.NONE), (-1, Errors.NONE)])
+def test_controller_requests_for_an_earlier_incarnation_are_refused(make_manager, addressed_to, expected):
+    # KIP-380 (simulator seed 104375): a LeaderAndIsr sent to the previous incarnation -- leader
+    # in an epoch the controller has since ended -- must not make the restarted, emptied broker
+    # lead; nor may a StopReplica meant for it remove the partition.
+    manager = make_manager(1, broker_epoch=101)
+    answer = manager.handle_leader_and_isr(LeaderAndIsrRequest(3000, 1, [state(1, 3, [1, 2])], addressed_to))
+    assert answer.error_code == expected
+    assert (KEY in manager.partitions) == (expected == Errors.NONE)
+    stop = StopReplicaRequest(3000, 1, addressed_to, [StopReplicaPartition(TOPIC, 0, 3, False)])
+    assert manager.handle_stop_replica(stop).error_code == expected
