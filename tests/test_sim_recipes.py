@@ -9,7 +9,6 @@ from storage.epoch import LeaderEpochCache
 from storage.sim import recipes, scenarios
 
 SHOULD_TRIP = {
-    "M2": ("I1", "I9"),
     "M5": ("I1",),
     "M6": ("I1",),
     # C keeps a1 under a high watermark that passed it: divergence (I1) and an incomplete ISR

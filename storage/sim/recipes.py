@@ -6,9 +6,10 @@ guard's recipes first, then the KIPs' stories, then random seeds; `python -m sto
 scenario NAME` replays a recipe by name like a story.
 
 Defence in depth shows in some recipes: M5 sends the UNDEFINED request an old follower would
-send (ours never does); M2 is M1's guard under correlated power loss; M26 needs a story beyond
+send (ours never does); M26 needs a story beyond
 the fault budget (a full truncation below the first segment only happens after two unclean
-elections).  No recipe exists, by design, for:
+elections).  M2 (M1's guard under correlated power loss) is the KIP-101 scenario 2 story itself.
+No recipe exists, by design, for:
   - M29 (a re-elected leader forgets followers outside the ISR): such a follower enters the ISR
     only while its own fetch is handled, after that fetch overwrote its offset and broker
     epoch, and the high watermark counts it only as a further minimum; stale state can hold the
@@ -45,30 +46,6 @@ def _held_leader_and_isr(b):
 def _active_segment_file(rig: Rig, b: int) -> str:
     directory = os.path.join(rig.root, f"broker-{b}", f"{TOPIC}-{PARTITION}")
     return os.path.join(directory, max(n for n in os.listdir(directory) if n.endswith(".log")))
-
-
-def m2_correlated_power_loss(root) -> Rig:
-    """KIP-101 scenario 2 (S14 + S1(b) on both replicas): A flushed m2, B did not; B comes back
-    first, leads and writes m3 at m2's offset; A must truncate by epoch, not to its HW."""
-    rig = _rig(root, 2)
-    a, b = 1, 2
-    rig.produce(a, [b"m1"])
-    rig.replicate()
-    rig.log(a).flush()
-    rig.log(b).flush()
-    rig.produce(a, [b"m2"])
-    rig.replicate()
-    rig.log(a).flush()
-    rig.nodes[a].logdir.checkpoint()         # A's high watermark 2 is durable
-    rig.crash(b, lose_unflushed=True, fence=False)
-    rig.crash(a, lose_unflushed=True, fence=False)
-    rig.start(b, new_incarnation=False)
-    rig.controller.fence_broker(a)           # B, still in the ISR, is elected
-    rig.publish()
-    rig.produce(b, [b"m3"])
-    rig.start(a)
-    rig.heal()
-    return rig
 
 
 def m5_undefined_epoch(root) -> Rig:
@@ -344,7 +321,6 @@ def m30_reordered_leader_and_isr(root) -> Rig:
 
 # name -> (the guard it switches off, the story, beyond the fault budget?)
 RECIPES = {
-    "m2-correlated-power-loss": ("M2", m2_correlated_power_loss, True),
     "m5-undefined-epoch": ("M5", m5_undefined_epoch, False),
     "m6-epoch-bump-same-leader": ("M6", m6_epoch_bump_same_leader, False),
     "m7-follower-two-epochs-behind": ("M7", m7_follower_two_epochs_behind, False),
