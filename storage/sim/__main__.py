@@ -181,7 +181,7 @@ def find_catch(guard: str, seeds: list[int], steps: int, *, only_seeds: bool = F
             found = _judge(kind, name, guard, steps)
             if found:
                 return {**out, "caught": True, "kind": kind, "seed": name, "violation": found[0]}
-    profile = "calibration" if guard == "C1" else "safety"
+    profile = "calibration" if guard == "C1" else "swarm"     # swarm: one seed in ten beyond the budget
     bar = _progress(len(seeds), guard)
     try:
         for seed in seeds:

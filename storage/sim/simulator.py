@@ -97,6 +97,9 @@ class Simulation:
         self.channel = Channel(seed, min_delay_ms=1, max_delay_ms=rng.choice((1, 5, 20)),
                                loss=rng.choice((0.0, 0.0, 0.02, 0.05)), duplicate=rng.choice((0.0, 0.02, 0.05)),
                                reorder=rng.random() < 0.5)
+        # Swarm parameter, from its own generator (the main one's sequence stays as it was):
+        # truncation by DivergingEpoch in the fetch (KIP-320) or by OffsetForLeaderEpoch.
+        self.truncate_on_fetch = random.Random(f"truncate-{seed}").random() < 0.5
         if profile not in PROFILES:
             raise ValueError(f"unknown profile {profile!r}; known: {', '.join(PROFILES)}")
         # C1 (calibration): unclean elections on and no budget, but the safety profile's history
@@ -127,7 +130,8 @@ class Simulation:
         with sio.using(self.fs):
             self.cluster = Cluster(self.root, 3, seed=self.seed, channel=self.channel, config=config,
                                    unclean_leader_election=self.unclean_allowed,
-                                   min_insync_replicas=self.min_isr, fetcher_options={"max_bytes": fetch_bytes})
+                                   min_insync_replicas=self.min_isr,
+                                   fetcher_options={"max_bytes": fetch_bytes, "truncate_on_fetch": self.truncate_on_fetch})
             self.cluster.create_partition(TOPIC, PARTITION, [1, 2, 3])
             try:
                 for step in range(self.steps):
@@ -414,10 +418,9 @@ class Simulation:
         epochs = {b: c.brokers[b].manager.partitions[(TOPIC, PARTITION)].leader_epoch for b in logs}
         out += invariants.check_epoch_fencing(state, epochs, summaries)
         leader = state.leader
+        if step % 10 == 0:
+            out += self._check_replicas(logs)
         if self.profile != "safety":
-            if step % 10 == 0:
-                for b, log in logs.items():
-                    out += invariants.check_replica(f"broker {b}", log)
             return
         out += self._note_committed(logs, summaries)
         running = {b for b, node in c.brokers.items()
@@ -430,9 +433,16 @@ class Simulation:
             p = c.brokers[leader].manager.partitions[(TOPIC, PARTITION)]
             if p.leader == leader and p.leader_epoch == state.leader_epoch:
                 out += invariants.check_quorum_superset(p, state, self.min_isr)
-        if step % 10 == 0:
-            for b, log in logs.items():
-                out += invariants.check_replica(f"broker {b}", log)
+
+    def _check_replicas(self, logs: dict) -> list[str]:
+        """I8 and I9 on every replica; a leader's cache must hold (its epoch, its start offset)."""
+        out = []
+        for b, log in logs.items():
+            p = self.cluster.brokers[b].manager.partitions[(TOPIC, PARTITION)]
+            leading = p.leader == b and not p.recovering
+            out += invariants.check_replica(f"broker {b}", log, leader_epoch=p.leader_epoch if leading else None,
+                                            leader_epoch_start_offset=p.leader_epoch_start_offset if leading else None)
+        return out
 
     def _registered_now(self, b: int) -> bool:
         r = self.cluster.controller.brokers.get(b)
