@@ -202,12 +202,18 @@ class Controller:
             if broker_id not in s.isr and s.leader != broker_id and not (unclean and broker_id in s.elr):
                 continue
             old = (s.leader, list(s.isr), list(s.elr))
+            if unclean and (broker_id in s.isr or broker_id in s.elr):
+                # KIP-966 LastKnownElr: it held the committed data when it left (kept while
+                # the ISR stays below min.insync.replicas).
+                s.last_known_elr = sorted(set(s.last_known_elr) | {broker_id})
             if broker_id in s.isr and (len(s.isr) > 1 or unclean or self._elr_enabled):
                 s.isr = [b for b in s.isr if b != broker_id]
                 if self._elr_enabled and not unclean and len(s.isr) < self.min_insync_replicas:
                     s.elr = sorted(set(s.elr) | {broker_id})
             if unclean:
                 s.elr = [b for b in s.elr if b != broker_id]
+            if len(s.isr) >= self.min_insync_replicas:
+                s.last_known_elr = []
             if s.leader == broker_id:
                 candidates = [b for b in s.replicas if b in s.isr and b != broker_id and self.active(b)]
                 if candidates:
@@ -298,9 +304,15 @@ class Controller:
         live = {b: o for b, o in offers.items() if b in s.replicas and self.active(b)}
         if not live:
             return Errors.LEADER_NOT_AVAILABLE
+        # KIP-966: the last known ELR held the committed data; a replica that left the ISR
+        # earlier (controlled shutdown, lag) may hold a newer epoch and none of it.
+        known = {b: o for b, o in live.items() if b in s.last_known_elr}
+        if known:
+            live = known
         best = max(sorted(live), key=lambda b: live[b])
         self._set_leader(s, best)
         s.isr = [best]
+        s.last_known_elr = []
         s.leader_recovery_state = RECOVERING
         self.unclean_elections.append((topic, partition, best, s.leader_epoch, True))
         self._commit(partitions=[(topic, partition)])
@@ -371,6 +383,8 @@ class Controller:
             s.elr = sorted(set(s.elr) | set(removed))
         elif len(new_isr) >= self.min_insync_replicas:
             s.elr = []
+        if len(new_isr) >= self.min_insync_replicas:
+            s.last_known_elr = []
         s.leader_recovery_state = request.leader_recovery_state
         s.partition_epoch += 1
         self._commit(partitions=[key])

@@ -36,10 +36,14 @@ class PartitionState:
     replicas: list[int]
     leader_recovery_state: int = RECOVERED
     elr: list[int] = field(default_factory=list)    # KIP-966 eligible leader replicas
+    # KIP-966 LastKnownElr: ISR/ELR members taken out after an unclean restart while the
+    # partition had nobody else; unclean recovery prefers them (they held the committed data).
+    last_known_elr: list[int] = field(default_factory=list)
 
     def copy(self) -> "PartitionState":
         return PartitionState(self.topic, self.partition, self.leader, self.leader_epoch, self.partition_epoch,
-                              list(self.isr), list(self.replicas), self.leader_recovery_state, list(self.elr))
+                              list(self.isr), list(self.replicas), self.leader_recovery_state, list(self.elr),
+                              list(self.last_known_elr))
 
 
 @dataclass

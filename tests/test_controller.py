@@ -460,3 +460,25 @@ def test_alter_partition_survives_reopen(tmp_path):
         assert c.partitions[KEY] == committed
     finally:
         c.close()
+
+
+def test_unclean_recovery_prefers_the_last_known_elr(simulation):
+    # Simulator seed 307037: ISR [1, 3] committed offsets 0-4; broker 2 had left the ISR earlier
+    # (controlled shutdown) holding one uncommitted batch of a newer epoch.  Both ISR members
+    # then restart uncleanly and leave ISR and ELR: recovery must choose among them (KIP-966
+    # LastKnownElr), not the replica with the newest epoch.
+    controller = Controller(None, min_insync_replicas=2)
+    start(controller, 1, 2, 3)
+    controller.create_partition(TOPIC, 0, [1, 2, 3])
+    controller.partitions[KEY].isr = [1, 3]                 # 2 left (its shutdown is not the point)
+    for b in (1, 3):
+        controller.fence_broker(b)
+        controller.register_broker(BrokerRegistrationRequest(b, f"inc-{b}-again", previous_broker_epoch=-1))
+        heartbeat(controller, b)
+    s = pstate(controller)
+    assert s.leader == NO_LEADER and s.isr == [] and s.elr == [] and s.last_known_elr == [1, 3]
+    offers = {1: (0, 3), 2: (2, 1), 3: (0, 5)}             # broker -> (latest epoch, log end offset)
+    assert controller.recover_partition(TOPIC, 0, offers) == Errors.NONE
+    s = pstate(controller)
+    assert s.leader == 3 and s.isr == [3] and s.leader_recovery_state == RECOVERING and s.last_known_elr == []
+    controller.close()
