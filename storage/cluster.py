@@ -61,7 +61,13 @@ class BrokerNode:
         self.broker_epoch = -1
         c.channel.register(self.broker_id, self.handle)
         self.previous_broker_epoch = logdir.previous_broker_epoch
-        c.channel.request(self.broker_id, CONTROLLER_ID, self._registration(), self._on_registered)
+        c.channel.request(self.broker_id, CONTROLLER_ID, self._registration(), self._mine(self._on_registered))
+
+    def _mine(self, callback):
+        """A response callback for this incarnation only: an answer to a request of an earlier
+        one (its connections died with it) is dropped, as a new process never sees it."""
+        incarnation = self.incarnation
+        return lambda response: callback(response) if self.incarnation == incarnation else None
 
     def _registration(self) -> m.BrokerRegistrationRequest:
         return m.BrokerRegistrationRequest(self.broker_id, self.incarnation, self.previous_broker_epoch)
@@ -138,16 +144,18 @@ class BrokerNode:
             self._last_heartbeat = now
             c.channel.request(self.broker_id, CONTROLLER_ID,
                               m.BrokerHeartbeatRequest(self.broker_id, self.broker_epoch,
-                                                       want_shut_down=self.shutting_down), self._on_heartbeat)
+                                                       want_shut_down=self.shutting_down),
+                              self._mine(self._on_heartbeat))
         if not self.registered:
             if now - self._last_heartbeat >= c.request_timeout_ms:   # a lost registration is sent again
                 self._last_heartbeat = now
-                c.channel.request(self.broker_id, CONTROLLER_ID, self._registration(), self._on_registered)
+                c.channel.request(self.broker_id, CONTROLLER_ID, self._registration(),
+                                  self._mine(self._on_registered))
             return
         for request in manager.take_alter_partition_requests():
             self._alter_sent[id(request)] = now
             c.channel.request(self.broker_id, CONTROLLER_ID, request,
-                              lambda response, request=request: self._on_alter_partition(request, response))
+                              self._mine(lambda response, request=request: self._on_alter_partition(request, response)))
         for p in manager.partitions.values():   # a lost AlterPartition is sent again
             request = p.inflight
             if request is not None and now - self._alter_sent.get(id(request), now) > c.request_timeout_ms:
@@ -155,8 +163,8 @@ class BrokerNode:
                 manager.retry_alter_partition(p.topic, p.partition)
         for leader, request in manager.fetcher.poll():
             c.channel.request(self.broker_id, leader, request,
-                              lambda response, leader=leader, request=request: self._on_fetcher_response(
-                                  leader, request, response))
+                              self._mine(lambda response, leader=leader, request=request: self._on_fetcher_response(
+                                  leader, request, response)))
         manager.tick()
 
     def _on_heartbeat(self, response: m.BrokerHeartbeatResponse) -> None:

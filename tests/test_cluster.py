@@ -71,3 +71,22 @@ def test_lossy_network_converges_and_a_seed_decides_everything(tmp_path):
     again = run_lossy(tmp_path / "b", 11)
     assert again[0] == acked and again[2] == trace
     assert [[(b, l, e) for b, l, e, _crc in log] for log in again[1]] == [[(b, l, e) for b, l, e, _crc in log] for log in logs]
+
+
+def test_an_answer_to_an_earlier_incarnation_is_dropped(tmp_path):
+    # Simulator seed 400894: a registration answer meant for the previous process arrived after
+    # a restart; taken as its own, the new incarnation heartbeated with a dead broker epoch and
+    # stayed fenced forever.
+    from storage.messages import BrokerRegistrationResponse
+    cluster = Cluster(tmp_path, 3, seed=3)
+    node = cluster.brokers[1]
+    stale = node._mine(node._on_registered)
+    node.crash()
+    node.start()
+    cluster.run_until(lambda: node.registered, 5_000)
+    epoch = node.broker_epoch
+    stale(BrokerRegistrationResponse(Errors.NONE, epoch - 1))
+    assert node.broker_epoch == epoch == cluster.controller.brokers[1].broker_epoch
+    cluster.run(2_000)
+    assert not cluster.controller.brokers[1].fenced
+    cluster.close()
