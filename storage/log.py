@@ -617,6 +617,11 @@ class PartitionLog:
             active.truncate_to(offset)
             if not active.active:
                 active.unseal()
+            # Stricter than Kafka: the cut is durable at once.  Otherwise a crash that loses the
+            # page cache can bring the removed batches back -- divergent ones, of a newer epoch
+            # than the data refetched over them -- and they would pass recovery (found by the
+            # cluster simulator: unclean recovery then preferred the resurrected epoch).
+            active.flush()
             self.log_end_offset = offset
             lowered = offset < self.recovery_point
             self.recovery_point = min(self.recovery_point, offset)
@@ -638,6 +643,7 @@ class PartitionLog:
             self.segments.pop().delete()
         self._bases.clear()
         self._new_segment(offset)
+        self._flush_dir()           # the old segments must not come back after a crash
         self._flush_dir()
         self.epoch_cache.clear_and_flush()
         self.log_start_offset = self.log_end_offset = self.recovery_point = offset

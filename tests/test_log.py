@@ -423,3 +423,28 @@ def test_segment_read_is_find_then_span(make_log):
     empty = log.roll()
     assert lib.plog_segment_read(empty._c, ffi.NULL, 0, 1, -1, span) == 0 and (span[0], span[1]) == (-1, 0)
     assert empty.read(0, 1) is None
+
+
+def test_a_truncation_survives_page_cache_loss(tmp_path):
+    # Simulator seed 508392: a follower truncated a divergent tail, refetched the leader's
+    # batches, lost its page cache -- and the removed tail (of a newer epoch) came back and
+    # passed recovery.  The cut is durable at once now: a crash keeps nothing of that tail.
+    from storage import io as sio
+    from storage.sim.fs import SimFS
+    fs = SimFS(tmp_path, seed=1)
+    config = LogConfig(fsync=False)
+    with sio.using(fs):
+        log = PartitionLog.open(tmp_path / "t-0", config)
+        log.append_as_leader([b"committed"], 0)
+        log.assign_epoch_start_offset(1)
+        log.append_as_leader([b"divergent-1", b"divergent-2"], 1)
+        log.flush()
+        log.truncate_to(1)
+        log.append_as_follower(build_batch([b"refetched"], base_offset=1, partition_leader_epoch=0))
+        for segment in log.segments:
+            segment.close()
+    fs.crash(tmp_path, mode="a")                  # nothing written since the truncation survives
+    with sio.using(fs):
+        log = PartitionLog.open(tmp_path / "t-0", config)
+        assert [r.value for b in log.batches() for r in b.records()] == [b"committed"]
+        log.close()

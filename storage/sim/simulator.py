@@ -503,7 +503,8 @@ class Simulation:
         c.run(2_000)
         if offline():
             # Every replica restarted uncleanly: KIP-966's unclean recovery picks the longest log.
-            offers = {b: ((log.epoch_cache.latest_epoch or -1), log.log_end_offset) for b, log in self._logs().items()}
+            offers = {b: (-1 if log.epoch_cache.latest_epoch is None else log.epoch_cache.latest_epoch,
+                          log.log_end_offset) for b, log in self._logs().items()}
             c.controller.recover_partition(TOPIC, PARTITION, offers)
             c.controller_node.publish()
             self.result.faults["unclean-recovery"] += 1
