@@ -508,3 +508,25 @@ def test_follower_log_start_offset_raised_to_leaders(make_manager):
     pump(follower, leader, rounds=1)
     assert log_of(follower).log_start_offset == 4
     assert log_of(follower).log_end_offset == 6
+
+
+def test_a_duplicated_epoch_answer_does_not_end_the_truncation(make_manager, now):
+    # Simulator seed 501941 (N2): the answer to "epoch 4" arrived twice.  The first made the
+    # follower truncate to epoch 2's end and ask again; the copy, applied to the shortened cache
+    # (no epoch 3 there: "undefined"), ended the iteration at offset 2 above the real divergence.
+    follower = make_manager(FOLLOWER, truncate_on_fetch=False)
+    log = seed(follower, (0, 0), (2, 1), (4, 2))
+    follower.apply_partition_state(state(5))
+    _, request = one_round(follower)
+    assert request.partitions[0].leader_epoch == 4
+    answer = OffsetForLeaderEpochResponse([OffsetForLeaderEpochResult(TOPIC, 0, Errors.NONE, 3, 2)])
+    follower.fetcher.handle_response(LEADER, request, answer)
+    assert log.log_end_offset == 2 and fetch_state(follower).state == TRUNCATING
+    follower.fetcher.handle_response(LEADER, request, answer)           # the duplicate
+    assert fetch_state(follower).state == TRUNCATING
+    now[0] += 10 * BACKOFF_MS
+    _, again = one_round(follower)
+    assert again.partitions[0].leader_epoch == 2
+    follower.fetcher.handle_response(LEADER, again, OffsetForLeaderEpochResponse(
+        [OffsetForLeaderEpochResult(TOPIC, 0, Errors.NONE, 0, 1)]))
+    assert log.log_end_offset == 1 and fetch_state(follower).state == FETCHING
