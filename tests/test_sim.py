@@ -56,6 +56,24 @@ def test_simfs_names_need_a_directory_fsync(tmp_path):
     assert {(path,), (path + "2",), (path, path + "2")} <= outcomes   # old-only, new-only, both (S5)
 
 
+def test_simfs_a_renamed_file_keeps_its_data_only_when_fsynced_first(tmp_path):
+    # S5: a rename can persist without the data of a file nobody fsynced; S6: write-temp,
+    # fsync, rename shows the old or the new version, never an empty file.
+    target = str(tmp_path / "checkpoint")
+    for synced, seed in ((True, 3), (False, 4)):
+        fs = SimFS(tmp_path, seed=seed)
+        write(fs, target + ".tmp", b"new", sync=synced)
+        fs.fsync_dir(str(tmp_path))
+        fs.rename(target + ".tmp", target)
+        contents = {fs.state(tmp_path, mode="c", faults=("S5",)).get(target) for _ in range(40)}
+        if synced:
+            assert b"" not in contents and b"new" in contents
+        else:
+            assert b"" in contents
+        fs.unlink(target)
+        fs.fsync_dir(str(tmp_path))
+
+
 def test_simfs_crash_rewrites_the_tree_and_is_deterministic(tmp_path):
     states = []
     for run in range(2):

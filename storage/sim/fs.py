@@ -239,10 +239,13 @@ class SimFS(PosixIO):
             current = self._current(live_path) if live_path and os.path.exists(live_path) else durable
             files[path] = self._data(durable, current, mode, faults, self.truncated_to.get(inode))
         if "S5" in faults:
-            renamed = [op[2] for op in pending if op[0] == "rename" and op[2] in files]
+            # The name persisted, the data did not -- only for a file not fsynced before its
+            # rename (S6: write-temp, fsync, rename, fsync(dir) shows the old or the new version).
+            renamed = [op[2] for op in pending if op[0] == "rename" and op[2] in files
+                       and not self._synced(op[3], op[2])]
             for path in renamed:
                 if rng.random() < 0.5:
-                    files[path] = b""          # the name persisted, the data did not
+                    files[path] = b""
         if "S9" in faults:
             candidates = [p for p, data in files.items() if data]
             if candidates:
@@ -252,6 +255,11 @@ class SimFS(PosixIO):
                 data[position] ^= 1 << rng.randrange(8)
                 files[path] = bytes(data)
         return files
+
+    def _synced(self, inode: int, path: str) -> bool:
+        """Whether the file's current content is what its last fsync made durable."""
+        live = next((p for p, i in self.inode_of.items() if i == inode), None)
+        return live is not None and os.path.exists(live) and self.durable_data.get(inode) == self._current(live)
 
     def _data(self, durable: bytes, current: bytes, mode: str, faults, truncated_to: int | None = None) -> bytes:
         rng = self.random
