@@ -13,7 +13,6 @@ import contextlib
 import hashlib
 import json
 import os
-import shutil
 import sys
 import tempfile
 
@@ -66,47 +65,27 @@ def cmd_scenario(args) -> int:
     return 1 if report["violations"] else 0
 
 
-def _run_seeds(seeds, profile: str, steps: int, label: str):
-    """Yield the result of each seed in turn (a generator: a mutation run stops at its catch)."""
-    from .simulator import run_seed
-
-    bar = _progress(len(seeds), label)
-    try:
-        with tempfile.TemporaryDirectory() as root:
-            for seed in seeds:
-                result = run_seed(seed, os.path.join(root, str(seed)), profile=profile, steps=steps)
-                if bar is not None:
-                    bar.update(1)
-                yield result
-                shutil.rmtree(os.path.join(root, str(seed)), ignore_errors=True)
-    finally:
-        if bar is not None:
-            bar.close()
-
-
 def cmd_run(args) -> int:
     seeds = list(range(args.first_seed, args.first_seed + args.seeds))
-    if args.jobs > 1:
-        import multiprocessing
+    from .simulator import run_job
 
-        from .simulator import run_job
+    jobs = [(seed, args.profile, args.steps) for seed in seeds]
+    results = []
+    bar = _progress(len(seeds), "seeds")
+    with contextlib.ExitStack() as stack:
+        if args.jobs > 1:
+            import multiprocessing
 
-        jobs = [(seed, args.profile, args.steps) for seed in seeds]
-        results = []
-        bar = _progress(len(seeds), "seeds")
-        with multiprocessing.get_context("spawn").Pool(args.jobs) as pool:
-            for result in pool.imap(run_job, jobs, chunksize=4):
-                results.append(result)
-                if bar is not None:
-                    bar.update(1)
-        if bar is not None:
-            bar.close()
-    else:
-        results = []
-        for result in _run_seeds(seeds, args.profile, args.steps, "seeds"):
-            if not result.violations:
-                result.trace = []
+            pool = stack.enter_context(multiprocessing.get_context("spawn").Pool(args.jobs))
+            runs = pool.imap(run_job, jobs, chunksize=4)
+        else:
+            runs = map(run_job, jobs)
+        for result in runs:
             results.append(result)
+            if bar is not None:
+                bar.update(1)
+    if bar is not None:
+        bar.close()
     faults: dict[str, int] = {}
     for r in results:
         for k, v in r.faults.items():

@@ -32,13 +32,6 @@ TOPIC, PARTITION = "t", 0
 LAG = 30_000        # ReplicaManager's default replica_lag_time_max_ms
 
 
-def _rig(root, brokers, **kwargs) -> Rig:
-    rig = Rig(root, brokers, **kwargs)
-    rig.controller.create_partition(TOPIC, PARTITION, list(range(1, brokers + 1)))
-    rig.publish()
-    return rig
-
-
 def _held_leader_and_isr(b):
     return lambda broker, message: broker == b and isinstance(message, m.LeaderAndIsrRequest)
 
@@ -52,7 +45,7 @@ def m5_undefined_epoch(root) -> Rig:
     """A follower without epoch information asks OffsetForLeaderEpoch(UNDEFINED) (sent here on its
     behalf: our fetcher truncates to its HW instead); answered with the leader's end it keeps
     its unreplicated x1 below it."""
-    rig = _rig(root, 2)
+    rig = Rig.with_partition(root, 2)
     a, b = 1, 2
     rig.produce(a, [b"m0"])
     rig.replicate()
@@ -72,7 +65,7 @@ def m5_undefined_epoch(root) -> Rig:
 def m6_epoch_bump_same_leader(root) -> Rig:
     """B misses the LeaderAndIsr that moved leadership A -> C (N1); when A leads again in epoch 2
     the leader looks unchanged to B, which must still truncate its uncommitted a1."""
-    rig = _rig(root, 3)
+    rig = Rig.with_partition(root, 3)
     a, b, c = 1, 2, 3
     rig.produce(a, [b"m0"])
     rig.replicate()
@@ -93,7 +86,7 @@ def m7_follower_two_epochs_behind(root) -> Rig:
     """KAFKA-7395 (P2 + N1): C misses epochs 1 (B leads, A truncates C's uncommitted a1) and 2 (A
     leads again) and keeps fetching from A with epoch 0.  A must fence that fetch; served, C
     keeps a1 where A has b1 and A counts C for its high watermark."""
-    rig = _rig(root, 3)
+    rig = Rig.with_partition(root, 3)
     a, b, c = 1, 2, 3
     rig.produce(a, [b"m0"])
     rig.replicate()
@@ -114,7 +107,7 @@ def m8_stale_follower_offset(root) -> Rig:
     """Kip320FirstTry: leader 1 misses epoch 1 (3 leads, 2 truncates m1 away) and is re-elected
     in epoch 2; counting 2's offset from epoch 0 lets the HW pass m1, which 2 no longer has.
     Leader 1 crashes and 2, an ISR member, is elected without the committed m1."""
-    rig = _rig(root, 3)
+    rig = Rig.with_partition(root, 3)
     rig.produce(1, [b"m0"])
     rig.replicate()
     rig.produce(1, [b"m1"])
@@ -136,7 +129,7 @@ def m8_stale_follower_offset(root) -> Rig:
 def m9_lagging_follower_joins(root) -> Rig:
     """A restarted follower's first fetch (offset 0, its answer lost) must not add it to the
     ISR while the leader's HW is 1; if it does, the leader's crash elects an empty replica."""
-    rig = _rig(root, 2)
+    rig = Rig.with_partition(root, 2)
     rig.crash(2)
     rig.produce(1, [b"m0"])                   # ISR [1]: committed at once
     rig.note_committed()
@@ -152,7 +145,7 @@ def m11_delayed_alter_partition(root) -> Rig:
     """AsyncIsr: the leader asks to add follower 2 (at offset 1, no longer 'caught up') and the
     AlterPartition is slow; the HW must wait for 2 meanwhile.  If it passes m1, the accepted
     request puts 2 in the ISR without m1 and the leader's crash elects it."""
-    rig = _rig(root, 2)
+    rig = Rig.with_partition(root, 2)
     rig.crash(2)
     rig.produce(1, [b"m0"])
     rig.start(2)
@@ -174,7 +167,7 @@ def m15_retry_drops_broker_epochs(root) -> Rig:
     """KAFKA-15353: the AlterPartition adding 2 is lost, 2 restarts with an empty disk and a new
     broker epoch, the leader retries.  The retry must carry 2's old epoch (and be refused);
     with -1 ('skip the check') the controller puts the empty replica in the ISR."""
-    rig = _rig(root, 3)
+    rig = Rig.with_partition(root, 3)
     rig.crash(2)
     for i in range(5):
         rig.produce(1, [b"c%d" % i])
@@ -196,7 +189,7 @@ def m19_hw_below_min_isr(root) -> Rig:
     """KAFKA-15583 with KIP-966 (min.insync.replicas 2): follower 2 lags and leaves the ISR for
     the ELR; the leader writes m1 alone.  The HW must not pass m1 while ISR < MinISR -- if it
     does, the leader's crash elects 2 from the ELR without m1, and m1 is lost for good."""
-    rig = _rig(root, 2, min_insync_replicas=2)
+    rig = Rig.with_partition(root, 2, min_insync_replicas=2)
     rig.controller.min_insync_replicas = 2    # the controller keeps an ELR
     rig.produce(1, [b"m0"])
     rig.replicate()
@@ -214,7 +207,7 @@ def m19_hw_below_min_isr(root) -> Rig:
 def m24_torn_tail_recovery(root) -> Rig:
     """S3: follower B crashes and the last 512-byte sector of its last (unflushed) batch is torn
     to zeros, header intact; recovery must see the bad CRC and cut it, then B refetches."""
-    rig = _rig(root, 2)
+    rig = Rig.with_partition(root, 2)
     a, b = 1, 2
     rig.produce(a, [b"m0"])
     rig.replicate()
@@ -236,7 +229,7 @@ def m24_torn_tail_recovery(root) -> Rig:
 def m25_empty_epoch_at_leo(root) -> Rig:
     """KAFKA-10706 (truncation on fetch): leadership A -> B -> A with no write in B's epoch 1; B
     keeps (1, LEO) and must drop it when told to truncate to its own end, or it diverges forever."""
-    rig = _rig(root, 2, truncate_on_fetch=True)
+    rig = Rig.with_partition(root, 2, truncate_on_fetch=True)
     a, b = 1, 2
     rig.produce(a, [b"m0"])
     rig.replicate()
@@ -254,7 +247,7 @@ def m26_full_truncation_hw(root) -> Rig:
     """Beyond budget (S12 + unclean elections): B's log starts at 1 (DeleteRecords) with HW 1 when
     an empty unclean leader makes it truncate to 0 (a full truncation); B then leads uncleanly
     with a high watermark above its log end, and nobody can rejoin."""
-    rig = _rig(root, 2, unclean=True)
+    rig = Rig.with_partition(root, 2, unclean=True)
     a, b = 1, 2
     rig.produce(a, [b"m0"])
     rig.replicate()
@@ -280,7 +273,7 @@ def m26_full_truncation_hw(root) -> Rig:
 def m28_stale_fetch_response(root) -> Rig:
     """N3: B's fetch answer from leader A (epoch 0, holding uncommitted a1) is delayed past the
     move of leadership to C; applied late, a1 sits where C wrote c1."""
-    rig = _rig(root, 3)
+    rig = Rig.with_partition(root, 3)
     a, b, c = 1, 2, 3
     rig.produce(a, [b"m0"])
     rig.replicate()
@@ -301,7 +294,7 @@ def m30_reordered_leader_and_isr(root) -> Rig:
     """N3 on LeaderAndIsr: broker 2's copy of epoch 1 (2 leads) is delayed past epoch 2 (1 leads,
     2 follows and fetches m1 of epoch 2).  Applying it late makes 2 a zombie leader of epoch 1
     that appends after data of epoch 2."""
-    rig = _rig(root, 2)
+    rig = Rig.with_partition(root, 2)
     rig.produce(1, [b"m0"])
     rig.replicate()
     rig.controller.move_leader(TOPIC, PARTITION, 2)     # epoch 1: 2 leads; 2's copy is delayed

@@ -34,6 +34,14 @@ class Rig:
         for b in range(1, brokers + 1):
             self.start(b)
 
+    @classmethod
+    def with_partition(cls, root, brokers: int, **kwargs) -> "Rig":
+        """A rig whose controller created partition t-0 on every broker, published."""
+        rig = cls(root, brokers, **kwargs)
+        rig.controller.create_partition("t", 0, list(range(1, brokers + 1)))
+        rig.publish()
+        return rig
+
     # ---- brokers ----
     def start(self, b, *, wipe=False, new_incarnation=True):
         """Start broker b; new_incarnation=False is a restart the controller never noticed

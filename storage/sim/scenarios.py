@@ -17,17 +17,11 @@ from .rig import Rig
 
 
 def _pair(root, **kwargs) -> Rig:
-    rig = Rig(root, 2, **kwargs)
-    rig.controller.create_partition("t", 0, [1, 2])
-    rig.publish()
-    return rig
+    return Rig.with_partition(root, 2, **kwargs)
 
 
 def _trio(root, **kwargs) -> Rig:
-    rig = Rig(root, 3, **kwargs)
-    rig.controller.create_partition("t", 0, [1, 2, 3])
-    rig.publish()
-    return rig
+    return Rig.with_partition(root, 3, **kwargs)
 
 
 def kip101_scenario1(root) -> Rig:
@@ -248,16 +242,17 @@ def violations(rig: Rig) -> list[str]:
         leading = p.leader == b
         out += invariants.check_replica(f"broker {b}", log, leader_epoch=p.leader_epoch if leading else None,
                                         leader_epoch_start_offset=p.leader_epoch_start_offset if leading else None)
-    out += invariants.check_log_matching(logs)
+    summaries = {b: invariants.batch_summaries(log) for b, log in logs.items()}
+    out += invariants.check_log_matching(logs, summaries)
     out += invariants.check_isr(state, rig.controller.brokers)
     out += invariants.check_unclean_elections(rig.controller)
     out += invariants.check_hosting(state, rig.nodes)
     if state.leader in logs:
         out += invariants.check_acknowledged(logs[state.leader], sorted(rig.committed.items()),
                                              f"broker {state.leader}")
-    out += _check_candidates(rig, logs)
+    out += _check_candidates(rig, summaries)
     out += _check_unclean_exclusion(rig)
-    out += _check_epoch_fencing(rig, logs)
+    out += _check_epoch_fencing(rig, summaries)
     out += _check_converged(rig, logs)
     return out
 
@@ -274,15 +269,15 @@ def _current_leader(rig: Rig):
     return p
 
 
-def _check_candidates(rig: Rig, logs: dict) -> list[str]:
+def _check_candidates(rig: Rig, summaries: dict) -> list[str]:
     """I3, with the running leader's high watermark standing in for the true one (it is never
     above it): every running ISR or ELR member holds the leader's batches below it."""
     p = _current_leader(rig)
     if p is None:
         return []
     hw = p.log.high_watermark
-    committed = {x[0]: x for x in invariants.batch_summaries(p.log) if x[1] < hw}
-    others = {b: invariants.batch_summaries(log) for b, log in logs.items() if b != p.leader}
+    committed = {x[0]: x for x in summaries[p.leader] if x[1] < hw}
+    others = {b: batches for b, batches in summaries.items() if b != p.leader}
     return invariants.check_candidates(rig.state(), others, committed, hw)
 
 
@@ -303,10 +298,9 @@ def _check_unclean_exclusion(rig: Rig) -> list[str]:
     return out
 
 
-def _check_epoch_fencing(rig: Rig, logs: dict) -> list[str]:
-    epochs = {b: rig.nodes[b].partitions[("t", 0)].leader_epoch for b in logs}
-    return invariants.check_epoch_fencing(rig.state(), epochs, {b: invariants.batch_summaries(log)
-                                                                for b, log in logs.items()})
+def _check_epoch_fencing(rig: Rig, summaries: dict) -> list[str]:
+    epochs = {b: rig.nodes[b].partitions[("t", 0)].leader_epoch for b in summaries}
+    return invariants.check_epoch_fencing(rig.state(), epochs, summaries)
 
 
 def _check_converged(rig: Rig, logs: dict) -> list[str]:
