@@ -139,3 +139,22 @@ class StorageIOError(StorageError, OSError):
     def __init__(self, message: str, *, errno: int | None = None, file=None, position=None, offset=None):
         StorageError.__init__(self, message, file=file, position=position, offset=offset)
         self.errno = errno
+
+
+class LogDirOfflineError(StorageIOError):
+    """The log dir went offline after an I/O failure (Kafka's log-dir failure channel).
+
+    Raised by the call that failed and by every later call on the dir's partitions: after a
+    failed write or fsync the state of the page cache is unknown, so nothing may be retried into
+    success.  `log_dir` names the dir, `first_failure` is the error that took it offline.
+    Reopening the dir (a new `LogDir.open`) recovers it as after an unclean shutdown."""
+
+    error_code = Errors.KAFKA_STORAGE_ERROR
+
+    def __init__(self, log_dir: str, first_failure: BaseException, *, operation: str = ""):
+        self.log_dir = str(log_dir)
+        self.first_failure = first_failure
+        self.operation = operation
+        errno = getattr(first_failure, "errno", None)
+        StorageIOError.__init__(self, f"log dir is offline since {operation or 'an I/O failure'} failed: "
+                                      f"{first_failure}", errno=errno, file=log_dir)

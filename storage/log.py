@@ -25,6 +25,7 @@ import threading
 from typing import NamedTuple
 
 from . import errors, guards
+from .failure import LogDirFailureChannel, guarded
 from . import io as _io
 from ._native import ffi, lib
 from .epoch import CHECKPOINT_FILE, FLUSH_MODES, LeaderEpochCache
@@ -124,9 +125,11 @@ class PartitionLog:
 
     def __init__(self, path, config: LogConfig | None = None, *, recovery_point: int | None = None,
                  log_start_offset: int | None = None, clean_shutdown: bool = False,
-                 high_watermark: int | None = None):
+                 high_watermark: int | None = None, failure_channel: LogDirFailureChannel | None = None):
         self.path = os.fspath(path)
         self.config = config or LogConfig()
+        # Shared by every partition of a LogDir; a log opened on its own has its own.
+        self.failure_channel = failure_channel or LogDirFailureChannel(os.path.dirname(self.path) or self.path)
         self._lock = threading.RLock()
         self._closed = False
         self.segments: list[Segment] = []
@@ -171,8 +174,13 @@ class PartitionLog:
     def __enter__(self):
         return self
 
-    def __exit__(self, *exc):
-        self.close()
+    def __exit__(self, exc_type, exc, tb):
+        # An offline log still releases everything; its error must not hide the one in flight.
+        try:
+            self.close()
+        except errors.LogDirOfflineError:
+            if exc_type is None:
+                raise
 
     # ---- loading (kafka-reference 5.2-5.4) ----
     def _load(self, seam, recovery_point: int, log_start_offset: int | None, clean: bool) -> None:
@@ -345,6 +353,7 @@ class PartitionLog:
         if self._closed:
             raise errors.LogClosedError("log is closed", file=self.path)
 
+    @guarded
     def update_high_watermark(self, offset: int) -> int:
         """Set the high watermark, clamped to [log_start_offset, log_end_offset]."""
         with self._lock:
@@ -353,6 +362,7 @@ class PartitionLog:
             return self.high_watermark
 
     # ---- appends ----
+    @guarded
     def append_as_leader(self, records_or_batches, leader_epoch: int, *, compression: str = "none") -> AppendInfo:
         """Append as the partition leader: offsets assigned from the log end offset, every
         batch stamped with `leader_epoch`.
@@ -374,6 +384,7 @@ class PartitionLog:
             with ffi.from_buffer(buf) as pointer:
                 return self._append(self._leader_append, pointer, len(buf), leader_epoch)
 
+    @guarded
     def append_as_follower(self, batches) -> AppendInfo:
         """Append batches fetched from the leader as they are: CRC checked, offsets strictly
         increasing, the first at or after the log end offset (gaps allowed)."""
@@ -473,6 +484,7 @@ class PartitionLog:
         self.recovery_point = max(self.recovery_point, base_offset)
         return segment
 
+    @guarded
     def roll(self) -> Segment:
         """Start a new active segment at the log end offset (no-op when the active segment is
         empty and already starts there)."""
@@ -484,6 +496,7 @@ class PartitionLog:
     def _segment_index(self, offset: int) -> int:
         return bisect.bisect_right(self._bases, offset) - 1
 
+    @guarded
     def read(self, offset: int, max_bytes: int, *, max_offset: int | None = None) -> memoryview:
         """Whole batches, zero-copy, the first one holding `offset`; at least that batch even
         when it is larger than max_bytes, then more while the total stays within max_bytes
@@ -511,6 +524,7 @@ class PartitionLog:
 
     def batches(self, start_offset: int | None = None):
         """Every batch from start_offset (default the log start) to the log end, zero-copy."""
+        self.failure_channel.check()
         offset = self.log_start_offset if start_offset is None else start_offset
         i = max(self._segment_index(offset), 0)
         for segment in self.segments[i:]:
@@ -520,6 +534,7 @@ class PartitionLog:
             yield from iter_batches(segment.view(position), source=segment.log_path, start_position=position,
                                     verify=False)
 
+    @guarded
     def offset_for_timestamp(self, timestamp: int) -> TimestampAndOffset | None:
         """Kafka's ListOffsets: the first record with timestamp >= `timestamp`.  Special values:
         EARLIEST_TIMESTAMP (-2), LATEST_TIMESTAMP (-1), MAX_TIMESTAMP (-3)."""
@@ -572,6 +587,7 @@ class PartitionLog:
         return self.epoch_cache.latest_epoch
 
     # ---- epochs ----
+    @guarded
     def end_offset_for_epoch(self, epoch: int) -> tuple[int, int] | None:
         """OffsetForLeaderEpoch on this log: (epoch, end offset), None where the cache has no
         answer (UnifiedLog.endOffsetForEpoch)."""
@@ -579,6 +595,7 @@ class PartitionLog:
             found_epoch, found_offset = self.epoch_cache.end_offset_for(epoch, self.log_end_offset)
             return None if found_offset == -1 else (found_epoch, found_offset)
 
+    @guarded
     def assign_epoch_start_offset(self, epoch: int, start_offset: int | None = None) -> bool:
         """Record that `epoch` starts at start_offset (default: the log end offset), as a new
         leader does before anything else (Partition.makeLeader)."""
@@ -587,6 +604,7 @@ class PartitionLog:
             return self.epoch_cache.assign(epoch, self.log_end_offset if start_offset is None else start_offset)
 
     # ---- truncation and retention ----
+    @guarded
     def truncate_to(self, offset: int) -> bool:
         """Remove every batch at or above `offset` (batch-granular: the batch holding it goes
         too) and set the log end offset to `offset`.  Returns whether the log changed.
@@ -652,6 +670,7 @@ class PartitionLog:
         else:
             self.high_watermark = max(self.high_watermark, offset)
 
+    @guarded
     def truncate_fully_and_start_at(self, offset: int) -> None:
         """Delete every segment and restart the log, empty, at `offset` (log start, log end,
         recovery point and high watermark all become `offset`)."""
@@ -661,6 +680,7 @@ class PartitionLog:
             self._ensure_open()
             self._truncate_fully(offset)
 
+    @guarded
     def increment_log_start_offset(self, offset: int) -> bool:
         """Raise the log start offset (DeleteRecords / retention) and delete whole segments
         below it.  Like Kafka, it may not pass the high watermark.  Returns whether it moved."""
@@ -687,6 +707,7 @@ class PartitionLog:
         _io.current().fsync_dir(self.path, 0 if self.config.fsync else _io.SYNC_NOOP)
         self._dir_dirty = False
 
+    @guarded
     def flush(self) -> None:
         """fsync every segment with data past the recovery point (a flush point when fsync is
         disabled) and the directory if files came or went; the recovery point becomes the
@@ -703,16 +724,27 @@ class PartitionLog:
 
     def close(self) -> None:
         """Seal the active segment (final time-index entry, trimmed indexes), flush, close.
-        The directory then opens with `clean_shutdown=True` without recovery."""
+        The directory then opens with `clean_shutdown=True` without recovery.  On an offline
+        log dir: release everything, write nothing, raise LogDirOfflineError."""
         with self._lock:
             if self._closed:
+                self.failure_channel.check()     # a retried close claims no success either
                 return
-            active = self.segments[-1]
-            active.seal()
-            self.flush()
+            if not self.failure_channel.offline:
+                try:
+                    self.segments[-1].seal()
+                    self.flush()
+                except OSError as exc:   # also the LogDirOfflineError of flush: the first failure stays
+                    self.failure_channel.fail(exc, "close")
+            # Offline: release descriptors and mappings without writing anything (no seal, no
+            # flush): the dir is recovered as after a crash when it is opened again.
             self._closed = True
             for segment in self.segments:
-                segment.close()
+                try:
+                    segment.close()
+                except OSError:
+                    pass    # releasing can only fail on a bad descriptor; nothing is written
+            self.failure_channel.check()
 
     def __repr__(self) -> str:
         return (f"PartitionLog({self.path!r}, log_start_offset={self.log_start_offset}, "

@@ -33,6 +33,7 @@ import re
 import uuid
 
 from . import checkpoint, errors, guards
+from .failure import LogDirFailureChannel, guarded
 from . import io as _io
 from .log import LogConfig, PartitionLog
 from .meta import FILE_NAME as META_FILE
@@ -60,6 +61,8 @@ class LogDir:
         self.broker_epoch = broker_epoch
         self._logs: dict[tuple[str, int], PartitionLog] = {}
         self._closed = False
+        # Any I/O failure on this dir takes it, and every partition in it, offline (failure.py).
+        self.failure_channel = LogDirFailureChannel(self.path)
         self.recovery_report: dict[tuple[str, int], list] = {}
         seam = _io.current()
         seam.mkdir(self.path)
@@ -97,8 +100,12 @@ class LogDir:
     def __enter__(self):
         return self
 
-    def __exit__(self, *exc):
-        self.close()
+    def __exit__(self, exc_type, exc, tb):
+        try:
+            self.close()
+        except errors.LogDirOfflineError:
+            if exc_type is None:
+                raise
 
     @property
     def _sync_flags(self) -> int:
@@ -119,7 +126,7 @@ class LogDir:
             recovery_point=offsets.recovery_point if offsets else 0,
             log_start_offset=offsets.log_start_offset if offsets and offsets.log_start_offset >= 0 else None,
             high_watermark=offsets.high_watermark if offsets else None,
-            clean_shutdown=self.had_clean_shutdown)
+            clean_shutdown=self.had_clean_shutdown, failure_channel=self.failure_channel)
         if log.recovery_report:
             self.recovery_report[key] = list(log.recovery_report)
         log.on_recovery_point_lowered = self._store_offsets
@@ -136,7 +143,23 @@ class LogDir:
         if self._closed:
             raise errors.LogClosedError("log dir is closed", file=self.path)
 
+    # ---- failure state ----
+    @property
+    def offline(self) -> bool:
+        """True once an I/O failure took this dir offline (see storage/failure.py)."""
+        return self.failure_channel.offline
+
+    @property
+    def failure(self) -> BaseException | None:
+        """The first I/O failure on this dir, or None while it is online."""
+        return self.failure_channel.first_failure
+
+    def offline_dirs(self) -> list[str]:
+        """The log dirs of this LogDir that are offline: [] or [path] (Kafka's offline dirs)."""
+        return [self.path] if self.offline else []
+
     # ---- partitions ----
+    @guarded
     def partition(self, topic: str, partition: int, create: bool = True) -> PartitionLog:
         """The log of topic-partition, created empty when missing (unless create=False)."""
         self._ensure_open()
@@ -158,6 +181,7 @@ class LogDir:
     def logs(self) -> dict[tuple[str, int], PartitionLog]:
         return dict(self._logs)
 
+    @guarded
     def delete_partition(self, topic: str, partition: int) -> bool:
         """Close and delete a partition's log (renamed to `*-delete` first, as Kafka does)."""
         self._ensure_open()
@@ -185,6 +209,7 @@ class LogDir:
         seam.rmdir(path)
 
     # ---- durability ----
+    @guarded
     def checkpoint(self) -> None:
         """Commit every partition's recovery point, log start offset and high watermark in one
         metadata transaction."""
@@ -192,6 +217,7 @@ class LogDir:
         self.meta.put_partitions({key: PartitionOffsets(log.recovery_point, log.log_start_offset, log.high_watermark)
                                   for key, log in self._logs.items()})
 
+    @guarded
     def flush(self) -> None:
         """Flush every log (recovery points move to the log end offsets), then checkpoint."""
         self._ensure_open()
@@ -201,18 +227,43 @@ class LogDir:
 
     def close(self) -> None:
         """Close every log (sealed, flushed), commit the metadata, then write the clean-shutdown
-        marker: the next open skips recovery."""
+        marker: the next open skips recovery.  After an I/O failure (now or before) nothing is
+        written: descriptors are released and LogDirOfflineError is raised; the next open
+        recovers the dir as after an unclean shutdown."""
         if self._closed:
+            self.failure_channel.check()     # a retried close claims no success either
             return
         for log in self._logs.values():
-            log.close()
-        self.meta.put_partitions({key: PartitionOffsets(log.recovery_point, log.log_start_offset, log.high_watermark)
-                                  for key, log in self._logs.items()})
-        self.meta.sync_to_disk()
-        marker = json.dumps({"version": 0, "brokerEpoch": self.broker_epoch}).encode()
-        _io.current().write_file_atomic(os.path.join(self.path, CLEAN_SHUTDOWN_FILE), marker, sync=self.config.fsync)
-        self.meta.close()
-        self._closed = True
+            try:
+                log.close()
+            except OSError as exc:   # the LogDirOfflineError of an offline log included
+                self.failure_channel.fail(exc, "close")
+        if self.failure_channel.offline:
+            # Nothing is written after a failure: no offsets, no clean-shutdown marker.
+            self._closed = True
+            self.meta.close()
+            self.failure_channel.check()
+        marker_path = os.path.join(self.path, CLEAN_SHUTDOWN_FILE)
+        try:
+            self.meta.put_partitions({key: PartitionOffsets(log.recovery_point, log.log_start_offset,
+                                                            log.high_watermark)
+                                      for key, log in self._logs.items()})
+            self.meta.sync_to_disk()
+            marker = json.dumps({"version": 0, "brokerEpoch": self.broker_epoch}).encode()
+            _io.current().write_file_atomic(marker_path, marker, sync=self.config.fsync)
+        except OSError as exc:
+            # A marker whose write or directory fsync failed must not survive to claim a clean
+            # shutdown (a retried close would otherwise write it again and succeed).
+            self.failure_channel.fail(exc, "close")
+            try:
+                if _io.current().exists(marker_path):
+                    _io.current().unlink(marker_path)
+            except OSError:
+                pass
+        finally:
+            self._closed = True
+            self.meta.close()
+        self.failure_channel.check()
 
     def __repr__(self) -> str:
         return f"LogDir({self.path!r}, partitions={len(self._logs)}, had_clean_shutdown={self.had_clean_shutdown})"

@@ -382,22 +382,30 @@ def test_every_file_operation_goes_through_the_seam(tmp_path, small_config):
     assert not __import__("storage")._native.lib.plog_io_python_active()
 
 
-def test_failed_write_leaves_log_unchanged(tmp_path, small_config):
+def test_failed_write_leaves_log_unchanged_and_takes_the_dir_offline(tmp_path, small_config):
+    """A failed write is cut back (the log is unchanged) and the dir goes offline: the disk
+    recovering does not make a later append succeed (issue 13: nothing is retried into
+    success); reopening finds exactly what was appended before the failure."""
     seam = RecordingIO()
     with sio.using(seam):
         log = PartitionLog.open(tmp_path / "t-0", small_config)
         log.append_as_leader([b"first"], 0)
         size = log.size_bytes
         seam.fail_pwrite = errno.ENOSPC
-        with pytest.raises(errors.StorageIOError) as info:
+        with pytest.raises(errors.LogDirOfflineError) as info:
             log.append_as_leader([b"second"], 0)
         assert info.value.errno == errno.ENOSPC and log.path in str(info.value)
+        assert info.value.error_code == errors.Errors.KAFKA_STORAGE_ERROR
         seam.fail_pwrite = None
         assert (log.size_bytes, log.log_end_offset) == (size, 1)
-        assert log.append_as_leader([b"third"], 0).first_offset == 1
-        log.close()
+        with pytest.raises(errors.LogDirOfflineError):
+            log.append_as_leader([b"third"], 0)
+        with pytest.raises(errors.LogDirOfflineError):
+            log.read(0, 100)
+        with pytest.raises(errors.LogDirOfflineError):
+            log.close()
     assert [r.value for b in iter_batches(open(log.segments[0].log_path, "rb").read()) for r in b.records()] == [
-        b"first", b"third"]
+        b"first"]
 
 
 def test_segment_read_is_find_then_span(make_log):

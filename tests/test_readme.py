@@ -34,10 +34,11 @@ def test_seam_example_runs(tmp_path):
 
     log = PartitionLog.open(tmp_path / "t-0", LogConfig(fsync=False))
     namespace = {"log": log}
-    with pytest.raises(errors.StorageIOError):
+    with pytest.raises(errors.LogDirOfflineError):
         exec(compile(block("class FullDisk"), "README.md", "exec"), namespace)
     assert log.log_end_offset == 0
-    log.close()
+    with pytest.raises(errors.LogDirOfflineError):   # offline: released, nothing written
+        log.close()
 
 
 def test_logdir_example_runs(tmp_path):

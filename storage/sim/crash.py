@@ -59,6 +59,15 @@ def _apply(log, logdir, operation: str, step: int) -> None:
             logdir.checkpoint()
 
 
+def _is_crash(exc: BaseException | None) -> bool:
+    """CrashNow, or an error it became on its way through C and the failure state."""
+    while exc is not None:
+        if isinstance(exc, CrashNow):
+            return True
+        exc = exc.__cause__ or exc.__context__
+    return False
+
+
 def _prepare(root: str) -> None:
     with LogDir.open(root, CONFIG) as logdir:
         log = logdir.partition("t", 0)
@@ -169,7 +178,7 @@ def enumerate_crashes(workdir: str, *, max_length: int = 2, seed: int = 0, state
                         if operation == "flush":
                             floor = log.recovery_point
                 except Exception as exc:   # noqa: BLE001 - CrashNow, or the I/O error it became in C
-                    crashed = isinstance(exc, CrashNow) or "CrashNow" in repr(exc.__cause__) or "crash at" in str(exc)
+                    crashed = _is_crash(exc)
                     if not crashed:
                         raise
                 for segment in log.segments:   # the process is gone

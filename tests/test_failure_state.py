@@ -1,0 +1,192 @@
+"""The failure state of a log dir (storage/failure.py; issue 13 item 1).
+
+Any I/O failure takes the dir offline: the failing call and every later call on its partitions
+raise LogDirOfflineError (KAFKA_STORAGE_ERROR, 56) naming the dir and the first failure; nothing
+is retried into success (fsyncgate: after a failed fsync a later fsync proves nothing); close()
+writes neither offsets nor the clean-shutdown marker; a new LogDir.open recovers the dir as after
+an unclean shutdown.  Faults are injected through the I/O seam (storage.io).
+"""
+import errno
+import os
+
+import pytest
+
+from storage import LogConfig, LogDir, PartitionLog, errors
+from storage import io as sio
+from storage.logdir import CLEAN_SHUTDOWN_FILE
+
+
+class FaultyIO(sio.PosixIO):
+    """The POSIX seam failing chosen operations: `fail[name] = (errno, calls to let pass)`.
+    Each armed fault fires once; `armed` counts how many are still waiting."""
+
+    def __init__(self):
+        self.fail = {}
+        self.fired = []
+
+    def _maybe_fail(self, name, path=None):
+        spec = self.fail.get(name)
+        if spec is None:
+            return
+        code, skip = spec
+        if skip > 0:
+            self.fail[name] = (code, skip - 1)
+            return
+        del self.fail[name]
+        self.fired.append(name)
+        raise OSError(code, os.strerror(code), path)
+
+    def pwrite(self, fd, data, offset):
+        self._maybe_fail("pwrite")
+        return super().pwrite(fd, data, offset)
+
+    def fsync(self, fd, flags=0):
+        self._maybe_fail("fsync")
+        return super().fsync(fd, flags)
+
+    def ftruncate(self, fd, size):
+        self._maybe_fail("ftruncate")
+        return super().ftruncate(fd, size)
+
+    def rename(self, source, target):
+        self._maybe_fail("rename", source)
+        return super().rename(source, target)
+
+    def fsync_dir(self, path, flags=0):
+        self._maybe_fail("fsync_dir", path)
+        return super().fsync_dir(path, flags)
+
+
+CONFIG = LogConfig(segment_bytes=2048, index_interval_bytes=128, segment_index_bytes=4096, fsync=True)
+
+
+def _fill(log, count, epoch=0):
+    for i in range(count):
+        log.append_as_leader([b"value-%03d" % i], epoch)
+
+
+def test_a_failed_fsync_is_never_followed_by_a_successful_flush(tmp_path):
+    """fsyncgate: the flush whose fsync failed raises, the recovery point stays, and the next
+    flush -- whose fsync would succeed -- raises too instead of claiming durability."""
+    seam = FaultyIO()
+    with sio.using(seam):
+        log = PartitionLog.open(tmp_path / "t-0", CONFIG)
+        _fill(log, 3)
+        log.flush()
+        durable = log.recovery_point
+        _fill(log, 3)
+        seam.fail["fsync"] = (errno.EIO, 0)
+        with pytest.raises(errors.LogDirOfflineError) as info:
+            log.flush()
+        assert info.value.errno == errno.EIO and info.value.first_failure.errno == errno.EIO
+        assert info.value.log_dir == str(tmp_path)
+        assert log.recovery_point == durable
+        assert seam.fail == {}                     # the disk "recovered"
+        with pytest.raises(errors.LogDirOfflineError):
+            log.flush()
+        assert log.recovery_point == durable
+        with pytest.raises(errors.LogDirOfflineError):
+            log.append_as_leader([b"more"], 0)
+        with pytest.raises(errors.LogDirOfflineError):
+            list(log.batches())
+        with pytest.raises(errors.LogDirOfflineError):
+            log.close()
+        with pytest.raises(errors.LogDirOfflineError):   # a retried close claims nothing either
+            log.close()
+
+
+def test_logdir_goes_offline_and_a_retried_close_writes_no_clean_marker(tmp_path):
+    seam = FaultyIO()
+    with sio.using(seam):
+        logdir = LogDir.open(tmp_path / "d", CONFIG)
+        a = logdir.partition("a", 0)
+        b = logdir.partition("b", 0)
+        _fill(a, 4)
+        _fill(b, 4)
+        logdir.flush()
+        assert not logdir.offline and logdir.offline_dirs() == []
+        _fill(a, 2)
+        seam.fail["fsync"] = (errno.EIO, 0)
+        with pytest.raises(errors.LogDirOfflineError):
+            a.flush()
+        assert logdir.offline and logdir.offline_dirs() == [logdir.path]
+        assert logdir.failure.errno == errno.EIO
+        # Every partition of the dir is offline, not only the one that failed.
+        with pytest.raises(errors.LogDirOfflineError) as info:
+            b.append_as_leader([b"x"], 0)
+        assert info.value.error_code == errors.Errors.KAFKA_STORAGE_ERROR == 56
+        with pytest.raises(errors.LogDirOfflineError):
+            logdir.partition("c", 0)
+        with pytest.raises(errors.LogDirOfflineError):
+            logdir.checkpoint()
+        with pytest.raises(errors.LogDirOfflineError):
+            logdir.close()
+        with pytest.raises(errors.LogDirOfflineError):
+            logdir.close()
+        assert not os.path.exists(tmp_path / "d" / CLEAN_SHUTDOWN_FILE)
+    # Reopening recovers as after an unclean shutdown and keeps what was flushed.
+    with LogDir.open(tmp_path / "d", CONFIG) as reopened:
+        assert not reopened.had_clean_shutdown and not reopened.offline
+        assert reopened.partition("a", 0).log_end_offset >= 4
+        assert reopened.partition("b", 0).log_end_offset == 4
+
+
+def test_a_failed_marker_fsync_removes_the_marker(tmp_path):
+    """The clean-shutdown marker is written tmp -> fsync -> rename -> fsync(dir); when the last
+    step fails the renamed marker must not stay to claim a clean shutdown."""
+    seam = FaultyIO()
+    with sio.using(seam):
+        logdir = LogDir.open(tmp_path / "d", CONFIG)
+        _fill(logdir.partition("a", 0), 3)
+        seam.fail["rename"] = (errno.EIO, 0)
+        with pytest.raises(errors.LogDirOfflineError):
+            logdir.close()
+        assert not os.path.exists(tmp_path / "d" / CLEAN_SHUTDOWN_FILE)
+    with LogDir.open(tmp_path / "d", CONFIG) as reopened:
+        assert not reopened.had_clean_shutdown
+        assert reopened.partition("a", 0).log_end_offset == 3
+
+
+@pytest.mark.parametrize("operation", ["pwrite", "fsync", "ftruncate", "rename", "fsync_dir"])
+@pytest.mark.parametrize("code", [errno.EIO, errno.ENOSPC, errno.EDQUOT, errno.EROFS])
+def test_every_io_failure_of_a_workload_takes_the_dir_offline(tmp_path, operation, code):
+    """Whatever operation fails first, with whichever errno, the call raises LogDirOfflineError,
+    every later call does too, and a reopen finds a prefix of what was appended that holds at
+    least what was flushed before the failure."""
+    seam = FaultyIO()
+    appended = []
+    attempted = None     # the value of the append that failed, if an append failed
+    flushed = 0
+    with sio.using(seam):
+        logdir = LogDir.open(tmp_path / "d", CONFIG)
+        log = logdir.partition("t", 0)
+        seam.fail[operation] = (code, 3)
+        with pytest.raises(errors.LogDirOfflineError) as info:
+            for i in range(200):
+                attempted = b"v%04d" % i
+                log.append_as_leader([attempted], i // 50)
+                appended.append(attempted)
+                attempted = None
+                if i % 7 == 6:
+                    log.flush()
+                    flushed = log.recovery_point
+                if i % 23 == 22:
+                    log.truncate_to(log.log_end_offset - 1)
+                    appended.pop()
+                if i % 31 == 30:
+                    log.roll()
+            logdir.close()
+        assert seam.fired == [operation]
+        assert info.value.first_failure.errno == code
+        with pytest.raises(errors.LogDirOfflineError):
+            log.read(0, 1 << 20)
+        with pytest.raises(errors.LogDirOfflineError):
+            logdir.close()
+    with LogDir.open(tmp_path / "d", CONFIG) as reopened:
+        assert not reopened.had_clean_shutdown
+        log = reopened.partition("t", 0)
+        values = [r.value for batch in log.batches() for r in batch.records()]
+        # A prefix of what was acknowledged -- or all of it and the append that failed: an
+        # unacknowledged write may survive, as in Kafka.
+        assert values == appended[:len(values)] or values == appended + [attempted]
+        assert len(values) >= flushed
