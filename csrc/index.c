@@ -1,5 +1,5 @@
 /*
- * index.c -- the sparse offset index (.index) and time index (.timeindex) over mmap.
+ * index.c -- the sparse offset index (.index) and time index (.timeindex).
  *
  * .index entry, 8 bytes: relativeOffset int32 | position int32.  "The batch whose last offset
  * is base + relativeOffset starts at position."  Offsets strictly increase.
@@ -8,15 +8,25 @@
  * increase (an equal timestamp is silently skipped); offsets never go back.
  * (kafka-reference 2.2, 2.3.)
  *
+ * Where the entries live.  An index is never written through a shared mapping: a page fault
+ * on a sparse file cannot report a full disk except by SIGBUS.  An active segment keeps its
+ * entries in heap memory (the file's byte layout, grown as entries come) and writes them to
+ * the file with pwrite through the I/O seam when the segment is flushed or sealed
+ * (plog_index_sync), so a full disk is an error code.  A sealed segment opened from disk maps
+ * its file read-only; one sealed in this process keeps its heap copy.
+ *
  * Invariants:
  *  - entries <= max_entries; a time index counts as full one slot early, keeping the last slot
  *    for the entry written when the segment is sealed (skip_full_check);
- *  - an active segment's index files are pre-allocated to their maximum size, and a file
- *    opened from disk is taken as entirely valid -- which is why sealing trims the files and
- *    why unclean recovery rebuilds them;
- *  - lookups are binary searches over the mapped entries, O(log entries).
+ *  - heap indexes: entries <= capacity <= max_entries (capacity 0 means "mapped read-only");
+ *    written <= entries, and the first `written` entries are in the file as they are in memory;
+ *    after plog_index_sync the file is exactly entries * entry size bytes long (what Kafka's
+ *    loader expects of an inactive segment);
+ *  - lookups are binary searches over the entries, O(log entries).
  */
 #include "internal.h"
+#include <errno.h>
+#include <stdlib.h>
 
 static inline int64_t oi_offset(const plog_segment *s, int32_t i) {
     return s->base_offset + be32(s->offset_index + (size_t)i * PLOG_OFFSET_ENTRY_BYTES);
@@ -56,6 +66,84 @@ static int32_t entries_below(int32_t slot, int64_t slot_key, int64_t target) {
 void plog_index_reset(plog_segment *s) {
     s->offset_entries = 0;
     s->time_entries = 0;
+    s->offset_written = 0;
+    s->time_written = 0;
+}
+
+plog_index_ref plog_offset_index_ref(plog_segment *s) {
+    return (plog_index_ref){&s->offset_index, &s->offset_entries, &s->offset_max_entries, &s->offset_capacity,
+                            &s->offset_written, &s->offset_map_bytes, &s->offset_file_bytes, s->index_fd,
+                            PLOG_OFFSET_ENTRY_BYTES};
+}
+
+plog_index_ref plog_time_index_ref(plog_segment *s) {
+    return (plog_index_ref){&s->time_index, &s->time_entries, &s->time_max_entries, &s->time_capacity,
+                            &s->time_written, &s->time_map_bytes, &s->time_file_bytes, s->time_fd,
+                            PLOG_TIME_ENTRY_BYTES};
+}
+
+int plog_index_release(plog_index_ref x) {
+    int rc = 0;
+    if (*x.capacity > 0) free(*x.buf);
+    else if (*x.buf) rc = plog_io_munmap(*x.buf, (size_t)*x.map_bytes);
+    *x.buf = NULL;
+    *x.capacity = 0;
+    *x.map_bytes = 0;
+    return rc;
+}
+
+/* Move the entries to a heap buffer of at least `capacity` entries (mapped -> heap, or grow).
+ * On failure nothing changes. */
+int plog_index_to_heap(plog_index_ref x, int64_t capacity) {
+    if (capacity < *x.entries) capacity = *x.entries;
+    if (capacity < 64) capacity = 64;
+    if (capacity > INT32_MAX) capacity = INT32_MAX;
+    if (*x.capacity > 0) {
+        if (capacity <= *x.capacity) return 0;
+        uint8_t *grown = realloc(*x.buf, (size_t)capacity * (size_t)x.entry_bytes);
+        if (!grown) return ENOMEM;
+        *x.buf = grown;
+        *x.capacity = (int32_t)capacity;
+        *x.map_bytes = capacity * x.entry_bytes;
+        return 0;
+    }
+    uint8_t *heap = malloc((size_t)capacity * (size_t)x.entry_bytes);
+    if (!heap) return ENOMEM;
+    if (*x.entries > 0) memcpy(heap, *x.buf, (size_t)*x.entries * (size_t)x.entry_bytes);
+    int rc = plog_index_release(x);   /* unmapping a read-only map; its failure leaks a mapping only */
+    (void)rc;
+    *x.buf = heap;
+    *x.capacity = (int32_t)capacity;
+    *x.map_bytes = capacity * x.entry_bytes;
+    return 0;
+}
+
+/* Room for one more entry in a heap index (doubling, never past max_entries). */
+static int reserve_one(plog_index_ref x) {
+    if (*x.capacity <= 0) return PLOG_EARG;    /* a mapped (sealed) index is read-only */
+    if (*x.entries < *x.capacity) return 0;
+    int64_t want = (int64_t)*x.capacity * 2;
+    if (want > *x.max_entries) want = *x.max_entries;
+    if (want <= *x.entries) return PLOG_EINDEXFULL;
+    return plog_index_to_heap(x, want);
+}
+
+int plog_index_sync(plog_index_ref x) {
+    if (*x.capacity <= 0) return 0;            /* mapped: the file is what was read */
+    int64_t want = (int64_t)*x.entries * x.entry_bytes;
+    int rc;
+    if (*x.written > *x.entries) *x.written = *x.entries;
+    if (*x.file_bytes > want) {
+        if ((rc = plog_io_ftruncate(x.fd, want))) return rc;
+        *x.file_bytes = want;
+    }
+    if (*x.written < *x.entries) {
+        int64_t from = (int64_t)*x.written * x.entry_bytes;
+        if ((rc = plog_io_pwrite(x.fd, *x.buf + from, (size_t)(want - from), from))) return rc;
+        *x.written = *x.entries;
+        *x.file_bytes = want;
+    }
+    return 0;
 }
 
 int plog_index_add(plog_segment *s, int64_t last_offset, int64_t position) {
@@ -64,6 +152,8 @@ int plog_index_add(plog_segment *s, int64_t last_offset, int64_t position) {
     int64_t relative = last_offset - s->base_offset;
     if (relative < 0 || relative > INT32_MAX || position > INT32_MAX) return PLOG_EOVERFLOW;
     if (s->offset_entries > 0 && last_offset <= oi_offset(s, s->offset_entries - 1)) return PLOG_EORDER;
+    int rc = reserve_one(plog_offset_index_ref(s));
+    if (rc) return rc;
     uint8_t *e = s->offset_index + (size_t)s->offset_entries * PLOG_OFFSET_ENTRY_BYTES;
     put32(e, (int32_t)relative);
     put32(e + 4, (int32_t)position);
@@ -85,6 +175,8 @@ int plog_time_index_maybe_add(plog_segment *s, int64_t timestamp, int64_t offset
     if (s->time_entries >= s->time_max_entries) return PLOG_EINDEXFULL;
     int64_t relative = offset - s->base_offset;
     if (relative < 0 || relative > INT32_MAX) return PLOG_EOVERFLOW;
+    int rc = reserve_one(plog_time_index_ref(s));
+    if (rc) return rc;
     uint8_t *e = s->time_index + (size_t)s->time_entries * PLOG_TIME_ENTRY_BYTES;
     put64(e, timestamp);
     put32(e + 8, (int32_t)relative);
@@ -140,4 +232,6 @@ void plog_index_truncate_to(plog_segment *s, int64_t target) {
     s->offset_entries = entries_below(slot, slot >= 0 ? oi_offset(s, slot) : 0, target);
     slot = floor_slot(s, s->time_entries, ti_offset, target);
     s->time_entries = entries_below(slot, slot >= 0 ? ti_offset(s, slot) : 0, target);
+    if (s->offset_written > s->offset_entries) s->offset_written = s->offset_entries;
+    if (s->time_written > s->time_entries) s->time_written = s->time_entries;
 }

@@ -46,7 +46,24 @@ enum {
 int plog_validate_headers(uint8_t *buf, size_t length, plog_validate *v);
 int plog_validate_crcs(const uint8_t *buf, size_t length, int64_t count, plog_validate *v);
 
-/* index.c */
+/* index.c: one index (offset or time) seen through pointers into plog_segment. */
+typedef struct plog_index_ref {
+    uint8_t **buf;
+    int32_t *entries;
+    int32_t *max_entries;
+    int32_t *capacity;              /* heap entries allocated; 0 = mapped read-only (or none) */
+    int32_t *written;
+    int64_t *map_bytes;
+    int64_t *file_bytes;
+    int fd;
+    int64_t entry_bytes;
+} plog_index_ref;
+plog_index_ref plog_offset_index_ref(plog_segment *seg);
+plog_index_ref plog_time_index_ref(plog_segment *seg);
+int plog_index_release(plog_index_ref x);
+int plog_index_to_heap(plog_index_ref x, int64_t capacity);
+int plog_index_sync(plog_index_ref x);
+
 int plog_index_add(plog_segment *seg, int64_t last_offset, int64_t position);
 void plog_index_reset(plog_segment *seg);
 void plog_index_truncate_to(plog_segment *seg, int64_t target);

@@ -37,7 +37,7 @@
 /* CDEF-BEGIN */
 
 /* Version of the C ABI; storage/_native.py refuses a module built from other sources. */
-#define PLOG_ABI_VERSION 4
+#define PLOG_ABI_VERSION 5
 
 /* Error codes (negative, private range). */
 #define PLOG_EPARTIAL      -1001  /* data ends inside a batch (not an error during iteration) */
@@ -270,8 +270,11 @@ int plog_scan_buffer(const uint8_t *buf, size_t length, plog_scan *scan, struct 
 
 /* ---- segment ------------------------------------------------------------------------- */
 
-/* A segment: its .log file, and the mmap'd .index / .timeindex.  The struct is public so
- * Python reads fields without a call; only the functions below change it. */
+/* A segment: its .log file and its .index / .timeindex.  The indexes of an active segment
+ * live in heap memory and reach their files by pwrite at flush and seal (never through a
+ * writable mapping: a full disk must be an error, not SIGBUS); a sealed segment opened from
+ * disk maps them read-only.  The struct is public so Python reads fields without a call; only
+ * the functions below change it. */
 typedef struct plog_segment {
     int64_t base_offset;
     int log_fd;
@@ -294,12 +297,22 @@ typedef struct plog_segment {
     int64_t time_map_bytes;
     int sync_flags;                 /* PLOG_SYNC_NOOP when fsync is disabled */
     int mutable_indexes;            /* 1 while the segment is active */
+    int32_t offset_capacity;        /* heap entries allocated; 0 = mapped read-only (sealed, from disk) */
+    int32_t offset_written;         /* leading entries known to be in the .index file as in memory */
+    int64_t offset_file_bytes;      /* length of the .index file */
+    int32_t time_capacity;
+    int32_t time_written;
+    int64_t time_file_bytes;
+    int index_suspect;              /* an index file failed a check at open, or a lookup hint was wrong */
 } plog_segment;
 
-/* Open (or create) the three files.  With mutable_indexes the index files are extended to
- * index_max_bytes (rounded down to whole entries) and mapped writable; otherwise they are
- * mapped read-only at their length.  Existing index entries are taken as valid, as Kafka
- * does: call plog_segment_recover (or trust a clean shutdown). */
+/* Open (or create) the three files.  With mutable_indexes the existing index entries are
+ * read into heap memory (the files are not extended); otherwise the index files are mapped
+ * read-only at their length.  Existing index entries are taken as valid, as Kafka does: call
+ * plog_segment_recover (or trust a clean shutdown).  An index file longer than
+ * index_max_bytes (or than 2^31 entries) is not read: the segment opens with no entries in it
+ * and index_suspect = 1, for the caller to rebuild.  On failure every descriptor and mapping
+ * opened here is released. */
 int plog_segment_open(plog_segment *seg, const char *log_path, const char *index_path,
                       const char *time_path, int64_t base_offset, int32_t index_interval_bytes,
                       int64_t index_max_bytes, int create, int mutable_indexes, int sync_flags);
@@ -350,15 +363,19 @@ int plog_offset_index_entry(const plog_segment *seg, int32_t i, int64_t *offset,
 int plog_time_index_entry(const plog_segment *seg, int32_t i, int64_t *timestamp, int64_t *offset);
 
 /* Find, in the segment image `log` (seg->size bytes), the first batch whose last offset is
- * >= target, starting from the offset index hint.  *position_out = its position or -1. */
-int plog_segment_find(const plog_segment *seg, const uint8_t *log, int64_t target,
+ * >= target, starting from the offset index hint.  *position_out = its position or -1.  The
+ * hint is checked against the batch it points at (inside the segment, a batch starts there,
+ * its base offset is at least the segment's and its last offset at most the entry's); a hint
+ * that fails is not used -- the scan starts at position 0 -- and seg->index_suspect is set:
+ * a damaged index never serves a wrong batch. */
+int plog_segment_find(plog_segment *seg, const uint8_t *log, int64_t target,
                       int64_t *position_out, plog_batch_info *info_out);
 
 /* A read by offset in one call (plog_segment_find, then plog_batches_span): span_out[0] = the
  * position of the first batch whose last offset is >= target, or -1 when the segment holds
  * none (then span_out[1] = 0); span_out[1] = the bytes of whole batches from there, as
  * plog_batches_span counts them.  An error of plog_segment_find is returned as is. */
-int plog_segment_read(const plog_segment *seg, const uint8_t *log, int64_t target, int64_t max_bytes,
+int plog_segment_read(plog_segment *seg, const uint8_t *log, int64_t target, int64_t max_bytes,
                       int64_t max_offset, int64_t *span_out);
 
 /* Bytes of whole batches from position: at least the first batch, then more while the
@@ -379,15 +396,19 @@ int plog_segment_load(plog_segment *seg, const uint8_t *log);
  * sets scan->check_crc (always 1 outside the simulator's mutation runs) and the epoch arrays. */
 int plog_segment_recover(plog_segment *seg, const uint8_t *log, size_t log_length, plog_scan *scan);
 
-/* Append the final time-index entry, trim both indexes to their entries, and map them
- * read-only: the segment becomes inactive (roll) or is about to close. */
+/* Append the final time-index entry and write both indexes to their files, exactly their
+ * entries long: the segment becomes inactive (roll) or is about to close.  On failure the
+ * segment stays active and usable (and closeable); nothing in memory is lost. */
 int plog_segment_seal(plog_segment *seg);
-/* Make a sealed segment active again (after truncation into it). */
+/* Make a sealed segment active again (after truncation into it): a mapped index is copied to
+ * heap memory.  On failure (ENOMEM) the segment stays sealed. */
 int plog_segment_unseal(plog_segment *seg, int64_t index_max_bytes);
-/* fsync .log and both indexes (a no-op when sync_flags has PLOG_SYNC_NOOP, but the seam
- * still sees the flush point). */
+/* Write the indexes' pending entries (pwrite through the seam), then fsync .log and both
+ * indexes (a no-op when sync_flags has PLOG_SYNC_NOOP, but the seam still sees the flush
+ * point). */
 int plog_segment_flush(plog_segment *seg);
-/* Unmap and close; does not seal. */
+/* Release the index memory or mappings and close the files; does not seal.  Legal in every
+ * state a plog_segment_* call left the segment in, failed calls included; idempotent. */
 int plog_segment_close(plog_segment *seg);
 
 /* ---- the I/O seam -------------------------------------------------------------------- */

@@ -18,6 +18,7 @@
  *  I-seal    a sealed segment's index files are exactly entries * entry size bytes long.
  */
 #include "internal.h"
+#include <errno.h>
 
 static int map_index(int fd, int64_t bytes, int writable, uint8_t **addr) {
     *addr = NULL;
@@ -25,22 +26,40 @@ static int map_index(int fd, int64_t bytes, int writable, uint8_t **addr) {
     return plog_io_mmap(fd, (size_t)bytes, writable, addr);
 }
 
-/* Size an index file and map it; entries found in the file are taken as valid. */
-static int open_index(int fd, int64_t entry_bytes, int64_t max_bytes, int mutable_indexes,
-                      uint8_t **map, int64_t *map_bytes, int32_t *entries, int32_t *max_entries) {
+/* Take an index file's entries as valid (Kafka does; recovery rebuilds them when it must):
+ * read into heap memory for an active segment, mapped read-only for a sealed one.  A file
+ * longer than its maximum is not read at all (a huge sparse file must not become a huge
+ * allocation): no entries, and the segment is marked suspect for the caller to rebuild. */
+static int open_index(plog_segment *seg, plog_index_ref x, int64_t max_bytes, int mutable_indexes) {
     int64_t file_bytes;
-    int rc = plog_io_fsize(fd, &file_bytes);
+    int rc = plog_io_fsize(x.fd, &file_bytes);
     if (rc) return rc;
-    *entries = (int32_t)(file_bytes / entry_bytes);
-    int64_t target = file_bytes - file_bytes % entry_bytes;
-    if (mutable_indexes) {
-        int64_t capacity = max_bytes - max_bytes % entry_bytes;
-        if (capacity > target) target = capacity;
-        if (target != file_bytes && (rc = plog_io_ftruncate(fd, target))) return rc;
+    *x.file_bytes = file_bytes;
+    int64_t limit = max_bytes - max_bytes % x.entry_bytes;
+    int64_t entries = file_bytes / x.entry_bytes;
+    if (file_bytes > limit || entries > INT32_MAX) {
+        seg->index_suspect = 1;
+        entries = 0;
     }
-    *max_entries = (int32_t)(target / entry_bytes);
-    *map_bytes = target;
-    return map_index(fd, target, mutable_indexes, map);
+    int64_t capacity_limit = limit / x.entry_bytes;
+    *x.max_entries = (int32_t)(entries > capacity_limit ? entries : capacity_limit);
+    if (!mutable_indexes) {
+        *x.max_entries = (int32_t)entries;
+        *x.map_bytes = entries * x.entry_bytes;
+        if ((rc = map_index(x.fd, *x.map_bytes, 0, x.buf))) return rc;
+    } else {
+        *x.entries = 0;
+        if ((rc = plog_index_to_heap(x, entries))) return rc;
+        if (entries > 0) {
+            size_t done = 0;
+            size_t want = (size_t)entries * (size_t)x.entry_bytes;
+            if ((rc = plog_io_pread(x.fd, *x.buf, want, 0, &done))) return rc;
+            if (done != want) return EIO;      /* the file shrank under us */
+        }
+    }
+    *x.entries = (int32_t)entries;
+    *x.written = (int32_t)entries;
+    return 0;
 }
 
 int plog_segment_open(plog_segment *seg, const char *log_path, const char *index_path,
@@ -62,14 +81,8 @@ int plog_segment_open(plog_segment *seg, const char *log_path, const char *index
     /* Index files are created when missing, as Kafka does on load. */
     if ((rc = plog_io_open(index_path, PLOG_O_READ | PLOG_O_WRITE | PLOG_O_CREATE, &seg->index_fd))) goto fail;
     if ((rc = plog_io_open(time_path, PLOG_O_READ | PLOG_O_WRITE | PLOG_O_CREATE, &seg->time_fd))) goto fail;
-    if ((rc = open_index(seg->index_fd, PLOG_OFFSET_ENTRY_BYTES, index_max_bytes, mutable_indexes,
-                         &seg->offset_index, &seg->offset_map_bytes, &seg->offset_entries,
-                         &seg->offset_max_entries)))
-        goto fail;
-    if ((rc = open_index(seg->time_fd, PLOG_TIME_ENTRY_BYTES, index_max_bytes, mutable_indexes,
-                         &seg->time_index, &seg->time_map_bytes, &seg->time_entries,
-                         &seg->time_max_entries)))
-        goto fail;
+    if ((rc = open_index(seg, plog_offset_index_ref(seg), index_max_bytes, mutable_indexes))) goto fail;
+    if ((rc = open_index(seg, plog_time_index_ref(seg), index_max_bytes, mutable_indexes))) goto fail;
     return 0;
 fail:
     plog_segment_close(seg);
@@ -78,10 +91,9 @@ fail:
 
 int plog_segment_close(plog_segment *seg) {
     int rc = 0, r;
-    if (seg->offset_index && (r = plog_io_munmap(seg->offset_index, (size_t)seg->offset_map_bytes)) && !rc) rc = r;
-    if (seg->time_index && (r = plog_io_munmap(seg->time_index, (size_t)seg->time_map_bytes)) && !rc) rc = r;
-    seg->offset_index = seg->time_index = NULL;
-    seg->offset_map_bytes = seg->time_map_bytes = 0;
+    if ((r = plog_index_release(plog_offset_index_ref(seg))) && !rc) rc = r;
+    if ((r = plog_index_release(plog_time_index_ref(seg))) && !rc) rc = r;
+    seg->offset_entries = seg->time_entries = 0;
     if (seg->log_fd >= 0 && (r = plog_io_close(seg->log_fd)) && !rc) rc = r;
     if (seg->index_fd >= 0 && (r = plog_io_close(seg->index_fd)) && !rc) rc = r;
     if (seg->time_fd >= 0 && (r = plog_io_close(seg->time_fd)) && !rc) rc = r;
@@ -215,10 +227,23 @@ int plog_segment_should_roll(const plog_segment *seg, size_t length, const plog_
     return v->last_offset - seg->base_offset > INT32_MAX || v->first_offset < seg->base_offset;
 }
 
-int plog_segment_find(const plog_segment *seg, const uint8_t *log, int64_t target,
+/* Does the offset-index entry (entry_offset, pos) point at a batch it can describe? */
+static int hint_ok(const plog_segment *seg, const uint8_t *log, int64_t entry_offset, int64_t pos) {
+    plog_batch_info info;
+    if (pos < 0 || pos >= seg->size) return 0;
+    if (plog_batch_parse(log, (size_t)seg->size, (size_t)pos, 0, &info)) return 0;
+    return info.base_offset >= seg->base_offset && info.last_offset >= info.base_offset &&
+           info.last_offset <= entry_offset;
+}
+
+int plog_segment_find(plog_segment *seg, const uint8_t *log, int64_t target,
                       int64_t *position_out, plog_batch_info *info_out) {
     int64_t offset, pos;
     plog_offset_index_lookup(seg, target, &offset, &pos);
+    if (pos != 0 && !hint_ok(seg, log, offset, pos)) {
+        seg->index_suspect = 1;
+        pos = 0;
+    }
     *position_out = -1;
     while (pos < seg->size) {
         int rc = plog_batch_parse(log, (size_t)seg->size, (size_t)pos, 0, info_out);
@@ -232,7 +257,7 @@ int plog_segment_find(const plog_segment *seg, const uint8_t *log, int64_t targe
     return 0;
 }
 
-int plog_segment_read(const plog_segment *seg, const uint8_t *log, int64_t target, int64_t max_bytes,
+int plog_segment_read(plog_segment *seg, const uint8_t *log, int64_t target, int64_t max_bytes,
                       int64_t max_offset, int64_t *span_out) {
     plog_batch_info info;
     int64_t position;
@@ -324,26 +349,12 @@ int plog_segment_recover(plog_segment *seg, const uint8_t *log, size_t log_lengt
     return 0;
 }
 
-static int resize_index(int fd, uint8_t **map, int64_t *map_bytes, int64_t new_bytes, int writable) {
-    int rc;
-    if (*map && (rc = plog_io_munmap(*map, (size_t)*map_bytes))) return rc;
-    *map = NULL;
-    *map_bytes = 0;
-    if ((rc = plog_io_ftruncate(fd, new_bytes))) return rc;
-    *map_bytes = new_bytes;
-    return map_index(fd, new_bytes, writable, map);
-}
-
 int plog_segment_seal(plog_segment *seg) {
     if (!seg->mutable_indexes) return 0;
     int rc = plog_time_index_maybe_add(seg, seg->max_timestamp, seg->offset_of_max_timestamp, 1);
     if (rc) return rc;
-    if ((rc = resize_index(seg->index_fd, &seg->offset_index, &seg->offset_map_bytes,
-                           (int64_t)seg->offset_entries * PLOG_OFFSET_ENTRY_BYTES, 0)))
-        return rc;
-    if ((rc = resize_index(seg->time_fd, &seg->time_index, &seg->time_map_bytes,
-                           (int64_t)seg->time_entries * PLOG_TIME_ENTRY_BYTES, 0)))
-        return rc;
+    if ((rc = plog_index_sync(plog_offset_index_ref(seg)))) return rc;
+    if ((rc = plog_index_sync(plog_time_index_ref(seg)))) return rc;
     seg->offset_max_entries = seg->offset_entries;
     seg->time_max_entries = seg->time_entries;
     seg->mutable_indexes = 0;
@@ -352,27 +363,27 @@ int plog_segment_seal(plog_segment *seg) {
 
 int plog_segment_unseal(plog_segment *seg, int64_t index_max_bytes) {
     if (seg->mutable_indexes) return 0;
-    int64_t offset_bytes = index_max_bytes - index_max_bytes % PLOG_OFFSET_ENTRY_BYTES;
-    int64_t time_bytes = index_max_bytes - index_max_bytes % PLOG_TIME_ENTRY_BYTES;
-    if (offset_bytes < (int64_t)seg->offset_entries * PLOG_OFFSET_ENTRY_BYTES)
-        offset_bytes = (int64_t)seg->offset_entries * PLOG_OFFSET_ENTRY_BYTES;
-    if (time_bytes < (int64_t)seg->time_entries * PLOG_TIME_ENTRY_BYTES)
-        time_bytes = (int64_t)seg->time_entries * PLOG_TIME_ENTRY_BYTES;
+    int64_t offset_max = index_max_bytes / PLOG_OFFSET_ENTRY_BYTES;
+    int64_t time_max = index_max_bytes / PLOG_TIME_ENTRY_BYTES;
+    if (offset_max < seg->offset_entries) offset_max = seg->offset_entries;
+    if (time_max < seg->time_entries) time_max = seg->time_entries;
+    if (offset_max > INT32_MAX) offset_max = INT32_MAX;
+    if (time_max > INT32_MAX) time_max = INT32_MAX;
     int rc;
-    if ((rc = resize_index(seg->index_fd, &seg->offset_index, &seg->offset_map_bytes, offset_bytes, 1))) return rc;
-    if ((rc = resize_index(seg->time_fd, &seg->time_index, &seg->time_map_bytes, time_bytes, 1))) return rc;
-    seg->offset_max_entries = (int32_t)(offset_bytes / PLOG_OFFSET_ENTRY_BYTES);
-    seg->time_max_entries = (int32_t)(time_bytes / PLOG_TIME_ENTRY_BYTES);
+    if ((rc = plog_index_to_heap(plog_offset_index_ref(seg), seg->offset_entries))) return rc;
+    if ((rc = plog_index_to_heap(plog_time_index_ref(seg), seg->time_entries))) return rc;
+    seg->offset_max_entries = (int32_t)offset_max;
+    seg->time_max_entries = (int32_t)time_max;
     seg->mutable_indexes = 1;
     return 0;
 }
 
 int plog_segment_flush(plog_segment *seg) {
     int rc;
+    if ((rc = plog_index_sync(plog_offset_index_ref(seg)))) return rc;
+    if ((rc = plog_index_sync(plog_time_index_ref(seg)))) return rc;
     if ((rc = plog_io_fsync(seg->log_fd, seg->sync_flags))) return rc;
-    if (seg->offset_index && (rc = plog_io_msync(seg->offset_index, (size_t)seg->offset_map_bytes, seg->sync_flags))) return rc;
     if ((rc = plog_io_fsync(seg->index_fd, seg->sync_flags))) return rc;
-    if (seg->time_index && (rc = plog_io_msync(seg->time_index, (size_t)seg->time_map_bytes, seg->sync_flags))) return rc;
     return plog_io_fsync(seg->time_fd, seg->sync_flags);
 }
 

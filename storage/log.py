@@ -553,7 +553,9 @@ class PartitionLog:
                     continue
                 _, offset = segment.time_index_lookup(timestamp)
                 offset = max(offset, self.log_start_offset)
-                _, position = segment.offset_index_lookup(offset)
+                position = segment.find(offset)    # the index hint checked against its batch
+                if position < 0:
+                    continue
                 found = self._first_record_at_or_after(segment, position, timestamp, offset)
                 if found is not None:
                     return found
@@ -577,7 +579,9 @@ class PartitionLog:
                 best = segment
         if best is None or best.max_timestamp < 0:
             return None
-        _, position = best.offset_index_lookup(best.offset_of_max_timestamp)
+        position = best.find(max(best.offset_of_max_timestamp, self.log_start_offset))
+        if position < 0:
+            return None
         return self._first_record_at_or_after(best, position, best.max_timestamp, self.log_start_offset)
 
     def _epoch_for(self, offset: int):

@@ -10,7 +10,9 @@ Invariants:
   - before the file under a mapping shrinks (truncation, recovery), the pages past the new
     end are replaced with zero pages, so an old slice reads zeros instead of faulting;
   - a sealed segment's index files are trimmed to their entries (what Kafka's loader expects
-    of an inactive segment), and its indexes are mapped read-only;
+    of an inactive segment); an active segment's index entries live in memory and reach their
+    files by pwrite at flush and seal -- nothing is ever written through a mapping, so a full
+    disk is an error, never SIGBUS (csrc/index.c);
   - deleting renames the files to `.deleted` first, as Kafka does, so a crash in between
     leaves files the loader recognises and removes.
 """
@@ -226,6 +228,8 @@ class Segment:
         disk ends in zero entries), and with `thorough` (after an unclean shutdown) every
         entry must be in order and inside the segment."""
         seam = _io.current()
+        if self._c.index_suspect:
+            return "an index file is longer than segment_index_bytes or points at the wrong batch"
         if seam.file_size(self.index_path) % lib.PLOG_OFFSET_ENTRY_BYTES:
             return "offset index length is not a multiple of 8"
         if seam.file_size(self.time_index_path) % lib.PLOG_TIME_ENTRY_BYTES:
