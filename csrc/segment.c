@@ -290,6 +290,10 @@ static int restore_state(plog_segment *seg, const uint8_t *log) {
         seg->max_timestamp = ts;
         seg->offset_of_max_timestamp = off;
         plog_offset_index_lookup(seg, off, &hint_offset, &pos);
+        if (pos != 0 && !hint_ok(seg, log, hint_offset, pos)) {
+            seg->index_suspect = 1;           /* scan it all; the caller rebuilds the index */
+            pos = 0;
+        }
     } else {
         pos = 0;
     }

@@ -143,14 +143,22 @@ class PartitionLog:
         self.on_recovery_point_lowered = None   # LogDir persists the lowered recovery point
         self._recovered: list[tuple[int, int, list]] = []   # (base, end, epoch changes) per recovered segment
         self.recovery_report: list[tuple[int, int, str]] = []
-        seam = _io.current()
-        seam.mkdir(self.path)
-        self.epoch_cache = LeaderEpochCache(os.path.join(self.path, CHECKPOINT_FILE), fsync=self.config.fsync,
-                                            epoch_flush=self.config.epoch_flush)
-        self._load(seam, recovery_point or 0, log_start_offset, clean_shutdown)
-        self._repair_epoch_cache()
-        if high_watermark is not None:
-            self.update_high_watermark(high_watermark)
+        try:
+            seam = _io.current()
+            seam.mkdir(self.path)
+            self.epoch_cache = LeaderEpochCache(os.path.join(self.path, CHECKPOINT_FILE), fsync=self.config.fsync,
+                                                epoch_flush=self.config.epoch_flush)
+            self._load(seam, recovery_point or 0, log_start_offset, clean_shutdown)
+            self._repair_epoch_cache()
+            if high_watermark is not None:
+                self.update_high_watermark(high_watermark)
+        except BaseException as exc:
+            # A failed open releases everything it opened, and an I/O failure names the dir.
+            self._release_segments()
+            if isinstance(exc, OSError) and not isinstance(exc, errors.StorageError):
+                raise errors.StorageIOError(f"open failed: {exc.strerror or exc}", errno=exc.errno,
+                                            file=exc.filename or self.path) from exc
+            raise
         # After a crash only the data below the recovery point is known to be what the
         # checkpointed high watermark vouched for: above it the page cache may have given back
         # an older, divergent version.  Kafka keeps the high watermark; the replica layer caps
@@ -743,12 +751,15 @@ class PartitionLog:
             # Offline: release descriptors and mappings without writing anything (no seal, no
             # flush): the dir is recovered as after a crash when it is opened again.
             self._closed = True
-            for segment in self.segments:
-                try:
-                    segment.close()
-                except OSError:
-                    pass    # releasing can only fail on a bad descriptor; nothing is written
+            self._release_segments()
             self.failure_channel.check()
+
+    def _release_segments(self) -> None:
+        for segment in self.segments:
+            try:
+                segment.close()
+            except OSError:
+                pass    # releasing can only fail on a bad descriptor; nothing is written
 
     def __repr__(self) -> str:
         return (f"PartitionLog({self.path!r}, log_start_offset={self.log_start_offset}, "
