@@ -282,6 +282,8 @@ static int restore_state(plog_segment *seg, const uint8_t *log) {
     plog_batch_info info;
     int rc = plog_batch_parse(log, (size_t)seg->size, 0, 0, &info);
     if (rc) return rc;
+    /* The first batch is always walked: it may not lie below the segment's base (I9). */
+    if (info.base_offset < seg->base_offset || info.last_offset < info.base_offset) return PLOG_ECORRUPT;
     seg->first_batch_max_timestamp = info.max_timestamp;
     int64_t hint_offset, pos;
     if (seg->time_entries > 0) {

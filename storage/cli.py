@@ -701,15 +701,43 @@ def _segment_sizes(path: str) -> dict[int, int]:
             if (b := _segment_base(n, LOG_SUFFIX)) is not None}
 
 
-def _recover_partition(log_dir: str, topic: str, partition: int, path: str, meta: dict, progress) -> dict:
+_DATA_PROBLEMS = ("crc", "below_segment_base", "disorder", "corrupt", "partial_tail")
+
+
+def _recover_partition(log_dir: str, topic: str, partition: int, path: str, meta: dict, progress,
+                       force: bool = False) -> dict:
+    """Kafka's unclean recovery of one partition (storage/loader.py decides per segment): from
+    the recovery point the metadata records, refusing damage below it; with `force`, from
+    offset 0, cutting at the first invalid batch wherever it is."""
     from .log import LogConfig, PartitionLog
 
     before = scan_partition(log_dir, topic, partition, path, offsets={(topic, partition): meta}, check_indexes=False)
     sizes_before = {s.base_offset: s.size for s in before.segments}
     checkpoint_before = before.checkpoint
     start = meta.get("log_start_offset", -1)
-    log = PartitionLog.open(path, LogConfig(), recovery_point=0, log_start_offset=start if start >= 0 else None,
-                            clean_shutdown=False)
+    recovery_point = 0 if force else max(meta.get("recovery_point", 0), 0)
+    # Offline, the whole partition is read anyway (the scan above): a damaged batch in a segment
+    # wholly below the recovery point is refused here too, not only what the open would walk.
+    bases = [seg.base_offset for seg in before.segments]
+    below = {seg.path for i, seg in enumerate(before.segments)
+             if i + 1 < len(bases) and bases[i + 1] <= recovery_point}
+    damaged = next((p for p in before.problems if p.kind in _DATA_PROBLEMS and p.file in below), None)
+    try:
+        if damaged is not None:
+            raise errors.CorruptSegmentError(
+                f"{damaged.message}; below the recovery point {recovery_point} nothing is repaired silently "
+                f"(`recover --force` cuts it there)", file=damaged.file, position=damaged.position,
+                offset=damaged.offset)
+        log = PartitionLog.open(path, LogConfig(), recovery_point=recovery_point,
+                                log_start_offset=start if start >= 0 else None, clean_shutdown=False,
+                                recover_mode="force" if force else "strict")
+    except errors.CorruptSegmentError as exc:
+        progress.update(sum(sizes_before.values()))
+        return {"topic": topic, "partition": partition, "path": path, "refused": str(exc),
+                "log_end_offset_before": before.log_end_offset, "log_end_offset": before.log_end_offset,
+                "log_start_offset": before.log_start_offset, "truncated_bytes": 0, "segments_deleted": 0,
+                "changed": False, "epochs_before": None, "epochs_after": None, "checkpoint_error_before": None,
+                "notes": [], "segments": []}
     try:
         report = {base: (truncated, reason) for base, truncated, reason in log.recovery_report if base >= 0}
         notes = [reason for base, _t, reason in log.recovery_report if base < 0]
@@ -764,7 +792,7 @@ def _recover_partition(log_dir: str, topic: str, partition: int, path: str, meta
             "changed": truncated_total > 0,
             "epochs_before": None if checkpoint_before is None else _entries(checkpoint_before),
             "epochs_after": None if after_epochs is None else _entries(after_epochs),
-            "checkpoint_error_before": before.checkpoint_error,
+            "checkpoint_error_before": before.checkpoint_error, "refused": None,
             "notes": notes, "segments": segments}
 
 
@@ -814,7 +842,7 @@ def cmd_recover(args) -> int:
             for (_, topic, partition, path), (original_dir, _t, _p, original_path) in zip(work, parts):
                 bar.set_description_str(f"{topic}-{partition}")
                 meta = metadata[original_dir].get((topic, partition), {})
-                result = _recover_partition(original_dir, topic, partition, path, meta, bar)
+                result = _recover_partition(original_dir, topic, partition, path, meta, bar, force=args.force)
                 if args.dry_run:        # report the real paths, not the scratch copy's
                     result["path"] = original_path
                     for s in result["segments"]:
@@ -824,21 +852,27 @@ def cmd_recover(args) -> int:
         if not args.dry_run:
             for log_dir in metadata:
                 metadata_updated |= _update_metadata(
-                    log_dir, [r for r, p in zip(results, parts) if p[0] == log_dir], metadata[log_dir])
+                    log_dir, [r for r, p in zip(results, parts) if p[0] == log_dir and not r["refused"]],
+                    metadata[log_dir])
     finally:
         if scratch is not None:
             shutil.rmtree(scratch, ignore_errors=True)
     changed = [r for r in results if r["changed"]]
+    refused = [r for r in results if r["refused"]]
     truncated = sum(r["truncated_bytes"] for r in results)
     marker = any(os.path.exists(os.path.join(d, CLEAN_SHUTDOWN_FILE)) for d in metadata)
     if args.json:
         _print_json({"path": target, "dry_run": args.dry_run, "changed": bool(changed), "truncated_bytes": truncated,
                      "segments_deleted": sum(r["segments_deleted"] for r in results),
-                     "metadata_updated": metadata_updated, "clean_shutdown_marker": marker, "partitions": results})
-        return PROBLEMS if changed else OK
+                     "metadata_updated": metadata_updated, "clean_shutdown_marker": marker,
+                     "refused": len(refused), "partitions": results})
+        return PROBLEMS if changed or refused else OK
     verb = "would be" if args.dry_run else "were"
     for r in results:
         name = f"{r['topic']}-{r['partition']}" if r["partition"] >= 0 else r["topic"]
+        if r["refused"]:
+            print(f"{name}: REFUSED, nothing changed: {r['refused']}")
+            continue
         leo = f"log end offset {r['log_end_offset_before']}" + (
             f" -> {r['log_end_offset']}" if r["log_end_offset"] != r["log_end_offset_before"] else "")
         print(f"{name}: {'nothing to cut' if not r['changed'] else 'CUT'}; {leo}")
@@ -864,8 +898,10 @@ def cmd_recover(args) -> int:
     what = "dry run (nothing written): " if args.dry_run else ""
     print(f"{what}recovered {_plural(len(results), 'partition')}: {len(changed)} cut, {truncated} bytes truncated, "
           f"{_plural(sum(r['segments_deleted'] for r in results), 'segment')} deleted"
-          + ("; metadata store updated" if metadata_updated else ""))
-    return PROBLEMS if changed else OK
+          + ("; metadata store updated" if metadata_updated else "")
+          + (f"; {_plural(len(refused), 'partition')} refused (damage below the recovery point: "
+             f"`recover --force` cuts it)" if refused else ""))
+    return PROBLEMS if changed or refused else OK
 
 
 # ---- epochs ---------------------------------------------------------------------------------------
@@ -1811,12 +1847,17 @@ def build_parser() -> argparse.ArgumentParser:
     common(p)
 
     p = sub.add_parser("recover", help="offline unclean-shutdown recovery, reporting what was truncated",
-                       description="Run Kafka's unclean-shutdown recovery on every segment of every partition "
-                                   "(no clean-shutdown marker needed): CRCs and sizes checked, indexes rebuilt, "
-                                   "each log cut at its first invalid batch, later segments deleted, the epoch "
-                                   "checkpoint repaired.  For a stopped broker only.  Exit 1 when data was cut.")
+                       description="Run Kafka's unclean-shutdown recovery on every partition (no clean-shutdown "
+                                   "marker needed) from the recovery point the dir records (0 when it records "
+                                   "none): CRCs and sizes checked, indexes rebuilt, each log cut at its first "
+                                   "invalid batch, later segments deleted, the epoch checkpoint repaired.  Damage "
+                                   "below the recovery point is reported and nothing is changed, unless --force.  "
+                                   "For a stopped broker only.  Exit 1 when data was cut or a partition refused.")
     p.add_argument("dir", metavar="DIR", help="a broker log dir (or one partition dir)")
     p.add_argument("--dry-run", action="store_true", help="recover copies in a temporary dir; change nothing")
+    p.add_argument("--force", action="store_true",
+                   help="recover every segment from offset 0 and cut at the first invalid batch even below the "
+                        "recovery point (without it, such damage is reported and nothing is changed)")
     p.add_argument("--quiet", action="store_true", help="only what was cut")
     common(p)
 

@@ -83,6 +83,14 @@ class CorruptRecordError(StorageError, ValueError):
     error_code = Errors.CORRUPT_MESSAGE
 
 
+class CorruptSegmentError(CorruptRecordError):
+    """A segment the open must trust (below the recovery point, or after a clean shutdown) is
+    damaged: the partition does not open, and nothing is cut or deleted (storage/loader.py).
+    The code is KAFKA_STORAGE_ERROR: the partition is unavailable from this log dir."""
+
+    error_code = Errors.KAFKA_STORAGE_ERROR
+
+
 class InvalidRecordError(CorruptRecordError):
     """A record inside an otherwise valid batch is malformed (Kafka's InvalidRecordException)."""
 

@@ -30,7 +30,8 @@ from . import io as _io
 from ._native import ffi, lib
 from .epoch import CHECKPOINT_FILE, FLUSH_MODES, LeaderEpochCache
 from .records import _build, describe_error, iter_batches
-from .segment import (DELETED_SUFFIX, INDEX_SUFFIX, LOG_SUFFIX, TIME_INDEX_SUFFIX, Segment)
+from .loader import Loader
+from .segment import INDEX_SUFFIX, LOG_SUFFIX, TIME_INDEX_SUFFIX, Segment
 
 EARLIEST_TIMESTAMP = -2
 LATEST_TIMESTAMP = -1
@@ -115,17 +116,13 @@ class _AppendState:
         self.out = memoryview(ffi.buffer(self.v)).cast("B")[:len(AppendInfo._fields) * 8].cast("q")
 
 
-def _segment_base(name: str) -> int | None:
-    stem, dot, _ = name.partition(".")
-    return int(stem) if dot and len(stem) == 20 and stem.isdigit() else None
-
-
 class PartitionLog:
     """A partition directory of segments.  Use `PartitionLog.open(path, config)`."""
 
     def __init__(self, path, config: LogConfig | None = None, *, recovery_point: int | None = None,
                  log_start_offset: int | None = None, clean_shutdown: bool = False,
-                 high_watermark: int | None = None, failure_channel: LogDirFailureChannel | None = None):
+                 high_watermark: int | None = None, failure_channel: LogDirFailureChannel | None = None,
+                 recover_mode: str = "strict"):
         self.path = os.fspath(path)
         self.config = config or LogConfig()
         # Shared by every partition of a LogDir; a log opened on its own has its own.
@@ -148,7 +145,7 @@ class PartitionLog:
             seam.mkdir(self.path)
             self.epoch_cache = LeaderEpochCache(os.path.join(self.path, CHECKPOINT_FILE), fsync=self.config.fsync,
                                                 epoch_flush=self.config.epoch_flush)
-            self._load(seam, recovery_point or 0, log_start_offset, clean_shutdown)
+            self._load(seam, recovery_point or 0, log_start_offset, clean_shutdown, recover_mode)
             self._repair_epoch_cache()
             if high_watermark is not None:
                 self.update_high_watermark(high_watermark)
@@ -173,7 +170,10 @@ class PartitionLog:
         recovery_point: offset below which data is known durable (default 0: recover all);
         log_start_offset: checkpointed log start offset (default: first segment's base);
         clean_shutdown: True skips recovery, as Kafka does after a clean shutdown;
-        high_watermark: checkpointed high watermark (clamped to the log).
+        high_watermark: checkpointed high watermark (clamped to the log);
+        recover_mode: "strict" (default) refuses to open over damage below the recovery point
+        (CorruptSegmentError naming file, position and offset); "force" cuts there instead and
+        says what went in `recovery_report` (storage/loader.py has the decision table).
         The leader-epoch cache is loaded from `leader-epoch-checkpoint`, given the epochs of
         recovered batches, and truncated to the recovered log (kafka-reference 5.2, 5.5).
         """
@@ -191,58 +191,10 @@ class PartitionLog:
                 raise
 
     # ---- loading (kafka-reference 5.2-5.4) ----
-    def _load(self, seam, recovery_point: int, log_start_offset: int | None, clean: bool) -> None:
-        names = seam.listdir(self.path)
-        for name in names:   # leftovers of an interrupted delete, compaction or split
-            if name.endswith((DELETED_SUFFIX, ".cleaned", ".swap")):
-                seam.unlink(os.path.join(self.path, name))
-        names = [n for n in seam.listdir(self.path)]
-        logs = sorted(b for n in names if n.endswith(LOG_SUFFIX) and (b := _segment_base(n)) is not None)
-        log_set = set(logs)
-        for name in names:   # orphan index files
-            base = _segment_base(name)
-            if base is not None and name.endswith((INDEX_SUFFIX, TIME_INDEX_SUFFIX, ".txnindex")) \
-                    and base not in log_set:
-                seam.unlink(os.path.join(self.path, name))
-        for i, base in enumerate(logs):
-            index_missing = not seam.exists(os.path.join(self.path, f"{base:020d}{INDEX_SUFFIX}"))
-            recover = index_missing or (not clean and self._recovery_candidate(i, logs, recovery_point))
-            segment = Segment(self.path, base, self.config, create=False, active=recover)
-            self.segments.append(segment)
-            self._bases.append(base)
-            if not recover:
-                problem = segment.index_problem(thorough=not clean)
-                if problem is None:
-                    try:
-                        segment.load()
-                        continue
-                    except errors.CorruptRecordError as exc:
-                        problem = exc.reason
-                # Indexes or batch headers a clean open cannot trust: rebuild this segment.
-                segment.close()
-                segment = Segment(self.path, base, self.config, create=False, active=True)
-                self.segments[-1] = segment
-                self.recovery_report.append((base, 0, f"rebuilt: {problem}"))
-            truncated, report = segment.recover(check_crc=guards.on("M24"))
-            segment.seal()
-            self._assign_recovered_epochs(segment, report)
-            following = logs[i + 1] if i + 1 < len(logs) else None
-            if not truncated and following is not None and segment.next_offset < following:
-                # Stricter than Kafka: a recovered (not yet durable) segment that stops short of
-                # the next one lost its tail, or the segment between them is gone; keeping the
-                # later segments would leave a hole, and the log would not be a prefix of what
-                # was written.  They are above the recovery point: nothing durable is dropped.
-                truncated = -1
-                report.stop_reason = f"ends at offset {segment.next_offset}, the next segment starts at {following}"
-            if truncated:
-                self.recovery_report.append((base, max(truncated, 0), report.stop_reason or ""))
-                # Kafka: after the first invalid batch nothing is trusted; later segments go.
-                for later in logs[i + 1:]:
-                    Segment(self.path, later, self.config, create=False, active=False).delete()
-                    self._dir_dirty = True
-                break
-        if self.segments:
-            self.segments[-1].unseal()
+    def _load(self, seam, recovery_point: int, log_start_offset: int | None, clean: bool,
+              recover_mode: str = "strict") -> None:
+        # The per-segment decision (trust, recover, rebuild the index, refuse) is loader.py's table.
+        Loader(self, seam, recovery_point, clean, recover_mode).load()
         start = self.segments[0].base_offset if self.segments else 0
         if log_start_offset is not None:
             start = max(start, log_start_offset)
@@ -330,11 +282,6 @@ class PartitionLog:
                 if batch.magic >= 2 and epoch >= 0 and (not head or epoch > head[-1][0]):
                     head.append((epoch, max(batch.base_offset, self.log_start_offset)))
             cache.restore_head(head)
-
-    @staticmethod
-    def _recovery_candidate(i: int, bases: list[int], recovery_point: int) -> bool:
-        # The segment holding the recovery point and every later one (LogSegments.values).
-        return i == len(bases) - 1 or bases[i + 1] > recovery_point
 
     def _new_segment(self, base_offset: int) -> Segment:
         prefix = os.path.join(self.path, f"{base_offset:020d}")
@@ -748,6 +695,12 @@ class PartitionLog:
                     self.flush()
                 except OSError as exc:   # also the LogDirOfflineError of flush: the first failure stays
                     self.failure_channel.fail(exc, "close")
+                except errors.StorageError:
+                    # Not an I/O failure (e.g. a damaged trusted index refuses the final entry):
+                    # release everything and say so; nothing more is written.
+                    self._closed = True
+                    self._release_segments()
+                    raise
             # Offline: release descriptors and mappings without writing anything (no seal, no
             # flush): the dir is recovered as after a crash when it is opened again.
             self._closed = True

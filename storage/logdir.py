@@ -55,8 +55,10 @@ def parse_partition_dir(name: str) -> tuple[str, int] | None:
 class LogDir:
     """A broker log directory.  Use `LogDir.open(path, config)` (a context manager)."""
 
-    def __init__(self, path, config: LogConfig | None = None, *, broker_epoch: int = -1):
+    def __init__(self, path, config: LogConfig | None = None, *, broker_epoch: int = -1,
+                 recover_mode: str = "strict"):
         self.path = os.fspath(path)
+        self.recover_mode = recover_mode
         self.config = config or LogConfig()
         self.broker_epoch = broker_epoch
         self._logs: dict[tuple[str, int], PartitionLog] = {}
@@ -64,6 +66,8 @@ class LogDir:
         # Any I/O failure on this dir takes it, and every partition in it, offline (failure.py).
         self.failure_channel = LogDirFailureChannel(self.path)
         self.recovery_report: dict[tuple[str, int], list] = {}
+        # Partitions whose segments below the recovery point are damaged (loader.py: refuse).
+        self.unopened: dict[tuple[str, int], errors.StorageError] = {}
         seam = _io.current()
         seam.mkdir(self.path)
         marker = os.path.join(self.path, CLEAN_SHUTDOWN_FILE)
@@ -87,7 +91,12 @@ class LogDir:
                 continue
             key = parse_partition_dir(name)
             if key is not None and seam.isdir(full):
-                self._open_partition(key, stored.get(key))
+                try:
+                    self._open_partition(key, stored.get(key))
+                except errors.CorruptSegmentError as exc:
+                    # Damage below the recovery point: this partition stays closed (its files
+                    # untouched) and says why when asked for; the others open.
+                    self.unopened[key] = exc
         if imported:
             self.checkpoint()
         if self.had_clean_shutdown and not guards.on("M23") and seam.exists(marker):
@@ -126,7 +135,8 @@ class LogDir:
             recovery_point=offsets.recovery_point if offsets else 0,
             log_start_offset=offsets.log_start_offset if offsets and offsets.log_start_offset >= 0 else None,
             high_watermark=offsets.high_watermark if offsets else None,
-            clean_shutdown=self.had_clean_shutdown, failure_channel=self.failure_channel)
+            clean_shutdown=self.had_clean_shutdown, failure_channel=self.failure_channel,
+            recover_mode=self.recover_mode)
         if log.recovery_report:
             self.recovery_report[key] = list(log.recovery_report)
         log.on_recovery_point_lowered = self._store_offsets
@@ -167,6 +177,8 @@ class LogDir:
         log = self._logs.get(key)
         if log is not None:
             return log
+        if key in self.unopened:
+            raise self.unopened[key]
         if not create:
             raise errors.StorageError(f"no partition {topic}-{partition}", file=self.path)
         if not topic or "/" in topic or "\0" in topic:
@@ -233,24 +245,36 @@ class LogDir:
         if self._closed:
             self.failure_channel.check()     # a retried close claims no success either
             return
+        refused_close = None
         for log in self._logs.values():
             try:
                 log.close()
             except OSError as exc:   # the LogDirOfflineError of an offline log included
                 self.failure_channel.fail(exc, "close")
+            except errors.StorageError as exc:
+                refused_close = refused_close or exc
+        if refused_close is not None and not self.failure_channel.offline:
+            # A log that could not close cleanly: no offsets claimed, no marker.
+            self._closed = True
+            self.meta.close()
+            raise refused_close
         if self.failure_channel.offline:
             # Nothing is written after a failure: no offsets, no clean-shutdown marker.
             self._closed = True
             self.meta.close()
             self.failure_channel.check()
         marker_path = os.path.join(self.path, CLEAN_SHUTDOWN_FILE)
+        # As Kafka: the marker only when every log finished loading (a refused partition keeps
+        # the next open careful too).
+        write_marker = not self.unopened
         try:
             self.meta.put_partitions({key: PartitionOffsets(log.recovery_point, log.log_start_offset,
                                                             log.high_watermark)
                                       for key, log in self._logs.items()})
             self.meta.sync_to_disk()
-            marker = json.dumps({"version": 0, "brokerEpoch": self.broker_epoch}).encode()
-            _io.current().write_file_atomic(marker_path, marker, sync=self.config.fsync)
+            if write_marker:
+                marker = json.dumps({"version": 0, "brokerEpoch": self.broker_epoch}).encode()
+                _io.current().write_file_atomic(marker_path, marker, sync=self.config.fsync)
         except OSError as exc:
             # A marker whose write or directory fsync failed must not survive to claim a clean
             # shutdown (a retried close would otherwise write it again and succeed).

@@ -368,6 +368,20 @@ class Expect:
         return expect
 
 
+def _files(path: str, under: str | None = None) -> dict:
+    """{relative path: bytes} of every file under path (with `under`: only below that
+    subdirectory, relative to it)."""
+    out = {}
+    for directory, _dirs, names in os.walk(path):
+        for name in names:
+            full = os.path.join(directory, name)
+            with open(full, "rb") as f:
+                out[os.path.relpath(full, path)] = f.read()
+    if under is not None:
+        out = {rel[len(under) + 1:]: data for rel, data in out.items() if rel.startswith(under + os.sep)}
+    return out
+
+
 def _message_names_a_file(exc: BaseException) -> bool:
     file = getattr(exc, "file", None)
     return bool(file) and file in str(exc)
@@ -591,6 +605,7 @@ def check(pristine: Pristine, damage: Damage) -> None:
         shutil.copytree(pristine.path, root)
         damage.apply(root)
         expects = {key: Expect.of(pristine, damage, root, key) for key in pristine.model}
+        files_before = _files(root)
         try:
             logdir = LogDir.open(root, CONFIG)
         except errors.StorageError as exc:
@@ -602,7 +617,16 @@ def check(pristine: Pristine, damage: Damage) -> None:
         marker_deleted = damage.target == CLEAN_SHUTDOWN_FILE and damage.op == "delete"
         clean = damage.mode.startswith("clean") and not marker_deleted
         assert logdir.had_clean_shutdown == clean
-        assert set(logdir.partitions()) == set(pristine.model)
+        assert set(logdir.partitions()) | set(logdir.unopened) == set(pristine.model)
+        for key, exc in logdir.unopened.items():
+            # Refused (issue 13): damage in a segment the open must trust -- below the recovery
+            # point, or after a clean shutdown -- is reported, never repaired; nothing changed.
+            _report(f"partition {key} refused: {exc!r}", "damaged partition: refused")
+            assert damage.target.startswith(_pdir(key) + os.sep), (damage, exc)
+            assert expects[key].below_recovery_point, (damage, exc)
+            assert isinstance(exc, errors.CorruptSegmentError) and _message_names_a_file(exc), repr(exc)
+            assert _files(root, _pdir(key)) == {rel[len(_pdir(key)) + 1:]: data for rel, data in files_before.items()
+                                                 if rel.startswith(_pdir(key) + os.sep)}
         for key, log in sorted(logdir.logs().items()):
             got = _check_partition(pristine, damage, root, expects[key], log)
             if damage.target.startswith(_pdir(key) + os.sep):
@@ -611,8 +635,9 @@ def check(pristine: Pristine, damage: Damage) -> None:
                            "header outside the CRC" if expect.tampered else
                            "a shorter prefix" if len(got) < len(pristine.model[key]) else "every batch kept")
                 _report(None, "damaged partition: " + outcome)
+        refused = bool(logdir.unopened)
         after = _append_and_close(pristine, expects, logdir)
-        if after is not None:
+        if after is not None and not refused:     # a refused partition keeps the next open unclean
             _reopen_is_stable(root, after)
     finally:
         shutil.rmtree(scratch, ignore_errors=True)
@@ -702,23 +727,33 @@ def test_damaged_metadata_key_is_a_clear_metadata_error(pristine, tmp_path):
     assert path in str(info.value)
 
 
-def test_append_after_the_log_end_went_below_the_active_segment(pristine, tmp_path):
+def test_damaged_headers_in_a_clean_dir_refuse_the_partition_and_delete_nothing(pristine, tmp_path):
+    """Issue 13: after a clean shutdown nothing is repaired silently.  A batch whose BaseOffset
+    (outside the CRC) was zeroed makes the partition refuse to open with an error naming file,
+    position and offset; no file changes; the other partitions open; recover_mode='force' cuts
+    there and reports what went."""
     key = ("alpha", 1)
     last = pristine.model[key][-1]
     assert last.segment > 0 and last.base > last.segment
     target = os.path.join(_pdir(key), f"{last.segment:020d}.log")
-    # The BaseOffset field (outside the CRC) -> 0: the batch stays valid; nothing is recovered.
     damage = Damage(target, "zero", last.position, last.position + 8, bytes(8), mode="clean")
-    with LogDir.open(_copy(pristine, tmp_path, damage), CONFIG) as logdir:
+    root = _copy(pristine, tmp_path, damage)
+    target = os.path.join(root, target)
+    partition_dir = os.path.join(root, f"{key[0]}-{key[1]}")
+    before = {n: open(os.path.join(partition_dir, n), "rb").read() for n in os.listdir(partition_dir)}
+    with LogDir.open(root, CONFIG) as logdir:
+        assert key in logdir.unopened and key not in logdir.partitions()
+        with pytest.raises(errors.CorruptSegmentError) as info:
+            logdir.partition(*key)
+        assert info.value.file == target and info.value.position == last.position
+        assert info.value.error_code == errors.Errors.KAFKA_STORAGE_ERROR
+        assert logdir.partition("alpha", 0).log_end_offset == pristine.model[("alpha", 0)][-1].last + 1
+    after = {n: open(os.path.join(partition_dir, n), "rb").read() for n in os.listdir(partition_dir)}
+    assert after == before
+    with LogDir.open(root, CONFIG, recover_mode="force") as logdir:
         log = logdir.partition(*key)
-        try:
-            log.append_as_leader([b"after"], log.epoch_cache.latest_epoch)
-        except errors.StorageError as exc:          # a clear refusal would do
-            assert _message_names_a_file(exc)
-        bases = [segment.base_offset for segment in log.segments]
-        # got: bases [0, 13, 1], log end offset 2 (it was 20 before the damage)
-        assert bases == sorted(bases) and log.log_end_offset >= log.active_segment.base_offset, \
-            (bases, log.log_end_offset)
+        assert log.log_end_offset == last.base
+        assert any(base == last.segment and cut > 0 for base, cut, _why in logdir.recovery_report[key])
 
 
 @pytest.mark.parametrize("how", ["index-deleted", "index-cut"])

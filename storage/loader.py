@@ -1,0 +1,235 @@
+"""Loading a partition directory: Kafka's LogLoader, with the per-segment recovery decision as
+one table (kafka-reference 5.2-5.5).
+
+The loader walks the `.log` files in offset order and, for each segment, looks up what to do in
+DECISIONS from four facts:
+
+  marker    "clean" when the log dir had a clean shutdown, else "unclean";
+  place     "candidate" for the segment holding the recovery point and every later one (Kafka's
+            LogSegments.values(recoveryPoint, MAX): what an unclean open recovers), "below" for
+            a segment wholly below the recovery point;
+  index     "ok" or "damaged" (a missing index file, a length that is not whole entries, entries
+            out of order or outside the segment, a file longer than segment_index_bytes, a hint
+            that points at the wrong batch);
+  headers   "ok" or "damaged": the batch headers the open walks (plog_segment_load, from the last
+            index hint to the end) are consistent; "*" where the open does not look.
+
+  | marker  | place     | index   | headers | action        |
+  |---------|-----------|---------|---------|---------------|
+  | unclean | candidate | *       | *       | recover       |
+  | *       | *         | ok      | ok      | trust         |
+  | *       | *         | damaged | *       | rebuild-index |
+  | *       | *         | ok      | damaged | refuse        |
+
+  trust          load from the indexes, nothing rewritten;
+  recover        Kafka's LogSegment.recover: validate every batch (size, CRC, offsets), rebuild
+                 both indexes, cut the .log at the first invalid batch; when bytes were cut, every
+                 later segment goes too (they are candidates as well: above the recovery point);
+  rebuild-index  scan every batch (size, CRC, offsets) and rebuild the indexes, never cutting: a
+                 damaged batch found by the scan turns the action into refuse;
+  refuse         the partition does not open: CorruptSegmentError names the file, the byte
+                 position and the offset of the first damaged batch; nothing is deleted or cut.
+                 With recover_mode="force" (the user's explicit choice, `storage recover --force`)
+                 the segment is cut there instead, every later segment is deleted, and
+                 `recovery_report` says exactly what went.
+
+Segments that do not abut (an offset gap between one segment's last batch and the next one's
+base offset) are legal -- follower appends with gaps and compacted topics make them -- and are
+kept, as Kafka keeps them.  Damage below the recovery point is never repaired silently.
+
+Leftovers are removed first (`.deleted`, `.cleaned`, `.swap` files, index files without a
+`.log`, a `leader-epoch-checkpoint.tmp`); names that are not Kafka segment names are ignored.
+"""
+from __future__ import annotations
+
+import enum
+import os
+
+from . import errors, guards
+from .epoch import CHECKPOINT_FILE
+from .segment import DELETED_SUFFIX, INDEX_SUFFIX, LOG_SUFFIX, TIME_INDEX_SUFFIX, Segment
+
+RECOVER_MODES = ("strict", "force")
+_INT64_MAX = 2**63 - 1
+_LEFTOVER_SUFFIXES = (DELETED_SUFFIX, ".cleaned", ".swap")
+_INDEX_SUFFIXES = (INDEX_SUFFIX, TIME_INDEX_SUFFIX, ".txnindex")
+
+
+class Action(enum.Enum):
+    TRUST = "trust"
+    RECOVER = "recover"
+    REBUILD_INDEX = "rebuild-index"
+    REFUSE = "refuse"
+
+
+# (marker, place, index, headers) -> action; the first matching row wins ("*" matches anything).
+DECISIONS: tuple[tuple[str, str, str, str, Action], ...] = (
+    ("unclean", "candidate", "*", "*", Action.RECOVER),
+    ("*", "*", "ok", "ok", Action.TRUST),
+    ("*", "*", "damaged", "*", Action.REBUILD_INDEX),
+    ("*", "*", "ok", "damaged", Action.REFUSE),
+)
+
+
+def decide(marker: str, place: str, index: str, headers: str) -> Action:
+    """The action DECISIONS gives for one segment."""
+    for row_marker, row_place, row_index, row_headers, action in DECISIONS:
+        if all(row in ("*", fact) for row, fact in ((row_marker, marker), (row_place, place),
+                                                     (row_index, index), (row_headers, headers))):
+            return action
+    raise AssertionError(f"no decision for {(marker, place, index, headers)}")
+
+
+def segment_base(name: str, suffix: str | None = None) -> int | None:
+    """The base offset of a Kafka segment file name (20 decimal digits, then a suffix), or None
+    for any other name, including 20 digits beyond int64."""
+    stem, dot, rest = name.partition(".")
+    if not dot or len(stem) != 20 or not stem.isdigit():
+        return None
+    if suffix is not None and "." + rest != suffix:
+        return None
+    base = int(stem)
+    return base if base <= _INT64_MAX else None
+
+
+def remove_leftovers(seam, path: str) -> list[str]:
+    """Remove what an interrupted delete, compaction, split or checkpoint write left; return the
+    `.log` base offsets in order."""
+    names = seam.listdir(path)
+    for name in names:
+        full = os.path.join(path, name)
+        if (name.endswith(_LEFTOVER_SUFFIXES) or name == CHECKPOINT_FILE + ".tmp") and not seam.isdir(full):
+            seam.unlink(full)
+    names = seam.listdir(path)
+    logs = sorted(b for n in names if (b := segment_base(n, LOG_SUFFIX)) is not None
+                  and not seam.isdir(os.path.join(path, n)))
+    log_set = set(logs)
+    for name in names:   # index files without their .log
+        base = segment_base(name)
+        full = os.path.join(path, name)
+        if base is not None and name.endswith(_INDEX_SUFFIXES) and base not in log_set and not seam.isdir(full):
+            seam.unlink(full)
+    return logs
+
+
+def is_candidate(i: int, bases: list[int], recovery_point: int) -> bool:
+    """The segment holding the recovery point and every later one (LogSegments.values)."""
+    return i == len(bases) - 1 or bases[i + 1] > recovery_point
+
+
+def _damage_error(segment: Segment, report, what: str) -> errors.CorruptSegmentError:
+    return errors.CorruptSegmentError(
+        f"{what}: {report.stop_reason or 'invalid batch'}; below the recovery point nothing is repaired "
+        f"silently (open with recover_mode='force', or run `storage recover --force`, to cut it there)",
+        file=segment.log_path, position=report.stop_position, offset=report.stop_offset)
+
+
+def _dry_scan(segment: Segment):
+    """Scan every batch of the segment (size, CRC, offsets) without changing anything."""
+    from ._native import ffi, lib
+    from .segment import ScanReport
+
+    scan = ffi.new("plog_scan *")
+    scan.base_offset = segment.base_offset
+    scan.index_interval_bytes = segment.config.index_interval_bytes
+    scan.check_crc = 1
+    size = segment.size
+    lib.plog_scan_buffer(segment.log_pointer() if size else ffi.NULL, size, scan, ffi.NULL)
+    return ScanReport(scan, [])
+
+
+class Loader:
+    """One load of a PartitionLog's directory (used by PartitionLog.__init__)."""
+
+    def __init__(self, log, seam, recovery_point: int, clean: bool, recover_mode: str):
+        if recover_mode not in RECOVER_MODES:
+            raise ValueError(f"recover_mode must be one of {RECOVER_MODES}")
+        self.log = log
+        self.seam = seam
+        self.recovery_point = recovery_point
+        self.clean = clean
+        self.force = recover_mode == "force"
+        self._missing: list[str] = []      # index files of the current segment that did not exist
+
+    def _open_segment(self, base: int, active: bool) -> Segment:
+        return Segment(self.log.path, base, self.log.config, create=False, active=active)
+
+    def load(self) -> None:
+        log = self.log
+        logs = remove_leftovers(self.seam, log.path)
+        marker = "clean" if self.clean else "unclean"
+        for i, base in enumerate(logs):
+            place = "candidate" if is_candidate(i, logs, self.recovery_point) else "below"
+            index_missing = not self.seam.exists(os.path.join(log.path, f"{base:020d}{INDEX_SUFFIX}"))
+            self._missing = [p for p in (os.path.join(log.path, f"{base:020d}{suffix}")
+                                         for suffix in (INDEX_SUFFIX, TIME_INDEX_SUFFIX)) if not self.seam.exists(p)]
+            action = decide(marker, place, "*", "*") if (marker, place) == ("unclean", "candidate") else None
+            segment = self._open_segment(base, active=action is Action.RECOVER or index_missing)
+            log.segments.append(segment)
+            log._bases.append(base)
+            if action is None:
+                problem = "index file missing" if index_missing else segment.index_problem(thorough=not self.clean)
+                headers = "*"
+                if problem is None:
+                    try:
+                        segment.load()
+                        headers = "ok"
+                        if segment._c.index_suspect:
+                            problem = "an offset-index entry points at the wrong batch"
+                    except errors.CorruptRecordError as exc:
+                        headers = "damaged"
+                        header_error = exc
+                action = decide(marker, place, "damaged" if problem else "ok", headers)
+                if action is Action.TRUST:
+                    continue
+                if action is Action.REFUSE and not self.force:
+                    scan = _dry_scan(segment)     # where the first damaged batch is
+                    self._release()
+                    raise _damage_error(segment, scan, f"batch headers are damaged ({header_error.reason})")
+                if not segment.active:
+                    segment.close()
+                    segment = self._open_segment(base, active=True)
+                    log.segments[-1] = segment
+                if action is Action.REBUILD_INDEX:
+                    scan = _dry_scan(segment)
+                    if scan.valid_bytes != segment.size and not self.force:
+                        self._release()
+                        raise _damage_error(segment, scan, "a segment whose index had to be rebuilt is damaged")
+                    log.recovery_report.append((base, 0, f"rebuilt: {problem}"))
+            if self._recover(i, logs, segment):
+                break
+        if log.segments:
+            log.segments[-1].unseal()
+
+    def _recover(self, i: int, logs: list[int], segment: Segment) -> bool:
+        """Kafka's LogSegment.recover of one segment; True when it cut and later segments went."""
+        log = self.log
+        base = segment.base_offset
+        truncated, report = segment.recover(check_crc=guards.on("M24"))
+        segment.seal()
+        log._assign_recovered_epochs(segment, report)
+        if not truncated:
+            return False
+        log.recovery_report.append((base, truncated, report.stop_reason or ""))
+        # Kafka: after the first invalid batch nothing is trusted; later segments go.  Highest
+        # first, and durably before anything else happens: a crash during recovery must not
+        # bring a later segment back behind the cut one.
+        for later in reversed(logs[i + 1:]):
+            self._open_segment(later, active=False).delete()
+            log.recovery_report.append((later, -1, f"deleted: after the first invalid batch at offset "
+                                                    f"{report.stop_offset} in segment {base}"))
+        if logs[i + 1:]:
+            log._flush_dir()
+        segment.flush()
+        return True
+
+    def _release(self) -> None:
+        """Before refusing: close what was opened and remove the empty index files the open of
+        the refused segment created, so a refused open changes no file."""
+        for segment in self.log.segments:
+            segment.close()
+        self.log.segments.clear()
+        self.log._bases.clear()
+        for path in self._missing:
+            if self.seam.exists(path) and self.seam.file_size(path) == 0:
+                self.seam.unlink(path)

@@ -1,0 +1,210 @@
+"""The loader's decision table (storage/loader.py), a test per row, and what recovery must
+never destroy (issue 13 item 3).
+
+Kafka's LogLoaderTest checks that recovery accepts offset gaps between segments (compacted
+and follower logs have them): testRecoveryOfSegmentWithOffsetOverflow-style logs and
+testLogRecoversToCorrectOffset; the cases here are ours.
+"""
+import os
+
+import pytest
+
+from storage import LogConfig, LogDir, PartitionLog, build_batch, errors, iter_batches
+from storage.loader import DECISIONS, Action, decide, segment_base
+
+CONFIG = LogConfig(segment_bytes=600, index_interval_bytes=100, segment_index_bytes=1024, fsync=False)
+
+
+# ---- the table, row by row ----------------------------------------------------------------
+
+@pytest.mark.parametrize("marker,place,index,headers,action", [
+    ("unclean", "candidate", "ok", "ok", Action.RECOVER),
+    ("unclean", "candidate", "damaged", "*", Action.RECOVER),
+    ("clean", "candidate", "ok", "ok", Action.TRUST),
+    ("unclean", "below", "ok", "ok", Action.TRUST),
+    ("clean", "below", "damaged", "*", Action.REBUILD_INDEX),
+    ("unclean", "below", "damaged", "*", Action.REBUILD_INDEX),
+    ("clean", "candidate", "ok", "damaged", Action.REFUSE),
+    ("unclean", "below", "ok", "damaged", Action.REFUSE),
+])
+def test_decision_rows(marker, place, index, headers, action):
+    assert decide(marker, place, index, headers) is action
+
+
+def test_every_row_is_reachable_and_the_table_is_total():
+    seen = set()
+    for marker in ("clean", "unclean"):
+        for place in ("candidate", "below"):
+            for index in ("ok", "damaged"):
+                for headers in ("ok", "damaged", "*"):
+                    if index == "damaged" and headers != "*" or index == "ok" and headers == "*":
+                        continue
+                    seen.add(decide(marker, place, index, headers))
+    assert seen == {row[-1] for row in DECISIONS}
+
+
+# ---- gaps are legal ---------------------------------------------------------------------------
+
+def _gappy_follower(path, count=30, step=3):
+    log = PartitionLog.open(path, CONFIG)
+    for i in range(count):
+        log.append_as_follower(build_batch([b"v%03d" % i * 8], base_offset=i * step, partition_leader_epoch=1))
+    log.flush()
+    bases = [s.base_offset for s in log.segments]
+    log.close()
+    return bases
+
+
+@pytest.mark.parametrize("clean", [True, False])
+def test_segments_that_do_not_abut_survive_every_open(tmp_path, clean):
+    """Follower appends with offset gaps, across rolls (a new segment starts at the incoming
+    batch's base offset, past the previous segment's end): every flushed batch is there after
+    any reopen -- from recovery point 0 too, where the old loader deleted every segment after
+    the first gap (19 of 30 batches)."""
+    path = tmp_path / "t-0"
+    bases = _gappy_follower(path)
+    assert len(bases) > 3
+    log = PartitionLog.open(path, CONFIG, recovery_point=0, clean_shutdown=clean)
+    assert [b.base_offset for b in log.batches()] == [i * 3 for i in range(30)]
+    assert [s.base_offset for s in log.segments] == bases
+    assert not any(cut for _base, cut, _why in log.recovery_report)
+    log.close()
+
+
+def test_verify_and_recover_agree_on_a_gappy_log(tmp_path):
+    from storage.cli import main
+
+    _gappy_follower(tmp_path / "d" / "t-0")
+    assert main(["verify", str(tmp_path / "d"), "--no-progress"]) == 0
+    assert main(["recover", str(tmp_path / "d"), "--no-progress"]) == 0
+    log = PartitionLog.open(tmp_path / "d" / "t-0", CONFIG)
+    assert sum(1 for _ in log.batches()) == 30
+    log.close()
+
+
+# ---- damage below the recovery point: refuse, or cut only when forced -------------------------
+
+def _flushed_log(path, batches=40):
+    log = PartitionLog.open(path, CONFIG)
+    for i in range(batches):
+        log.append_as_leader([b"w%03d" % i * 10], 2)
+    log.flush()
+    segments = [(s.base_offset, s.log_path) for s in log.segments]
+    leo = log.log_end_offset
+    log.close()
+    return segments, leo
+
+
+def _flip(path, position):
+    with open(path, "r+b") as f:
+        f.seek(position)
+        byte = f.read(1)
+        f.seek(position)
+        f.write(bytes([byte[0] ^ 0x40]))
+
+
+def test_damage_in_a_sealed_segment_below_the_recovery_point_refuses_the_open(tmp_path):
+    """An index problem makes the loader rebuild the index; the scan that rebuilds it finds a
+    damaged batch below the recovery point: the open fails, naming file, position and offset,
+    and no file changes (the old loader cut the segment and deleted every later, durable one)."""
+    path = tmp_path / "t-0"
+    segments, leo = _flushed_log(path)
+    base, victim = segments[1]
+    os.remove(victim.replace(".log", ".index"))             # the loader must scan this one
+    _flip(victim, 200)                                      # inside a batch, under its CRC
+    before = {n: (path / n).read_bytes() for n in os.listdir(path)}
+    with pytest.raises(errors.CorruptSegmentError) as info:
+        PartitionLog.open(path, CONFIG, recovery_point=leo)
+    assert info.value.file == victim and info.value.position >= 0 and info.value.offset >= base
+    assert {n: (path / n).read_bytes() for n in os.listdir(path)} == before
+    # The explicit choice cuts there and says what went.
+    log = PartitionLog.open(path, CONFIG, recovery_point=leo, recover_mode="force")
+    assert log.log_end_offset == info.value.offset
+    kinds = {why.split(":")[0] for _b, _c, why in log.recovery_report}
+    assert "deleted" in kinds and any(b == base and c > 0 for b, c, _w in log.recovery_report)
+    assert not any(os.path.exists(p) for b, p in segments[2:])
+    log.close()
+
+
+def test_a_partition_refused_by_logdir_leaves_the_others_open_and_no_marker(tmp_path):
+    with LogDir.open(tmp_path / "d", CONFIG) as logdir:
+        for name in ("a", "b"):
+            log = logdir.partition(name, 0)
+            for i in range(30):
+                log.append_as_leader([b"x%03d" % i * 10], 1)
+    victim = sorted((tmp_path / "d" / "a-0").glob("*.log"))[1]
+    with open(victim, "r+b") as f:        # a base offset (outside the CRC) going backwards
+        f.write((0).to_bytes(8, "big"))
+    with LogDir.open(tmp_path / "d", CONFIG) as logdir:
+        assert set(logdir.unopened) == {("a", 0)} and logdir.partitions() == [("b", 0)]
+        with pytest.raises(errors.CorruptSegmentError):
+            logdir.partition("a", 0)
+        assert logdir.partition("b", 0).log_end_offset == 30
+    assert not (tmp_path / "d" / ".kafka_cleanshutdown").exists()
+
+
+# ---- names and leftovers ---------------------------------------------------------------------
+
+@pytest.mark.parametrize("name", ["99999999999999999999.log", "00000000000000000000.log.foo",
+                                  "000000000000000000001.log", "0000000000000000000a.log",
+                                  "00000000000000000000.index.bak"])
+def test_hostile_file_names_are_ignored(tmp_path, name):
+    path = tmp_path / "t-0"
+    _flushed_log(path, batches=5)
+    (path / name).write_bytes(b"junk")
+    log = PartitionLog.open(path, CONFIG, recovery_point=0)
+    assert [b.base_offset for b in log.batches()] == list(range(5))
+    log.close()
+
+
+def test_a_directory_named_like_a_segment_is_ignored(tmp_path):
+    path = tmp_path / "t-0"
+    _flushed_log(path, batches=5)
+    (path / f"{100:020d}.log").mkdir()
+    log = PartitionLog.open(path, CONFIG, recovery_point=0)
+    assert log.log_end_offset == 5
+    log.close()
+
+
+def test_segment_base_parses_only_kafka_names():
+    assert segment_base("00000000000000000042.log", ".log") == 42
+    assert segment_base("00000000000000000042.log.deleted") == 42
+    assert segment_base("99999999999999999999.log") is None       # beyond int64
+    assert segment_base("00000000000000000042.index", ".log") is None
+
+
+def test_epoch_checkpoint_tmp_leftover_is_removed(tmp_path):
+    path = tmp_path / "t-0"
+    _flushed_log(path, batches=3)
+    (path / "leader-epoch-checkpoint.tmp").write_bytes(b"0\n1\n5 0\n")
+    log = PartitionLog.open(path, CONFIG)
+    assert not (path / "leader-epoch-checkpoint.tmp").exists()
+    assert [tuple(e) for e in log.epoch_cache.entries] == [(2, 0)]
+    assert [b.base_offset for b in iter_batches(log.read(0, 1 << 20))][0] == 0
+    log.close()
+
+
+def test_recover_refuses_damage_below_the_recovery_point_unless_forced(tmp_path, capsys):
+    """`storage recover` recovers from the recovery point the dir records; damage below it is
+    reported (file, position, offset), nothing changes, exit 1; `--force` cuts it and the
+    report says what went."""
+    from storage.cli import main
+
+    with LogDir.open(tmp_path / "d", CONFIG) as logdir:
+        log = logdir.partition("t", 0)
+        for i in range(40):
+            log.append_as_leader([b"y%03d" % i * 10], 1)
+    victim = sorted((tmp_path / "d" / "t-0").glob("*.log"))[1]
+    _flip(str(victim), 100)
+    (tmp_path / "d" / ".kafka_cleanshutdown").unlink()
+    before = {p.name: p.read_bytes() for p in (tmp_path / "d" / "t-0").iterdir()}
+    capsys.readouterr()
+    assert main(["recover", str(tmp_path / "d"), "--no-progress"]) == 1
+    out = capsys.readouterr().out
+    assert "REFUSED" in out and str(victim) in out and "--force" in out
+    assert {p.name: p.read_bytes() for p in (tmp_path / "d" / "t-0").iterdir()} == before
+    assert main(["verify", str(tmp_path / "d"), "--no-progress"]) == 1      # verify sees it too
+    assert main(["recover", str(tmp_path / "d"), "--no-progress", "--force"]) == 1
+    out = capsys.readouterr().out
+    assert "CUT" in out and "deleted" in out
+    assert main(["verify", str(tmp_path / "d"), "--no-progress"]) == 0
