@@ -72,6 +72,11 @@ int plog_batch_parse(const uint8_t *buf, size_t length, size_t position, int32_t
     out->producer_epoch = be16(b + POS_PRODUCER_EPOCH);
     out->base_sequence = be32(b + POS_BASE_SEQUENCE);
     out->record_count = be32(b + POS_RECORD_COUNT);
+    /* Offsets are int64 and the last one must leave room for a next offset: a batch whose
+     * offsets would overflow is corrupt (and the sum is never computed with overflow). */
+    if (out->base_offset < 0 ? out->last_offset_delta < 0 && out->base_offset < INT64_MIN - out->last_offset_delta
+                             : out->last_offset_delta > 0 && out->base_offset > INT64_MAX - 1 - out->last_offset_delta)
+        return PLOG_ECORRUPT;
     out->last_offset = out->base_offset + out->last_offset_delta;
     return 0;
 }
@@ -146,9 +151,11 @@ static int validate(uint8_t *buf, size_t length, plog_validate *v, int check_crc
         if (info.record_count < 0 || info.last_offset_delta < 0) return PLOG_ECORRUPT;
         if (check_crc && !plog_batch_crc_ok(buf + pos, &info)) return PLOG_ECRC;
         if (v->flags & PLOG_VALIDATE_ASSIGN_OFFSETS) {
+            if (next > INT64_MAX - 1 - info.last_offset_delta) return PLOG_ECORRUPT;
             info.base_offset = next;
             info.last_offset = next + info.last_offset_delta;
         }
+        if (info.last_offset == INT64_MAX) return PLOG_ECORRUPT;   /* no next offset after it */
         if (v->flags & PLOG_VALIDATE_STAMP_EPOCH) info.partition_leader_epoch = v->leader_epoch;
         if (check_crc && (v->flags & (PLOG_VALIDATE_ASSIGN_OFFSETS | PLOG_VALIDATE_STAMP_EPOCH)))
             plog_batch_stamp(buf + pos, info.base_offset, info.partition_leader_epoch);

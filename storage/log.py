@@ -22,6 +22,7 @@ import bisect
 import dataclasses
 import os
 import threading
+import time
 from typing import NamedTuple
 
 from . import errors, guards
@@ -37,6 +38,10 @@ EARLIEST_TIMESTAMP = -2
 LATEST_TIMESTAMP = -1
 MAX_TIMESTAMP = -3
 _INT32_MAX = 2**31 - 1
+
+
+def _now_ms() -> int:
+    return time.time_ns() // 1_000_000
 
 
 @dataclasses.dataclass(frozen=True)
@@ -330,7 +335,11 @@ class PartitionLog:
             raise ValueError("leader_epoch must be >= 0")
         if isinstance(records_or_batches, (bytes, bytearray, memoryview)):
             buf = bytearray(records_or_batches)
+            if not buf:
+                return self._nothing_appended()
         else:
+            if isinstance(records_or_batches, (list, tuple)) and not records_or_batches:
+                return self._nothing_appended()
             buf = _build(records_or_batches, base_offset=0, partition_leader_epoch=leader_epoch,
                          compression=compression, base_timestamp=None, producer_id=-1, producer_epoch=-1,
                          base_sequence=-1, is_transactional=False, is_control=False)
@@ -347,9 +356,29 @@ class PartitionLog:
             self._ensure_open()
             with ffi.from_buffer(batches) as pointer:
                 length = len(pointer)
+                if length == 0:
+                    return self._nothing_appended()
                 if self.log_end_offset == self.log_start_offset:
                     self._maybe_restart_empty_log(pointer, length)
+                whole = lib.plog_batches_span(pointer, length, 0, length, -1) if length else 0
+                if 0 < whole < length and self._ends_in_partial_batch(pointer, length, whole):
+                    # A fetch response may end inside a batch (Kafka's FileRecords slices by
+                    # bytes): the whole batches before it are appended, AppendInfo.size_bytes
+                    # says how many bytes were taken.
+                    length = whole
                 return self._append(self._follower_append, pointer, length, -1)
+
+    @staticmethod
+    def _ends_in_partial_batch(pointer, length: int, whole: int) -> bool:
+        info = ffi.new("plog_batch_info *")
+        return lib.plog_batch_parse(pointer, length, whole, 0, info) == lib.PLOG_EPARTIAL
+
+    def _nothing_appended(self) -> AppendInfo:
+        """Kafka's UnifiedLog.append returns early for an empty record set: nothing changes.
+        first_offset and last_offset are -1 (Kafka's unknown offsets), every count 0."""
+        with self._lock:
+            self._ensure_open()
+            return AppendInfo(-1, -1, -1, -1, 0, 0, 0)
 
     def _maybe_restart_empty_log(self, pointer, length: int) -> None:
         """Kafka's follower special case (kafka-reference 6.7): an empty log whose first fetched
@@ -365,6 +394,12 @@ class PartitionLog:
         """Validate, roll if Kafka would, write and index the chunk: one C call in the common
         case (plog_segment_append_chunk, which checks the CRCs as it writes)."""
         v = state.v
+        active = self.segments[-1]
+        if active._c.first_batch_max_timestamp < 0 and active.size and \
+                _now_ms() - active.created_ms > self.config.segment_ms:
+            # Kafka's time-based roll without a timestamp in the first batch: the segment's
+            # creation time (LogSegment.shouldRoll, timeWaitedForRoll).
+            self._roll_to(self.log_end_offset)
         rc = lib.plog_segment_append_chunk(self.segments[-1]._c, pointer, length, self.log_end_offset,
                                            leader_epoch, v)
         if rc:
@@ -379,7 +414,14 @@ class PartitionLog:
     def _append_uncommon(self, rc: int, v, pointer, length: int, leader_epoch: int) -> None:
         """Roll and append (PLOG_EROLL: the chunk was found valid, nothing written), or raise."""
         if rc == lib.PLOG_EROLL:
-            segment = self._roll_to(max(v.first_offset, self.log_end_offset))
+            new_base = max(v.first_offset, self.log_end_offset)
+            if v.last_offset - new_base > _INT32_MAX:
+                # Not even a new segment could hold it: refuse before rolling, so that a refused
+                # append leaves no empty segment behind.
+                raise errors.RecordListTooLargeError(
+                    f"offsets {v.first_offset}..{v.last_offset} span more than a segment can hold "
+                    f"(2^31 - 1 offsets past its base)", file=f"{self.path} (appended data)", offset=v.first_offset)
+            segment = self._roll_to(new_base)
             v.flags |= lib.PLOG_APPEND_NO_ROLL
             try:
                 rc = lib.plog_segment_append_chunk(segment._c, pointer, length, self.log_end_offset,
@@ -574,7 +616,10 @@ class PartitionLog:
             self._ensure_open()
             if offset >= self.log_end_offset:
                 if guards.on("M25"):
-                    self._after_truncate(offset)
+                    # Kafka's UnifiedLog.truncateTo: an epoch entry starting at the log end
+                    # offset goes even when the target lies beyond it
+                    # (testTruncateToEndOffsetClearsEpochCache).
+                    self._after_truncate(self.log_end_offset)
                 return False
             if offset < self.segments[0].base_offset:
                 self._truncate_fully(offset)

@@ -13,11 +13,12 @@ Invariants:
 """
 from __future__ import annotations
 
-import gzip
+import gzip as _gzip
 import io as _pyio
 import struct
 import threading
 import time
+import zlib
 from typing import Iterable, Iterator, NamedTuple
 
 from . import errors
@@ -76,21 +77,74 @@ def _lz4_fix_kafka08_checksum(data: bytes, where: dict) -> bytes:
     return data[:hc_position] + bytes([checksum]) + data[hc_position + 1:]
 
 
-def _lz4_decompress(data: bytes, where: dict) -> bytes:
+# Decompression is bounded: a records section may expand to at most this many bytes (a small
+# batch that inflates to gigabytes is a CorruptRecordError, not an out-of-memory).  Kafka's
+# default max.message.bytes is ~1 MiB; 64 times that leaves room for every real batch (Kafka's
+# producers compress batches of batch.size, 16 KiB by default) and stops bombs.  A PartitionLog
+# passes 64 * its own max_message_bytes (at least this); callers of RecordBatch.records() may
+# pass max_decompressed_bytes themselves.
+DECOMPRESSED_BYTES_MAX = 64 << 20
+
+
+class _TooLarge(Exception):
+    pass
+
+
+def _check_size(produced: int, limit: int) -> None:
+    if produced > limit:
+        raise _TooLarge(f"expands beyond {limit} bytes (the decompression limit)")
+
+
+def _gzip_decompress(data: bytes, limit: int) -> bytes:
+    out, produced = [], 0
+    while data:
+        inflater = zlib.decompressobj(16 + zlib.MAX_WBITS)
+        chunk = inflater.decompress(data, limit + 1 - produced)
+        produced += len(chunk)
+        _check_size(produced, limit)
+        out.append(chunk)
+        if not inflater.eof:
+            if inflater.unconsumed_tail:
+                _check_size(produced + 1, limit)
+            raise ValueError("truncated gzip stream")
+        data = inflater.unused_data     # gzip allows several members back to back
+    return b"".join(out)
+
+
+def _lz4_decompress(data: bytes, where: dict, limit: int) -> bytes:
     try:
         import lz4.frame as lz4f
     except ImportError:
         lz4f = None
     if lz4f is not None:
-        return lz4f.decompress(data)
+        decompressor = lz4f.LZ4FrameDecompressor()
+        out = decompressor.decompress(data, max_length=limit + 1)
+        _check_size(len(out), limit)
+        if not decompressor.eof and not decompressor.needs_input:
+            _check_size(limit + 1, limit)
+        return out
     try:
         import cramjam
     except ImportError:
         _missing("lz4", "lz4", where)
-    return bytes(cramjam.lz4.decompress(data))
+    out = bytes(cramjam.lz4.decompress(data))
+    _check_size(len(out), limit)
+    return out
 
 
-def _snappy_raw(data: bytes, where: dict) -> bytes:
+def _snappy_length(data: bytes) -> int:
+    """The uncompressed length a raw snappy block declares (its leading varint)."""
+    length, shift = 0, 0
+    for byte in data[:5]:
+        length |= (byte & 0x7F) << shift
+        if byte < 0x80:
+            return length
+        shift += 7
+    raise ValueError("malformed snappy length")
+
+
+def _snappy_raw(data: bytes, where: dict, limit: int) -> bytes:
+    _check_size(_snappy_length(data), limit)
     try:
         import cramjam
     except ImportError:
@@ -104,50 +158,63 @@ def _snappy_raw(data: bytes, where: dict) -> bytes:
     return snappy.decompress(data)
 
 
-def _snappy_decompress(data: bytes, where: dict) -> bytes:
+def _snappy_decompress(data: bytes, where: dict, limit: int) -> bytes:
     if not data.startswith(_XERIAL_MAGIC):
-        return _snappy_raw(data, where)
+        return _snappy_raw(data, where, limit)
     # xerial framing: 8-byte magic, version int32, compatible version int32, then blocks of
     # (length int32, raw snappy block).
-    out = []
+    out, produced = [], 0
     pos = 16
     while pos + 4 <= len(data):
         (length,) = struct.unpack_from(">i", data, pos)
         pos += 4
         if length < 0 or pos + length > len(data):
             raise errors.CorruptRecordError("snappy (xerial) block runs past the end of the batch", **where)
-        out.append(_snappy_raw(data[pos:pos + length], where))
+        block = _snappy_raw(data[pos:pos + length], where, limit - produced)
+        produced += len(block)
+        out.append(block)
         pos += length
     return b"".join(out)
 
 
-def _zstd_decompress(data: bytes) -> bytes:
+def _zstd_decompress(data: bytes, limit: int) -> bytes:
     import zstandard
 
-    # Kafka's zstd-jni writes frames without a content size: decompress as a stream.
+    # Kafka's zstd-jni writes frames without a content size: decompress as a stream, and read
+    # one byte past the limit to learn whether the limit is exceeded.
     reader = zstandard.ZstdDecompressor().stream_reader(_pyio.BytesIO(data), read_across_frames=True)
-    return reader.read()
+    out = reader.read(limit + 1)
+    _check_size(len(out), limit)
+    return out
 
 
-def decompress(codec: int, data: bytes, *, magic: int = 2, file=None, position=None, offset=None) -> bytes:
-    """Decompress a records section (or a legacy wrapper's value) of the given codec id."""
+def decompress(codec: int, data: bytes, *, magic: int = 2, file=None, position=None, offset=None,
+               max_bytes: int | None = None) -> bytes:
+    """Decompress a records section (or a legacy wrapper's value) of the given codec id, to at
+    most `max_bytes` (default DECOMPRESSED_BYTES_MAX) bytes."""
     where = {"file": file, "position": position, "offset": offset}
+    limit = DECOMPRESSED_BYTES_MAX if max_bytes is None else max_bytes
+    name = CODEC_NAMES[codec] if 0 <= codec < len(CODEC_NAMES) else f"codec {codec}"
     try:
         if codec == 1:
-            return gzip.decompress(data)
+            return _gzip_decompress(data, limit)
         if codec == 2:
-            return _snappy_decompress(data, where)
+            return _snappy_decompress(data, where, limit)
         if codec == 3:
             if magic == 0:
                 data = _lz4_fix_kafka08_checksum(data, where)
-            return _lz4_decompress(data, where)
+            return _lz4_decompress(data, where, limit)
         if codec == 4:
-            return _zstd_decompress(data)
+            return _zstd_decompress(data, limit)
     except errors.StorageError:
         raise
-    except Exception as exc:  # codec libraries raise their own types
+    except _TooLarge as exc:
+        raise errors.CorruptRecordError(f"{name} records section of {len(data)} bytes {exc}", **where) from None
+    except MemoryError as exc:
         raise errors.CorruptRecordError(
-            f"cannot decompress {CODEC_NAMES[codec]} records: {exc}", **where) from exc
+            f"out of memory decompressing a {name} records section of {len(data)} bytes", **where) from exc
+    except Exception as exc:  # codec libraries raise their own types
+        raise errors.CorruptRecordError(f"cannot decompress {name} records: {exc}", **where) from exc
     raise errors.CorruptRecordError(f"invalid compression codec id {codec}", **where)
 
 
@@ -169,7 +236,7 @@ def _zstd_compressor():
 def compress(codec: str, data) -> bytes:
     """Compress a records section (bytes-like) with the named codec."""
     if codec == "gzip":
-        return gzip.compress(data, compresslevel=6, mtime=0)
+        return _gzip.compress(data, compresslevel=6, mtime=0)
     if codec == "zstd":
         return _zstd_compressor().compress(data)
     if codec == "none":
@@ -462,13 +529,16 @@ class RecordBatch:
     def view(self) -> memoryview:
         return self._view
 
-    def records(self) -> list[Record]:
+    def records(self, *, max_decompressed_bytes: int | None = None) -> list[Record]:
+        """The records; a compressed batch may expand to at most max_decompressed_bytes
+        (default DECOMPRESSED_BYTES_MAX), else CorruptRecordError."""
         if self.magic < 2:
-            return list(self._legacy_inner()) if self.attributes & 7 else [self._legacy_single()]
+            return list(self._legacy_inner(max_decompressed_bytes)) if self.attributes & 7 \
+                else [self._legacy_single()]
         payload = self._view[BATCH_OVERHEAD:]
         codec = self.attributes & 7
         if codec:
-            payload = decompress(codec, bytes(payload), **self._where())
+            payload = decompress(codec, bytes(payload), max_bytes=max_decompressed_bytes, **self._where())
         count = self.record_count
         if count < 0 or count * _MIN_RECORD_BYTES > len(payload) + (0 if count else 1):
             raise errors.InvalidRecordError(
@@ -510,13 +580,14 @@ class RecordBatch:
         value = None if value_length < 0 else bytes(view[pos:pos + value_length])
         return Record(offset, timestamp, key, value, [])
 
-    def _legacy_inner(self) -> list[Record]:
+    def _legacy_inner(self, max_decompressed_bytes: int | None = None) -> list[Record]:
         if self._legacy_records is not None:
             return self._legacy_records
         wrapper = self._legacy_single()
         if wrapper.value is None:
             raise errors.CorruptRecordError("compressed legacy message without a value", **self._where())
-        data = decompress(self.attributes & 7, wrapper.value, magic=self.magic, **self._where())
+        data = decompress(self.attributes & 7, wrapper.value, magic=self.magic, max_bytes=max_decompressed_bytes,
+                          **self._where())
         inner = []
         pos = 0
         while pos + 12 <= len(data):

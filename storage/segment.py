@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import os
 import struct
+import time
 
 from . import errors
 from . import io as _io
@@ -86,6 +87,9 @@ class Segment:
         self._span_view = memoryview(ffi.buffer(self._span)).cast("q")
         self._mapping: _Mapping | None = None
         self.closed = False
+        # Kafka's LogSegment.created: the time-based roll falls back to it when the first batch
+        # carries no timestamp (for a segment opened from disk: this open, as in Kafka).
+        self.created_ms = time.time_ns() // 1_000_000
         rc = lib.plog_segment_open(
             self._c, os.fsencode(self.log_path), os.fsencode(self.index_path),
             os.fsencode(self.time_index_path), base_offset, config.index_interval_bytes,
