@@ -19,6 +19,7 @@
 #include <sys/mman.h>
 #include <sys/stat.h>
 #include <unistd.h>
+#include <string.h>
 
 /* Provided by the cffi-generated module. */
 extern int _plog_py_open(const char *path, int flags, int *fd_out);
@@ -143,6 +144,31 @@ int plog_io_mmap(int fd, size_t length, int writable, uint8_t **addr_out) {
 }
 int plog_io_munmap(uint8_t *addr, size_t length) { return DISPATCH(munmap, addr, length); }
 int plog_io_msync(uint8_t *addr, size_t length, int flags) { return DISPATCH(msync, addr, length, flags); }
+
+int plog_io_mmap_snapshot(uint8_t *addr, size_t valid, size_t from, size_t length) {
+    if (!addr || !length || from >= length) return 0;
+    long page = sysconf(_SC_PAGESIZE);
+    uintptr_t base = (uintptr_t)addr;
+    uintptr_t start = (base + from) & ~((uintptr_t)page - 1);
+    uintptr_t copy_end = (base + (valid < length ? valid : length) + (uintptr_t)page - 1) & ~((uintptr_t)page - 1);
+    if (copy_end > start) {
+        /* Private copies of the pages that hold bytes a reader may still look at, swapped in
+         * over the shared file pages in one mremap: the file can then shrink under them. */
+        size_t bytes = copy_end - start;
+        void *copy = mmap(NULL, bytes, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+        if (copy == MAP_FAILED) return errno;
+        memcpy(copy, (void *)start, bytes);
+        if (mprotect(copy, bytes, PROT_READ) ||
+            mremap(copy, bytes, bytes, MREMAP_MAYMOVE | MREMAP_FIXED, (void *)start) == MAP_FAILED) {
+            int rc = errno;
+            munmap(copy, bytes);
+            return rc;
+        }
+        start = copy_end;
+    }
+    size_t rest = (size_t)(base + length - start);
+    return start < base + length ? plog_io_mmap_retire((uint8_t *)start, rest) : 0;
+}
 
 int plog_io_mmap_retire(uint8_t *addr, size_t length) {
     if (!addr || !length) return 0;

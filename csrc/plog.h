@@ -428,6 +428,11 @@ int plog_io_msync(uint8_t *addr, size_t length, int flags);
 /* Replace the pages of [addr, addr+length) with anonymous zero pages (keeps a mapping
  * that Python still exports safe after the file under it was truncated). */
 int plog_io_mmap_retire(uint8_t *addr, size_t length);
+/* Before the file under a read-only mapping of `length` bytes at addr shrinks to `from`: the
+ * pages holding [from, valid) -- bytes readers may still hold views of -- become private copies
+ * of what they hold now, and the pages past `valid` zero pages.  A reader then keeps reading
+ * the data as it was (never zeros, never SIGBUS); the mapping must not be used for new reads. */
+int plog_io_mmap_snapshot(uint8_t *addr, size_t valid, size_t from, size_t length);
 
 /* The POSIX implementation, callable from the Python seam. */
 int plog_posix_open(const char *path, int flags, int *fd_out);

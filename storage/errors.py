@@ -149,6 +149,13 @@ class StorageIOError(StorageError, OSError):
         self.errno = errno
 
 
+class LogDirLockedError(StorageError, RuntimeError):
+    """The log dir is locked by another process (Kafka's `.lock` file), or this LogDir was
+    superseded by a newer open of the same dir in this process."""
+
+    error_code = Errors.KAFKA_STORAGE_ERROR
+
+
 class LogDirOfflineError(StorageIOError):
     """The log dir went offline after an I/O failure (Kafka's log-dir failure channel).
 

@@ -520,16 +520,28 @@ class PartitionLog:
             return memoryview(b"")
 
     def batches(self, start_offset: int | None = None):
-        """Every batch from start_offset (default the log start) to the log end, zero-copy."""
+        """Every batch from start_offset (default the log start) to the log end, zero-copy.
+
+        Safe against a concurrent writer: the segment list is taken under the lock, and each
+        segment's view is cut under the lock at its size of that moment; a segment the writer
+        deleted meanwhile (retention, truncation) is skipped, and a view the writer truncated
+        under keeps the bytes it had (segment.py).  The batches are those of some moment of
+        the log, never torn or zeroed ones."""
         self.failure_channel.check()
-        offset = self.log_start_offset if start_offset is None else start_offset
-        i = max(self._segment_index(offset), 0)
-        for segment in self.segments[i:]:
-            position = segment.find(offset) if segment is self.segments[i] else 0
-            if position < 0:
-                continue
-            yield from iter_batches(segment.view(position), source=segment.log_path, start_position=position,
-                                    verify=False)
+        with self._lock:
+            offset = self.log_start_offset if start_offset is None else start_offset
+            i = max(self._segment_index(offset), 0)
+            segments = self.segments[i:]
+        for n, segment in enumerate(segments):
+            with self._lock:
+                self.failure_channel.check()
+                if segment.closed:
+                    continue
+                position = segment.find(offset) if n == 0 else 0
+                if position < 0:
+                    continue
+                view = segment.view(position)
+            yield from iter_batches(view, source=segment.log_path, start_position=position, verify=False)
 
     @guarded
     def offset_for_timestamp(self, timestamp: int) -> TimestampAndOffset | None:

@@ -27,9 +27,12 @@ is written only after every log was closed (flushed) and the store committed.
 """
 from __future__ import annotations
 
+import errno
+import fcntl
 import json
 import os
 import re
+import threading
 import uuid
 
 from . import checkpoint, errors, guards
@@ -42,6 +45,57 @@ from .meta import MetaStore, PartitionOffsets
 CLEAN_SHUTDOWN_FILE = ".kafka_cleanshutdown"
 _PARTITION_DIR = re.compile(r"^(?P<topic>.+)-(?P<partition>\d+)$")
 _SPECIAL_SUFFIXES = ("-delete", "-future", "-stray")
+
+
+LOCK_FILE = ".lock"
+# This process's locks, by lock-file path: (descriptor, the LogDir holding it).  flock locks
+# belong to an open file description, so a second open in this process must reuse the first
+# one's descriptor; it supersedes that LogDir (as a simulated crash abandons it).
+_held_locks: dict[str, tuple[int, "LogDir"]] = {}
+_held_locks_lock = threading.Lock()
+
+
+def _lock_dir(logdir: "LogDir") -> int:
+    """Kafka's `.lock`: one process per log dir (flock, exclusive, non-blocking)."""
+    path = os.path.realpath(os.path.join(logdir.path, LOCK_FILE))
+    with _held_locks_lock:
+        held = _held_locks.get(path)
+        if held is not None:
+            fd, previous = held
+            if previous is not logdir and not previous._closed:
+                previous.failure_channel.fail(
+                    errors.LogDirLockedError("superseded by a newer LogDir.open of this dir in this process",
+                                             file=previous.path), "superseded")
+                if previous.meta is not None:
+                    previous.meta.close()    # LMDB allows one environment per file and process
+            _held_locks[path] = (fd, logdir)
+            return fd
+        fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o644)
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except OSError as exc:
+            os.close(fd)
+            if exc.errno in (errno.EWOULDBLOCK, errno.EAGAIN, errno.EACCES):
+                raise errors.LogDirLockedError("the log dir is locked by another process (its .lock file)",
+                                               file=logdir.path) from None
+            raise errors.StorageIOError(f"cannot lock the log dir: {exc.strerror}", errno=exc.errno,
+                                        file=path) from exc
+        _held_locks[path] = (fd, logdir)
+        return fd
+
+
+def _unlock_dir(logdir: "LogDir") -> None:
+    path = os.path.realpath(os.path.join(logdir.path, LOCK_FILE))
+    with _held_locks_lock:
+        held = _held_locks.get(path)
+        if held is None or held[1] is not logdir:
+            return              # superseded: the newer LogDir holds the lock now
+        del _held_locks[path]
+        fd = held[0]
+    try:
+        fcntl.flock(fd, fcntl.LOCK_UN)
+    finally:
+        os.close(fd)
 
 
 def parse_partition_dir(name: str) -> tuple[str, int] | None:
@@ -62,14 +116,29 @@ class LogDir:
         self.config = config or LogConfig()
         self.broker_epoch = broker_epoch
         self._logs: dict[tuple[str, int], PartitionLog] = {}
+        self._partitions_lock = threading.RLock()
         self._closed = False
         # Any I/O failure on this dir takes it, and every partition in it, offline (failure.py).
         self.failure_channel = LogDirFailureChannel(self.path)
         self.recovery_report: dict[tuple[str, int], list] = {}
         # Partitions whose segments below the recovery point are damaged (loader.py: refuse).
         self.unopened: dict[tuple[str, int], errors.StorageError] = {}
+        self.meta = None
         seam = _io.current()
         seam.mkdir(self.path)
+        self._lock_fd = _lock_dir(self)
+        try:
+            self._load(seam)
+        except BaseException:
+            # A failed open releases what it opened: logs, the metadata store, the lock.
+            for log in self._logs.values():
+                log._release_segments()
+            if self.meta is not None:
+                self.meta.close()
+            _unlock_dir(self)
+            raise
+
+    def _load(self, seam) -> None:
         marker = os.path.join(self.path, CLEAN_SHUTDOWN_FILE)
         self.had_clean_shutdown = seam.exists(marker)
         self.previous_broker_epoch = -1       # the epoch the clean shutdown recorded (KIP-966)
@@ -177,6 +246,13 @@ class LogDir:
         log = self._logs.get(key)
         if log is not None:
             return log
+        with self._partitions_lock:      # two threads creating one partition get one log
+            return self._partition_locked(key, topic, partition, create)
+
+    def _partition_locked(self, key, topic, partition, create) -> PartitionLog:
+        log = self._logs.get(key)
+        if log is not None:
+            return log
         if key in self.unopened:
             raise self.unopened[key]
         if not create:
@@ -257,11 +333,13 @@ class LogDir:
             # A log that could not close cleanly: no offsets claimed, no marker.
             self._closed = True
             self.meta.close()
+            _unlock_dir(self)
             raise refused_close
         if self.failure_channel.offline:
             # Nothing is written after a failure: no offsets, no clean-shutdown marker.
             self._closed = True
             self.meta.close()
+            _unlock_dir(self)
             self.failure_channel.check()
         marker_path = os.path.join(self.path, CLEAN_SHUTDOWN_FILE)
         # As Kafka: the marker only when every log finished loading (a refused partition keeps
@@ -287,6 +365,7 @@ class LogDir:
         finally:
             self._closed = True
             self.meta.close()
+            _unlock_dir(self)
         self.failure_channel.check()
 
     def __repr__(self) -> str:

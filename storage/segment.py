@@ -65,9 +65,18 @@ class _Mapping:
         self.view = memoryview(ffi.buffer(self.pointer, length)) if length else memoryview(b"")
 
     def retire_from(self, position: int) -> None:
-        """Zero-page everything from `position` on (the file is about to shrink there)."""
+        """Zero-page everything from `position` on (nothing valid lies there)."""
         if self.length and position < self.length:
             lib.plog_io_mmap_retire(self.pointer + position, self.length - position)
+
+    def snapshot_from(self, position: int, valid: int) -> None:
+        """The file is about to shrink to `position`: readers holding views keep the bytes up
+        to `valid` as they are now (private copies), never zeros or SIGBUS."""
+        if self.length and position < self.length:
+            rc = lib.plog_io_mmap_snapshot(self.pointer, valid, position, self.length)
+            if rc:
+                raise errors.StorageIOError(f"cannot keep readers' pages: {describe_error(rc)}",
+                                            errno=rc if rc > 0 else None)
 
 
 class Segment:
@@ -194,11 +203,15 @@ class Segment:
         if not self.active:
             self._check(lib.plog_segment_unseal(self._c, self.config.segment_index_bytes), "unseal")
         m = self.mapping()
+        position = self.find(offset)
+        if position < 0:
+            return 0
+        # Readers may hold views past the cut (the log's one-writer, many-readers contract):
+        # their pages become private copies before the file shrinks under them.
+        m.snapshot_from(position, before)
+        self._mapping = None
         rc = lib.plog_segment_truncate_to(self._c, m.pointer, offset)
         self._check(rc, "truncate", offset=offset)
-        if self._c.size < before:
-            m.retire_from(self._c.size)
-            self._mapping = None
         return before - self._c.size
 
     def recover(self, *, check_crc: bool = True) -> tuple[int, object]:
@@ -334,9 +347,10 @@ class Segment:
     def delete(self) -> None:
         """Close and remove the three files (renamed to .deleted first)."""
         if not self.closed:
-            if self._mapping is not None:
-                self._mapping.retire_from(0)
             self.close()
+        # No retiring of the read mapping: an unlinked file stays readable through it, so a
+        # reader still iterating this segment (retention under a reader) sees its batches,
+        # not zeros taken for corruption.
         seam = _io.current()
         for path in (self.log_path, self.index_path, self.time_index_path):
             if seam.exists(path):
