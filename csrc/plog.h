@@ -407,6 +407,14 @@ int plog_segment_unseal(plog_segment *seg, int64_t index_max_bytes);
  * indexes (a no-op when sync_flags has PLOG_SYNC_NOOP, but the seam still sees the flush
  * point). */
 int plog_segment_flush(plog_segment *seg);
+/* Close the three files (and release a read-only index mapping) but keep everything the
+ * segment knows in memory: a sealed or idle segment holds no descriptor.  Only
+ * plog_segment_resume, plog_segment_close and field reads are legal on a suspended segment. */
+int plog_segment_suspend(plog_segment *seg);
+/* Reopen a suspended segment's files (a no-op when open); the .log must still be seg->size
+ * bytes long (else PLOG_ECORRUPT) and a mapped index at least its entries.  On failure the
+ * segment stays suspended. */
+int plog_segment_resume(plog_segment *seg, const char *log_path, const char *index_path, const char *time_path);
 /* Release the index memory or mappings and close the files; does not seal.  Legal in every
  * state a plog_segment_* call left the segment in, failed calls included; idempotent. */
 int plog_segment_close(plog_segment *seg);

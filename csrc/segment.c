@@ -101,6 +101,51 @@ int plog_segment_close(plog_segment *seg) {
     return rc;
 }
 
+int plog_segment_suspend(plog_segment *seg) {
+    int rc = 0, r;
+    /* A mapped (sealed, from disk) index is released; a heap index stays as it is. */
+    if (seg->offset_capacity == 0 && (r = plog_index_release(plog_offset_index_ref(seg))) && !rc) rc = r;
+    if (seg->time_capacity == 0 && (r = plog_index_release(plog_time_index_ref(seg))) && !rc) rc = r;
+    if (seg->log_fd >= 0 && (r = plog_io_close(seg->log_fd)) && !rc) rc = r;
+    if (seg->index_fd >= 0 && (r = plog_io_close(seg->index_fd)) && !rc) rc = r;
+    if (seg->time_fd >= 0 && (r = plog_io_close(seg->time_fd)) && !rc) rc = r;
+    seg->log_fd = seg->index_fd = seg->time_fd = -1;
+    return rc;
+}
+
+static int remap_index(plog_index_ref x) {
+    if (*x.capacity > 0 || *x.entries == 0) return 0;      /* heap, or nothing to map */
+    int64_t file_bytes;
+    int rc = plog_io_fsize(x.fd, &file_bytes);
+    if (rc) return rc;
+    int64_t bytes = (int64_t)*x.entries * x.entry_bytes;
+    if (file_bytes < bytes) return PLOG_EINDEXCORRUPT;     /* shrank while suspended */
+    *x.file_bytes = file_bytes;
+    *x.map_bytes = bytes;
+    return map_index(x.fd, bytes, 0, x.buf);
+}
+
+int plog_segment_resume(plog_segment *seg, const char *log_path, const char *index_path, const char *time_path) {
+    if (seg->log_fd >= 0) return 0;
+    int flags = PLOG_O_READ | PLOG_O_WRITE;
+    int64_t size;
+    int rc;
+    if ((rc = plog_io_open(log_path, flags, &seg->log_fd))) goto fail;
+    if ((rc = plog_io_fsize(seg->log_fd, &size))) goto fail;
+    if (size != seg->size) {                               /* changed under us while suspended */
+        rc = PLOG_ECORRUPT;
+        goto fail;
+    }
+    if ((rc = plog_io_open(index_path, flags | PLOG_O_CREATE, &seg->index_fd))) goto fail;
+    if ((rc = plog_io_open(time_path, flags | PLOG_O_CREATE, &seg->time_fd))) goto fail;
+    if ((rc = remap_index(plog_offset_index_ref(seg)))) goto fail;
+    if ((rc = remap_index(plog_time_index_ref(seg)))) goto fail;
+    return 0;
+fail:
+    plog_segment_suspend(seg);
+    return rc;
+}
+
 /* What plog_segment_append refuses before writing anything. */
 static int append_check(const plog_segment *seg, size_t length, const plog_validate *v) {
     if (!seg->mutable_indexes || v->batch_count <= 0) return PLOG_EARG;

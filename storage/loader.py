@@ -152,7 +152,8 @@ class Loader:
         self._missing: list[str] = []      # index files of the current segment that did not exist
 
     def _open_segment(self, base: int, active: bool) -> Segment:
-        return Segment(self.log.path, base, self.log.config, create=False, active=active)
+        return Segment(self.log.path, base, self.log.config, create=False, active=active,
+                       owner_lock=self.log._lock)
 
     def load(self) -> None:
         log = self.log

@@ -294,7 +294,7 @@ class PartitionLog:
         for suffix in (LOG_SUFFIX, INDEX_SUFFIX, TIME_INDEX_SUFFIX):
             if seam.exists(prefix + suffix):
                 seam.unlink(prefix + suffix)
-        segment = Segment(self.path, base_offset, self.config, create=True, active=True)
+        segment = Segment(self.path, base_offset, self.config, create=True, active=True, owner_lock=self._lock)
         self.segments.append(segment)
         self._bases.append(base_offset)
         self._dir_dirty = True
@@ -395,6 +395,7 @@ class PartitionLog:
         case (plog_segment_append_chunk, which checks the CRCs as it writes)."""
         v = state.v
         active = self.segments[-1]
+        active._use()          # reopens its files if the open-segment cache closed them
         if active._c.first_batch_max_timestamp < 0 and active.size and \
                 _now_ms() - active.created_ms > self.config.segment_ms:
             # Kafka's time-based roll without a timestamp in the first batch: the segment's
@@ -422,6 +423,7 @@ class PartitionLog:
                     f"offsets {v.first_offset}..{v.last_offset} span more than a segment can hold "
                     f"(2^31 - 1 offsets past its base)", file=f"{self.path} (appended data)", offset=v.first_offset)
             segment = self._roll_to(new_base)
+            segment._use()
             v.flags |= lib.PLOG_APPEND_NO_ROLL
             try:
                 rc = lib.plog_segment_append_chunk(segment._c, pointer, length, self.log_end_offset,

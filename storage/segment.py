@@ -18,8 +18,11 @@ Invariants:
 """
 from __future__ import annotations
 
+import collections
 import os
+import resource
 import struct
+import threading
 import time
 
 from . import errors
@@ -79,10 +82,80 @@ class _Mapping:
                                             errno=rc if rc > 0 else None)
 
 
-class Segment:
-    """A segment of a `PartitionLog`.  Not thread-safe: the log serialises access."""
+def _default_open_segments_max() -> int:
+    soft, _hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    if soft == resource.RLIM_INFINITY:
+        return 4096
+    return max(16, soft // 4)      # 3 descriptors a segment: about 3/4 of the limit at most
 
-    def __init__(self, directory: str, base_offset: int, config, *, create: bool, active: bool):
+
+class _OpenSegments:
+    """The segments of this process that hold descriptors, least recently used first.
+
+    Like RocksDB's max_open_files: the number of open files does not grow with the number of
+    segments.  When more than `limit` segments are open, the least recently used one is
+    suspended (plog_segment_suspend: its three descriptors closed, a mapped index and the read
+    mapping dropped, everything else kept in memory) and resumed on its next use.  A segment is
+    only suspended under its log's lock, taken without blocking (a segment another thread is
+    using is skipped), so no call ever finds its segment's files closed under it."""
+
+    def __init__(self):
+        self.limit = _default_open_segments_max()
+        self._lru: collections.OrderedDict = collections.OrderedDict()
+        self._lock = threading.Lock()
+
+    def __len__(self) -> int:
+        return len(self._lru)
+
+    def touch(self, segment: "Segment") -> None:
+        with self._lock:
+            lru = self._lru
+            if segment in lru:
+                lru.move_to_end(segment)
+                return
+            lru[segment] = None
+            if len(lru) > self.limit:
+                self._evict(len(lru) - self.limit, segment)
+
+    def _evict(self, count: int, keep: "Segment") -> None:
+        for victim in list(self._lru):
+            if count <= 0:
+                return
+            if victim is keep:
+                continue
+            lock = victim.owner_lock
+            if lock is not None and not lock.acquire(blocking=False):
+                continue
+            try:
+                victim._suspend()
+            finally:
+                if lock is not None:
+                    lock.release()
+            del self._lru[victim]
+            count -= 1
+
+    def forget(self, segment: "Segment") -> None:
+        with self._lock:
+            self._lru.pop(segment, None)
+
+
+open_segments = _OpenSegments()
+
+
+def set_open_segments_max(limit: int) -> None:
+    """How many segments of this process may hold descriptors at once (default: a quarter of
+    the soft RLIMIT_NOFILE, at least 16)."""
+    if limit < 16:
+        raise ValueError("the open-segment limit must be at least 16")
+    open_segments.limit = limit
+
+
+class Segment:
+    """A segment of a `PartitionLog`.  Not thread-safe: the log serialises access (its lock is
+    `owner_lock`, which the open-segment cache takes before suspending this segment)."""
+
+    def __init__(self, directory: str, base_offset: int, config, *, create: bool, active: bool,
+                 owner_lock=None):
         self.directory = directory
         self.config = config
         prefix = os.path.join(directory, segment_name(base_offset))
@@ -96,6 +169,8 @@ class Segment:
         self._span_view = memoryview(ffi.buffer(self._span)).cast("q")
         self._mapping: _Mapping | None = None
         self.closed = False
+        self.suspended = False
+        self.owner_lock = owner_lock
         # Kafka's LogSegment.created: the time-based roll falls back to it when the first batch
         # carries no timestamp (for a segment opened from disk: this open, as in Kafka).
         self.created_ms = time.time_ns() // 1_000_000
@@ -105,6 +180,24 @@ class Segment:
             config.segment_index_bytes, 1 if create else 0, 1 if active else 0,
             0 if config.fsync else lib.PLOG_SYNC_NOOP)
         self._check(rc, "open")
+        open_segments.touch(self)
+
+    # ---- descriptors (see _OpenSegments) ----
+    def _use(self) -> None:
+        """Resume a suspended segment and mark it recently used; every call that touches the
+        files, the indexes or the read mapping starts here."""
+        if self.suspended:
+            self._check(lib.plog_segment_resume(self._c, os.fsencode(self.log_path), os.fsencode(self.index_path),
+                                                os.fsencode(self.time_index_path)), "reopen")
+            self.suspended = False
+        open_segments.touch(self)
+
+    def _suspend(self) -> None:
+        if self.closed or self.suspended:
+            return
+        self._mapping = None            # a view a reader holds keeps its own mapping alive
+        lib.plog_segment_suspend(self._c)
+        self.suspended = True
 
     # ---- fields ----
     @property
@@ -149,6 +242,7 @@ class Segment:
     # ---- reading ----
     def mapping(self) -> _Mapping:
         """The current read mapping, covering at least `size` bytes."""
+        self._use()
         m = self._mapping
         size = self._c.size
         if m is None or m.length < size:
@@ -165,6 +259,7 @@ class Segment:
 
     def find(self, offset: int) -> int:
         """Position of the first batch whose last offset >= offset, or -1."""
+        self._use()
         if self._c.size == 0:
             return -1
         position, info = self._find_position, self._find_info   # reused: the log serialises calls
@@ -177,6 +272,7 @@ class Segment:
     def read(self, offset: int, max_bytes: int, max_offset: int = -1) -> memoryview | None:
         """Whole batches from the one holding `offset` (None when nothing here holds it): one
         C call (plog_segment_read) into a reused out-array; the log serialises calls."""
+        self._use()
         size = self._c.size
         if size == 0:
             return None
@@ -197,6 +293,7 @@ class Segment:
 
     def truncate_to(self, offset: int) -> int:
         """Remove every batch whose last offset >= offset; returns the bytes removed."""
+        self._use()
         before = self._c.size
         if before == 0:
             return 0
@@ -218,6 +315,7 @@ class Segment:
         """Unclean-shutdown recovery of this segment (kafka-reference 5.4): validate every
         batch, rebuild both indexes, cut the .log at the first invalid batch.  Returns
         (bytes truncated, scan report)."""
+        self._use()
         if not self.active:
             self._check(lib.plog_segment_unseal(self._c, self.config.segment_index_bytes), "unseal")
         physical = self._c.size
@@ -244,6 +342,7 @@ class Segment:
         Kafka: the last two entries must be in order (an index whose trim did not reach the
         disk ends in zero entries), and with `thorough` (after an unclean shutdown) every
         entry must be in order and inside the segment."""
+        self._use()
         seam = _io.current()
         if self._c.index_suspect:
             return "an index file is longer than segment_index_bytes or points at the wrong batch"
@@ -280,6 +379,7 @@ class Segment:
 
     def scan_epochs(self) -> list[tuple[int, int]]:
         """(epoch, base offset) at every change of partition leader epoch in the v2 batches."""
+        self._use()
         if self._c.size == 0:
             return []
         capacity = 256
@@ -296,21 +396,26 @@ class Segment:
 
     def load(self) -> None:
         """Derive next offset and max timestamp after a clean open."""
+        self._use()
         rc = lib.plog_segment_load(self._c, self.log_pointer())
         if rc:
             raise errors.CorruptRecordError(f"cannot load segment: {describe_error(rc)}", file=self.log_path)
 
     def seal(self) -> None:
+        self._use()
         self._check(lib.plog_segment_seal(self._c), "seal", path=self.index_path)
 
     def unseal(self) -> None:
+        self._use()
         self._check(lib.plog_segment_unseal(self._c, self.config.segment_index_bytes), "unseal",
                     path=self.index_path)
 
     def flush(self) -> None:
+        self._use()
         self._check(lib.plog_segment_flush(self._c), "flush")
 
     def offset_index_entries(self) -> list[tuple[int, int]]:
+        self._use()
         out = []
         o, p = ffi.new("int64_t *"), ffi.new("int64_t *")
         for i in range(self._c.offset_entries):
@@ -319,6 +424,7 @@ class Segment:
         return out
 
     def time_index_entries(self) -> list[tuple[int, int]]:
+        self._use()
         out = []
         t, o = ffi.new("int64_t *"), ffi.new("int64_t *")
         for i in range(self._c.time_entries):
@@ -327,11 +433,13 @@ class Segment:
         return out
 
     def time_index_lookup(self, timestamp: int) -> tuple[int, int]:
+        self._use()
         t, o = ffi.new("int64_t *"), ffi.new("int64_t *")
         lib.plog_time_index_lookup(self._c, timestamp, t, o)
         return t[0], o[0]
 
     def offset_index_lookup(self, offset: int) -> tuple[int, int]:
+        self._use()
         o, p = ffi.new("int64_t *"), ffi.new("int64_t *")
         lib.plog_offset_index_lookup(self._c, offset, o, p)
         return o[0], p[0]
@@ -340,6 +448,7 @@ class Segment:
         if self.closed:
             return
         self.closed = True
+        open_segments.forget(self)
         # A mapping still referenced by a caller's slice stays valid until released.
         self._mapping = None
         self._check(lib.plog_segment_close(self._c), "close")
