@@ -23,6 +23,8 @@ from . import errors, guards
 from . import io as _io
 
 VERSION = 0
+_INT32_MAX = 2**31 - 1
+_INT64_MAX = 2**63 - 1
 
 
 class CheckpointError(errors.CorruptRecordError):
@@ -107,18 +109,32 @@ def read_offsets(path) -> dict[tuple[str, int], int]:
     """{(topic, partition): offset}; Kafka treats an unreadable file as empty (5.1), and so
     does this function's caller -- here a malformed file raises CheckpointError."""
     out = {}
-    for topic, partition, offset in read(path, 3):
+    for number, (topic, partition, offset) in enumerate(read(path, 3), start=3):
         try:
-            out[(topic, int(partition))] = int(offset)
+            key, value = (topic, int(partition)), int(offset)
         except ValueError as exc:
-            raise CheckpointError(f"non-integer partition or offset in {topic} {partition} {offset}",
+            raise CheckpointError(f"line {number}: non-integer partition or offset in {topic} {partition} {offset}",
                                   file=path) from exc
+        if not 0 <= key[1] <= _INT32_MAX or not 0 <= value <= _INT64_MAX:
+            raise OffsetCheckpointRangeError(
+                f"line {number}: {topic} {partition} {offset} is out of range (partitions are int32 and "
+                f"offsets int64, both >= 0); nothing was loaded from this file", file=path)
+        out[key] = value
     return out
 
 
+class OffsetCheckpointRangeError(CheckpointError):
+    """A log-dir checkpoint parses but names an impossible partition or offset: an error, not a
+    file Kafka would treat as empty -- trusting or ignoring it could delete durable data."""
+
+
 def read_offsets_lenient(path) -> dict[tuple[str, int], int]:
+    """Kafka's rule for an unreadable log-dir checkpoint: treated as empty (kafka-reference
+    5.1).  A file that parses but holds out-of-range values is not unreadable: it raises."""
     try:
         return read_offsets(path)
+    except OffsetCheckpointRangeError:
+        raise
     except (CheckpointError, OSError):
         return {}
 

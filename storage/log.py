@@ -204,6 +204,18 @@ class PartitionLog:
         if log_start_offset is not None:
             start = max(start, log_start_offset)
         leo = self.segments[-1].next_offset if self.segments else start
+        if leo < start and self.size_bytes and recover_mode != "force":
+            # Kafka drops every segment here.  But a log start offset is never above the high
+            # watermark when it is checkpointed, and the recovery point never below it: a log
+            # with data that ends below it lost durable data, or the checkpoint is wrong.
+            # Nothing is deleted without the user's explicit choice.
+            for segment in self.segments:
+                segment.close()
+            self.segments.clear()
+            self._bases.clear()
+            raise errors.CorruptSegmentError(
+                f"the checkpointed log start offset {start} is above the log end offset {leo}: refusing to "
+                f"delete every segment (open with recover_mode='force' to do what Kafka does)", file=self.path)
         if leo < start:
             # Kafka: the log ends below the checkpointed start offset -> drop everything.
             for segment in self.segments:

@@ -168,6 +168,10 @@ class LogDir:
                     self.unopened[key] = exc
         if imported:
             self.checkpoint()
+            # A refused partition keeps what Kafka's files said about it for the next open.
+            kept = {key: stored[key] for key in self.unopened if key in stored}
+            if kept:
+                self.meta.put_partitions(kept)
         if self.had_clean_shutdown and not guards.on("M23") and seam.exists(marker):
             seam.unlink(marker)   # the mutation: removed only after loading (KAFKA-10471)
 

@@ -208,3 +208,47 @@ def test_recover_refuses_damage_below_the_recovery_point_unless_forced(tmp_path,
     out = capsys.readouterr().out
     assert "CUT" in out and "deleted" in out
     assert main(["verify", str(tmp_path / "d"), "--no-progress"]) == 0
+
+
+# ---- out-of-range checkpoint values --------------------------------------------------------
+
+def _kafka_style_dir(root):
+    """A log dir without our metadata store (as Kafka leaves it), with one partition."""
+    with LogDir.open(root, CONFIG) as logdir:
+        log = logdir.partition("t", 0)
+        for i in range(20):
+            log.append_as_leader([b"k%03d" % i * 10], 1)
+    os.remove(os.path.join(root, "storage.mdb"))
+    for name in os.listdir(root):
+        if name.startswith("storage.mdb"):
+            os.remove(os.path.join(root, name))
+
+
+@pytest.mark.parametrize("value", [str(2**63), "-5"])
+def test_an_out_of_range_checkpoint_value_is_a_clear_error(tmp_path, value):
+    root = str(tmp_path / "d")
+    _kafka_style_dir(root)
+    with open(os.path.join(root, "recovery-point-offset-checkpoint"), "w") as f:
+        f.write(f"0\n1\nt 0 {value}\n")
+    before = {n: open(os.path.join(root, "t-0", n), "rb").read() for n in os.listdir(os.path.join(root, "t-0"))}
+    with pytest.raises(errors.StorageError) as info:
+        LogDir.open(root, CONFIG)
+    assert "recovery-point-offset-checkpoint" in str(info.value) and "line 3" in str(info.value)
+    assert {n: open(os.path.join(root, "t-0", n), "rb").read() for n in os.listdir(os.path.join(root, "t-0"))} \
+        == before
+
+
+def test_a_log_start_offset_above_the_log_end_deletes_nothing(tmp_path):
+    """Kafka drops every segment when the checkpointed log start offset is above the recovered
+    log end; a log start offset is never above the high watermark when it is written, so that
+    means lost data or a wrong file: the partition is refused instead, unless forced."""
+    root = str(tmp_path / "d")
+    _kafka_style_dir(root)
+    with open(os.path.join(root, "log-start-offset-checkpoint"), "w") as f:
+        f.write("0\n1\nt 0 1000000\n")
+    with LogDir.open(root, CONFIG) as logdir:
+        assert ("t", 0) in logdir.unopened
+        assert "above the log end offset 20" in str(logdir.unopened[("t", 0)])
+    assert len([n for n in os.listdir(os.path.join(root, "t-0")) if n.endswith(".log")]) > 1
+    with LogDir.open(root, CONFIG, recover_mode="force") as logdir:
+        assert logdir.partition("t", 0).log_start_offset == 1000000
