@@ -13,6 +13,7 @@ Invariants:
 """
 from __future__ import annotations
 
+import bisect
 import gzip as _gzip
 import io as _pyio
 import struct
@@ -507,15 +508,19 @@ class RecordBatch:
         return self.magic >= 2 and bool(self.attributes & lib.PLOG_ATTR_CONTROL)
 
     def _where(self) -> dict:
+        if self.source is None:             # a batch of a log.read() view: find its file
+            file, position = mapped_source(self._view)
+            if file is not None:
+                return {"file": file, "position": position, "offset": self.base_offset}
         return {"file": self.source, "position": self.position, "offset": self.base_offset}
 
     def is_valid(self) -> bool:
         """Kafka's isValid: size >= 61 (v2) and the stored CRC matches."""
         info = ffi.new("plog_batch_info *")
-        buf = ffi.from_buffer(self._view)
-        if lib.plog_batch_parse(buf, len(self._view), 0, 0, info):
-            return False
-        return bool(lib.plog_batch_crc_ok(buf, info))
+        with ffi.from_buffer(self._view) as buf:
+            if lib.plog_batch_parse(buf, len(self._view), 0, 0, info):
+                return False
+            return bool(lib.plog_batch_crc_ok(buf, info))
 
     def ensure_valid(self) -> None:
         if not self.is_valid():
@@ -647,31 +652,76 @@ def _decode_headers(data: bytes, buf, position: int, count: int, batch: RecordBa
              None if vl[i] < 0 else data[vp[i]:vp[i] + vl[i]]) for i in range(count)]
 
 
+# The read mappings of segment files (storage/segment.py registers and forgets them): a view
+# that PartitionLog.read() returns knows no file, but its address lies in one mapping, so an
+# error found in it names the file and the byte position there.  Looked up on errors only.
+_mapped_starts: list[int] = []
+_mapped_ranges: dict[int, tuple[int, str]] = {}
+_mapped_lock = threading.Lock()
+
+
+def register_source(address: int, length: int, file: str) -> None:
+    with _mapped_lock:
+        if address not in _mapped_ranges:
+            bisect.insort(_mapped_starts, address)
+        _mapped_ranges[address] = (address + length, file)
+
+
+def forget_source(address: int) -> None:
+    with _mapped_lock:
+        if _mapped_ranges.pop(address, None) is not None:
+            del _mapped_starts[bisect.bisect_left(_mapped_starts, address)]
+
+
+def mapped_source(view) -> tuple[str | None, int]:
+    """(file, position) of a view into a registered mapping, else (None, 0)."""
+    if not isinstance(view, memoryview) or not len(view) or not _mapped_starts:
+        return None, 0
+    with ffi.from_buffer(view) as pointer:
+        address = int(ffi.cast("uintptr_t", pointer))
+    with _mapped_lock:
+        i = bisect.bisect_right(_mapped_starts, address) - 1
+        if i < 0:
+            return None, 0
+        start = _mapped_starts[i]
+        end, file = _mapped_ranges[start]
+    return (file, address - start) if address < end else (None, 0)
+
+
 def iter_batches(buffer, *, verify: bool = True, source=None, start_position: int = 0,
                  max_batch_bytes: int = 0) -> Iterator[RecordBatch]:
     """Batches of `buffer` (bytes-like), zero-copy.  Stops at a partial tail; raises
     `CorruptRecordError` on a size or magic failure, and with verify on a CRC mismatch.
-    `source` and `start_position` only shape error messages and `RecordBatch.position`."""
+    `source` and `start_position` only shape error messages and `RecordBatch.position`; a view
+    returned by PartitionLog.read() names its segment file and position by itself."""
     view = memoryview(buffer).cast("B") if not isinstance(buffer, memoryview) or buffer.format != "B" else buffer
     length = len(view)
-    buf = ffi.from_buffer(view)
     info = ffi.new("plog_batch_info *")
     pos = 0
-    while pos < length:
-        rc = lib.plog_batch_parse(buf, length, pos, max_batch_bytes, info)
-        if rc == lib.PLOG_EPARTIAL:
+    # The buffer export is released explicitly (`with`): a frame kept alive by a traceback
+    # must not hold a live export of a memoryview -- when the cycle collector later cleared
+    # them in the wrong order, CPython crashed in memory_dealloc (found with a view of a log
+    # mapping whose CorruptRecordError a caller kept).
+    with ffi.from_buffer(view) as buf:
+        while pos < length:
+            rc = lib.plog_batch_parse(buf, length, pos, max_batch_bytes, info)
+            if rc == lib.PLOG_EPARTIAL:
+                return
+            if rc or (verify and not lib.plog_batch_crc_ok(buf + pos, info)):
+                break
+            size = info.size_bytes
+            yield RecordBatch(view[pos:pos + size], source=source, position=start_position + pos)
+            pos += size
+        else:
             return
-        if rc:
-            offset = struct.unpack_from(">q", view, pos)[0] if length - pos >= 8 else None
-            cls = errors.RecordTooLargeError if rc == lib.PLOG_ETOOLARGE else errors.CorruptRecordError
-            raise cls(_describe(rc, view, pos), file=source, position=start_position + pos, offset=offset)
-        size = info.size_bytes
-        if verify and not lib.plog_batch_crc_ok(buf + pos, info):
-            raise errors.CorruptRecordError(
-                f"CRC mismatch (stored 0x{info.crc:08x})", file=source,
-                position=start_position + pos, offset=info.base_offset)
-        yield RecordBatch(view[pos:pos + size], source=source, position=start_position + pos)
-        pos += size
+    if source is None:
+        source, start_position = mapped_source(view)
+    if rc:
+        offset = struct.unpack_from(">q", view, pos)[0] if length - pos >= 8 else None
+        cls = errors.RecordTooLargeError if rc == lib.PLOG_ETOOLARGE else errors.CorruptRecordError
+        raise cls(_describe(rc, view, pos), file=source, position=start_position + pos, offset=offset)
+    raise errors.CorruptRecordError(f"CRC mismatch (stored 0x{info.crc:08x})", file=source,
+                                    position=start_position + pos, offset=info.base_offset)
 
 
 def _describe(rc: int, view, pos: int) -> str:

@@ -28,7 +28,7 @@ import time
 from . import errors
 from . import io as _io
 from ._native import ffi, lib
-from .records import describe_error
+from .records import describe_error, forget_source, register_source
 
 PAGE_BYTES = os.sysconf("SC_PAGE_SIZE")
 LOG_SUFFIX, INDEX_SUFFIX, TIME_INDEX_SUFFIX = ".log", ".index", ".timeindex"
@@ -49,7 +49,7 @@ class _Mapping:
 
     __slots__ = ("pointer", "length", "view")
 
-    def __init__(self, fd: int, length: int):
+    def __init__(self, fd: int, length: int, file: str | None = None):
         out = ffi.new("uint8_t **")
         rc = lib.plog_io_mmap(fd, length, 0, out)
         if rc:
@@ -58,6 +58,7 @@ class _Mapping:
         seam = _io.current()  # unmap through the seam the mapping came from
 
         def release(p, length=length, seam=seam):
+            forget_source(int(ffi.cast("uintptr_t", p)))
             if seam is _io.current():
                 lib.plog_io_munmap(p, length)
             else:
@@ -66,6 +67,8 @@ class _Mapping:
         self.pointer = ffi.gc(pointer, release, size=length) if length else pointer
         self.length = length
         self.view = memoryview(ffi.buffer(self.pointer, length)) if length else memoryview(b"")
+        if length and file is not None:
+            register_source(int(ffi.cast("uintptr_t", pointer)), length, file)
 
     def retire_from(self, position: int) -> None:
         """Zero-page everything from `position` on (nothing valid lies there)."""
@@ -247,7 +250,7 @@ class Segment:
         size = self._c.size
         if m is None or m.length < size:
             reserve = max(size, self.config.segment_bytes) if self.active else size
-            m = self._mapping = _Mapping(self._c.log_fd, _round_pages(reserve))
+            m = self._mapping = _Mapping(self._c.log_fd, _round_pages(reserve), self.log_path)
         return m
 
     def log_pointer(self):

@@ -190,3 +190,58 @@ def test_recordbatch_repr_and_bytes():
     assert isinstance(batch, RecordBatch)
     assert batch.to_bytes() == data and batch.size_bytes == len(data)
     assert "base_offset=3" in repr(batch)
+
+
+def test_errors_in_a_view_from_log_read_name_the_file_and_position(tmp_path):
+    """Issue 13 item 7: iter_batches(log.read(...)) names the segment file and the byte
+    position in it, though the view itself carries no name (zero-copy)."""
+    from storage import LogConfig, PartitionLog
+
+    log = PartitionLog.open(tmp_path / "t-0", LogConfig(fsync=False))
+    for i in range(5):
+        log.append_as_leader([b"v%d" % i * 20], 0)
+    path = log.active_segment.log_path
+    view = log.read(2, 1 << 20)
+    position = log.active_segment.find(2)
+    with open(path, "r+b") as f:          # the mapping is shared: damage shows through the view
+        f.seek(position + 70)
+        f.write(b"\xff\xff")
+    with pytest.raises(errors.CorruptRecordError) as info:
+        list(iter_batches(view))
+    assert info.value.file == path and info.value.position == position and info.value.offset == 2
+    log.close()
+
+
+def test_a_kept_error_from_a_mapped_view_does_not_crash_the_collector():
+    """Regression: iter_batches held a live buffer export of a log view in its frame; a caller
+    that kept the CorruptRecordError (its traceback holds the frame) crashed CPython in
+    memory_dealloc when the cycle collector cleared them.  Runs in a child process."""
+    import subprocess
+    import sys
+    import textwrap
+
+    code = textwrap.dedent("""
+        import gc, tempfile
+        from storage import LogConfig, PartitionLog, errors, iter_batches
+        log = PartitionLog.open(tempfile.mkdtemp() + "/t-0", LogConfig(fsync=False))
+        for i in range(5):
+            log.append_as_leader([b"v%d" % i * 20], 0)
+        path, view, position = log.active_segment.log_path, log.read(2, 1 << 20), log.active_segment.find(2)
+        with open(path, "r+b") as f:
+            f.seek(position + 70)
+            f.write(b"\\xff\\xff")
+        kept = []
+        try:
+            list(iter_batches(view))
+        except errors.CorruptRecordError as exc:
+            kept.append(exc)
+        log.close()
+        del view, log
+        kept.append(kept)          # a cycle, as pytest's ExceptionInfo makes one
+        del kept
+        for _ in range(3):
+            gc.collect()
+        print("survived")
+    """)
+    result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
+    assert result.returncode == 0 and result.stdout.strip() == "survived", (result.returncode, result.stderr[-1500:])
