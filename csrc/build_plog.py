@@ -60,7 +60,11 @@ def compile_args():
         args += ["-O3"]
     sanitize = os.environ.get("PLOG_SANITIZE")
     if sanitize:
-        args += [f"-fsanitize={sanitize}", "-fno-omit-frame-pointer", "-g"]
+        # Python's own CFLAGS carry -fwrapv, which defines signed overflow and so hides it from
+        # UBSan: -fno-wrapv (later on the command line, so it wins) makes it visible, and no
+        # recovery makes every finding abort the run.
+        args += [f"-fsanitize={sanitize}", "-fno-omit-frame-pointer", "-g", "-fno-wrapv",
+                 "-fno-sanitize-recover=all"]
     return args
 
 
