@@ -364,8 +364,9 @@ class LogDir:
             try:
                 if _io.current().exists(marker_path):
                     _io.current().unlink(marker_path)
+                    _io.current().fsync_dir(self.path, self._sync_flags)
             except OSError:
-                pass
+                pass    # best effort: every log was flushed before the marker was written
         finally:
             self._closed = True
             self.meta.close()

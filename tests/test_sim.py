@@ -168,3 +168,62 @@ def test_cli_mutate_and_canary():
     assert code == 0 and json.loads(out) == {**json.loads(out), "guard": "M13", "caught": True}
     code, out, _ = sim("mutate", "M0", "--seeds", "100", "--json")
     assert json.loads(out)["caught"] is True and json.loads(out)["seed"] == 100
+
+
+# ---- S7/S8: injected I/O errors ------------------------------------------------------------
+
+def test_simfs_injects_errors_and_a_failed_fsync_makes_nothing_durable(tmp_path):
+    import errno as _errno
+
+    from storage import io as sio
+    from storage.sim.fs import SimFS
+
+    fs = SimFS(tmp_path)
+    path = str(tmp_path / "f")
+    with sio.using(fs):
+        fd = fs.open(path, sio.O_READ | sio.O_WRITE | sio.O_CREATE)
+        fs.pwrite(fd, b"durable", 0)
+        fs.fsync(fd)
+        fs.fsync_dir(str(tmp_path))
+        fs.pwrite(fd, b"VOLATILE", 0)
+        fs.inject("fsync", _errno.EIO)
+        with pytest.raises(OSError) as info:
+            fs.fsync(fd)
+        assert info.value.errno == _errno.EIO and fs.failures[0][:2] == ("fsync", _errno.EIO)
+        fs.inject("write", _errno.ENOSPC, after=1, sticky=True)
+        fs.pwrite(fd, b"x", 10)
+        for _ in range(2):
+            with pytest.raises(OSError):
+                fs.pwrite(fd, b"y", 11)
+        fs.inject("read", _errno.EIO)
+        with pytest.raises(OSError):
+            fs.pread(fd, 4, 0)
+        fs.close(fd)
+    assert fs.state(mode="a")[path] == b"durable"      # the failed fsync flushed nothing
+
+
+def test_io_fault_enumeration_of_one_operation_is_clean(tmp_path):
+    from storage.sim.crash import enumerate_io_faults
+
+    outcome = enumerate_io_faults(str(tmp_path), max_length=1)
+    assert outcome.crash_points > 100 and outcome.violations == []
+
+
+def test_io_fault_enumeration_catches_a_dir_that_stays_online(tmp_path, monkeypatch):
+    """Prove the I16 check can fail: a failure channel that forgets its failure lets later
+    calls succeed, and the enumeration reports it."""
+    from storage import failure
+    from storage.sim.crash import enumerate_io_faults
+
+    monkeypatch.setattr(failure.LogDirFailureChannel, "fail", lambda self, exc, operation: failure.errors.LogDirOfflineError(
+        self.log_dir, exc, operation=operation))
+    outcome = enumerate_io_faults(str(tmp_path), max_length=1, codes=(5,))
+    assert any(v.startswith("I16") for v in outcome.violations)
+
+
+@pytest.mark.slow
+def test_io_fault_enumeration_of_two_operations_is_clean(tmp_path):
+    from storage.sim.crash import enumerate_io_faults
+
+    outcome = enumerate_io_faults(str(tmp_path), max_length=2)
+    assert outcome.crash_points > 1000 and outcome.violations == []

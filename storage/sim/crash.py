@@ -14,11 +14,13 @@ loss), the log dir is reopened and checked:
 """
 from __future__ import annotations
 
+import errno
 import itertools
 import os
 import shutil
 from dataclasses import dataclass, field
 
+from .. import errors
 from .. import io as sio
 from ..log import LogConfig
 from ..logdir import CLEAN_SHUTDOWN_FILE, LogDir
@@ -206,4 +208,110 @@ def enumerate_crashes(workdir: str, *, max_length: int = 2, seed: int = 0, state
     marker = os.path.join(base, CLEAN_SHUTDOWN_FILE)
     if os.path.exists(marker):
         os.unlink(marker)
+    return outcome
+
+
+# ---- S8: an I/O error at every mutation point, then a crash ------------------------------------
+
+def _refuses_everything(log, logdir, remaining) -> list[str]:
+    """After a failure the dir acknowledges nothing (the failure-state invariant, I16)."""
+    out = []
+    for step, operation in enumerate(remaining):
+        try:
+            _apply(log, logdir, operation, 100 + step)
+        except errors.LogDirOfflineError:
+            continue
+        except Exception as exc:   # noqa: BLE001
+            out.append(f"{operation} after the failure raised {exc!r}, not LogDirOfflineError")
+            continue
+        if operation in ("append", "flush", "roll", "truncate", "epoch_bump", "log_start"):
+            out.append(f"{operation} after the failure succeeded")
+    try:
+        log.read(log.log_start_offset, 1)
+        out.append("a read after the failure succeeded")
+    except errors.LogDirOfflineError:
+        pass
+    try:
+        logdir.close()
+        out.append("close after the failure succeeded")
+    except errors.LogDirOfflineError:
+        pass
+    return out
+
+
+def enumerate_io_faults(workdir: str, *, max_length: int = 2, codes=(errno.EIO, errno.ENOSPC), seed: int = 0,
+                        states=(("d", ()), ("a", ()), ("b", ()), ("c", ()))) -> Outcome:
+    """For every operation sequence and every mutation point in it: fail that mutation with each
+    errno (S8; a failed fsync makes nothing durable), check that the call raised
+    LogDirOfflineError and that nothing is acknowledged afterwards (I16), then crash and check
+    the recovered log (I12: a prefix of the run, holding everything flushed before the
+    failure; no clean-shutdown marker)."""
+    base = os.path.join(workdir, "base")
+    pristine_dir = os.path.join(workdir, "pristine")
+    shutil.rmtree(workdir, ignore_errors=True)
+    os.makedirs(pristine_dir)
+    _prepare(pristine_dir)
+    partition_dir = os.path.join(os.path.abspath(base), "t-0")
+    pristine = {os.path.join(os.path.abspath(base), os.path.relpath(p, pristine_dir)): data
+                for p, data in snapshot(pristine_dir).items()}
+    outcome = Outcome()
+    sequences = [s for n in range(1, max_length + 1) for s in itertools.product(OPERATIONS, repeat=n)]
+    for sequence in sequences:
+        outcome.sequences += 1
+        for code in codes:
+            point = 0
+            while True:
+                shutil.rmtree(base, ignore_errors=True)
+                shutil.copytree(pristine_dir, base)
+                fs = SimFS(base, seed=seed * 1_000_003 + outcome.sequences * 1009 + point)
+                versions = [_batches_in(pristine, partition_dir)]
+                label = f"{'+'.join(sequence)} {errno.errorcode[code]}@{point}"
+                with sio.using(fs):
+                    logdir = LogDir.open(base, CONFIG)
+                    log = logdir.partition("t", 0)
+                    floor = log.recovery_point
+                    fs.inject("any", code, after=point)
+                    failed_at = None
+                    for step, operation in enumerate(sequence):
+                        if operation == "truncate" and log.log_end_offset > log.log_start_offset:
+                            # what a truncation removes may go even when it fails half-way
+                            target = max(log.log_start_offset, log.log_end_offset - 1)
+                            cut = next(iter(iter_batches(log.read(target, 1))), None)
+                            floor = min(floor, cut.base_offset if cut is not None else target)
+                        try:
+                            _apply(log, logdir, operation, step)
+                        except errors.LogDirOfflineError as exc:
+                            if getattr(exc.first_failure, "errno", None) != code:
+                                outcome.violations.append(f"{label}: the failure names {exc.first_failure!r}")
+                            failed_at = step
+                            break
+                        except Exception as exc:   # noqa: BLE001
+                            outcome.violations.append(f"{label}: {operation} raised {exc!r}")
+                            failed_at = step
+                            break
+                        versions.append(_batches_in(snapshot(base), partition_dir))
+                        if operation == "flush":
+                            floor = log.recovery_point
+                        elif operation == "truncate":
+                            floor = min(floor, log.log_end_offset)
+                    if failed_at is None:
+                        try:
+                            logdir.close()       # the close is a point to fail too
+                        except errors.LogDirOfflineError:
+                            failed_at = len(sequence)
+                        else:
+                            break   # the run ended before this mutation point: every point covered
+                    outcome.crash_points += 1
+                    outcome.violations += [f"I16 {label}: {v}" for v in
+                                           _refuses_everything(log, logdir, sequence[failed_at + 1:])]
+                    if os.path.exists(os.path.join(base, CLEAN_SHUTDOWN_FILE)):
+                        outcome.violations.append(f"I12 {label}: a clean-shutdown marker after a failure")
+                at_failure = snapshot(base)
+                versions.append(_batches_in(at_failure, partition_dir))
+                for mode, faults in states:
+                    write_tree(os.path.abspath(base), at_failure)
+                    write_tree(os.path.abspath(base), fs.state(base, mode=mode, faults=faults))
+                    outcome.states += 1
+                    outcome.violations += _check(base, versions, floor, f"{label} then crash {mode}")
+                point += 1
     return outcome

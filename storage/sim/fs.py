@@ -66,6 +66,8 @@ class SimFS(PosixIO):
         self.pending_ns: list[tuple] = []       # namespace changes since their dir's fsync
         self.truncated_to: dict[int, int] = {}  # inode -> smallest size it was cut to since its fsync
         self.fd_inode: dict[int, int] = {}
+        self.injected: list[dict] = []          # S7/S8 faults armed with inject()
+        self.failures: list[tuple] = []         # (operation, errno, mutation) of every injected failure
         self.adopt()
 
     # ---- bookkeeping ----
@@ -103,12 +105,37 @@ class SimFS(PosixIO):
                 with open(path, "rb") as f:
                     self.durable_data[inode] = f.read()
 
-    def _mutation(self, kind: str) -> None:
+    def inject(self, operation: str, code: int, *, after: int = 0, sticky: bool = False, path=None) -> None:
+        """S7/S8: fail the operation (`write`, `fsync`, `truncate`, `rename`, `unlink`, `create`,
+        `fsync_dir`, `read`, or `any` mutation) with OSError(code) once `after` more of them
+        succeeded; `sticky` keeps failing it.  A failed fsync makes nothing durable (fsyncgate:
+        what it should have flushed stays volatile, and a crash draws it like any page cache)."""
+        self.injected.append({"operation": operation, "errno": code, "after": after, "sticky": sticky,
+                              "path": None if path is None else os.path.abspath(os.fspath(path))})
+
+    def _maybe_fail(self, kind: str, path=None) -> None:
+        for spec in self.injected:
+            if spec["operation"] not in (kind, "any") or spec["operation"] == "any" and kind == "read":
+                continue
+            if spec["path"] is not None and (path is None or not str(path).startswith(spec["path"])):
+                continue
+            if spec["after"] > 0:
+                spec["after"] -= 1
+                continue
+            if not spec["sticky"]:
+                self.injected.remove(spec)
+            self.counts[f"failed-{kind}"] += 1
+            self.failures.append((kind, spec["errno"], self.mutations))
+            raise OSError(spec["errno"], f"{os.strerror(spec['errno'])} (injected by SimFS)", path)
+
+    def _mutation(self, kind: str, path=None) -> None:
         self.counts[kind] += 1
         self.mutations += 1
         if self.crash_after is not None and self.mutations >= self.crash_after:
             self.crash_after = None
             raise CrashNow(f"crash at mutation {self.mutations} ({kind})")
+        if self.injected:
+            self._maybe_fail(kind, path)
 
     # ---- the seam ----
     def open(self, path, flags):
@@ -131,6 +158,11 @@ class SimFS(PosixIO):
     def close(self, fd):
         self.fd_inode.pop(fd, None)
         return super().close(fd)
+
+    def pread(self, fd, length, offset):
+        if self.injected and fd in self.fd_inode:
+            self._maybe_fail("read")
+        return super().pread(fd, length, offset)
 
     def pwrite(self, fd, data, offset):
         if fd in self.fd_inode:
