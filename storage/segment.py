@@ -106,12 +106,16 @@ class _OpenSegments:
         self.limit = _default_open_segments_max()
         self._lru: collections.OrderedDict = collections.OrderedDict()
         self._lock = threading.Lock()
+        self.last = None
 
     def __len__(self) -> int:
         return len(self._lru)
 
     def touch(self, segment: "Segment") -> None:
+        if self.last is segment:         # the common case of a run of reads: nothing to move
+            return
         with self._lock:
+            self.last = segment
             lru = self._lru
             if segment in lru:
                 lru.move_to_end(segment)
@@ -135,11 +139,15 @@ class _OpenSegments:
                 if lock is not None:
                     lock.release()
             del self._lru[victim]
+            if self.last is victim:
+                self.last = None
             count -= 1
 
     def forget(self, segment: "Segment") -> None:
         with self._lock:
             self._lru.pop(segment, None)
+            if self.last is segment:
+                self.last = None
 
 
 open_segments = _OpenSegments()
@@ -189,6 +197,8 @@ class Segment:
     def _use(self) -> None:
         """Resume a suspended segment and mark it recently used; every call that touches the
         files, the indexes or the read mapping starts here."""
+        if not self.suspended and open_segments.last is self:
+            return
         if self.suspended:
             self._check(lib.plog_segment_resume(self._c, os.fsencode(self.log_path), os.fsencode(self.index_path),
                                                 os.fsencode(self.time_index_path)), "reopen")
