@@ -127,8 +127,9 @@ class PartitionLog:
     def __init__(self, path, config: LogConfig | None = None, *, recovery_point: int | None = None,
                  log_start_offset: int | None = None, clean_shutdown: bool = False,
                  high_watermark: int | None = None, failure_channel: LogDirFailureChannel | None = None,
-                 recover_mode: str = "strict"):
+                 recover_mode: str = "strict", log_start_offset_trusted: bool = True):
         self.path = os.fspath(path)
+        self._log_start_trusted = log_start_offset_trusted
         self.config = config or LogConfig()
         # Shared by every partition of a LogDir; a log opened on its own has its own.
         self.failure_channel = failure_channel or LogDirFailureChannel(os.path.dirname(self.path) or self.path)
@@ -204,17 +205,17 @@ class PartitionLog:
         if log_start_offset is not None:
             start = max(start, log_start_offset)
         leo = self.segments[-1].next_offset if self.segments else start
-        if leo < start and self.size_bytes and recover_mode != "force":
-            # Kafka drops every segment here.  But a log start offset is never above the high
-            # watermark when it is checkpointed, and the recovery point never below it: a log
-            # with data that ends below it lost durable data, or the checkpoint is wrong.
-            # Nothing is deleted without the user's explicit choice.
+        if leo < start and self.size_bytes and recover_mode != "force" and not self._log_start_trusted:
+            # Kafka drops every segment here, and for our own checkpoint that is right (a
+            # batch-granular truncation inside the batch holding the log start leaves only data
+            # below it).  A value imported from a Kafka checkpoint file may be wrong, though: it
+            # must not delete the log without the user's explicit choice.
             for segment in self.segments:
                 segment.close()
             self.segments.clear()
             self._bases.clear()
             raise errors.CorruptSegmentError(
-                f"the checkpointed log start offset {start} is above the log end offset {leo}: refusing to "
+                f"the imported log start offset {start} is above the log end offset {leo}: refusing to "
                 f"delete every segment (open with recover_mode='force' to do what Kafka does)", file=self.path)
         if leo < start:
             # Kafka: the log ends below the checkpointed start offset -> drop everything.

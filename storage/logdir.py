@@ -123,6 +123,7 @@ class LogDir:
         self.recovery_report: dict[tuple[str, int], list] = {}
         # Partitions whose segments below the recovery point are damaged (loader.py: refuse).
         self.unopened: dict[tuple[str, int], errors.StorageError] = {}
+        self._imported: set[tuple[str, int]] = set()
         self.meta = None
         seam = _io.current()
         seam.mkdir(self.path)
@@ -151,6 +152,7 @@ class LogDir:
             seam.unlink(marker)
             seam.fsync_dir(self.path, self._sync_flags)
         imported = {} if seam.exists(os.path.join(self.path, META_FILE)) else self._import_kafka_checkpoints()
+        self._imported = set(imported)     # offsets from Kafka's files, not written by this engine
         self.meta = MetaStore(self.path, sync=self.config.fsync)
         stored = {**imported, **self.meta.partitions()}
         for name in sorted(seam.listdir(self.path)):
@@ -168,10 +170,6 @@ class LogDir:
                     self.unopened[key] = exc
         if imported:
             self.checkpoint()
-            # A refused partition keeps what Kafka's files said about it for the next open.
-            kept = {key: stored[key] for key in self.unopened if key in stored}
-            if kept:
-                self.meta.put_partitions(kept)
         if self.had_clean_shutdown and not guards.on("M23") and seam.exists(marker):
             seam.unlink(marker)   # the mutation: removed only after loading (KAFKA-10471)
 
@@ -209,7 +207,7 @@ class LogDir:
             log_start_offset=offsets.log_start_offset if offsets and offsets.log_start_offset >= 0 else None,
             high_watermark=offsets.high_watermark if offsets else None,
             clean_shutdown=self.had_clean_shutdown, failure_channel=self.failure_channel,
-            recover_mode=self.recover_mode)
+            recover_mode=self.recover_mode, log_start_offset_trusted=key not in self._imported)
         if log.recovery_report:
             self.recovery_report[key] = list(log.recovery_report)
         log.on_recovery_point_lowered = self._store_offsets
