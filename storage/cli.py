@@ -254,6 +254,9 @@ def log_dir_offsets(log_dir: str) -> tuple[dict, str | None, list[Issue]]:
         found = True
         try:
             values = checkpoint.read_offsets(path)
+        except checkpoint.OffsetCheckpointRangeError as exc:
+            warnings.append(Issue("metadata", f"checkpoint holds an out-of-range value, not used: {exc.reason}", path))
+            continue
         except (checkpoint.CheckpointError, OSError) as exc:
             warnings.append(Issue("metadata", f"unreadable checkpoint, ignored as Kafka does: {exc}", path))
             continue

@@ -236,6 +236,9 @@ def test_an_out_of_range_checkpoint_value_is_a_clear_error(tmp_path, value):
     assert "recovery-point-offset-checkpoint" in str(info.value) and "line 3" in str(info.value)
     assert {n: open(os.path.join(root, "t-0", n), "rb").read() for n in os.listdir(os.path.join(root, "t-0"))} \
         == before
+    from storage.cli import main           # the CLI: one line, no traceback
+
+    assert main(["verify", root, "--no-progress"]) in (0, 1)
 
 
 def test_a_log_start_offset_above_the_log_end_deletes_nothing(tmp_path):
