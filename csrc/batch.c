@@ -124,6 +124,31 @@ static void note_epoch(int32_t *count, int32_t *epochs, int64_t *offsets, int32_
     (*count)++;
 }
 
+/* Kafka's LogValidator for a batch a producer sent (AppendOrigin.CLIENT, LogValidator
+ * validateBatch and validateRecord): at least one record, a record count that matches the
+ * offset range, no control batch, a sequence number when there is a producer id, CreateTime.
+ * An uncompressed batch's records are walked (plog_records_check): well formed, offset deltas
+ * 0..n-1, and the batch's max timestamp must be the largest record timestamp, as Kafka sets
+ * it.  A compressed batch (its records are not in buf) and a max timestamp to rewrite go
+ * back to the caller (PLOG_ERECHECK) unless it has done that (PLOG_VALIDATE_RECHECKED). */
+static int check_client_batch(const uint8_t *b, const plog_batch_info *info, int flags) {
+    if (info->record_count <= 0 || (int64_t)info->record_count != (int64_t)info->last_offset_delta + 1)
+        return PLOG_ERECORD;
+    if (info->attributes & PLOG_ATTR_CONTROL) return PLOG_ERECORD;
+    if (info->producer_id >= 0 && info->base_sequence < 0) return PLOG_ERECORD;
+    if (info->attributes & PLOG_ATTR_LOG_APPEND_TIME) return PLOG_ETIMESTAMP;
+    if (flags & PLOG_VALIDATE_RECHECKED) return 0;
+    if (info->attributes & PLOG_ATTR_COMPRESSION_MASK) return PLOG_ERECHECK;
+    int64_t max_delta, error_position, max_timestamp = -1;
+    int rc = plog_records_check(b + PLOG_BATCH_OVERHEAD, (size_t)info->size_bytes - PLOG_BATCH_OVERHEAD,
+                                info->record_count, &max_delta, &error_position);
+    if (rc) return rc == PLOG_EORDER ? PLOG_ERECORD : rc;
+    int64_t newest;
+    if (__builtin_add_overflow(info->base_timestamp, max_delta, &newest)) return PLOG_ETIMESTAMP;
+    if (newest > max_timestamp) max_timestamp = newest;
+    return max_timestamp == info->max_timestamp ? 0 : PLOG_ERECHECK;
+}
+
 /* The checks of plog_validate_chunk.  check_crc = 0 is the structural pass of
  * plog_segment_append_chunk: nothing is stamped, offsets are computed as ASSIGN_OFFSETS
  * would write them, and the CRCs are left to the caller -- but a batch failing an offset
@@ -156,6 +181,10 @@ static int validate(uint8_t *buf, size_t length, plog_validate *v, int check_crc
             info.last_offset = next + info.last_offset_delta;
         }
         if (info.last_offset == INT64_MAX) return PLOG_ECORRUPT;   /* no next offset after it */
+        if (v->flags & PLOG_VALIDATE_CLIENT) {
+            rc = check_client_batch(buf + pos, &info, v->flags);
+            if (rc) return !check_crc && !plog_batch_crc_ok(buf + pos, &info) ? PLOG_ECRC : rc;
+        }
         if (v->flags & PLOG_VALIDATE_STAMP_EPOCH) info.partition_leader_epoch = v->leader_epoch;
         if (check_crc && (v->flags & (PLOG_VALIDATE_ASSIGN_OFFSETS | PLOG_VALIDATE_STAMP_EPOCH)))
             plog_batch_stamp(buf + pos, info.base_offset, info.partition_leader_epoch);

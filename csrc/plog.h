@@ -37,7 +37,7 @@
 /* CDEF-BEGIN */
 
 /* Version of the C ABI; storage/_native.py refuses a module built from other sources. */
-#define PLOG_ABI_VERSION 5
+#define PLOG_ABI_VERSION 6
 
 /* Error codes (negative, private range). */
 #define PLOG_EPARTIAL      -1001  /* data ends inside a batch (not an error during iteration) */
@@ -57,6 +57,8 @@
 #define PLOG_EEMPTY        -1015  /* appended buffer holds no complete batch */
 #define PLOG_ELISTTOOLARGE -1016  /* appended chunk larger than segment_bytes */
 #define PLOG_EROLL         -1017  /* the segment must roll before this chunk (nothing written) */
+#define PLOG_ETIMESTAMP    -1018  /* a client batch's timestamps are not acceptable */
+#define PLOG_ERECHECK      -1019  /* the caller must check or rewrite a batch first (nothing written) */
 
 /* Format constants (Kafka's). */
 #define PLOG_LOG_OVERHEAD 12
@@ -181,6 +183,15 @@ typedef struct plog_record_view {
 int plog_records_decode(const uint8_t *buf, size_t length, int32_t count,
                         plog_record_view *out, int64_t *error_position);
 
+/* Kafka's LogValidator pass over the records of one uncompressed batch (or the decompressed
+ * records of a compressed one), without decoding keys and values: exactly `count` records,
+ * each valid as plog_records_decode checks, nothing left over (PLOG_ERECORD), and each
+ * record's offset delta equal to its index (PLOG_EORDER).  *max_timestamp_delta receives the
+ * largest timestamp delta (INT64_MIN when count is 0); on error *error_position holds the
+ * position of the failing record. */
+int plog_records_check(const uint8_t *buf, size_t length, int32_t count, int64_t *max_timestamp_delta,
+                       int64_t *error_position);
+
 /* Decode `count` headers starting at buf[position]; header values may be null (-1). */
 int plog_headers_decode(const uint8_t *buf, size_t length, int32_t position, int32_t count,
                         int32_t *key_positions, int32_t *key_lengths,
@@ -195,6 +206,8 @@ int plog_varint_encode(int64_t value, uint8_t *out);
 #define PLOG_VALIDATE_STAMP_EPOCH 2      /* leader: write leader_epoch into every batch */
 #define PLOG_VALIDATE_REQUIRE_FIRST 4    /* follower: first base offset >= next_offset */
 #define PLOG_APPEND_NO_ROLL 8            /* plog_segment_append_chunk: skip the roll check */
+#define PLOG_VALIDATE_CLIENT 16          /* leader, producer origin: Kafka's LogValidator checks */
+#define PLOG_VALIDATE_RECHECKED 32       /* the caller checked the compressed batches' records */
 #define PLOG_VALIDATE_MAX_EPOCHS 64
 #define PLOG_EPOCH_MIXED -2147483649     /* sole_epoch when the batches carry different epochs */
 

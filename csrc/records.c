@@ -39,8 +39,20 @@ static inline int varint_size(int64_t value) {
 
 int plog_varint_encode(int64_t value, uint8_t *out) { return put_varint(out, value); }
 
-/* Read a zig-zag varint of at most max_bytes (5 or 10); -1 on overrun or overlong. */
+/* Read a zig-zag varint of at most max_bytes (5 or 10); -1 on overrun or overlong.  One- and
+ * two-byte varints (every field of a typical record header) take the short paths. */
 static inline int get_varint(const uint8_t *p, size_t avail, int max_bytes, int64_t *out) {
+    if (__builtin_expect(avail >= 2, 1)) {
+        if (!(p[0] & 0x80)) {
+            *out = (int64_t)(p[0] >> 1) ^ -(int64_t)(p[0] & 1);
+            return 1;
+        }
+        if (!(p[1] & 0x80)) {
+            uint64_t v = (uint64_t)(p[0] & 0x7f) | ((uint64_t)p[1] << 7);
+            *out = (int64_t)(v >> 1) ^ -(int64_t)(v & 1);
+            return 2;
+        }
+    }
     uint64_t v = 0;
     int shift = 0;
     for (int i = 0; i < max_bytes; i++) {
@@ -146,6 +158,51 @@ static int64_t skip_headers(const uint8_t *p, size_t avail, int64_t count) {
     return (int64_t)pos;
 }
 
+/* One record of a v2 records section at buf[pos], with Kafka's record-level validation
+ * (DefaultRecord.readFrom): the declared length is present and consumed exactly, lengths are
+ * -1 or fit, header counts and key lengths are non-negative.  Fills *out, returns the
+ * position after the record, or 0 when it is malformed (a record is never empty). */
+static inline size_t parse_record(const uint8_t *buf, size_t length, size_t pos, plog_record_view *out) {
+    int64_t body, value;
+    int n = get_varint(buf + pos, length - pos, 5, &body);
+    if (n < 0 || body < 0) return 0;
+    pos += (size_t)n;
+    if ((uint64_t)body > length - pos) return 0;
+    size_t end = pos + (size_t)body, p = pos;
+    if (p >= end) return 0;
+    p++;                                        /* attributes */
+    n = get_varint(buf + p, end - p, 10, &value);
+    if (n < 0) return 0;
+    out->timestamp_delta = value;
+    p += (size_t)n;
+    n = get_varint(buf + p, end - p, 5, &value);
+    if (n < 0) return 0;
+    out->offset_delta = (int32_t)value;
+    p += (size_t)n;
+    n = get_varint(buf + p, end - p, 5, &value);
+    if (n < 0 || value < -1 || (value > 0 && (uint64_t)value > end - p - (size_t)n)) return 0;
+    p += (size_t)n;
+    out->key_position = (int32_t)p;
+    out->key_length = (int32_t)value;
+    if (value > 0) p += (size_t)value;
+    n = get_varint(buf + p, end - p, 5, &value);
+    if (n < 0 || value < -1 || (value > 0 && (uint64_t)value > end - p - (size_t)n)) return 0;
+    p += (size_t)n;
+    out->value_position = (int32_t)p;
+    out->value_length = (int32_t)value;
+    if (value > 0) p += (size_t)value;
+    n = get_varint(buf + p, end - p, 5, &value);
+    if (n < 0 || value < 0 || (uint64_t)value > end - p) return 0;
+    p += (size_t)n;
+    out->headers_position = (int32_t)p;
+    out->headers_count = (int32_t)value;
+    int64_t skipped = skip_headers(buf + p, end - p, value);
+    if (skipped < 0) return 0;
+    p += (size_t)skipped;
+    if (p != end) return 0;                     /* declared length not consumed exactly */
+    return end;
+}
+
 int plog_records_decode(const uint8_t *buf, size_t length, int32_t count, plog_record_view *out,
                         int64_t *error_position) {
     size_t pos = 0;
@@ -154,48 +211,70 @@ int plog_records_decode(const uint8_t *buf, size_t length, int32_t count, plog_r
         return PLOG_ERECORD;
     }
     for (int32_t i = 0; i < count; i++) {
-        int64_t body, value;
         *error_position = (int64_t)pos;
-        int n = get_varint(buf + pos, length - pos, 5, &body);
-        if (n < 0 || body < 0) return PLOG_ERECORD;
-        pos += (size_t)n;
-        if ((uint64_t)body > length - pos) return PLOG_ERECORD;
-        size_t end = pos + (size_t)body, p = pos;
-        if (p >= end) return PLOG_ERECORD;
-        p++;                                        /* attributes */
-        n = get_varint(buf + p, end - p, 10, &value);
-        if (n < 0) return PLOG_ERECORD;
-        out[i].timestamp_delta = value;
-        p += (size_t)n;
-        n = get_varint(buf + p, end - p, 5, &value);
-        if (n < 0) return PLOG_ERECORD;
-        out[i].offset_delta = (int32_t)value;
-        p += (size_t)n;
-        n = get_varint(buf + p, end - p, 5, &value);
-        if (n < 0 || value < -1 || (value > 0 && (uint64_t)value > end - p - (size_t)n)) return PLOG_ERECORD;
-        p += (size_t)n;
-        out[i].key_position = (int32_t)p;
-        out[i].key_length = (int32_t)value;
-        if (value > 0) p += (size_t)value;
-        n = get_varint(buf + p, end - p, 5, &value);
-        if (n < 0 || value < -1 || (value > 0 && (uint64_t)value > end - p - (size_t)n)) return PLOG_ERECORD;
-        p += (size_t)n;
-        out[i].value_position = (int32_t)p;
-        out[i].value_length = (int32_t)value;
-        if (value > 0) p += (size_t)value;
-        n = get_varint(buf + p, end - p, 5, &value);
-        if (n < 0 || value < 0 || (uint64_t)value > end - p) return PLOG_ERECORD;
-        p += (size_t)n;
-        out[i].headers_position = (int32_t)p;
-        out[i].headers_count = (int32_t)value;
-        int64_t skipped = skip_headers(buf + p, end - p, value);
-        if (skipped < 0) return PLOG_ERECORD;
-        p += (size_t)skipped;
-        if (p != end) return PLOG_ERECORD;          /* declared length not consumed exactly */
+        size_t end = parse_record(buf, length, pos, &out[i]);
+        if (end == 0) return PLOG_ERECORD;
         pos = end;
     }
     *error_position = (int64_t)pos;
     if (pos != length) return PLOG_ERECORD;         /* "Incorrect declared batch size" */
+    return 0;
+}
+
+/* plog_records_check's walk over one record: parse_record's checks, without filling a view
+ * (this runs on every leader append, so it is kept lean).  Returns the position after the
+ * record, 0 when it is malformed, or 1 when its offset delta is not `index` (a record is
+ * never one byte long: length, attributes, timestamp, offset, key, value, headers). */
+static inline size_t check_record(const uint8_t *buf, size_t length, size_t pos, int32_t index,
+                                  int64_t *max_timestamp_delta) {
+    int64_t body, v;
+    int n = get_varint(buf + pos, length - pos, 5, &body);
+    if (n < 0 || body <= 0 || (uint64_t)body > length - pos - (size_t)n) return 0;
+    const uint8_t *p = buf + pos + n + 1, *end = buf + pos + n + body;     /* past the attributes */
+    if ((n = get_varint(p, (size_t)(end - p), 10, &v)) < 0) return 0;
+    p += n;
+    if (v > *max_timestamp_delta) *max_timestamp_delta = v;
+    if ((n = get_varint(p, (size_t)(end - p), 5, &v)) < 0) return 0;
+    p += n;
+    int misplaced = v != index;
+    for (int field = 0; field < 2; field++) {                               /* key, value */
+        if ((n = get_varint(p, (size_t)(end - p), 5, &v)) < 0 || v < -1) return 0;
+        p += n;
+        if (v > 0) {
+            if ((uint64_t)v > (size_t)(end - p)) return 0;
+            p += v;
+        }
+    }
+    if ((n = get_varint(p, (size_t)(end - p), 5, &v)) < 0 || v < 0 || (uint64_t)v > (size_t)(end - p)) return 0;
+    p += n;
+    if (v) {
+        int64_t skipped = skip_headers(p, (size_t)(end - p), v);
+        if (skipped < 0) return 0;
+        p += skipped;
+    }
+    if (p != end) return 0;                     /* declared length not consumed exactly */
+    return misplaced ? 1 : (size_t)(end - buf);
+}
+
+int plog_records_check(const uint8_t *buf, size_t length, int32_t count, int64_t *max_timestamp_delta,
+                       int64_t *error_position) {
+    size_t pos = 0;
+    int64_t max_delta = INT64_MIN;
+    if (count < 0) {
+        *error_position = 0;
+        return PLOG_ERECORD;
+    }
+    for (int32_t i = 0; i < count; i++) {
+        size_t end = check_record(buf, length, pos, i, &max_delta);
+        if (__builtin_expect(end <= 1, 0)) {
+            *error_position = (int64_t)pos;
+            return end ? PLOG_EORDER : PLOG_ERECORD;
+        }
+        pos = end;
+    }
+    *error_position = (int64_t)pos;
+    if (pos != length) return PLOG_ERECORD;
+    *max_timestamp_delta = max_delta;
     return 0;
 }
 

@@ -456,6 +456,8 @@ static const char *const messages[] = {
     "no complete batch in the appended data",
     "appended data larger than the segment size",
     "the segment must roll before this append",
+    "invalid timestamp in a producer batch",
+    "the caller must check the batch's records first",
 };
 
 const char *plog_strerror(int rc) {

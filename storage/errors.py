@@ -30,6 +30,7 @@ class Errors(IntEnum):
     NOT_ENOUGH_REPLICAS = 19
     NOT_ENOUGH_REPLICAS_AFTER_APPEND = 20
     INVALID_REQUIRED_ACKS = 21
+    INVALID_TIMESTAMP = 32
     NOT_CONTROLLER = 41
     INVALID_REQUEST = 42
     UNSUPPORTED_COMPRESSION_TYPE = 76
@@ -95,6 +96,14 @@ class InvalidRecordError(CorruptRecordError):
     """A record inside an otherwise valid batch is malformed (Kafka's InvalidRecordException)."""
 
     error_code = Errors.INVALID_RECORD
+
+
+class InvalidTimestampError(StorageError, ValueError):
+    """A producer batch carries timestamps the leader does not accept (Kafka's
+    InvalidTimestampException): LogAppendTime set by the producer, or a timestamp that
+    overflows."""
+
+    error_code = Errors.INVALID_TIMESTAMP
 
 
 class RecordTooLargeError(StorageError, ValueError):

@@ -31,6 +31,7 @@ from . import io as _io
 from ._native import ffi, lib
 from .epoch import CHECKPOINT_FILE, FLUSH_MODES, LeaderEpochCache
 from .records import _build, describe_error, iter_batches
+from . import validator
 from .loader import Loader
 from .segment import INDEX_SUFFIX, LOG_SUFFIX, TIME_INDEX_SUFFIX, Segment
 
@@ -99,6 +100,13 @@ _VALIDATE_ERRORS = {
 }
 
 
+_ORIGINS = ("client", "coordinator")
+
+
+class _Recheck(Exception):
+    """PLOG_ERECHECK: validator.recheck must see the chunk before C can append it."""
+
+
 _EPOCH_MIXED = lib.PLOG_EPOCH_MIXED
 _bisect_right = bisect.bisect_right
 # AppendInfo from the seven int64 fields plog_validate leads with (plog.h): what
@@ -140,8 +148,11 @@ class PartitionLog:
         self._dir_dirty = False
         # One preallocated in/out struct per kind of append, reused (under the lock); the
         # limits are set once (the config is frozen), and `out` views its AppendInfo fields.
-        self._leader_append = _AppendState(self.config, lib.PLOG_VALIDATE_ASSIGN_OFFSETS
-                                           | lib.PLOG_VALIDATE_STAMP_EPOCH, self.config.max_message_bytes)
+        leader = lib.PLOG_VALIDATE_ASSIGN_OFFSETS | lib.PLOG_VALIDATE_STAMP_EPOCH
+        self._leader_append = {
+            "client": _AppendState(self.config, leader | lib.PLOG_VALIDATE_CLIENT, self.config.max_message_bytes),
+            "coordinator": _AppendState(self.config, leader, self.config.max_message_bytes),
+        }
         self._follower_append = _AppendState(self.config, lib.PLOG_VALIDATE_REQUIRE_FIRST, 0)
         self.on_recovery_point_lowered = None   # LogDir persists the lowered recovery point
         self._recovered: list[tuple[int, int, list]] = []   # (base, end, epoch changes) per recovered segment
@@ -336,17 +347,24 @@ class PartitionLog:
 
     # ---- appends ----
     @guarded
-    def append_as_leader(self, records_or_batches, leader_epoch: int, *, compression: str = "none") -> AppendInfo:
+    def append_as_leader(self, records_or_batches, leader_epoch: int, *, compression: str = "none",
+                         origin: str = "client") -> AppendInfo:
         """Append as the partition leader: offsets assigned from the log end offset, every
         batch stamped with `leader_epoch`.
 
         records_or_batches: a bytes-like object holding whole v2 batches (copied, then
         rewritten), or an iterable of records (as `build_batch` takes) built into one batch
         with `compression`.
+        origin: "client" (a producer's batches, checked as Kafka's LogValidator does:
+        storage/validator.py) or "coordinator" (the broker's own batches, such as
+        transaction markers: control batches allowed, records not walked).
         """
         if leader_epoch < 0:
             raise ValueError("leader_epoch must be >= 0")
-        if isinstance(records_or_batches, (bytes, bytearray, memoryview)):
+        if origin not in _ORIGINS:
+            raise ValueError(f"origin must be one of {_ORIGINS}")
+        prebuilt = isinstance(records_or_batches, (bytes, bytearray, memoryview))
+        if prebuilt:
             buf = bytearray(records_or_batches)
             if not buf:
                 return self._nothing_appended()
@@ -356,10 +374,28 @@ class PartitionLog:
             buf = _build(records_or_batches, base_offset=0, partition_leader_epoch=leader_epoch,
                          compression=compression, base_timestamp=None, producer_id=-1, producer_epoch=-1,
                          base_sequence=-1, is_transactional=False, is_control=False)
+        state = self._leader_append[origin]
         with self._lock:
             self._ensure_open()
-            with ffi.from_buffer(buf) as pointer:
-                return self._append(self._leader_append, pointer, len(buf), leader_epoch)
+            try:
+                if not prebuilt:
+                    # Our own builder's batch: its records and max timestamp are right.
+                    state.v.flags |= lib.PLOG_VALIDATE_RECHECKED
+                with ffi.from_buffer(buf) as pointer:
+                    return self._append(state, pointer, len(buf), leader_epoch)
+            except _Recheck:
+                pass
+            finally:
+                state.v.flags &= ~lib.PLOG_VALIDATE_RECHECKED
+            # A compressed batch, or a max timestamp to set from the records: nothing was
+            # written; the validator checks (and may rewrite) the chunk, then C appends it.
+            validator.recheck(buf, file=f"{self.path} (appended data)")
+            state.v.flags |= lib.PLOG_VALIDATE_RECHECKED
+            try:
+                with ffi.from_buffer(buf) as pointer:
+                    return self._append(state, pointer, len(buf), leader_epoch)
+            finally:
+                state.v.flags &= ~lib.PLOG_VALIDATE_RECHECKED
 
     @guarded
     def append_as_follower(self, batches) -> AppendInfo:
@@ -445,6 +481,11 @@ class PartitionLog:
                 v.flags &= ~lib.PLOG_APPEND_NO_ROLL
             if rc == 0:
                 return
+        if rc == lib.PLOG_ERECHECK:
+            raise _Recheck()
+        if rc in (lib.PLOG_ERECORD, lib.PLOG_ETIMESTAMP) and v.error_position >= 0:
+            raise validator.explain(ffi.buffer(pointer, length), v.error_position, rc,
+                                    file=f"{self.path} (appended data)")
         if rc == lib.PLOG_ELISTTOOLARGE:
             raise errors.RecordListTooLargeError(
                 f"append of {length} bytes exceeds segment_bytes={self.config.segment_bytes}", file=self.path,

@@ -81,7 +81,11 @@ def _through_every_entry_point(data: bytearray, tmp_path, n: int) -> None:
         scan.epoch_capacity, scan.epochs, scan.epoch_offsets, scan.check_crc = 8, epochs, offsets, 1
         lib.plog_scan_buffer(pointer, length, scan, ffi.NULL)
         lib.plog_batches_span(pointer, length, 0, 1 << 20, -1)
-    for flags in (lib.PLOG_VALIDATE_REQUIRE_FIRST, lib.PLOG_VALIDATE_ASSIGN_OFFSETS | lib.PLOG_VALIDATE_STAMP_EPOCH):
+        md, ep = ffi.new("int64_t *"), ffi.new("int64_t *")
+        for start in {0, min(length, 61), min(length, 70)}:     # a records section from anywhere in the input
+            lib.plog_records_check(pointer + start, length - start, 3, md, ep)
+    leader = lib.PLOG_VALIDATE_ASSIGN_OFFSETS | lib.PLOG_VALIDATE_STAMP_EPOCH
+    for flags in (lib.PLOG_VALIDATE_REQUIRE_FIRST, leader, leader | lib.PLOG_VALIDATE_CLIENT):
         copy = bytearray(data)
         v = ffi.new("plog_validate *")
         v.flags, v.next_offset, v.max_batch_bytes = flags, 0, 1 << 20
@@ -97,10 +101,11 @@ def _through_every_entry_point(data: bytearray, tmp_path, n: int) -> None:
         directory = tmp_path / f"p{n}" / "t-0"
         log = PartitionLog.open(directory, LogConfig(segment_bytes=4096, index_interval_bytes=64, fsync=False))
         try:
-            try:
-                log.append_as_follower(bytes(data))
-            except errors.StorageError:
-                pass
+            for append in (log.append_as_follower, lambda chunk: log.append_as_leader(chunk, 1)):
+                try:
+                    append(bytes(data))
+                except errors.StorageError:
+                    pass
             for offset in range(log.log_start_offset, min(log.log_end_offset, log.log_start_offset + 20)):
                 log.read(offset, 100)
             if log.log_end_offset > log.log_start_offset:
