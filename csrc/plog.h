@@ -37,7 +37,7 @@
 /* CDEF-BEGIN */
 
 /* Version of the C ABI; storage/_native.py refuses a module built from other sources. */
-#define PLOG_ABI_VERSION 6
+#define PLOG_ABI_VERSION 7
 
 /* Error codes (negative, private range). */
 #define PLOG_EPARTIAL      -1001  /* data ends inside a batch (not an error during iteration) */
@@ -317,9 +317,14 @@ typedef struct plog_segment {
     int32_t time_written;
     int64_t time_file_bytes;
     int index_suspect;              /* an index file failed a check at open, or a lookup hint was wrong */
+    int indexes_lazy;               /* 1: a new segment whose index files do not exist yet */
 } plog_segment;
 
-/* Open (or create) the three files.  With mutable_indexes the existing index entries are
+/* Open (or create) the three files.  Index files are created lazily, as Kafka's LazyIndex
+ * does: a new active segment (create and mutable_indexes) whose index files do not exist opens
+ * without them (indexes_lazy = 1, index_fd = time_fd = -1, empty heap indexes) and
+ * plog_segment_attach_indexes creates them, before the first flush or seal.  With
+ * mutable_indexes the existing index entries are
  * read into heap memory (the files are not extended); otherwise the index files are mapped
  * read-only at their length.  Existing index entries are taken as valid, as Kafka does: call
  * plog_segment_recover (or trust a clean shutdown).  An index file longer than
@@ -329,6 +334,12 @@ typedef struct plog_segment {
 int plog_segment_open(plog_segment *seg, const char *log_path, const char *index_path,
                       const char *time_path, int64_t base_offset, int32_t index_interval_bytes,
                       int64_t index_max_bytes, int create, int mutable_indexes, int sync_flags);
+
+/* Create and open the index files of a lazy segment (a no-op otherwise); their entries are
+ * all written at the next plog_index_sync (flush, seal).  Returns 0 or an error, the segment
+ * unchanged on failure.  plog_segment_flush and plog_segment_seal refuse a lazy segment
+ * (PLOG_EARG): the caller attaches first, and makes the new directory entries durable. */
+int plog_segment_attach_indexes(plog_segment *seg, const char *index_path, const char *time_path);
 
 /* Append a validated chunk (see plog_validate_chunk) at the end of the .log, then add the
  * index entries Kafka's cadence asks for.  The chunk is written whole or the segment is

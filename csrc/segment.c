@@ -62,6 +62,37 @@ static int open_index(plog_segment *seg, plog_index_ref x, int64_t max_bytes, in
     return 0;
 }
 
+/* The empty heap index of a lazy segment: no file yet, room for max_bytes of entries. */
+static int lazy_index(plog_index_ref x, int64_t max_bytes) {
+    int64_t limit = (max_bytes - max_bytes % x.entry_bytes) / x.entry_bytes;
+    *x.max_entries = (int32_t)(limit > INT32_MAX ? INT32_MAX : limit);
+    *x.entries = *x.written = 0;
+    *x.file_bytes = 0;
+    return plog_index_to_heap(x, 0);
+}
+
+int plog_segment_attach_indexes(plog_segment *seg, const char *index_path, const char *time_path) {
+    if (!seg->indexes_lazy) return 0;
+    int index_fd = -1, time_fd = -1, rc;
+    int64_t index_bytes = 0, time_bytes = 0;
+    int flags = PLOG_O_READ | PLOG_O_WRITE | PLOG_O_CREATE;
+    if ((rc = plog_io_open(index_path, flags, &index_fd))) goto fail;
+    if ((rc = plog_io_open(time_path, flags, &time_fd))) goto fail;
+    if ((rc = plog_io_fsize(index_fd, &index_bytes))) goto fail;
+    if ((rc = plog_io_fsize(time_fd, &time_bytes))) goto fail;
+    seg->index_fd = index_fd;
+    seg->time_fd = time_fd;
+    seg->offset_file_bytes = index_bytes;     /* the next sync cuts anything found there */
+    seg->time_file_bytes = time_bytes;
+    seg->offset_written = seg->time_written = 0;
+    seg->indexes_lazy = 0;
+    return 0;
+fail:
+    if (index_fd >= 0) plog_io_close(index_fd);
+    if (time_fd >= 0) plog_io_close(time_fd);
+    return rc;
+}
+
 int plog_segment_open(plog_segment *seg, const char *log_path, const char *index_path,
                       const char *time_path, int64_t base_offset, int32_t index_interval_bytes,
                       int64_t index_max_bytes, int create, int mutable_indexes, int sync_flags) {
@@ -78,9 +109,28 @@ int plog_segment_open(plog_segment *seg, const char *log_path, const char *index
     int rc;
     if ((rc = plog_io_open(log_path, flags, &seg->log_fd))) goto fail;
     if ((rc = plog_io_fsize(seg->log_fd, &seg->size))) goto fail;
-    /* Index files are created when missing, as Kafka does on load. */
-    if ((rc = plog_io_open(index_path, PLOG_O_READ | PLOG_O_WRITE | PLOG_O_CREATE, &seg->index_fd))) goto fail;
-    if ((rc = plog_io_open(time_path, PLOG_O_READ | PLOG_O_WRITE | PLOG_O_CREATE, &seg->time_fd))) goto fail;
+    if (create && mutable_indexes && seg->size == 0) {
+        /* A new segment: its index files come when first needed (Kafka's LazyIndex), unless
+         * both are already there (left behind at this base offset: they are read, as on load). */
+        int probe = plog_io_open(index_path, PLOG_O_READ | PLOG_O_WRITE, &seg->index_fd);
+        if (probe == 0) probe = plog_io_open(time_path, PLOG_O_READ | PLOG_O_WRITE, &seg->time_fd);
+        if (probe == ENOENT) {
+            if (seg->index_fd >= 0 && (rc = plog_io_close(seg->index_fd))) goto fail;
+            seg->index_fd = -1;
+            seg->indexes_lazy = 1;
+            if ((rc = lazy_index(plog_offset_index_ref(seg), index_max_bytes))) goto fail;
+            if ((rc = lazy_index(plog_time_index_ref(seg), index_max_bytes))) goto fail;
+            return 0;
+        }
+        if (probe) {
+            rc = probe;
+            goto fail;
+        }
+    } else {
+        /* Index files are created when missing, as Kafka does on load. */
+        if ((rc = plog_io_open(index_path, PLOG_O_READ | PLOG_O_WRITE | PLOG_O_CREATE, &seg->index_fd))) goto fail;
+        if ((rc = plog_io_open(time_path, PLOG_O_READ | PLOG_O_WRITE | PLOG_O_CREATE, &seg->time_fd))) goto fail;
+    }
     if ((rc = open_index(seg, plog_offset_index_ref(seg), index_max_bytes, mutable_indexes))) goto fail;
     if ((rc = open_index(seg, plog_time_index_ref(seg), index_max_bytes, mutable_indexes))) goto fail;
     return 0;
@@ -136,8 +186,10 @@ int plog_segment_resume(plog_segment *seg, const char *log_path, const char *ind
         rc = PLOG_ECORRUPT;
         goto fail;
     }
-    if ((rc = plog_io_open(index_path, flags | PLOG_O_CREATE, &seg->index_fd))) goto fail;
-    if ((rc = plog_io_open(time_path, flags | PLOG_O_CREATE, &seg->time_fd))) goto fail;
+    if (!seg->indexes_lazy) {
+        if ((rc = plog_io_open(index_path, flags | PLOG_O_CREATE, &seg->index_fd))) goto fail;
+        if ((rc = plog_io_open(time_path, flags | PLOG_O_CREATE, &seg->time_fd))) goto fail;
+    }
     if ((rc = remap_index(plog_offset_index_ref(seg)))) goto fail;
     if ((rc = remap_index(plog_time_index_ref(seg)))) goto fail;
     return 0;
@@ -402,6 +454,7 @@ int plog_segment_recover(plog_segment *seg, const uint8_t *log, size_t log_lengt
 
 int plog_segment_seal(plog_segment *seg) {
     if (!seg->mutable_indexes) return 0;
+    if (seg->indexes_lazy) return PLOG_EARG;
     int rc = plog_time_index_maybe_add(seg, seg->max_timestamp, seg->offset_of_max_timestamp, 1);
     if (rc) return rc;
     if ((rc = plog_index_sync(plog_offset_index_ref(seg)))) return rc;
@@ -431,6 +484,7 @@ int plog_segment_unseal(plog_segment *seg, int64_t index_max_bytes) {
 
 int plog_segment_flush(plog_segment *seg) {
     int rc;
+    if (seg->indexes_lazy) return PLOG_EARG;
     if ((rc = plog_index_sync(plog_offset_index_ref(seg)))) return rc;
     if ((rc = plog_index_sync(plog_time_index_ref(seg)))) return rc;
     if ((rc = plog_io_fsync(seg->log_fd, seg->sync_flags))) return rc;

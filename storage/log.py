@@ -163,6 +163,10 @@ class PartitionLog:
             self.epoch_cache = LeaderEpochCache(os.path.join(self.path, CHECKPOINT_FILE), fsync=self.config.fsync,
                                                 epoch_flush=self.config.epoch_flush)
             self._load(seam, recovery_point or 0, log_start_offset, clean_shutdown, recover_mode)
+            # Kafka's load resizes the active segment's indexes, which creates their files; after
+            # that a new segment's index files come at its first flush or seal (LazyIndex).
+            if self.segments[-1].attach_indexes():
+                self._dir_dirty = True
             self._repair_epoch_cache()
             if high_watermark is not None:
                 self.update_high_watermark(high_watermark)
@@ -711,7 +715,8 @@ class PartitionLog:
             # page cache can bring the removed batches back -- divergent ones, of a newer epoch
             # than the data refetched over them -- and they would pass recovery (found by the
             # cluster simulator: unclean recovery then preferred the resurrected epoch).
-            active.flush()
+            if active.flush():
+                self._flush_dir()       # its index files were created now
             self.log_end_offset = offset
             lowered = offset < self.recovery_point
             self.recovery_point = min(self.recovery_point, offset)
@@ -789,7 +794,8 @@ class PartitionLog:
             self.epoch_cache.flush()
             for segment in self.segments:
                 if segment.next_offset > self.recovery_point or segment is self.segments[-1]:
-                    segment.flush()
+                    if segment.flush():
+                        self._dir_dirty = True      # its index files were created now
             if self._dir_dirty:
                 self._flush_dir()
             self.recovery_point = self.log_end_offset
@@ -804,7 +810,8 @@ class PartitionLog:
                 return
             if not self.failure_channel.offline:
                 try:
-                    self.segments[-1].seal()
+                    if self.segments[-1].seal():
+                        self._dir_dirty = True
                     self.flush()
                 except OSError as exc:   # also the LogDirOfflineError of flush: the first failure stays
                     self.failure_channel.fail(exc, "close")

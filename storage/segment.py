@@ -414,18 +414,38 @@ class Segment:
         if rc:
             raise errors.CorruptRecordError(f"cannot load segment: {describe_error(rc)}", file=self.log_path)
 
-    def seal(self) -> None:
+    def attach_indexes(self) -> bool:
+        """Create the index files of a new segment (Kafka's LazyIndex: a segment's index files
+        come when first needed, here at its first flush or seal).  True when it created them:
+        the caller makes the directory entries durable."""
+        if not self._c.indexes_lazy:
+            return False
         self._use()
+        self._check(lib.plog_segment_attach_indexes(self._c, os.fsencode(self.index_path),
+                                                    os.fsencode(self.time_index_path)),
+                    "create index files", path=self.index_path)
+        return True
+
+    def seal(self) -> bool:
+        """Final time-index entry, indexes trimmed and written; True when the index files were
+        created now (see attach_indexes)."""
+        self._use()
+        created = self.attach_indexes()
         self._check(lib.plog_segment_seal(self._c), "seal", path=self.index_path)
+        return created
 
     def unseal(self) -> None:
         self._use()
         self._check(lib.plog_segment_unseal(self._c, self.config.segment_index_bytes), "unseal",
                     path=self.index_path)
 
-    def flush(self) -> None:
+    def flush(self) -> bool:
+        """fsync the three files (index entries written first); True when the index files were
+        created now (see attach_indexes)."""
         self._use()
+        created = self.attach_indexes()
         self._check(lib.plog_segment_flush(self._c), "flush")
+        return created
 
     def offset_index_entries(self) -> list[tuple[int, int]]:
         self._use()
