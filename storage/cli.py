@@ -36,6 +36,7 @@ from typing import NamedTuple
 
 from . import checkpoint, errors
 from .epoch import CHECKPOINT_FILE
+from .loader import scan_log_file
 from .logdir import CLEAN_SHUTDOWN_FILE, parse_partition_dir
 from .records import decompress, iter_batches
 
@@ -513,6 +514,7 @@ def scan_partition(log_dir: str, topic: str, partition: int, path: str, *, offse
                 ps.warnings.append(Issue("orphan", "index file without its .log (removed on the next load)", full))
     previous_last = None
     lineage = ps.lineage
+    cuts: list[tuple[int, SegmentScan, object]] = []
     for k, base in enumerate(bases):
         seg = SegmentScan(base, os.path.join(path, f"{base:020d}{LOG_SUFFIX}"))
         if keep_rows:
@@ -592,6 +594,23 @@ def scan_partition(log_dir: str, topic: str, partition: int, path: str, *, offse
         if indexes is not None:
             indexes.check(seg, ps.problems)
         del data
+        # The verdict recovery cuts by (storage/loader.py, one implementation): whatever the
+        # batch walk above found or missed, a segment recovery would cut is a problem here.
+        verdict = scan_log_file(seg.path, base)
+        if verdict.valid_bytes < seg.size:
+            cuts.append((k, seg, verdict))
+    for n, (k, seg, verdict) in enumerate(cuts):
+        later = len(bases) - k - 1 if n == 0 else 0
+        cut = (f"recovery cuts {seg.size - verdict.valid_bytes} bytes here"
+               + (f" and deletes the {_plural(later, 'later segment')}" if later else ""))
+        # Said once per place: added to the problem the walk found there, else a problem of its own.
+        same = next((i for i, p in enumerate(ps.problems) if p.file == seg.path and p.position == verdict.valid_bytes),
+                    None)
+        if same is not None:
+            ps.problems[same] = ps.problems[same]._replace(message=f"{ps.problems[same].message}; {cut}")
+        else:
+            ps.problems.append(Issue("recovery_cut", f"{verdict.stop_reason or 'invalid data'}; {cut}", seg.path,
+                                     verdict.valid_bytes, verdict.stop_offset if verdict.stop_offset >= 0 else None))
     if not bases:
         ps.warnings.append(Issue("empty", "no segments", path))
 
@@ -704,9 +723,6 @@ def _segment_sizes(path: str) -> dict[int, int]:
             if (b := _segment_base(n, LOG_SUFFIX)) is not None}
 
 
-_DATA_PROBLEMS = ("crc", "below_segment_base", "disorder", "corrupt", "partial_tail")
-
-
 def _recover_partition(log_dir: str, topic: str, partition: int, path: str, meta: dict, progress,
                        force: bool = False) -> dict:
     """Kafka's unclean recovery of one partition (storage/loader.py decides per segment): from
@@ -719,21 +735,12 @@ def _recover_partition(log_dir: str, topic: str, partition: int, path: str, meta
     checkpoint_before = before.checkpoint
     start = meta.get("log_start_offset", -1)
     recovery_point = 0 if force else max(meta.get("recovery_point", 0), 0)
-    # Offline, the whole partition is read anyway (the scan above): a damaged batch in a segment
-    # wholly below the recovery point is refused here too, not only what the open would walk.
-    bases = [seg.base_offset for seg in before.segments]
-    below = {seg.path for i, seg in enumerate(before.segments)
-             if i + 1 < len(bases) and bases[i + 1] <= recovery_point}
-    damaged = next((p for p in before.problems if p.kind in _DATA_PROBLEMS and p.file in below), None)
+    # Offline, the whole partition is read anyway: "scan" makes the loader read every segment it
+    # would trust in full, so a damaged batch wholly below the recovery point is refused too.
     try:
-        if damaged is not None:
-            raise errors.CorruptSegmentError(
-                f"{damaged.message}; below the recovery point {recovery_point} nothing is repaired silently "
-                f"(`recover --force` cuts it there)", file=damaged.file, position=damaged.position,
-                offset=damaged.offset)
         log = PartitionLog.open(path, LogConfig(), recovery_point=recovery_point,
                                 log_start_offset=start if start >= 0 else None, clean_shutdown=False,
-                                recover_mode="force" if force else "strict")
+                                recover_mode="force" if force else "scan")
     except errors.CorruptSegmentError as exc:
         progress.update(sum(sizes_before.values()))
         return {"topic": topic, "partition": partition, "path": path, "refused": str(exc),

@@ -33,6 +33,11 @@ DECISIONS from four facts:
                  the segment is cut there instead, every later segment is deleted, and
                  `recovery_report` says exactly what went.
 
+recover_mode="scan" (what `storage recover` uses) also reads every trusted segment in full and
+refuses one that recovery would cut.  Whether a segment is damaged is decided in one place, for
+the loader, `storage recover` and `storage verify` alike: `_scan` (plog_scan_buffer, the scan
+plog_segment_recover cuts by), offline through `scan_log_file`.
+
 Segments that do not abut (an offset gap between one segment's last batch and the next one's
 base offset) are legal -- follower appends with gaps and compacted topics make them -- and are
 kept, as Kafka keeps them.  Damage below the recovery point is never repaired silently.
@@ -43,13 +48,15 @@ Leftovers are removed first (`.deleted`, `.cleaned`, `.swap` files, index files 
 from __future__ import annotations
 
 import enum
+import mmap
 import os
 
 from . import errors, guards
+from ._native import ffi, lib
 from .epoch import CHECKPOINT_FILE
-from .segment import DELETED_SUFFIX, INDEX_SUFFIX, LOG_SUFFIX, TIME_INDEX_SUFFIX, Segment
+from .segment import DELETED_SUFFIX, INDEX_SUFFIX, LOG_SUFFIX, TIME_INDEX_SUFFIX, ScanReport, Segment
 
-RECOVER_MODES = ("strict", "force")
+RECOVER_MODES = ("strict", "scan", "force")
 _INT64_MAX = 2**63 - 1
 _LEFTOVER_SUFFIXES = (DELETED_SUFFIX, ".cleaned", ".swap")
 _INDEX_SUFFIXES = (INDEX_SUFFIX, TIME_INDEX_SUFFIX, ".txnindex")
@@ -124,18 +131,37 @@ def _damage_error(segment: Segment, report, what: str) -> errors.CorruptSegmentE
         file=segment.log_path, position=report.stop_position, offset=report.stop_offset)
 
 
-def _dry_scan(segment: Segment):
-    """Scan every batch of the segment (size, CRC, offsets) without changing anything."""
-    from ._native import ffi, lib
-    from .segment import ScanReport
-
+def _scan(pointer, size: int, base_offset: int):
+    """The recovery verdict on a segment's bytes: plog_scan_buffer with the checks
+    plog_segment_recover makes (sizes, magic, CRC, offsets within the segment), nothing changed.
+    valid_bytes < size is exactly what recovery would cut.  The one implementation of "is this
+    segment damaged": the loader's refusals, `storage recover` and `storage verify` all ask it."""
     scan = ffi.new("plog_scan *")
-    scan.base_offset = segment.base_offset
-    scan.index_interval_bytes = segment.config.index_interval_bytes
+    scan.base_offset = base_offset
     scan.check_crc = 1
-    size = segment.size
-    lib.plog_scan_buffer(segment.log_pointer() if size else ffi.NULL, size, scan, ffi.NULL)
+    lib.plog_scan_buffer(pointer if size else ffi.NULL, size, scan, ffi.NULL)
     return ScanReport(scan, [])
+
+
+def _dry_scan(segment: Segment):
+    """Scan every batch of an open segment without changing anything (see _scan)."""
+    return _scan(segment.log_pointer() if segment.size else ffi.NULL, segment.size, segment.base_offset)
+
+
+def scan_log_file(path: str, base_offset: int | None = None) -> ScanReport:
+    """The recovery verdict (see _scan) on a `.log` file read offline, mapped read-only; the
+    base offset defaults to the one in the file name."""
+    if base_offset is None:
+        base_offset = segment_base(os.path.basename(path), LOG_SUFFIX)
+        if base_offset is None:
+            raise ValueError(f"{path}: not a segment file name")
+    with open(path, "rb") as f:
+        size = os.fstat(f.fileno()).st_size
+        if size == 0:
+            return _scan(ffi.NULL, 0, base_offset)
+        with mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_READ) as data:
+            with ffi.from_buffer(data) as pointer:
+                return _scan(pointer, size, base_offset)
 
 
 class Loader:
@@ -149,6 +175,7 @@ class Loader:
         self.recovery_point = recovery_point
         self.clean = clean
         self.force = recover_mode == "force"
+        self.scan_trusted = recover_mode == "scan"
         self._missing: list[str] = []      # index files of the current segment that did not exist
 
     def _open_segment(self, base: int, active: bool) -> Segment:
@@ -182,6 +209,13 @@ class Loader:
                         header_error = exc
                 action = decide(marker, place, "damaged" if problem else "ok", headers)
                 if action is Action.TRUST:
+                    if self.scan_trusted:
+                        # The offline recovery reads everything anyway: a damaged batch below the
+                        # recovery point is refused even where the open would not have looked.
+                        scan = _dry_scan(segment)
+                        if scan.valid_bytes != segment.size:
+                            self._release()
+                            raise _damage_error(segment, scan, "a segment the open trusts is damaged")
                     continue
                 if action is Action.REFUSE and not self.force:
                     scan = _dry_scan(segment)     # where the first damaged batch is

@@ -189,8 +189,10 @@ def test_verify_flipped_byte_names_file_and_position(broker, capsys):
     code, out, _ = run(capsys, "verify", broker)
     assert code == 1
     problems = [line for line in out.splitlines() if line.strip().startswith("problem:")]
+    cut = log_path.stat().st_size - position      # recovery cuts from the damaged batch on
     assert problems == [f"  problem: {log_path}, position {position}, offset {offset}: CRC mismatch "
-                        f"(stored 0x{list(iter_batches(log_path.read_bytes(), verify=False))[7].crc:08x})"]
+                        f"(stored 0x{list(iter_batches(log_path.read_bytes(), verify=False))[7].crc:08x}); "
+                        f"recovery cuts {cut} bytes here"]
     code, doc = run_json(capsys, "verify", broker)
     assert code == 1 and doc["ok"] is False
     (problem,) = doc["partitions"][0]["problems"]
