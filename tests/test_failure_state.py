@@ -190,3 +190,33 @@ def test_every_io_failure_of_a_workload_takes_the_dir_offline(tmp_path, operatio
         # unacknowledged write may survive, as in Kafka.
         assert values == appended[:len(values)] or values == appended + [attempted]
         assert len(values) >= flushed
+
+
+@pytest.mark.parametrize("operation", ["fsync", "rename", "fsync_dir"])   # no fsync/rename comes before it
+def test_a_failed_epoch_checkpoint_write_fails_the_append_and_the_lineage_stays_true(tmp_path, operation):
+    """Issue 13 item 4: when the leader-epoch checkpoint cannot be written during an append
+    that starts a new epoch, the append raises a StorageError (the dir goes offline: no bare
+    OSError, nothing acknowledged), and after the reopen the epoch lineage is what the batches
+    on disk say -- the epoch is never lost while its batch survives, nor kept without it."""
+    seam = FaultyIO()
+    with sio.using(seam):
+        logdir = LogDir.open(tmp_path / "d", CONFIG)
+        log = logdir.partition("t", 0)
+        _fill(log, 5, epoch=1)
+        log.flush()
+        seam.fail[operation] = (errno.EIO, 0)     # the next one: the epoch-2 checkpoint write
+        with pytest.raises(errors.LogDirOfflineError) as info:
+            log.append_as_leader([b"epoch two"], 2)
+        assert isinstance(info.value, errors.StorageError) and info.value.error_code == 56
+        assert seam.fired == [operation]
+        if operation == "rename":
+            assert "leader-epoch-checkpoint" in str(info.value.first_failure)
+        with pytest.raises(errors.LogDirOfflineError):
+            logdir.close()
+    with LogDir.open(tmp_path / "d", CONFIG) as reopened:
+        log = reopened.partition("t", 0)
+        batch_epochs = {}
+        for batch in log.batches():
+            batch_epochs.setdefault(batch.partition_leader_epoch, batch.base_offset)
+        assert [(e.epoch, e.start_offset) for e in log.epoch_cache.entries] == sorted(batch_epochs.items())
+        assert log.log_end_offset in (5, 6)       # the failed append may survive, unacknowledged
