@@ -227,3 +227,22 @@ def test_io_fault_enumeration_of_two_operations_is_clean(tmp_path):
 
     outcome = enumerate_io_faults(str(tmp_path), max_length=2)
     assert outcome.crash_points > 1000 and outcome.violations == []
+
+
+def test_simfs_inject_with_a_path_fails_only_that_subtree(tmp_path):
+    """inject(path=...) names a subtree (a broker's log dir): operations on files under it fail,
+    operations elsewhere do not -- for calls by name (rename) and by descriptor (write, fsync)."""
+    import errno as _errno
+
+    fs = SimFS(tmp_path, seed=4)
+    (tmp_path / "a").mkdir()
+    (tmp_path / "b").mkdir()
+    fs.inject("write", _errno.EIO, path=tmp_path / "a", sticky=True)
+    fs.inject("rename", _errno.ENOSPC, path=tmp_path / "a")
+    write(fs, str(tmp_path / "b" / "f"), b"fine")
+    with pytest.raises(OSError) as info:
+        write(fs, str(tmp_path / "a" / "f"), b"fails")
+    assert info.value.errno == _errno.EIO
+    fs.rename(str(tmp_path / "b" / "f"), str(tmp_path / "b" / "g"))
+    with pytest.raises(OSError):
+        fs.rename(str(tmp_path / "a" / "f"), str(tmp_path / "a" / "g"))

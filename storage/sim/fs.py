@@ -66,6 +66,7 @@ class SimFS(PosixIO):
         self.pending_ns: list[tuple] = []       # namespace changes since their dir's fsync
         self.truncated_to: dict[int, int] = {}  # inode -> smallest size it was cut to since its fsync
         self.fd_inode: dict[int, int] = {}
+        self.fd_path: dict[int, str] = {}
         self.injected: list[dict] = []          # S7/S8 faults armed with inject()
         self.failures: list[tuple] = []         # (operation, errno, mutation) of every injected failure
         self.adopt()
@@ -94,6 +95,7 @@ class SimFS(PosixIO):
             self.durable_data.pop(inode, None)
             self.truncated_to.pop(inode, None)
         self.fd_inode = {fd: i for fd, i in self.fd_inode.items() if i not in gone}
+        self.fd_path = {fd: p for fd, p in self.fd_path.items() if fd in self.fd_inode}
         for directory, _dirs, files in os.walk(subtree):
             for name in files:
                 path = os.path.join(directory, name)
@@ -143,30 +145,32 @@ class SimFS(PosixIO):
         tracked = self._tracked(path)
         if tracked and path not in self.inode_of:
             if flags & 4:   # O_CREATE
-                self._mutation("create")
+                self._mutation("create", path)
                 inode = self._new_inode()
                 self.inode_of[path] = inode
                 self.pending_ns.append(("create", path, inode))
         elif tracked and flags & 8:   # O_TRUNCATE of an existing file
-            self._mutation("truncate")
+            self._mutation("truncate", path)
             self._note_truncate(self.inode_of[path], 0)
         fd = super().open(path, flags)
         if tracked and path in self.inode_of:
             self.fd_inode[fd] = self.inode_of[path]
+            self.fd_path[fd] = path        # for inject(path=...): the name it was opened by
         return fd
 
     def close(self, fd):
         self.fd_inode.pop(fd, None)
+        self.fd_path.pop(fd, None)
         return super().close(fd)
 
     def pread(self, fd, length, offset):
         if self.injected and fd in self.fd_inode:
-            self._maybe_fail("read")
+            self._maybe_fail("read", self.fd_path.get(fd))
         return super().pread(fd, length, offset)
 
     def pwrite(self, fd, data, offset):
         if fd in self.fd_inode:
-            self._mutation("write")
+            self._mutation("write", self.fd_path.get(fd))
         return super().pwrite(fd, data, offset)
 
     def _note_truncate(self, inode: int, size: int) -> None:
@@ -174,7 +178,7 @@ class SimFS(PosixIO):
 
     def ftruncate(self, fd, size):
         if fd in self.fd_inode:
-            self._mutation("truncate")
+            self._mutation("truncate", self.fd_path.get(fd))
             self._note_truncate(self.fd_inode[fd], size)
         return super().ftruncate(fd, size)
 
@@ -182,7 +186,7 @@ class SimFS(PosixIO):
         # Every flush point counts, with fsync disabled too: that is the production ordering.
         inode = self.fd_inode.get(fd)
         if inode is not None:
-            self._mutation("fsync")
+            self._mutation("fsync", self.fd_path.get(fd))
             self.durable_data[inode] = super().pread(fd, super().fsize(fd), 0)
             self.truncated_to.pop(inode, None)
         return super().fsync(fd, flags | 1)
@@ -194,7 +198,7 @@ class SimFS(PosixIO):
     def rename(self, source, target):
         source, target = os.path.abspath(source), os.path.abspath(target)
         if self._tracked(source):
-            self._mutation("rename")
+            self._mutation("rename", source)
             inode = self.inode_of.pop(source, None)
             if inode is not None:
                 self.inode_of[target] = inode
@@ -204,7 +208,7 @@ class SimFS(PosixIO):
     def unlink(self, path):
         path = os.path.abspath(path)
         if self._tracked(path):
-            self._mutation("unlink")
+            self._mutation("unlink", path)
             inode = self.inode_of.pop(path, None)
             self.pending_ns.append(("unlink", path, inode))
         return super().unlink(path)
@@ -212,7 +216,7 @@ class SimFS(PosixIO):
     def fsync_dir(self, path, flags=0):
         path = os.path.abspath(path)
         if self._tracked(path):
-            self._mutation("fsync_dir")
+            self._mutation("fsync_dir", path)
             keep = []
             for op in self.pending_ns:
                 names = [op[1]] if op[0] != "rename" else [op[1], op[2]]
