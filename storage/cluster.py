@@ -18,6 +18,7 @@ import random
 import shutil
 from typing import Callable
 
+from . import errors
 from . import messages as m
 from .channel import Channel
 from .controller import Controller
@@ -42,6 +43,7 @@ class BrokerNode:
         self.registered = False
         self.shutting_down = False
         self.paused = False                        # P2: frozen (GC pause, SIGSTOP); see pause()
+        self.halts = 0                             # halts after the log dir went offline
         self._backlog: list = []
         self._alter_sent: dict[int, int] = {}      # id(request) -> time sent
         self._last_heartbeat = -10**9
@@ -94,7 +96,10 @@ class BrokerNode:
         if self.alive:
             self.alive = False
             self.cluster.channel.unregister(self.broker_id)
-            self.manager.shutdown()
+            try:
+                self.manager.shutdown()
+            except errors.LogDirOfflineError:
+                self.halts += 1     # the dir failed during the shutdown: closed, no clean marker
             self.manager = None
 
     def pause(self) -> None:
@@ -121,6 +126,18 @@ class BrokerNode:
         self.crash()
         self.start(wipe=wipe)
 
+    def halt(self) -> None:
+        """Kafka halts a broker whose last log dir went offline (the process exits; the OS and
+        its page cache stay): what reached the disk stays, a restart recovers it uncleanly."""
+        self.halts += 1
+        self.crash()
+
+    def _halt_if_offline(self) -> bool:
+        if self.alive and self.manager is not None and self.manager.offline:
+            self.halt()
+            return True
+        return False
+
     # ---- messages ----
     def handle(self, src: int, message):
         if self._frozen(lambda: self.handle(src, message)):
@@ -133,11 +150,23 @@ class BrokerNode:
             # previous one (still "alive" until its session expires): a restarted broker -- its
             # disk perhaps empty -- must not take that incarnation's leadership or ISR place.
             return None
-        return manager.handle(message)
+        try:
+            response = manager.handle(message)
+        except errors.LogDirOfflineError:
+            response = None         # only with guard M31 off: the manager does not answer
+        self._halt_if_offline()     # the answer (KAFKA_STORAGE_ERROR) is the process's last
+        return response
 
     def step(self) -> None:
-        if not self.alive or self.paused:
+        if not self.alive or self.paused or self._halt_if_offline():
             return
+        try:
+            self._step()
+        except errors.LogDirOfflineError:
+            pass                    # the failure state: the halt below
+        self._halt_if_offline()
+
+    def _step(self) -> None:
         c, manager = self.cluster, self.manager
         now = c.channel.now
         if now - self._last_heartbeat >= c.heartbeat_interval_ms and self.registered:
@@ -178,13 +207,21 @@ class BrokerNode:
             return
         if self.alive and self.manager is not None:
             self._alter_sent.pop(id(request), None)
-            self.manager.handle_alter_partition_response(request, response)
+            try:
+                self.manager.handle_alter_partition_response(request, response)
+            except errors.LogDirOfflineError:
+                pass
+            self._halt_if_offline()
 
     def _on_fetcher_response(self, leader, request, response) -> None:
         if self._frozen(lambda: self._on_fetcher_response(leader, request, response)):
             return
         if self.alive and self.manager is not None:
-            self.manager.fetcher.handle_response(leader, request, response)
+            try:
+                self.manager.fetcher.handle_response(leader, request, response)
+            except errors.LogDirOfflineError:
+                pass                # the failure state: the halt below
+            self._halt_if_offline()
 
 
 def crash_logdir(logdir, *, lose_unflushed: bool = False) -> None:

@@ -64,6 +64,13 @@ def location(file, position=None, offset=None) -> str:
     return ", ".join(parts)
 
 
+def _rebuild(cls, args, state):
+    error = cls.__new__(cls)
+    error.args = args
+    error.__dict__.update(state)
+    return error
+
+
 class StorageError(Exception):
     """Base of every engine error.  `file`, `position` and `offset` say where, when known."""
 
@@ -76,6 +83,11 @@ class StorageError(Exception):
         self.offset = offset
         where = location(file, position, offset)
         super().__init__(f"{where}: {message}" if where else message)
+
+    def __reduce__(self):
+        # Errors cross process boundaries (the simulator's --jobs pool, Spark executors): rebuild
+        # them from their attributes, not by calling __init__ again with the formatted message.
+        return _rebuild, (type(self), self.args, self.__dict__)
 
 
 class CorruptRecordError(StorageError, ValueError):

@@ -350,7 +350,7 @@ class ReplicaManager:
         self._submit_alter_partition(p, sorted(set(p.isr) | {follower.broker_id}), p.leader_recovery_state)
 
     def _maybe_increment_high_watermark(self, p: Partition) -> bool:
-        if p.leader != self.broker_id:
+        if p.leader != self.broker_id or self.offline:
             return False
         if guards.on("M19") and len(p.isr) < self.min_insync_replicas:
             return False
@@ -370,6 +370,9 @@ class ReplicaManager:
 
     def tick(self) -> None:
         """Periodic work: shrink the ISR of lagging followers, expire delayed produces."""
+        if self.offline:
+            self.go_offline()
+            return
         now = self.clock()
         for p in self.partitions.values():
             if p.leader != self.broker_id or p.inflight is not None or p.recovering:
@@ -398,6 +401,8 @@ class ReplicaManager:
         p = self.partitions.get((topic, partition))
         if p is None:
             return None, Errors.UNKNOWN_TOPIC_OR_PARTITION
+        if self.offline:        # Kafka's HostedPartition.Offline
+            return None, Errors.KAFKA_STORAGE_ERROR
         code = self._check_epoch(p, current_leader_epoch)
         if code:
             return None, code
@@ -416,6 +421,9 @@ class ReplicaManager:
         p = self.partitions.get((item.topic, item.partition))
         if p is None:
             return answer(Errors.UNKNOWN_TOPIC_OR_PARTITION)
+        if self.offline:
+            self.go_offline()
+            return answer(Errors.KAFKA_STORAGE_ERROR)
         code = self._check_epoch(p, item.current_leader_epoch)
         if code:
             return answer(code)
@@ -513,6 +521,9 @@ class ReplicaManager:
 
         if request.acks not in (0, 1, -1):
             return answer(Errors.INVALID_REQUIRED_ACKS)
+        if self.offline:
+            self.go_offline()
+            return answer(Errors.KAFKA_STORAGE_ERROR)
         p, code = self._leader_partition(request.topic, request.partition)
         if code:
             return answer(code)
@@ -521,6 +532,8 @@ class ReplicaManager:
         try:
             info = p.log.append_as_leader(request.records, p.leader_epoch)
         except errors.StorageError as exc:
+            if self.offline:
+                self.go_offline()
             return answer(int(exc.error_code))
         if request.acks != -1:
             self._maybe_increment_high_watermark(p)
@@ -533,6 +546,9 @@ class ReplicaManager:
         return None
 
     def _complete_delayed(self, p: Partition) -> None:
+        if self.offline:
+            self.go_offline()
+            return
         hw = p.log.high_watermark
         done = [d for d in self._delayed if (d.topic, d.partition) == p.key and d.required_offset <= hw]
         for d in done:
@@ -580,10 +596,55 @@ class ReplicaManager:
         log.increment_log_start_offset(offset)
         return DeleteRecordsResponse(request.topic, request.partition, Errors.NONE, log.log_start_offset)
 
+    # ---- an offline log dir (Kafka's ReplicaManager.handleLogDirFailure) --------------------------
+    @property
+    def offline(self) -> bool:
+        """The log dir went offline (an I/O failure, storage/failure.py): from then on this broker
+        answers KAFKA_STORAGE_ERROR, acknowledges nothing and moves no high watermark (M31).
+        Kafka halts a broker whose last log dir failed; the cluster model does (BrokerNode)."""
+        return guards.on("M31") and self.logdir.offline
+
+    def go_offline(self) -> None:
+        """Fail every waiting produce with KAFKA_STORAGE_ERROR and stop fetching."""
+        for p in list(self.partitions.values()):
+            self._fail_delayed(p, Errors.KAFKA_STORAGE_ERROR)
+        self.fetcher.partitions.clear()
+
+    @staticmethod
+    def _storage_error_answer(message):
+        code = Errors.KAFKA_STORAGE_ERROR
+        if isinstance(message, FetchRequest):
+            return FetchResponse([FetchResponsePartition(i.topic, i.partition, code) for i in message.partitions])
+        if isinstance(message, OffsetForLeaderEpochRequest):
+            return OffsetForLeaderEpochResponse([OffsetForLeaderEpochResult(i.topic, i.partition, code)
+                                                 for i in message.partitions])
+        if isinstance(message, ListOffsetsRequest):
+            return ListOffsetsResponse(message.topic, message.partition, code)
+        if isinstance(message, DeleteRecordsRequest):
+            return DeleteRecordsResponse(message.topic, message.partition, code)
+        if isinstance(message, LeaderAndIsrRequest):
+            return LeaderAndIsrResponse(code)
+        if isinstance(message, StopReplicaRequest):
+            return StopReplicaResponse(code)
+        return None
+
     # ---- dispatch ------------------------------------------------------------------------------
     def handle(self, message):
         """Answer any request a broker receives (controller pushes included); None for one-way
-        messages.  Transports call this with what they decoded."""
+        messages.  Transports call this with what they decoded.  A request that meets an offline
+        log dir, or takes it offline, is answered KAFKA_STORAGE_ERROR."""
+        if self.offline:
+            self.go_offline()
+            return self._storage_error_answer(message)
+        try:
+            return self._dispatch(message)
+        except errors.LogDirOfflineError:
+            if not guards.on("M31"):
+                raise
+            self.go_offline()
+            return self._storage_error_answer(message)
+
+    def _dispatch(self, message):
         if isinstance(message, MetadataUpdate):
             return self.apply_metadata(message)
         for kind, handler in ((LeaderAndIsrRequest, self.handle_leader_and_isr),

@@ -1,8 +1,11 @@
 """The in-process cluster over the channel: acks=all writes survive failovers, replicas converge,
 and a seed decides the whole run."""
+import errno
 import hashlib
+import os
 
 from storage import LogConfig
+from storage import io as sio
 from storage.channel import Channel
 from storage.cluster import Cluster
 from storage.errors import Errors
@@ -90,3 +93,44 @@ def test_an_answer_to_an_earlier_incarnation_is_dropped(tmp_path):
     cluster.run(2_000)
     assert not cluster.controller.brokers[1].fenced
     cluster.close()
+
+
+class _FailingWritesUnder(sio.PosixIO):
+    """The POSIX seam with pwrite failing (EIO) under one directory once armed."""
+
+    def __init__(self):
+        self.under = None
+
+    def pwrite(self, fd, data, offset):
+        if self.under is not None and os.readlink(f"/proc/self/fd/{fd}").startswith(str(self.under)):
+            raise OSError(errno.EIO, os.strerror(errno.EIO))
+        return super().pwrite(fd, data, offset)
+
+
+def test_a_broker_whose_log_dir_fails_halts_and_recovers_on_restart(tmp_path):
+    # Kafka halts a broker whose last log dir went offline; the partition moves to another
+    # leader, nothing acknowledged is lost, and the restarted broker recovers as after a crash.
+    seam = _FailingWritesUnder()
+    with sio.using(seam):
+        cluster = Cluster(tmp_path, 3, seed=11, min_insync_replicas=2)
+        cluster.create_partition("t", 0, [1, 2, 3])
+        acked = []
+        produce_all(cluster, [b"a%d" % i for i in range(5)], acked)
+        assert converged(cluster)
+        leader = cluster.leader("t", 0)
+        node = cluster.brokers[leader]
+        seam.under = node.path
+        answer = cluster.produce("t", 0, [b"lost"])
+        assert answer.error_code == Errors.KAFKA_STORAGE_ERROR
+        cluster.run(10)
+        assert not node.alive and node.halts == 1
+        assert cluster.run_until(lambda: cluster.leader("t", 0) not in (-1, leader), 20_000)
+        produce_all(cluster, [b"b%d" % i for i in range(5)], acked)
+        seam.under = None
+        node.start()
+        assert not node.manager.logdir.had_clean_shutdown
+        assert converged(cluster)
+        logs = [cluster.batches(b, "t", 0) for b in (1, 2, 3)]
+        assert logs[0] == logs[1] == logs[2]
+        assert [v for _o, _e, v in cluster.records(cluster.leader("t", 0), "t", 0)] == acked
+        cluster.close()

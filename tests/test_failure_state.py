@@ -220,3 +220,22 @@ def test_a_failed_epoch_checkpoint_write_fails_the_append_and_the_lineage_stays_
             batch_epochs.setdefault(batch.partition_leader_epoch, batch.base_offset)
         assert [(e.epoch, e.start_offset) for e in log.epoch_cache.entries] == sorted(batch_epochs.items())
         assert log.log_end_offset in (5, 6)       # the failed append may survive, unacknowledged
+
+
+def test_errors_survive_pickling_across_processes():
+    """The simulator's worker pool and Spark executors send errors between processes; a
+    LogDirOfflineError could not be unpickled (its __init__ takes the dir and the first failure),
+    which hung `storage.sim run --jobs 2` when a seed raised one."""
+    import pickle
+
+    first = OSError(5, "Input/output error")
+    offline = errors.LogDirOfflineError("/data/logs", first, operation="fsync")
+    back = pickle.loads(pickle.dumps(offline))
+    assert type(back) is errors.LogDirOfflineError
+    assert (back.log_dir, back.operation, str(back)) == ("/data/logs", "fsync", str(offline))
+    assert back.error_code == errors.Errors.KAFKA_STORAGE_ERROR and back.first_failure.errno == 5
+
+    corrupt = errors.CorruptSegmentError("bad CRC", file="00.log", position=61, offset=7)
+    back = pickle.loads(pickle.dumps(corrupt))
+    assert (back.file, back.position, back.offset, back.reason, str(back)) == \
+        ("00.log", 61, 7, "bad CRC", str(corrupt))

@@ -6,11 +6,13 @@ Every test builds its own LogDir under tmp_path and drives a manual clock (`now[
 """
 from __future__ import annotations
 
+import errno
 import os
 
 import pytest
 
-from storage import LogConfig, LogDir, Record, build_batch, guards
+from storage import LogConfig, LogDir, Record, build_batch, errors, guards
+from storage import io as sio
 from storage.errors import Errors
 from storage.log import EARLIEST_TIMESTAMP, LATEST_TIMESTAMP
 from storage.messages import (EPOCH_DURING_DELETE, NO_EPOCH, RECOVERED, RECOVERING, AlterPartitionResponse,
@@ -59,7 +61,8 @@ def make_manager(tmp_path, now):
 
     yield make
     for manager in made:
-        manager.logdir.close()
+        if not manager.logdir.offline:     # a test that takes its dir offline closes it itself
+            manager.logdir.close()
 
 
 @pytest.fixture
@@ -993,3 +996,64 @@ def test_controller_requests_for_an_earlier_incarnation_are_refused(make_manager
     assert (KEY in manager.partitions) == (expected == Errors.NONE)
     stop = StopReplicaRequest(3000, 1, addressed_to, [StopReplicaPartition(TOPIC, 0, 3, False)])
     assert manager.handle_stop_replica(stop).error_code == expected
+
+
+# ---- an offline log dir (M31; Kafka's ReplicaManager.handleLogDirFailure) ---------------------------
+
+class _FailingWrites(sio.PosixIO):
+    """The POSIX seam with every pwrite failing (EIO) once armed."""
+
+    armed = False
+
+    def pwrite(self, fd, data, offset):
+        if self.armed:
+            raise OSError(errno.EIO, os.strerror(errno.EIO))
+        return super().pwrite(fd, data, offset)
+
+
+def _offline_leader(make_manager, seam):
+    """Broker 1 leads with ISR [1, 2]; an acks=-1 produce waits for the follower; then the log
+    dir fails under a second produce."""
+    leader = make_manager(1)
+    leader.apply_partition_state(state(1, 2, [1, 2], replicas=(1, 2)))
+    waiting = []
+    assert produce(leader, 3, acks=-1, callback=waiting.append) is None
+    seam.armed = True
+    failed = produce(leader, 1, acks=1)
+    return leader, waiting, failed
+
+
+def test_offline_log_dir_answers_storage_error_and_acknowledges_nothing(make_manager):
+    seam = _FailingWrites()
+    with sio.using(seam):
+        leader, waiting, failed = _offline_leader(make_manager, seam)
+        assert failed.error_code == Errors.KAFKA_STORAGE_ERROR
+        assert leader.offline and leader.logdir.offline
+        # The produce that waited for the follower is failed, not left to a later acknowledgement.
+        assert [a.error_code for a in waiting] == [Errors.KAFKA_STORAGE_ERROR]
+        # The follower's fetch past the batch would have moved the high watermark: it is refused.
+        assert fetch(leader, 2, 3, current_epoch=2).error_code == Errors.KAFKA_STORAGE_ERROR
+        assert fetch(leader, CONSUMER, 0).error_code == Errors.KAFKA_STORAGE_ERROR
+        answer = leader.handle(FetchRequest(2, BROKER_EPOCHS[2], [FetchPartition(TOPIC, 0, 3, 2)]))
+        assert [p.error_code for p in answer.partitions] == [Errors.KAFKA_STORAGE_ERROR]
+        assert leader.handle(ListOffsetsRequest(CONSUMER, TOPIC, 0, LATEST_TIMESTAMP, NO_EPOCH)).error_code \
+            == Errors.KAFKA_STORAGE_ERROR
+        assert produce(leader, 1, acks=-1, callback=waiting.append).error_code == Errors.KAFKA_STORAGE_ERROR
+        assert leader.fetcher.partitions == {}
+    with pytest.raises(errors.LogDirOfflineError):
+        leader.logdir.close()
+
+
+def test_guard_m31_off_serves_from_a_failed_log_dir(make_manager, simulation):
+    # The mutation the simulator's I16 oracle catches (seed 12 in regressions.json): without
+    # M31 a consumer is served from a dir whose page cache is in an unknown state, and a waiting
+    # produce is never answered.
+    simulation.disable("M31")
+    seam = _FailingWrites()
+    with sio.using(seam):
+        leader, waiting, failed = _offline_leader(make_manager, seam)
+        assert failed.error_code == Errors.KAFKA_STORAGE_ERROR and leader.logdir.offline
+        assert fetch(leader, CONSUMER, 0).error_code == Errors.NONE    # served from a failed dir
+        assert waiting == []                                            # and left waiting
+    with pytest.raises(errors.LogDirOfflineError):
+        leader.logdir.close()

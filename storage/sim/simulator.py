@@ -19,6 +19,7 @@ unclean election, no batch served that fails its CRC).
 from __future__ import annotations
 
 import collections
+import errno
 import hashlib
 import os
 import random
@@ -30,7 +31,7 @@ from .. import io as sio
 from .. import messages as m
 from ..channel import Channel
 from ..cluster import Cluster
-from ..errors import Errors
+from ..errors import Errors, LogDirOfflineError, StorageIOError
 from ..log import LogConfig
 from ..records import Record, build_batch, iter_batches
 from . import invariants
@@ -100,6 +101,11 @@ class Simulation:
         # Swarm parameter, from its own generator (the main one's sequence stays as it was):
         # truncation by DivergingEpoch in the fetch (KIP-320) or by OffsetForLeaderEpoch.
         self.truncate_on_fetch = random.Random(f"truncate-{seed}").random() < 0.5
+        # S7/S8 (disk faults), from their own generator too: in one seed in four, now and then a
+        # seam operation of one broker's log dir fails with EIO/ENOSPC/EDQUOT/EROFS; the dir goes
+        # offline and the broker halts (storage.cluster.BrokerNode.halt), to restart uncleanly.
+        self.disk_faults = random.Random(f"disk-{seed}")
+        self.disk_faults_on = self.disk_faults.random() < 0.25
         if profile not in PROFILES:
             raise ValueError(f"unknown profile {profile!r}; known: {', '.join(PROFILES)}")
         # C1 (calibration): unclean elections on and no budget, but the safety profile's history
@@ -157,6 +163,9 @@ class Simulation:
         self.result.trace.append((self.channel.now, what))
 
     def _stop(self) -> None:
+        halts = sum(node.halts for node in self.cluster.brokers.values())
+        if halts:
+            self.result.faults["halt"] += halts     # brokers halted by an offline log dir
         for node in self.cluster.brokers.values():
             if node.alive:
                 node.crash()
@@ -164,7 +173,24 @@ class Simulation:
 
     def _step(self, step: int) -> None:
         rng, c = self.rng, self.cluster
-        roll = rng.random()
+        try:
+            self._act(rng.random())
+        except LogDirOfflineError:
+            pass            # the dir the action touched failed: its broker halts (below)
+        for node in c.brokers.values():
+            node._halt_if_offline()
+        if self.disk_faults_on and self.disk_faults.random() < 0.03:
+            self._inject_disk_fault()
+        for _ in range(rng.randint(1, 20)):
+            c.step()
+        for b, node in c.brokers.items():
+            if node.paused and rng.random() < 0.1:
+                node.resume()
+                self._note(f"resume {b}")
+
+    def _act(self, roll: float) -> None:
+        """One client action or fault, chosen by `roll`."""
+        rng, c = self.rng, self.cluster
         if roll < 0.45:
             self._produce()
         elif roll < 0.60:
@@ -204,12 +230,23 @@ class Simulation:
             self._flush_point()
         elif roll < 0.93 and self.buggify["isr_attempts"]:
             self._isr_attempt()
-        for _ in range(rng.randint(1, 20)):
-            c.step()
-        for b, node in c.brokers.items():
-            if node.paused and rng.random() < 0.1:
-                node.resume()
-                self._note(f"resume {b}")
+
+    DISK_FAULT_OPERATIONS = ("write", "write", "fsync", "fsync", "truncate", "rename", "create", "unlink",
+                             "fsync_dir", "read")
+
+    def _inject_disk_fault(self) -> None:
+        """S8 (a write-side operation fails; a failed fsync makes nothing durable) or S7 (a read
+        fails) on one running broker's log dir, after a few more of them succeed."""
+        draw = self.disk_faults
+        alive = [b for b, n in self.cluster.brokers.items() if n.alive]
+        if not alive:
+            return
+        b = draw.choice(alive)
+        operation = draw.choice(self.DISK_FAULT_OPERATIONS)
+        code = draw.choice((errno.EIO, errno.EIO, errno.ENOSPC, errno.EDQUOT, errno.EROFS))
+        self.fs.inject(operation, code, after=draw.randint(0, 30), path=self.cluster.brokers[b].path)
+        self.result.faults["S7" if operation == "read" else "S8"] += 1
+        self._note(f"disk fault {b} {operation} {errno.errorcode[code]}")
 
     def _move_leader(self) -> bool:
         c = self.cluster
@@ -268,13 +305,17 @@ class Simulation:
         client.sent += 1
         client.pending[value] = leader
         batch = build_batch([Record(value=value, timestamp=self.channel.now)], base_timestamp=self.channel.now)
+        manager = c.brokers[leader].manager
 
         def answered(response, value=value):
             client.pending.pop(value, None)
             if response.error_code == Errors.NONE:
                 client.acked[value] = response.base_offset
+                if manager.logdir.offline:
+                    self.result.violations.append(f"I16 broker {leader} acknowledged {value!r} after its log dir "
+                                                  f"went offline")
 
-        c.brokers[leader].manager.handle_produce(m.ProduceRequest(TOPIC, PARTITION, batch, -1), answered)
+        manager.handle_produce(m.ProduceRequest(TOPIC, PARTITION, batch, -1), answered)
 
     def _consume(self) -> None:
         c = self.cluster
@@ -283,8 +324,16 @@ class Simulation:
             return
         client = self.client
         request = m.FetchRequest(-1, -1, [m.FetchPartition(TOPIC, PARTITION, client.position, m.NO_EPOCH)])
-        answer = c.brokers[leader].manager.handle_fetch(request).partitions[0]
+        manager = c.brokers[leader].manager
+        response = manager.handle(request)
+        c.brokers[leader]._halt_if_offline()
+        if response is None:
+            return
+        answer = response.partitions[0]
         if answer.error_code != Errors.NONE:
+            return
+        if manager.logdir.offline:
+            self.result.violations.append(f"I16 broker {leader} served a fetch after its log dir went offline")
             return
         if answer.high_watermark < self.seen_hw and answer.high_watermark >= 0 and self.profile == "safety":
             self.result.violations.append(f"I6 observed high watermark went back {self.seen_hw} -> "
@@ -359,8 +408,19 @@ class Simulation:
         broker = self.rng.choice(sorted(self.down))
         self.down.discard(broker)
         node = self.cluster.brokers[broker]
+        injected = len(self.fs.failures)
         try:
             node.start()
+        except StorageIOError as exc:
+            if len(self.fs.failures) == injected:
+                self.result.violations.append(f"I12 broker {broker} failed to restart: {exc!r}")
+                return
+            # An injected disk fault met the recovery: the broker exits (a failed open released
+            # what it had opened) and is started again later, when the disk "works" again.
+            self.down.add(broker)
+            self.result.faults["restart-disk-fault"] += 1
+            self._note(f"restart {broker} failed: {exc.reason}")
+            return
         except Exception as exc:   # noqa: BLE001 - a restart that fails is a finding
             self.result.violations.append(f"I12 broker {broker} failed to restart: {exc!r}")
             return
@@ -383,13 +443,18 @@ class Simulation:
                 self.unclean.discard(b)
         for b, node in c.brokers.items():
             if not node.alive and b not in self.down:
-                self.down.add(b)     # shut down after a controlled shutdown
+                self.down.add(b)     # shut down after a controlled shutdown, or halted
+                for value, target in list(self.client.pending.items()):
+                    if target == b:     # its connections died with it: the outcome is unknown
+                        del self.client.pending[value]
+                        self.client.indeterminate.add(value)
 
     # ---- oracle ----
     def _logs(self) -> dict:
         out = {}
         for b, node in self.cluster.brokers.items():
-            if node.alive and node.manager is not None and (TOPIC, PARTITION) in node.manager.partitions:
+            if node.alive and node.manager is not None and (TOPIC, PARTITION) in node.manager.partitions \
+                    and not node.manager.logdir.offline:     # offline (only with M31 off): unreadable
                 out[b] = node.manager.partitions[(TOPIC, PARTITION)].log
         return out
 
@@ -485,6 +550,7 @@ class Simulation:
         c = self.cluster
         self.channel.heal()
         self.channel.loss = self.channel.duplicate = 0.0
+        self.fs.injected.clear()        # the disks are replaced: no more pending S7/S8 faults
         for b, node in c.brokers.items():
             if node.paused:
                 node.resume()
