@@ -47,7 +47,11 @@ MODES = ("a", "b", "c", "d")
 
 
 class CrashNow(Exception):
-    """Raised by SimFS at the crash point chosen with `crash_after`."""
+    """Raised by SimFS at the crash point chosen with `crash_after`; `path` names the file the
+    interrupted operation was on (None when the operation names none)."""
+
+    path = None
+    kind = None
 
 
 class SimFS(PosixIO):
@@ -58,6 +62,9 @@ class SimFS(PosixIO):
         self.random = random.Random(seed)
         self.counts: collections.Counter = collections.Counter()
         self.crash_after: int | None = None     # raise CrashNow at this mutating operation
+        self.last_crash: CrashNow | None = None  # the last CrashNow raised
+        self.crash_match: str | None = None      # with crash_after: the first mutation from there
+                                                 # on of a file whose name contains this
         self.mutations = 0
         self._next_inode = 0
         self.inode_of: dict[str, int] = {}      # the current (volatile) namespace
@@ -133,9 +140,13 @@ class SimFS(PosixIO):
     def _mutation(self, kind: str, path=None) -> None:
         self.counts[kind] += 1
         self.mutations += 1
-        if self.crash_after is not None and self.mutations >= self.crash_after:
-            self.crash_after = None
-            raise CrashNow(f"crash at mutation {self.mutations} ({kind})")
+        if self.crash_after is not None and self.mutations >= self.crash_after and (
+                self.crash_match is None or path is not None and self.crash_match in os.path.basename(path)):
+            self.crash_after = self.crash_match = None
+            crash = CrashNow(f"crash at mutation {self.mutations} ({kind}{f' {path}' if path else ''})")
+            crash.path, crash.kind = (None if path is None else os.fspath(path)), kind
+            self.last_crash = crash     # C and the failure state may wrap it; the caller looks here
+            raise crash
         if self.injected:
             self._maybe_fail(kind, path)
 

@@ -51,14 +51,15 @@ def check_replica(name, log, *, leader_epoch: int | None = None, leader_epoch_st
     for entry in entries:
         if entry.start_offset > log.log_end_offset:
             out.append(f"I8 {name}: epoch entry {tuple(entry)} beyond the log end offset {log.log_end_offset}")
-    if entries:
-        for b in batches:
-            if b.magic >= 2 and b.base_offset >= entries[0].start_offset and b.partition_leader_epoch >= 0:
-                cached = cache.epoch_for_offset(b.base_offset)
-                if cached != b.partition_leader_epoch:
-                    out.append(f"I8 {name}: batch {b.base_offset} has epoch {b.partition_leader_epoch}, "
-                               f"the cache says {cached}")
-                    break
+    # Every batch from the log start on is covered by the entry of its own epoch: a cache that
+    # lost entries (a torn or reverted checkpoint) answers OffsetForLeaderEpoch wrongly (M22).
+    for b in batches:
+        if b.magic >= 2 and b.base_offset >= log.log_start_offset and b.partition_leader_epoch >= 0:
+            cached = cache.epoch_for_offset(b.base_offset)
+            if cached != b.partition_leader_epoch:
+                out.append(f"I8 {name}: batch {b.base_offset} has epoch {b.partition_leader_epoch}, "
+                           f"the cache says {cached}")
+                break
     if leader_epoch is not None and leader_epoch_start_offset is not None:
         entry = cache.epoch_entry(leader_epoch)
         if entry is None or entry.start_offset > leader_epoch_start_offset:

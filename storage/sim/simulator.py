@@ -35,6 +35,7 @@ from ..errors import Errors, LogDirOfflineError, StorageIOError
 from ..log import LogConfig
 from ..records import Record, build_batch, iter_batches
 from . import invariants
+from .crash import _is_crash
 from .fs import SimFS
 
 TOPIC, PARTITION = "t", 0
@@ -106,6 +107,10 @@ class Simulation:
         # offline and the broker halts (storage.cluster.BrokerNode.halt), to restart uncleanly.
         self.disk_faults = random.Random(f"disk-{seed}")
         self.disk_faults_on = self.disk_faults.random() < 0.25
+        # Crashes in the middle of a file operation (the crash enumeration's crash points, at
+        # random moments of a cluster run): one seed in four, from their own generator.
+        self.mid_crashes = random.Random(f"mid-crash-{seed}")
+        self.mid_crashes_on = self.mid_crashes.random() < 0.25
         if profile not in PROFILES:
             raise ValueError(f"unknown profile {profile!r}; known: {', '.join(PROFILES)}")
         # C1 (calibration): unclean elections on and no budget, but the safety profile's history
@@ -173,20 +178,32 @@ class Simulation:
 
     def _step(self, step: int) -> None:
         rng, c = self.rng, self.cluster
-        try:
-            self._act(rng.random())
-        except LogDirOfflineError:
-            pass            # the dir the action touched failed: its broker halts (below)
+        self._survive(lambda: self._act(rng.random()))
         for node in c.brokers.values():
             node._halt_if_offline()
         if self.disk_faults_on and self.disk_faults.random() < 0.03:
             self._inject_disk_fault()
+        if self.mid_crashes_on and self.fs.crash_after is None and self.mid_crashes.random() < 0.05:
+            draw = self.mid_crashes
+            self.fs.crash_after = self.fs.mutations + draw.randint(1, 60)
+            # Biased toward the rare writes a crash matters most in: checkpoints and indexes.
+            self.fs.crash_match = draw.choice(self.MID_CRASH_TARGETS)
         for _ in range(rng.randint(1, 20)):
-            c.step()
+            self._survive(c.step)
         for b, node in c.brokers.items():
             if node.paused and rng.random() < 0.1:
-                node.resume()
+                self._survive(node.resume)
                 self._note(f"resume {b}")
+
+    def _survive(self, action) -> None:
+        """Run one piece of the cluster's work; the failure state (its broker halts) and an
+        armed crash point (its broker dies, `_crashed_mid_operation`) end it early."""
+        try:
+            action()
+        except Exception as exc:    # noqa: BLE001 - only those two
+            if not isinstance(exc, LogDirOfflineError) and not _is_crash(exc):
+                raise
+        self._crashed_mid_operation()
 
     def _act(self, roll: float) -> None:
         """One client action or fault, chosen by `roll`."""
@@ -230,6 +247,26 @@ class Simulation:
             self._flush_point()
         elif roll < 0.93 and self.buggify["isr_attempts"]:
             self._isr_attempt()
+
+    MID_CRASH_TARGETS = (None, None, "checkpoint", "checkpoint", ".index", ".timeindex", ".log", ".tmp")
+
+    def _crashed_mid_operation(self) -> None:
+        """The process of the broker whose file operation reached the armed crash point dies in
+        the middle of it (a torn checkpoint write, a half-done roll, truncation or recovery);
+        half the time the machine loses its page cache too, as any crash in `_crash`.  The
+        CrashNow may have reached the broker wrapped in the failure state, which halted it."""
+        crash, self.fs.last_crash = self.fs.last_crash, None
+        if crash is None:
+            return
+        for b, node in self.cluster.brokers.items():
+            if crash.path is not None and crash.path.startswith(node.path + os.sep):
+                break
+        else:
+            return                  # not a broker's file (the controller keeps no files here)
+        self.result.faults["mid-operation"] += 1
+        self._note(f"crash {b} mid-operation {crash.kind} {os.path.relpath(crash.path, self.root)}")
+        self._crash(b, died=not node.alive)
+
 
     DISK_FAULT_OPERATIONS = ("write", "write", "fsync", "fsync", "truncate", "rename", "create", "unlink",
                              "fsync_dir", "read")
@@ -353,9 +390,11 @@ class Simulation:
             return True
         return len(self.unclean - {broker}) < self.min_isr - 1
 
-    def _crash(self, broker: int) -> None:
+    def _crash(self, broker: int, *, died: bool = False) -> None:
+        """Kill a running broker (or, with `died`, one whose process just died by itself) and,
+        half the time within the budget, lose its page cache."""
         node = self.cluster.brokers[broker]
-        if not node.alive:
+        if not node.alive and not died:
             return
         rng = self.rng
         lossy = rng.random() < 0.5 and self._budget_allows_loss(broker)
@@ -411,8 +450,10 @@ class Simulation:
         injected = len(self.fs.failures)
         try:
             node.start()
-        except StorageIOError as exc:
-            if len(self.fs.failures) == injected:
+        except Exception as exc:   # noqa: BLE001 - a restart that fails is a finding, unless ...
+            if _is_crash(exc):
+                raise               # ... recovery was interrupted by an armed crash point (_step)
+            if not isinstance(exc, StorageIOError) or len(self.fs.failures) == injected:
                 self.result.violations.append(f"I12 broker {broker} failed to restart: {exc!r}")
                 return
             # An injected disk fault met the recovery: the broker exits (a failed open released
@@ -420,9 +461,6 @@ class Simulation:
             self.down.add(broker)
             self.result.faults["restart-disk-fault"] += 1
             self._note(f"restart {broker} failed: {exc.reason}")
-            return
-        except Exception as exc:   # noqa: BLE001 - a restart that fails is a finding
-            self.result.violations.append(f"I12 broker {broker} failed to restart: {exc!r}")
             return
         self._check_recovered(broker)
         self._note(f"restart {broker}")
@@ -465,6 +503,9 @@ class Simulation:
             if not batch.is_valid():
                 self.result.violations.append(f"I12 broker {broker}: a batch failing its CRC survived recovery")
                 return
+        # I8/I9 as recovery left them, before replication repairs anything (a torn or reverted
+        # epoch checkpoint shows here, M22).
+        self.result.violations += invariants.check_replica(f"broker {broker} after recovery", log)
 
     def _check(self, step: int) -> None:
         if self.calibration:
@@ -551,6 +592,7 @@ class Simulation:
         self.channel.heal()
         self.channel.loss = self.channel.duplicate = 0.0
         self.fs.injected.clear()        # the disks are replaced: no more pending S7/S8 faults
+        self.fs.crash_after = self.fs.crash_match = None    # and no armed mid-operation crash
         for b, node in c.brokers.items():
             if node.paused:
                 node.resume()
