@@ -46,6 +46,10 @@ class Channel:
             if other != node:
                 self.partition(node, other)
 
+    def reconnect(self, a: int, b: int) -> None:
+        """Heal the one link between a and b."""
+        self._cut.discard(frozenset((a, b)))
+
     def heal(self) -> None:
         self._cut.clear()
 

@@ -333,6 +333,33 @@ class Controller:
         self._publish(s)
         return Errors.NONE
 
+    def reassign(self, topic: str, partition: int, replicas: list[int]) -> int:
+        """Change a partition's assignment, as a ZooKeeper-mode reassignment does in its last
+        step: the leader epoch is bumped, the remaining and added replicas get the new state,
+        and each removed replica a StopReplica(delete) carrying the new epoch (KIP-570: one
+        delayed behind a later re-adding LeaderAndIsr must be fenced there).  The leader cannot
+        be removed (move it first); removed replicas leave the ISR and ELR."""
+        s = self.partitions.get((topic, partition))
+        if s is None:
+            return Errors.UNKNOWN_TOPIC_OR_PARTITION
+        new = list(replicas)
+        if not new or len(set(new)) != len(new) or (s.leader != NO_LEADER and s.leader not in new):
+            return Errors.INVALID_REPLICA_ASSIGNMENT
+        if new == s.replicas:
+            return Errors.NONE
+        removed = [b for b in s.replicas if b not in new]
+        s.replicas = new
+        s.isr = [b for b in s.isr if b in new]
+        s.elr = [b for b in s.elr if b in new]
+        s.last_known_elr = [b for b in s.last_known_elr if b in new]
+        s.leader_epoch += 1
+        s.partition_epoch += 1
+        self._commit(partitions=[(topic, partition)])
+        self._publish(s)
+        for b in removed:
+            self.stop_replica(b, topic, partition, delete=True)
+        return Errors.NONE
+
     def stop_replica(self, broker_id: int, topic: str, partition: int, *, delete: bool = False) -> StopReplicaRequest:
         """Queue (and return) a StopReplica carrying the partition's current leader epoch."""
         s = self.partitions[(topic, partition)]

@@ -130,13 +130,17 @@ class LogDir:
         self._lock_fd = _lock_dir(self)
         try:
             self._load(seam)
-        except BaseException:
+        except BaseException as exc:
             # A failed open releases what it opened: logs, the metadata store, the lock.
             for log in self._logs.values():
                 log._release_segments()
             if self.meta is not None:
                 self.meta.close()
             _unlock_dir(self)
+            if isinstance(exc, OSError) and not isinstance(exc, errors.StorageError):
+                # An I/O error of the open itself (the marker's unlink, a directory fsync):
+                # the dir is offline, as Kafka marks a dir that fails at startup.
+                raise errors.LogDirOfflineError(self.path, exc, operation="open") from exc
             raise
 
     def _load(self, seam) -> None:

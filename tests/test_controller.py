@@ -12,7 +12,7 @@ from storage.controller import Controller
 from storage.errors import Errors
 from storage.messages import (NO_LEADER, RECOVERED, RECOVERING, AlterPartitionRequest, BrokerEpoch,
                               BrokerHeartbeatRequest, BrokerRegistrationRequest, LeaderAndIsrRequest,
-                              MetadataUpdate)
+                              MetadataUpdate, StopReplicaRequest)
 
 TOPIC = "events"
 KEY = (TOPIC, 0)
@@ -482,3 +482,28 @@ def test_unclean_recovery_prefers_the_last_known_elr(simulation):
     s = pstate(controller)
     assert s.leader == 3 and s.isr == [3] and s.leader_recovery_state == RECOVERING and s.last_known_elr == []
     controller.close()
+
+
+# ---- reassignment ------------------------------------------------------------------------------
+
+def test_reassignment_bumps_the_leader_epoch_and_stops_removed_replicas_with_it(three):
+    c = three
+    assert c.reassign(TOPIC, 0, [1, 2]) == Errors.NONE
+    s = pstate(c)
+    assert (s.replicas, s.isr, s.leader, s.leader_epoch, s.partition_epoch) == ([1, 2], [1, 2], 1, 1, 1)
+    sent = c.take_outbox()
+    assert sorted(b for b, m in sent if isinstance(m, LeaderAndIsrRequest)) == [1, 2]
+    [(to, stop)] = [(b, m) for b, m in sent if isinstance(m, StopReplicaRequest)]
+    assert to == 3 and [(p.leader_epoch, p.delete_partition) for p in stop.partitions] == [(1, True)]
+    # Added back: the next epoch, LeaderAndIsr to every replica; the ISR grows only by AlterPartition.
+    assert c.reassign(TOPIC, 0, [1, 2, 3]) == Errors.NONE
+    s = pstate(c)
+    assert (s.replicas, s.isr, s.leader_epoch) == ([1, 2, 3], [1, 2], 2)
+    assert sorted(b for b, m in leader_and_isr_messages(c)) == [1, 2, 3]
+
+
+@pytest.mark.parametrize("replicas", [[2, 3], [], [1, 1, 2]])
+def test_reassignment_refuses_removing_the_leader_and_malformed_lists(three, replicas):
+    before = pstate(three).copy()
+    assert three.reassign(TOPIC, 0, replicas) == Errors.INVALID_REPLICA_ASSIGNMENT
+    assert pstate(three) == before and three.take_outbox() == []

@@ -239,3 +239,33 @@ def test_errors_survive_pickling_across_processes():
     back = pickle.loads(pickle.dumps(corrupt))
     assert (back.file, back.position, back.offset, back.reason, str(back)) == \
         ("00.log", 61, 7, "bad CRC", str(corrupt))
+
+
+@pytest.mark.parametrize("operation", ["unlink", "fsync_dir"])
+def test_an_io_failure_while_opening_is_a_storage_error_and_releases_the_dir(tmp_path, operation):
+    """The open of a cleanly shut down dir removes the clean-shutdown marker and fsyncs the dir;
+    a failure there (simulator seed 7119: EDQUOT on the unlink) raised a bare OSError.  It is a
+    LogDirOfflineError naming the dir and the failure; the lock is released, and the next open,
+    with the disk working again, opens the data (as after an unclean shutdown when the marker
+    is already gone, or cleanly when it survived)."""
+    with LogDir.open(tmp_path, CONFIG) as logdir:
+        _fill(logdir.partition("t", 0), 3)
+
+    class Failing(sio.PosixIO):
+        def unlink(self, path):
+            if operation == "unlink":
+                raise OSError(errno.EDQUOT, os.strerror(errno.EDQUOT), path)
+            return super().unlink(path)
+
+        def fsync_dir(self, path, flags=0):
+            if operation == "fsync_dir":
+                raise OSError(errno.EIO, os.strerror(errno.EIO), path)
+            return super().fsync_dir(path, flags)
+
+    with sio.using(Failing()):
+        with pytest.raises(errors.LogDirOfflineError) as caught:
+            LogDir.open(tmp_path, CONFIG)
+    assert caught.value.log_dir == str(tmp_path) and caught.value.operation == "open"
+    assert caught.value.error_code == errors.Errors.KAFKA_STORAGE_ERROR
+    with LogDir.open(tmp_path, CONFIG) as logdir:
+        assert logdir.partition("t", 0).log_end_offset == 3

@@ -37,6 +37,7 @@ from ..records import Record, build_batch, iter_batches
 from . import invariants
 from .crash import _is_crash
 from .fs import SimFS
+from .targeted import TargetedSites
 
 TOPIC, PARTITION = "t", 0
 
@@ -111,6 +112,11 @@ class Simulation:
         # random moments of a cluster run): one seed in four, from their own generator.
         self.mid_crashes = random.Random(f"mid-crash-{seed}")
         self.mid_crashes_on = self.mid_crashes.random() < 0.25
+        # Targeted fault sites (storage.sim.targeted), each on in one seed in four, from its own
+        # generator: a follower deaf to the controller while leadership bounces A -> C -> A
+        # (M6), an ISR expansion whose follower is cut off while its AlterPartition is slow
+        # (M11), a replica removed and re-added while its StopReplica is delayed (M16).
+        self.targeted = TargetedSites(self, random.Random(f"targeted-{seed}"))
         if profile not in PROFILES:
             raise ValueError(f"unknown profile {profile!r}; known: {', '.join(PROFILES)}")
         # C1 (calibration): unclean elections on and no budget, but the safety profile's history
@@ -138,10 +144,12 @@ class Simulation:
         config = LogConfig(segment_bytes=segment_bytes, index_interval_bytes=256, segment_index_bytes=4096,
                            fsync=False)
         fetch_bytes = 300 if self.buggify["tiny_fetch"] else 1 << 20
+        if self.buggify["delay_alter"]:
+            self.channel.slow["AlterPartitionRequest"] = 400
         with sio.using(self.fs):
             self.cluster = Cluster(self.root, 3, seed=self.seed, channel=self.channel, config=config,
                                    unclean_leader_election=self.unclean_allowed,
-                                   min_insync_replicas=self.min_isr,
+                                   min_insync_replicas=self.min_isr, replica_lag_time_max_ms=self.targeted.lag_ms,
                                    fetcher_options={"max_bytes": fetch_bytes, "truncate_on_fetch": self.truncate_on_fetch})
             self.cluster.create_partition(TOPIC, PARTITION, [1, 2, 3])
             try:
@@ -188,6 +196,7 @@ class Simulation:
             self.fs.crash_after = self.fs.mutations + draw.randint(1, 60)
             # Biased toward the rare writes a crash matters most in: checkpoints and indexes.
             self.fs.crash_match = draw.choice(self.MID_CRASH_TARGETS)
+        self._survive(lambda: self.targeted.step(step))
         for _ in range(rng.randint(1, 20)):
             self._survive(c.step)
         for b, node in c.brokers.items():
@@ -521,6 +530,7 @@ class Simulation:
             # check then runs once more after healing (no divergence may survive it).
             out += invariants.check_log_matching(logs, summaries)
         out += self._check_registrations()
+        out += self.targeted.check_hosting()
         epochs = {b: c.brokers[b].manager.partitions[(TOPIC, PARTITION)].leader_epoch for b in logs}
         out += invariants.check_epoch_fencing(state, epochs, summaries)
         leader = state.leader
@@ -593,6 +603,7 @@ class Simulation:
         self.channel.loss = self.channel.duplicate = 0.0
         self.fs.injected.clear()        # the disks are replaced: no more pending S7/S8 faults
         self.fs.crash_after = self.fs.crash_match = None    # and no armed mid-operation crash
+        self.targeted.stop()
         for b, node in c.brokers.items():
             if node.paused:
                 node.resume()
