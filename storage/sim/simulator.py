@@ -31,7 +31,7 @@ from .. import io as sio
 from .. import messages as m
 from ..channel import Channel
 from ..cluster import Cluster
-from ..errors import Errors, LogDirOfflineError, StorageIOError
+from ..errors import Errors, LogDirOfflineError, StorageError, StorageIOError
 from ..log import LogConfig
 from ..records import Record, build_batch, iter_batches
 from . import invariants
@@ -507,7 +507,12 @@ class Simulation:
 
     def _check_recovered(self, broker: int) -> None:
         node = self.cluster.brokers[broker]
-        log = node.manager.logdir.partition(TOPIC, PARTITION)
+        try:
+            log = node.manager.logdir.partition(TOPIC, PARTITION)
+        except StorageError as exc:     # refused to open (damage below the recovery point)
+            self.result.violations.append(f"I12 broker {broker}: the partition does not open after recovery: "
+                                          f"{exc.reason}")
+            return
         for batch in log.batches():
             if not batch.is_valid():
                 self.result.violations.append(f"I12 broker {broker}: a batch failing its CRC survived recovery")
