@@ -273,7 +273,8 @@ class Simulation:
         else:
             return                  # not a broker's file (the controller keeps no files here)
         self.result.faults["mid-operation"] += 1
-        self._note(f"crash {b} mid-operation {crash.kind} {os.path.relpath(crash.path, self.root)}")
+        # the file name only: a deleted partition dir carries a random suffix (Kafka's -delete names)
+        self._note(f"crash {b} mid-operation {crash.kind} {os.path.basename(crash.path)}")
         self._crash(b, died=not node.alive)
 
 
@@ -469,7 +470,7 @@ class Simulation:
             # what it had opened) and is started again later, when the disk "works" again.
             self.down.add(broker)
             self.result.faults["restart-disk-fault"] += 1
-            self._note(f"restart {broker} failed: {exc.reason}")
+            self._note(f"restart {broker} failed: {errno.errorcode.get(exc.errno, exc.errno)}")
             return
         self._check_recovered(broker)
         self._note(f"restart {broker}")
