@@ -42,8 +42,8 @@ import pytest
 
 import storage
 from benchlib import CHUNK_BYTES, Contender, paired
-from storage import messages as m
-from storage.replica import ReplicaManager
+from storage.replication import messages as m
+from storage.replication.replica import ReplicaManager
 
 TOPIC, PARTITION = "t", 0
 LEADER, FOLLOWER = 1, 2

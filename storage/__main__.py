@@ -1,6 +1,6 @@
 """`python -m storage` (and the `storage` console script, `storage.__main__:main`).
 
-The subcommands live in storage/cli.py: dump-log, verify, recover, epochs, demo, and audit
+The subcommands live in storage/cli/ (one module per command): dump-log, verify, recover, epochs, demo, and audit
 (dispatched to storage/spark/audit.py, which alone imports Spark).
 """
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""The command line (storage/cli.py): dump-log, verify, recover, epochs and the demo, on our log
+"""The command line (storage/cli/): dump-log, verify, recover, epochs and the demo, on our log
 dirs and on real Kafka log dirs (copies of ../shared/testdata/kafka-real), text and --json."""
 import hashlib
 import json
@@ -14,7 +14,8 @@ from pathlib import Path
 import pytest
 
 from storage import LogConfig, PartitionLog, Record, iter_batches
-from storage.cli import local_comparison, main
+from storage.cli import main
+from storage.inspect.compare import local_comparison
 
 KAFKA_REAL = Path(__file__).resolve().parents[2] / "shared" / "testdata" / "kafka-real"
 BINAYA = "binaya-sharma__soc-streaming-detection/@7773d1f/kafka-data"

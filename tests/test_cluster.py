@@ -6,8 +6,8 @@ import os
 
 from storage import LogConfig
 from storage import io as sio
-from storage.channel import Channel
-from storage.cluster import Cluster
+from storage.sim.channel import Channel
+from storage.sim.cluster import Cluster
 from storage.errors import Errors
 
 
@@ -80,7 +80,7 @@ def test_an_answer_to_an_earlier_incarnation_is_dropped(tmp_path):
     # Simulator seed 400894: a registration answer meant for the previous process arrived after
     # a restart; taken as its own, the new incarnation heartbeated with a dead broker epoch and
     # stayed fenced forever.
-    from storage.messages import BrokerRegistrationResponse
+    from storage.replication.messages import BrokerRegistrationResponse
     cluster = Cluster(tmp_path, 3, seed=3)
     node = cluster.brokers[1]
     stale = node._mine(node._on_registered)

@@ -8,9 +8,9 @@ from __future__ import annotations
 import pytest
 
 from storage import guards
-from storage.controller import Controller
+from storage.replication.controller import Controller
 from storage.errors import Errors
-from storage.messages import (NO_LEADER, RECOVERED, RECOVERING, AlterPartitionRequest, BrokerEpoch,
+from storage.replication.messages import (NO_LEADER, RECOVERED, RECOVERING, AlterPartitionRequest, BrokerEpoch,
                               BrokerHeartbeatRequest, BrokerRegistrationRequest, LeaderAndIsrRequest,
                               MetadataUpdate, StopReplicaRequest)
 

@@ -14,12 +14,12 @@ import pytest
 
 from storage import LogConfig, LogDir, build_batch, guards
 from storage.errors import Errors
-from storage.fetcher import FETCHING, RESETTING, TRUNCATING
-from storage.messages import (NO_EPOCH, BrokerInfo, EpochEndOffset, FetchRequest, FetchResponse,
+from storage.replication.fetcher import FETCHING, RESETTING, TRUNCATING
+from storage.replication.messages import (NO_EPOCH, BrokerInfo, EpochEndOffset, FetchRequest, FetchResponse,
                               FetchResponsePartition, ListOffsetsRequest, MetadataUpdate, OffsetForLeaderEpochRequest,
                               OffsetForLeaderEpochResponse, OffsetForLeaderEpochResult, PartitionState,
                               DeleteRecordsRequest, ProduceRequest)
-from storage.replica import ReplicaManager
+from storage.replication.replica import ReplicaManager
 
 TOPIC = "events"
 KEY = (TOPIC, 0)

@@ -4,7 +4,7 @@ only be switched off in simulation mode (storage.guards)."""
 import pytest
 
 from storage import guards
-from storage import messages as m
+from storage.replication import messages as m
 from storage.errors import Errors
 from storage.sim import scenarios
 from storage.sim.rig import Rig

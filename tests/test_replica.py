@@ -15,12 +15,12 @@ from storage import LogConfig, LogDir, Record, build_batch, errors, guards
 from storage import io as sio
 from storage.errors import Errors
 from storage.log import EARLIEST_TIMESTAMP, LATEST_TIMESTAMP
-from storage.messages import (EPOCH_DURING_DELETE, NO_EPOCH, RECOVERED, RECOVERING, AlterPartitionResponse,
+from storage.replication.messages import (EPOCH_DURING_DELETE, NO_EPOCH, RECOVERED, RECOVERING, AlterPartitionResponse,
                               BrokerInfo, DeleteRecordsRequest, FetchPartition, FetchRequest, LeaderAndIsrRequest,
                               ListOffsetsRequest, MetadataUpdate, OffsetForLeaderEpochPartition,
                               OffsetForLeaderEpochRequest, PartitionState, ProduceRequest, StopReplicaPartition,
                               StopReplicaRequest)
-from storage.replica import ReplicaManager
+from storage.replication.replica import ReplicaManager
 
 TOPIC = "events"
 KEY = (TOPIC, 0)
@@ -963,7 +963,7 @@ def test_after_a_crash_the_checkpointed_high_watermark_is_capped_at_the_recovery
     # Above the recovery point a crash may give back an older, divergent log; the checkpointed
     # high watermark does not vouch for it.  The log keeps Kafka's value (storage users see
     # it); the replica layer lowers it until the leader's answers raise it again.
-    from storage.cluster import crash_logdir
+    from storage.sim.cluster import crash_logdir
     path = tmp_path / "broker"
     logdir = LogDir.open(path, LogConfig(fsync=False))
     log = logdir.partition(TOPIC, 0)

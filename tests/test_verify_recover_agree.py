@@ -18,7 +18,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from storage import LogConfig, PartitionLog, errors
-from storage.cli import scan_partition
+from storage.inspect.scan import scan_partition
 from storage.loader import scan_log_file
 
 CONFIG = LogConfig(segment_bytes=2048, index_interval_bytes=128, fsync=False)

@@ -6,8 +6,8 @@ cluster simulator and users' own tests.
 """
 from __future__ import annotations
 
-from ..messages import NO_LEADER, RECOVERING
 from ..records import iter_batches
+from ..replication.messages import NO_LEADER, RECOVERING
 
 
 def batches_of(log) -> list:

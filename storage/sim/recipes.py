@@ -22,9 +22,9 @@ from __future__ import annotations
 
 import os
 
-from .. import messages as m
 from ..epoch import UNDEFINED_EPOCH
 from ..errors import Errors
+from ..replication import messages as m
 from . import scenarios
 from .rig import Rig
 

@@ -5,13 +5,13 @@ stories with it; tests/test_kip_scenarios.py checks them)."""
 import os
 import shutil
 
-from .. import messages as m
-from ..cluster import crash_logdir
-from ..controller import Controller
 from ..log import LogConfig
 from ..logdir import LogDir
 from ..records import build_batch
-from ..replica import ReplicaManager
+from ..replication import messages as m
+from ..replication.controller import Controller
+from ..replication.replica import ReplicaManager
+from .cluster import crash_logdir
 
 CONFIG = LogConfig(segment_bytes=64 * 1024, fsync=False)
 

@@ -10,8 +10,8 @@ from __future__ import annotations
 
 import dataclasses
 
-from .. import messages as m
 from ..errors import Errors
+from ..replication import messages as m
 from . import invariants
 from .rig import Rig
 

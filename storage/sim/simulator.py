@@ -1,6 +1,6 @@
 """The deterministic cluster simulator: one seed decides everything.
 
-A controller and three brokers (storage.cluster) run on the real engine, over the simulated
+A controller and three brokers (storage.sim.cluster) run on the real engine, over the simulated
 file system (fsync disabled, page cache lost on crash) and the in-process channel (drops,
 duplicates, reordering, delays, partitions).  A client produces with acks=all and consumes.
 Faults, drawn per seed (swarm): process crashes with restart under a new broker epoch (P1),
@@ -28,13 +28,13 @@ from dataclasses import dataclass, field
 
 from .. import guards
 from .. import io as sio
-from .. import messages as m
-from ..channel import Channel
-from ..cluster import Cluster
 from ..errors import Errors, LogDirOfflineError, StorageError, StorageIOError
 from ..log import LogConfig
 from ..records import Record, build_batch, iter_batches
+from ..replication import messages as m
 from . import invariants
+from .channel import Channel
+from .cluster import Cluster
 from .crash import _is_crash
 from .fs import SimFS
 from .targeted import TargetedSites
@@ -105,7 +105,7 @@ class Simulation:
         self.truncate_on_fetch = random.Random(f"truncate-{seed}").random() < 0.5
         # S7/S8 (disk faults), from their own generator too: in one seed in four, now and then a
         # seam operation of one broker's log dir fails with EIO/ENOSPC/EDQUOT/EROFS; the dir goes
-        # offline and the broker halts (storage.cluster.BrokerNode.halt), to restart uncleanly.
+        # offline and the broker halts (storage.sim.cluster.BrokerNode.halt), to restart uncleanly.
         self.disk_faults = random.Random(f"disk-{seed}")
         self.disk_faults_on = self.disk_faults.random() < 0.25
         # Crashes in the middle of a file operation (the crash enumeration's crash points, at

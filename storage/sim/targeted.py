@@ -23,8 +23,8 @@ its trace.
 """
 from __future__ import annotations
 
-from .. import messages as m
-from ..cluster import CONTROLLER_ID
+from ..replication import messages as m
+from .cluster import CONTROLLER_ID
 
 TOPIC, PARTITION = "t", 0
 SITES = ("deaf_bounce", "cut_expansion", "replica_churn")

@@ -21,12 +21,20 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from . import errors, guards
-from .errors import Errors
-from .log import EARLIEST_TIMESTAMP, LATEST_TIMESTAMP
-from .messages import (NO_EPOCH, FetchPartition, FetchRequest, FetchResponse, ListOffsetsRequest,
-                       ListOffsetsResponse, OffsetForLeaderEpochPartition, OffsetForLeaderEpochRequest,
-                       OffsetForLeaderEpochResponse)
+from .. import errors, guards
+from ..errors import Errors
+from ..log import EARLIEST_TIMESTAMP, LATEST_TIMESTAMP
+from .messages import (
+    NO_EPOCH,
+    FetchPartition,
+    FetchRequest,
+    FetchResponse,
+    ListOffsetsRequest,
+    ListOffsetsResponse,
+    OffsetForLeaderEpochPartition,
+    OffsetForLeaderEpochRequest,
+    OffsetForLeaderEpochResponse,
+)
 
 TRUNCATING, FETCHING, RESETTING = "Truncating", "Fetching", "ResettingOffset"
 

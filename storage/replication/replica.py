@@ -1,6 +1,6 @@
 """`ReplicaManager`: the leader and follower sides of one broker, over a `LogDir`.
 
-Transport-agnostic: every handler takes a request dataclass (storage.messages) and returns a
+Transport-agnostic: every handler takes a request dataclass (storage.replication.messages) and returns a
 response; what the broker must send (AlterPartition to the controller, fetches to leaders) is
 collected in outboxes that the caller drains (`take_alter_partition_requests`,
 `fetcher.poll`).  Nothing here touches files except through `PartitionLog`.
@@ -34,17 +34,41 @@ import time
 from dataclasses import dataclass
 from typing import Callable
 
-from . import errors, guards
-from .errors import Errors
-from .log import EARLIEST_TIMESTAMP, LATEST_TIMESTAMP, MAX_TIMESTAMP
-from .logdir import LogDir
-from .messages import (CONSUMER_REPLICA_ID, EPOCH_DURING_DELETE, NO_EPOCH, NO_LEADER, RECOVERED, RECOVERING,
-                       AlterPartitionRequest, AlterPartitionResponse, BrokerEpoch, BrokerInfo, DeleteRecordsRequest,
-                       DeleteRecordsResponse, EpochEndOffset, FetchRequest, FetchResponse, FetchResponsePartition,
-                       LeaderAndIsrRequest, LeaderAndIsrResponse, ListOffsetsRequest, ListOffsetsResponse,
-                       MetadataUpdate, OffsetForLeaderEpochRequest, OffsetForLeaderEpochResponse,
-                       OffsetForLeaderEpochResult, PartitionState, ProduceRequest, ProduceResponse,
-                       StopReplicaRequest, StopReplicaResponse)
+from .. import errors, guards
+from ..errors import Errors
+from ..log import EARLIEST_TIMESTAMP, LATEST_TIMESTAMP, MAX_TIMESTAMP
+from ..logdir import LogDir
+from .messages import (
+    CONSUMER_REPLICA_ID,
+    EPOCH_DURING_DELETE,
+    NO_EPOCH,
+    NO_LEADER,
+    RECOVERED,
+    RECOVERING,
+    AlterPartitionRequest,
+    AlterPartitionResponse,
+    BrokerEpoch,
+    BrokerInfo,
+    DeleteRecordsRequest,
+    DeleteRecordsResponse,
+    EpochEndOffset,
+    FetchRequest,
+    FetchResponse,
+    FetchResponsePartition,
+    LeaderAndIsrRequest,
+    LeaderAndIsrResponse,
+    ListOffsetsRequest,
+    ListOffsetsResponse,
+    MetadataUpdate,
+    OffsetForLeaderEpochRequest,
+    OffsetForLeaderEpochResponse,
+    OffsetForLeaderEpochResult,
+    PartitionState,
+    ProduceRequest,
+    ProduceResponse,
+    StopReplicaRequest,
+    StopReplicaResponse,
+)
 
 
 def _now_ms() -> int:

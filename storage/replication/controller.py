@@ -24,13 +24,26 @@ from __future__ import annotations
 import os
 from dataclasses import asdict, dataclass
 
-from . import guards
-from .errors import Errors
-from .messages import (NO_LEADER, RECOVERED, RECOVERING, AlterPartitionRequest, AlterPartitionResponse,
-                       BrokerHeartbeatRequest, BrokerHeartbeatResponse, BrokerInfo, BrokerRegistrationRequest,
-                       BrokerRegistrationResponse, LeaderAndIsrRequest, MetadataUpdate, PartitionState,
-                       StopReplicaPartition, StopReplicaRequest)
-from .meta import MetaStore
+from .. import guards
+from ..errors import Errors
+from ..meta import MetaStore
+from .messages import (
+    NO_LEADER,
+    RECOVERED,
+    RECOVERING,
+    AlterPartitionRequest,
+    AlterPartitionResponse,
+    BrokerHeartbeatRequest,
+    BrokerHeartbeatResponse,
+    BrokerInfo,
+    BrokerRegistrationRequest,
+    BrokerRegistrationResponse,
+    LeaderAndIsrRequest,
+    MetadataUpdate,
+    PartitionState,
+    StopReplicaPartition,
+    StopReplicaRequest,
+)
 
 
 @dataclass

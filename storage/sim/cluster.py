@@ -18,15 +18,15 @@ import random
 import shutil
 from typing import Callable
 
-from . import errors
-from . import messages as m
+from .. import errors
+from ..errors import Errors
+from ..log import LogConfig
+from ..logdir import LogDir
+from ..records import build_batch
+from ..replication import messages as m
+from ..replication.controller import Controller
+from ..replication.replica import ReplicaManager
 from .channel import Channel
-from .controller import Controller
-from .errors import Errors
-from .log import LogConfig
-from .logdir import LogDir
-from .records import build_batch
-from .replica import ReplicaManager
 
 CONTROLLER_ID = 3000
 

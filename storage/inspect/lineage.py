@@ -1,0 +1,53 @@
+"""Epoch lineage: what the batches say against what the leader-epoch-checkpoint says."""
+from __future__ import annotations
+
+
+def _entries(pairs) -> list[dict]:
+    return [{"epoch": e, "start_offset": o} for e, o in pairs]
+
+
+def _lineage_text(pairs) -> str:
+    return " ".join(f"{e}@{o}" for e, o in pairs) if pairs else "-"
+
+
+def truncate_from_start(lineage: list[tuple[int, int]], start_offset: int) -> list[tuple[int, int]]:
+    """Kafka's truncateFromStart: entries at or below start_offset go, the last of them comes
+    back starting at start_offset."""
+    kept = [e for e in lineage if e[1] > start_offset]
+    removed = [e for e in lineage if e[1] <= start_offset]
+    return ([(removed[-1][0], start_offset)] if removed else []) + kept
+
+
+def lineage_agreement(from_batches, from_checkpoint, *, log_start_offset: int | None,
+                      log_end_offset: int) -> tuple[bool | None, str | None]:
+    """(agrees, why not) for a batch lineage and a leader-epoch-checkpoint, after the repairs
+    Kafka's loader makes itself: both cut at the log start offset (truncateFromStart), and a
+    last checkpoint entry starting exactly at the log end offset ignored (a leader elected that
+    has not written yet).  The first entry may start below the first batch (the epoch began
+    before what is left of the log).  None when there is no checkpoint."""
+    if from_checkpoint is None:
+        return None, "no leader-epoch-checkpoint"
+    batches = [tuple(e) for e in from_batches]
+    entries = [tuple(e) for e in from_checkpoint]
+    if log_start_offset is not None:
+        if batches and log_start_offset > batches[0][1]:
+            batches = truncate_from_start(batches, log_start_offset)
+        if entries and log_start_offset > entries[0][1]:
+            entries = truncate_from_start(entries, log_start_offset)
+    if entries and entries[-1][1] == log_end_offset and (not batches or entries[-1][0] > batches[-1][0]):
+        entries = entries[:-1]
+    if batches and entries and batches[0][0] == entries[0][0] and entries[0][1] <= batches[0][1]:
+        batches[0] = entries[0]
+    if batches == entries:
+        return True, None
+    for i, (b, c) in enumerate(zip(batches, entries)):
+        if b != c:
+            return False, (f"entry {i}: the batches say epoch {b[0]} from offset {b[1]}, "
+                           f"the checkpoint says epoch {c[0]} from offset {c[1]}")
+    if len(batches) > len(entries):
+        e = batches[len(entries)]
+        return False, f"the checkpoint lacks epoch {e[0]} (from offset {e[1]} in the batches)"
+    e = entries[len(batches)]
+    where = "beyond the log end offset" if e[1] > log_end_offset else "no batch carries it"
+    return False, f"the checkpoint has epoch {e[0]} from offset {e[1]}: {where}"
+
