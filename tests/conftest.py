@@ -4,7 +4,9 @@ import pytest
 
 from storage import LogConfig, PartitionLog
 
-SHARED = Path(__file__).resolve().parents[2] / "shared"
+# Real Kafka files (kafka-real/) and batches written by Kafka's own classes (kafka-jvm-generated/),
+# shipped with the tests: each folder's PROVENANCE.md says where every file comes from.
+TESTDATA = Path(__file__).resolve().parent / "data"
 
 
 @pytest.fixture

@@ -1,5 +1,5 @@
 """The command line (storage/cli/): dump-log, verify, recover, epochs and the demo, on our log
-dirs and on real Kafka log dirs (copies of ../shared/testdata/kafka-real), text and --json."""
+dirs and on real Kafka log dirs (copies of tests/data/kafka-real), text and --json."""
 import hashlib
 import json
 import os
@@ -17,7 +17,9 @@ from storage import LogConfig, PartitionLog, Record, iter_batches
 from storage.cli import main
 from storage.inspect.compare import local_comparison
 
-KAFKA_REAL = Path(__file__).resolve().parents[2] / "shared" / "testdata" / "kafka-real"
+from conftest import TESTDATA
+
+KAFKA_REAL = TESTDATA / "kafka-real"
 BINAYA = "binaya-sharma__soc-streaming-detection/@7773d1f/kafka-data"
 COOLER = "cooler-SAI__go-KafkaProject/@edbccbe/kafka-data"
 JEONG = "Jeong-Rae__KafkaDemo/@441d190/kraft-combined-logs"
@@ -31,7 +33,6 @@ BATCH_LINE = re.compile(
     r"isControl: (true|false) deleteHorizonMs: OptionalLong\.empty position: (\d+) CreateTime: (\d+) "
     r"size: (\d+) magic: 2 compresscodec: (\w+) crc: (\d+) isvalid: (true|false)$")
 
-needs_kafka_data = pytest.mark.skipif(not KAFKA_REAL.is_dir(), reason="../shared/testdata/kafka-real is absent")
 
 
 def run(capsys, *argv):
@@ -46,7 +47,7 @@ def run_json(capsys, *argv):
 
 
 def copy_tree(source, destination) -> Path:
-    """A writable copy (the shared test data is read-only)."""
+    """A writable copy (the test data stays as shipped)."""
     shutil.copytree(source, destination)
     for root, dirs, files in os.walk(destination):
         for name in dirs + files:
@@ -259,7 +260,6 @@ def test_follower_chunk_index_entries_are_valid(tmp_path, capsys):
     assert run(capsys, "dump-log", "--verify-index-only", "--files", index)[:2] == (0, f"Dumping {index}\n")
 
 
-@needs_kafka_data
 @pytest.mark.parametrize("name, partitions, batches", [
     (BINAYA, ["auth_events-0"], 2273), (COOLER, ["__cluster_metadata-0", "my-topic-0", "test-topic-0"], 2710),
     (JEONG, ["__cluster_metadata-0"], 3068), (CHRIST, ["__cluster_metadata-0"], 6),
@@ -273,7 +273,6 @@ def test_verify_real_kafka_log_dirs(tmp_path, capsys, name, partitions, batches)
     assert all(p["lineage_agrees"] is True for p in doc["partitions"] if p["batch_count"])
 
 
-@needs_kafka_data
 def test_verify_real_kafka_epochs_and_indexes(tmp_path, capsys):
     code, doc = run_json(capsys, "verify", kafka_copy(tmp_path, JEONG))
     (p,) = doc["partitions"]
@@ -286,7 +285,6 @@ def test_verify_real_kafka_epochs_and_indexes(tmp_path, capsys):
     assert doc["partitions"][0]["high_watermark"] == 2273
 
 
-@needs_kafka_data
 def test_verify_one_partition_dir_without_kafka_naming(tmp_path, capsys):
     code, out, _ = run(capsys, "verify", kafka_copy(tmp_path, MIXED))
     assert code == 0 and "15 batches, offsets 0..19" in out
@@ -351,7 +349,6 @@ def test_recover_deletes_the_segments_after_the_cut(tmp_path, capsys):
         [f"{b:020d}{ext}" for b in bases[:2] for ext in (".index", ".log", ".timeindex")] + ["leader-epoch-checkpoint"])
 
 
-@needs_kafka_data
 def test_recover_real_kafka_log_dir_needs_no_marker(tmp_path, capsys):
     path = kafka_copy(tmp_path, BERKAY)                 # no .kafka_cleanshutdown
     code, out, _ = run(capsys, "recover", path)
@@ -361,7 +358,6 @@ def test_recover_real_kafka_log_dir_needs_no_marker(tmp_path, capsys):
     assert (path / "topic-logx-001-0" / f"{SEGMENT}.index").exists()
 
 
-@needs_kafka_data
 def test_recover_flipped_byte_in_real_kafka_segment(tmp_path, capsys):
     path = kafka_copy(tmp_path, BINAYA)
     log_path = path / "auth_events-0" / f"{SEGMENT}.log"
@@ -404,7 +400,6 @@ def test_epochs_disagreement_and_malformed_checkpoint(broker, capsys):
     assert code == 1 and f"error: {checkpoint}: line 2: expected 2 entries but found 1" in out
 
 
-@needs_kafka_data
 def test_epochs_real_kafka_multi_epoch_log(tmp_path, capsys):
     code, doc = run_json(capsys, "epochs", kafka_copy(tmp_path, CHRIST), "__cluster_metadata-0")
     assert code == 0 and doc["agrees"] is True
@@ -492,7 +487,6 @@ def test_dump_log_corrupt_size_is_one_line_naming_file_and_position(broker, caps
     assert len([line for line in out.splitlines() if line.startswith("baseOffset")]) == 4
 
 
-@needs_kafka_data
 def test_dump_log_real_kafka_files(tmp_path, capsys):
     part = kafka_copy(tmp_path, BINAYA) / "auth_events-0"
     code, out, err = run(capsys, "dump-log", "--files", part / f"{SEGMENT}.index", part / f"{SEGMENT}.timeindex")
@@ -515,7 +509,6 @@ def test_dump_log_real_kafka_files(tmp_path, capsys):
     assert out.splitlines()[-1].endswith("headerKeys: [] key: key payload: Hello, Kafka!")
 
 
-@needs_kafka_data
 def test_dump_log_legacy_magic_1(tmp_path, capsys):
     log_path = kafka_copy(tmp_path, MIXED) / f"{SEGMENT}.log"
     code, out, _ = run(capsys, "dump-log", "--print-data-log", "--files", log_path)

@@ -6,7 +6,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from conftest import SHARED
+from conftest import TESTDATA
 from storage import EpochEntry, LeaderEpochCache
 from storage import checkpoint
 
@@ -211,7 +211,6 @@ def test_empty_file_is_an_empty_cache(tmp_path):
     assert cache.entries == [] and cache.load_error is None
 
 
-@pytest.mark.skipif(not (SHARED / "testdata").is_dir(), reason="../shared/testdata is absent")
 @pytest.mark.parametrize("relative,expected", [
     ("Jeong-Rae__KafkaDemo/@441d190/kraft-combined-logs/__cluster_metadata-0",
      [(1, 0), (2, 298), (3, 354), (5, 711), (6, 712)]),
@@ -219,7 +218,7 @@ def test_empty_file_is_an_empty_cache(tmp_path):
      [(1, 0), (2, 5), (3, 6), (4, 7), (5, 8)]),
 ])
 def test_reads_checkpoints_written_by_kafka(relative, expected):
-    path = SHARED / "testdata" / "kafka-real" / relative / "leader-epoch-checkpoint"
+    path = TESTDATA / "kafka-real" / relative / "leader-epoch-checkpoint"
     entries = [(int(e), int(o)) for e, o in checkpoint.read(path, 2)]
     assert entries == expected
     assert checkpoint.format_lines(entries) == path.read_bytes()

@@ -11,7 +11,7 @@ transactional and control flags (a COMMIT marker Kafka must deserialize), record
 CRC and size equal to `storage.iter_batches`' view of the same bytes.
 
 Sanity checks of the checker itself: segments written by kafka-clients
-(/work/shared/testdata/kafka-jvm-generated) validate and decode to the documented content,
+(tests/data/kafka-jvm-generated) validate and decode to the documented content,
 and a segment with one flipped payload byte is rejected.
 
 The jars come from the PyPI wheel `shigawire-apache-flink-libraries==2.0.0.post1` (pure zip;
@@ -44,7 +44,7 @@ WHEEL_SHA256 = "aaa65537d3f0c0ff279185d8243024f0efd95788ba044bf249ba0f40b69289cd
 JARS = ("kafka-clients.jar", "zstd-jni.jar", "lz4-java.jar", "snappy-java.jar", "slf4j-api.jar")
 KAFKA_VERSION = "3.9.1"
 JAVA_SOURCE = Path(__file__).resolve().parent / "jvm" / "KafkaRecordsCheck.java"
-JVM_TESTDATA = Path(__file__).resolve().parents[2] / "shared" / "testdata" / "kafka-jvm-generated"
+JVM_TESTDATA = Path(__file__).resolve().parent / "data" / "kafka-jvm-generated"
 TS = 1_700_000_000_000
 
 

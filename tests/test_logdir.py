@@ -6,7 +6,7 @@ import shutil
 
 import pytest
 
-from conftest import SHARED
+from conftest import TESTDATA
 from storage import LogConfig, LogDir, Record, build_batch, iter_batches
 from storage.logdir import CLEAN_SHUTDOWN_FILE, parse_partition_dir
 from storage.sim import invariants
@@ -371,13 +371,12 @@ def test_recovery_decision_table(tmp_path):
     assert rows == [(True, True, 40), (True, False, 40), (False, True, 40), (False, False, 0)]
 
 
-@pytest.mark.skipif(not (SHARED / "testdata").is_dir(), reason="../shared/testdata is absent")
 @pytest.mark.parametrize("relative,partition", [
     ("binaya-sharma__soc-streaming-detection/@7773d1f/kafka-data", ("auth_events", 0)),
     ("cooler-SAI__go-KafkaProject/@edbccbe/kafka-data", ("__cluster_metadata", 0)),
 ])
 def test_real_kafka_dir_rebuilds_byte_identical_indexes(tmp_path, relative, partition):
-    source = SHARED / "testdata" / "kafka-real" / relative
+    source = TESTDATA / "kafka-real" / relative
     copy = tmp_path / "logs"
     shutil.copytree(source, copy)
     part = copy / f"{partition[0]}-{partition[1]}"
@@ -392,9 +391,8 @@ def test_real_kafka_dir_rebuilds_byte_identical_indexes(tmp_path, relative, part
         assert (part / name).read_bytes() == content, name
 
 
-@pytest.mark.skipif(not (SHARED / "testdata").is_dir(), reason="../shared/testdata is absent")
 def test_real_kafka_dir_imports_checkpoints(tmp_path):
-    source = SHARED / "testdata" / "kafka-real" / "berkayakcay__toy-node-log-collector/@3c85883/kafka-data"
+    source = TESTDATA / "kafka-real" / "berkayakcay__toy-node-log-collector/@3c85883/kafka-data"
     copy = tmp_path / "logs"
     shutil.copytree(source, copy)
     logdir = LogDir.open(copy, LogConfig(fsync=False))

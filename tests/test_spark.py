@@ -2,7 +2,7 @@
 
 One SparkSession (local[2]) serves the whole module.  The data source is checked value for
 value against `iter_batches` over the same files, on logs written by the library and on every
-real Kafka log dir under ../shared/testdata; the audit is checked on fleets built with the
+real Kafka log dir under tests/data; the audit is checked on fleets built with the
 library, one topic per scenario, and on a generated fleet whose manifest names the faults.
 """
 from __future__ import annotations
@@ -27,7 +27,7 @@ import xxhash  # noqa: E402
 from storage import LogConfig, LogDir, Record, build_batch, iter_batches  # noqa: E402
 from storage.spark import analysis, audit, generate, scan  # noqa: E402
 
-TESTDATA = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "shared", "testdata")
+TESTDATA = os.path.join(os.path.dirname(os.path.abspath(__file__)), "data")
 T0 = 1_700_000_000_000
 CONFIG = LogConfig(segment_bytes=2048, index_interval_bytes=256, segment_index_bytes=4096, fsync=False)
 
@@ -301,7 +301,7 @@ def test_data_source_on_our_logs(spark, tmp_path):
 
 
 def real_kafka_paths() -> list[str]:
-    """Every real Kafka log dir (and partition dir of extracted segments) under shared/testdata."""
+    """Every real Kafka log dir (and partition dir of extracted segments) under tests/data."""
     paths = []
     for candidate in sorted(glob.glob(os.path.join(TESTDATA, "kafka-real", "*", "@*", "*"))):
         if os.path.isdir(candidate) and any(
@@ -318,7 +318,7 @@ def test_data_source_on_every_real_kafka_log_dir(spark):
     paths = real_kafka_paths()
     every_segment = {os.path.abspath(p) for p in glob.glob(os.path.join(TESTDATA, "**", "*.log"), recursive=True)}
     read = {s.path for s in scan.segments(paths)}
-    assert read == every_segment, "a segment file under shared/testdata is not covered"
+    assert read == every_segment, "a segment file under tests/data is not covered"
     count = check_source_against_iter_batches(spark, paths)
     assert count > 8000
     magic = {r.magic for r in spark.read.format("partitionlog").load(paths).select("magic").distinct().collect()}

@@ -1,4 +1,4 @@
-"""Real Kafka files (/work/shared/testdata): decode like kafka-python, match the facts in
+"""Real Kafka files (tests/data): decode like kafka-python, match the facts in
 PROVENANCE.md, and rebuild Kafka's indexes byte for byte.
 
 Layout (see kafka-real/PROVENANCE.md and kafka-jvm-generated/PROVENANCE.md):
@@ -22,10 +22,7 @@ from kafka.record.memory_records import MemoryRecords
 
 import storage
 
-TESTDATA = Path(__file__).resolve().parents[2] / "shared" / "testdata"
-if not TESTDATA.is_dir():
-    pytest.skip(f"shared test data not found at {TESTDATA} (expected next to the repository, "
-                f"as <repo>/../shared/testdata)", allow_module_level=True)
+TESTDATA = Path(__file__).resolve().parent / "data"
 
 REAL = TESTDATA / "kafka-real"
 JVM = TESTDATA / "kafka-jvm-generated"
