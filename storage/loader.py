@@ -54,10 +54,17 @@ import os
 from . import errors, guards
 from ._native import ffi, lib
 from .epoch import CHECKPOINT_FILE
-from .segment import DELETED_SUFFIX, INDEX_SUFFIX, LOG_SUFFIX, TIME_INDEX_SUFFIX, ScanReport, Segment
+from .segment import (
+    DELETED_SUFFIX,
+    INDEX_SUFFIX,
+    LOG_SUFFIX,
+    TIME_INDEX_SUFFIX,
+    ScanReport,
+    Segment,
+    segment_base,
+)
 
 RECOVER_MODES = ("strict", "scan", "force")
-_INT64_MAX = 2**63 - 1
 _LEFTOVER_SUFFIXES = (DELETED_SUFFIX, ".cleaned", ".swap")
 _INDEX_SUFFIXES = (INDEX_SUFFIX, TIME_INDEX_SUFFIX, ".txnindex")
 
@@ -85,18 +92,6 @@ def decide(marker: str, place: str, index: str, headers: str) -> Action:
                                                      (row_index, index), (row_headers, headers))):
             return action
     raise AssertionError(f"no decision for {(marker, place, index, headers)}")
-
-
-def segment_base(name: str, suffix: str | None = None) -> int | None:
-    """The base offset of a Kafka segment file name (20 decimal digits, then a suffix), or None
-    for any other name, including 20 digits beyond int64."""
-    stem, dot, rest = name.partition(".")
-    if not dot or len(stem) != 20 or not stem.isdigit():
-        return None
-    if suffix is not None and "." + rest != suffix:
-        return None
-    base = int(stem)
-    return base if base <= _INT64_MAX else None
 
 
 def remove_leftovers(seam, path: str) -> list[str]:

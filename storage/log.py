@@ -25,14 +25,13 @@ import threading
 import time
 from typing import NamedTuple
 
-from . import errors, guards
-from .failure import LogDirFailureChannel, guarded
+from . import errors, guards, validator
 from . import io as _io
 from ._native import ffi, lib
 from .epoch import CHECKPOINT_FILE, FLUSH_MODES, LeaderEpochCache
-from .records import _build, describe_error, iter_batches
-from . import validator
+from .failure import LogDirFailureChannel, guarded
 from .loader import Loader
+from .records import _build, describe_error, iter_batches
 from .segment import INDEX_SUFFIX, LOG_SUFFIX, TIME_INDEX_SUFFIX, Segment
 
 EARLIEST_TIMESTAMP = -2

@@ -36,8 +36,8 @@ import threading
 import uuid
 
 from . import checkpoint, errors, guards
-from .failure import LogDirFailureChannel, guarded
 from . import io as _io
+from .failure import LogDirFailureChannel, guarded
 from .log import LogConfig, PartitionLog
 from .meta import FILE_NAME as META_FILE
 from .meta import MetaStore, PartitionOffsets

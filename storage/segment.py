@@ -33,6 +33,20 @@ from .records import describe_error, forget_source, register_source
 PAGE_BYTES = os.sysconf("SC_PAGE_SIZE")
 LOG_SUFFIX, INDEX_SUFFIX, TIME_INDEX_SUFFIX = ".log", ".index", ".timeindex"
 DELETED_SUFFIX = ".deleted"
+_INT64_MAX = 2**63 - 1
+
+
+def segment_base(name: str, suffix: str | None = None) -> int | None:
+    """The base offset of a Kafka segment file name (20 decimal digits, then a suffix), or None
+    for any other name, including 20 digits beyond int64."""
+    stem, dot, rest = name.partition(".")
+    if not dot or len(stem) != 20 or not stem.isdigit():
+        return None
+    if suffix is not None and "." + rest != suffix:
+        return None
+    base = int(stem)
+    return base if base <= _INT64_MAX else None
+
 
 
 def segment_name(base_offset: int) -> str:

@@ -6,7 +6,6 @@
 - A damaged offset index after a clean shutdown never serves a wrong batch: the hint is
   checked against the batch it points at (plog_segment_find).
 """
-import os
 import struct
 import subprocess
 import sys

@@ -12,12 +12,11 @@ import time
 from pathlib import Path
 
 import pytest
+from conftest import TESTDATA
 
 from storage import LogConfig, PartitionLog, Record, iter_batches
 from storage.cli import main
 from storage.inspect.compare import local_comparison
-
-from conftest import TESTDATA
 
 KAFKA_REAL = TESTDATA / "kafka-real"
 BINAYA = "binaya-sharma__soc-streaming-detection/@7773d1f/kafka-data"

@@ -6,9 +6,9 @@ import os
 
 from storage import LogConfig
 from storage import io as sio
+from storage.errors import Errors
 from storage.sim.channel import Channel
 from storage.sim.cluster import Cluster
-from storage.errors import Errors
 
 
 def produce_all(cluster, values, acked):

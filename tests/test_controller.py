@@ -8,11 +8,20 @@ from __future__ import annotations
 import pytest
 
 from storage import guards
-from storage.replication.controller import Controller
 from storage.errors import Errors
-from storage.replication.messages import (NO_LEADER, RECOVERED, RECOVERING, AlterPartitionRequest, BrokerEpoch,
-                              BrokerHeartbeatRequest, BrokerRegistrationRequest, LeaderAndIsrRequest,
-                              MetadataUpdate, StopReplicaRequest)
+from storage.replication.controller import Controller
+from storage.replication.messages import (
+    NO_LEADER,
+    RECOVERED,
+    RECOVERING,
+    AlterPartitionRequest,
+    BrokerEpoch,
+    BrokerHeartbeatRequest,
+    BrokerRegistrationRequest,
+    LeaderAndIsrRequest,
+    MetadataUpdate,
+    StopReplicaRequest,
+)
 
 TOPIC = "events"
 KEY = (TOPIC, 0)

@@ -3,12 +3,11 @@ file, the deferred flush, and a model check against a literal reading of kafka-r
 import os
 
 import pytest
+from conftest import TESTDATA
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from conftest import TESTDATA
-from storage import EpochEntry, LeaderEpochCache
-from storage import checkpoint
+from storage import EpochEntry, LeaderEpochCache, checkpoint
 
 
 def cache_with(*entries, path=None):

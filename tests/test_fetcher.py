@@ -15,10 +15,22 @@ import pytest
 from storage import LogConfig, LogDir, build_batch, guards
 from storage.errors import Errors
 from storage.replication.fetcher import FETCHING, RESETTING, TRUNCATING
-from storage.replication.messages import (NO_EPOCH, BrokerInfo, EpochEndOffset, FetchRequest, FetchResponse,
-                              FetchResponsePartition, ListOffsetsRequest, MetadataUpdate, OffsetForLeaderEpochRequest,
-                              OffsetForLeaderEpochResponse, OffsetForLeaderEpochResult, PartitionState,
-                              DeleteRecordsRequest, ProduceRequest)
+from storage.replication.messages import (
+    NO_EPOCH,
+    BrokerInfo,
+    DeleteRecordsRequest,
+    EpochEndOffset,
+    FetchRequest,
+    FetchResponse,
+    FetchResponsePartition,
+    ListOffsetsRequest,
+    MetadataUpdate,
+    OffsetForLeaderEpochRequest,
+    OffsetForLeaderEpochResponse,
+    OffsetForLeaderEpochResult,
+    PartitionState,
+    ProduceRequest,
+)
 from storage.replication.replica import ReplicaManager
 
 TOPIC = "events"

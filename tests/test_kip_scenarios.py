@@ -4,8 +4,8 @@ only be switched off in simulation mode (storage.guards)."""
 import pytest
 
 from storage import guards
-from storage.replication import messages as m
 from storage.errors import Errors
+from storage.replication import messages as m
 from storage.sim import scenarios
 from storage.sim.rig import Rig
 

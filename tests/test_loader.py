@@ -10,7 +10,8 @@ import os
 import pytest
 
 from storage import LogConfig, LogDir, PartitionLog, build_batch, errors, iter_batches
-from storage.loader import DECISIONS, Action, decide, segment_base
+from storage.loader import DECISIONS, Action, decide
+from storage.segment import segment_base
 
 CONFIG = LogConfig(segment_bytes=600, index_interval_bytes=100, segment_index_bytes=1024, fsync=False)
 
@@ -236,7 +237,7 @@ def test_an_out_of_range_checkpoint_value_is_a_clear_error(tmp_path, value):
     assert "recovery-point-offset-checkpoint" in str(info.value) and "line 3" in str(info.value)
     assert {n: open(os.path.join(root, "t-0", n), "rb").read() for n in os.listdir(os.path.join(root, "t-0"))} \
         == before
-    from storage.cli import main           # the CLI: one line, no traceback
+    from storage.cli import main  # the CLI: one line, no traceback
 
     assert main(["verify", root, "--no-progress"]) in (0, 1)
 

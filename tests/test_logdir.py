@@ -5,8 +5,8 @@ import os
 import shutil
 
 import pytest
-
 from conftest import TESTDATA
+
 from storage import LogConfig, LogDir, Record, build_batch, iter_batches
 from storage.logdir import CLEAN_SHUTDOWN_FILE, parse_partition_dir
 from storage.sim import invariants

@@ -51,7 +51,15 @@ from hypothesis import HealthCheck, event, given, note, settings
 from hypothesis import strategies as st
 from hypothesis.control import currently_in_test_context
 
-from storage import LeaderEpochCache, LogConfig, LogDir, build_batch, checkpoint, errors, iter_batches
+from storage import (
+    LeaderEpochCache,
+    LogConfig,
+    LogDir,
+    build_batch,
+    checkpoint,
+    errors,
+    iter_batches,
+)
 from storage.epoch import CHECKPOINT_FILE
 from storage.logdir import CLEAN_SHUTDOWN_FILE
 from storage.meta import FILE_NAME as META_FILE

@@ -12,7 +12,7 @@ import textwrap
 
 import pytest
 
-from storage import LogConfig, LogDir, PartitionLog, errors, iter_batches
+from storage import LogConfig, PartitionLog, errors, iter_batches
 from storage import segment as segment_module
 
 

@@ -15,11 +15,26 @@ from storage import LogConfig, LogDir, Record, build_batch, errors, guards
 from storage import io as sio
 from storage.errors import Errors
 from storage.log import EARLIEST_TIMESTAMP, LATEST_TIMESTAMP
-from storage.replication.messages import (EPOCH_DURING_DELETE, NO_EPOCH, RECOVERED, RECOVERING, AlterPartitionResponse,
-                              BrokerInfo, DeleteRecordsRequest, FetchPartition, FetchRequest, LeaderAndIsrRequest,
-                              ListOffsetsRequest, MetadataUpdate, OffsetForLeaderEpochPartition,
-                              OffsetForLeaderEpochRequest, PartitionState, ProduceRequest, StopReplicaPartition,
-                              StopReplicaRequest)
+from storage.replication.messages import (
+    EPOCH_DURING_DELETE,
+    NO_EPOCH,
+    RECOVERED,
+    RECOVERING,
+    AlterPartitionResponse,
+    BrokerInfo,
+    DeleteRecordsRequest,
+    FetchPartition,
+    FetchRequest,
+    LeaderAndIsrRequest,
+    ListOffsetsRequest,
+    MetadataUpdate,
+    OffsetForLeaderEpochPartition,
+    OffsetForLeaderEpochRequest,
+    PartitionState,
+    ProduceRequest,
+    StopReplicaPartition,
+    StopReplicaRequest,
+)
 from storage.replication.replica import ReplicaManager
 
 TOPIC = "events"

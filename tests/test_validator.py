@@ -28,7 +28,7 @@ from kafka.record.default_records import DefaultRecordBatchBuilder
 
 import storage
 from storage import errors
-from storage._native import ffi, lib
+from storage._native import lib
 
 TS0 = 1_700_000_000_000
 

@@ -11,10 +11,10 @@ from ..epoch import CHECKPOINT_FILE
 from ..inspect.discovery import (
     LOG_SUFFIX,
     SNAPSHOT_SUFFIX,
-    _segment_base,
     _where,
     log_dir_offsets,
     partition_dirs,
+    segment_base,
 )
 from ..inspect.lineage import _entries, _lineage_text
 from ..inspect.progress import _plural, _progress
@@ -25,7 +25,7 @@ from .output import OK, PROBLEMS, _print_json
 
 def _segment_sizes(path: str) -> dict[int, int]:
     return {b: os.path.getsize(os.path.join(path, n)) for n in os.listdir(path)
-            if (b := _segment_base(n, LOG_SUFFIX)) is not None}
+            if (b := segment_base(n, LOG_SUFFIX)) is not None}
 
 
 def _recover_partition(log_dir: str, topic: str, partition: int, path: str, meta: dict, progress,
@@ -92,7 +92,7 @@ def _recover_partition(log_dir: str, topic: str, partition: int, path: str, meta
                          "status": "created", "reason": "an empty partition gets its first segment",
                          "position": None, "first_offset_removed": None, "batches_removed": 0})
     for name in sorted(os.listdir(path)):
-        base = _segment_base(name, SNAPSHOT_SUFFIX)
+        base = segment_base(name, SNAPSHOT_SUFFIX)
         if base is not None and base > leo:
             notes.append(f"{name}: producer-state snapshot beyond the new log end offset {leo} "
                          "(Kafka deletes it on load)")

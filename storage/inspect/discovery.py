@@ -8,6 +8,7 @@ from typing import NamedTuple
 from .. import checkpoint, errors
 from ..epoch import CHECKPOINT_FILE
 from ..logdir import CLEAN_SHUTDOWN_FILE, parse_partition_dir
+from ..segment import segment_base
 from . import UsageError
 
 LOG_SUFFIX, INDEX_SUFFIX, TIME_INDEX_SUFFIX, SNAPSHOT_SUFFIX = ".log", ".index", ".timeindex", ".snapshot"
@@ -47,16 +48,9 @@ def _map_file(path: str):
         return mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_READ)
 
 
-def _segment_base(name: str, suffix: str) -> int | None:
-    if not name.endswith(suffix):
-        return None
-    stem = name[: -len(suffix)]
-    return int(stem) if len(stem) == 20 and stem.isdigit() else None
-
-
 def _has_segments(path: str) -> bool:
     try:
-        return any(_segment_base(n, LOG_SUFFIX) is not None for n in os.listdir(path))
+        return any(segment_base(n, LOG_SUFFIX) is not None for n in os.listdir(path))
     except OSError:
         return False
 

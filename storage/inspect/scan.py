@@ -17,9 +17,9 @@ from .discovery import (
     TIME_INDEX_SUFFIX,
     Issue,
     _map_file,
-    _segment_base,
     log_dir_offsets,
     partition_dirs,
+    segment_base,
 )
 from .lineage import _entries, lineage_agreement
 from .progress import _plural, _progress
@@ -220,7 +220,7 @@ def scan_partition(log_dir: str, topic: str, partition: int, path: str, *, offse
     ps = PartitionScan(log_dir, topic, partition, path)
     offsets = offsets or {}
     names = sorted(os.listdir(path))
-    bases = sorted(b for n in names if (b := _segment_base(n, LOG_SUFFIX)) is not None)
+    bases = sorted(b for n in names if (b := segment_base(n, LOG_SUFFIX)) is not None)
     base_set = set(bases)
     for name in names:
         full = os.path.join(path, name)
@@ -229,7 +229,7 @@ def scan_partition(log_dir: str, topic: str, partition: int, path: str, *, offse
                                      "(removed on the next load)", full))
             continue
         for suffix in (INDEX_SUFFIX, TIME_INDEX_SUFFIX, ".txnindex"):
-            base = _segment_base(name, suffix)
+            base = segment_base(name, suffix)
             if base is not None and base not in base_set:
                 ps.warnings.append(Issue("orphan", "index file without its .log (removed on the next load)", full))
     previous_last = None
@@ -373,7 +373,7 @@ def scan_partition(log_dir: str, topic: str, partition: int, path: str, *, offse
 def _partition_bytes(path: str) -> int:
     total = 0
     for name in os.listdir(path):
-        if _segment_base(name, LOG_SUFFIX) is not None:
+        if segment_base(name, LOG_SUFFIX) is not None:
             total += os.path.getsize(os.path.join(path, name))
     return total
 

@@ -44,13 +44,16 @@ Epoch lineage of a replica, two ways:
                    than every epoch before it (what Kafka's segment recovery assigns); a smaller
                    epoch later in the log is a lineage anomaly;
   from checkpoint  the entries of its `leader-epoch-checkpoint`.
-They agree when equal after two adjustments Kafka itself makes: the batch lineage is cut at
-the log start offset (truncateFromStart), and a last checkpoint entry that starts exactly at the
-log end offset is dropped (a leader elected that has not written yet).
+Whether they agree is decided by storage.inspect.lineage.lineage_agreement, the one rule that
+`storage verify` and `storage epochs` use too: Kafka's truncateFromStart at the log start
+offset on both sides, a last checkpoint entry at the log end offset dropped (a leader elected
+that has not written yet), and a first entry that starts below the first surviving batch.
 """
 from __future__ import annotations
 
 from typing import Iterable
+
+from ..inspect.lineage import lineage_agreement, truncate_from_start  # noqa: F401 - the one rule, re-exported
 
 CONSISTENT = "consistent"
 DIVERGENT_BELOW_HW = "divergent_below_hw"
@@ -72,38 +75,6 @@ def lineage_from_epochs(batches: Iterable[tuple[int, int]]) -> tuple[list[tuple[
         elif epoch < lineage[-1][0]:
             anomalies.append((base_offset, epoch, lineage[-1][0]))
     return lineage, anomalies
-
-
-def truncate_from_start(lineage: list[tuple[int, int]], start_offset: int) -> list[tuple[int, int]]:
-    """Kafka's truncateFromStart: entries at or below start_offset go, the last of them comes
-    back starting at start_offset."""
-    kept = [entry for entry in lineage if entry[1] > start_offset]
-    removed = [entry for entry in lineage if entry[1] <= start_offset]
-    return ([(removed[-1][0], start_offset)] if removed else []) + kept
-
-
-def lineage_agreement(from_batches, from_checkpoint, *, log_start_offset: int | None,
-                      log_end_offset: int) -> tuple[bool | None, str | None]:
-    """(agrees, why not).  agrees is None when there is no checkpoint to compare with."""
-    if from_checkpoint is None:
-        return None, "no leader-epoch-checkpoint"
-    batches = [tuple(e) for e in from_batches]
-    checkpoint = [tuple(e) for e in from_checkpoint]
-    if log_start_offset is not None and batches and log_start_offset > batches[0][1]:
-        batches = truncate_from_start(batches, log_start_offset)
-    if checkpoint and checkpoint[-1][1] == log_end_offset and \
-            (not batches or checkpoint[-1][0] > batches[-1][0]):
-        checkpoint = checkpoint[:-1]
-    if batches == checkpoint:
-        return True, None
-    for i, (b, c) in enumerate(zip(batches, checkpoint)):
-        if b != c:
-            return False, f"entry {i}: batches say epoch {b[0]} from {b[1]}, checkpoint says epoch {c[0]} from {c[1]}"
-    if len(batches) > len(checkpoint):
-        e = batches[len(checkpoint)]
-        return False, f"checkpoint lacks epoch {e[0]} (from {e[1]} in the batches)"
-    e = checkpoint[len(batches)]
-    return False, f"checkpoint has epoch {e[0]} from {e[1]}, no batch carries it"
 
 
 def assess_partition(topic: str, partition: int, replicas: list[dict], conflict: dict | None) -> dict:

@@ -539,7 +539,7 @@ def main(argv: list[str] | None = None) -> int:
     for d in args.log_dirs:
         if not os.path.isdir(d):
             return _fail(f"not a directory: {d}")
-        if any(scan.segment_base(name) is not None for name in os.listdir(d)):
+        if any(scan.segment_base(name, scan.SEGMENT_SUFFIX) is not None for name in os.listdir(d)):
             return _fail(f"{d} holds segment files: it is a partition dir, give its broker's log dir "
                          f"({os.path.dirname(os.path.abspath(d))})")
     conf = {}

@@ -42,6 +42,7 @@ import xxhash
 from .. import errors
 from ..logdir import parse_partition_dir
 from ..records import iter_batches
+from ..segment import segment_base
 
 SEGMENT_SUFFIX = ".log"
 _GLOB_CHARS = set("*?[")
@@ -75,19 +76,11 @@ class PartitionRef(NamedTuple):
     segments: tuple
 
 
-def segment_base(name: str) -> int | None:
-    """Base offset of a `NNNNNNNNNNNNNNNNNNNN.log` file name, None for any other name."""
-    if not name.endswith(SEGMENT_SUFFIX):
-        return None
-    stem = name[: -len(SEGMENT_SUFFIX)]
-    return int(stem) if len(stem) == 20 and stem.isdigit() else None
-
-
 def _segments_of(path: str) -> list[tuple[int, str, int]]:
     found = []
     with os.scandir(path) as entries:
         for entry in entries:
-            base = segment_base(entry.name)
+            base = segment_base(entry.name, SEGMENT_SUFFIX)
             if base is not None and entry.is_file():
                 found.append((base, entry.path, entry.stat().st_size))
     found.sort()
@@ -96,7 +89,7 @@ def _segments_of(path: str) -> list[tuple[int, str, int]]:
 
 def _is_partition_dir(path: str) -> bool:
     with os.scandir(path) as entries:
-        return any(segment_base(e.name) is not None and e.is_file() for e in entries)
+        return any(segment_base(e.name, SEGMENT_SUFFIX) is not None and e.is_file() for e in entries)
 
 
 def _partition_ref(log_dir: str, path: str, topic: str, partition: int) -> PartitionRef:
@@ -136,7 +129,7 @@ def discover(paths) -> list[PartitionRef]:
     partitions: dict[tuple[str, str], PartitionRef] = {}
     for path in expand(paths):
         if os.path.isfile(path):
-            base = segment_base(os.path.basename(path))
+            base = segment_base(os.path.basename(path), SEGMENT_SUFFIX)
             if base is None:
                 raise ValueError(f"partitionlog: {path} is not a segment file (NNNNNNNNNNNNNNNNNNNN.log)")
             directory = os.path.dirname(path)
