@@ -48,9 +48,9 @@ import warnings
 
 import lmdb
 import pytest
+from benchlib import KiB, MiB, Workload, make_values, prebuild_batches
 
 import storage
-from benchlib import KiB, MiB, Workload, make_values, prebuild_batches
 
 with warnings.catch_warnings():     # kafka-python 3.0.12 loads its schemas with a deprecated API
     warnings.simplefilter("ignore", DeprecationWarning)

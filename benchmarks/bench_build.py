@@ -18,7 +18,6 @@ from __future__ import annotations
 
 import statistics
 import time
-
 import warnings
 
 import pytest
@@ -27,8 +26,9 @@ with warnings.catch_warnings():     # kafka-python 3.0.12 loads its schemas with
     warnings.simplefilter("ignore", DeprecationWarning)
     from kafka.record.default_records import DefaultRecordBatchBuilder
 
-import storage
 from benchlib import make_values
+
+import storage
 
 KAFKA_CODECS = {"none": 0, "zstd": 4}
 KAFKA_BATCH_SIZE_LIMIT = 64 << 20      # never reached: every record fits

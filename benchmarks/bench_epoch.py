@@ -33,9 +33,9 @@ import random
 import time
 
 import pytest
+from benchlib import Contender, MiB, paired, percentiles, timer_overhead_ns
 
 import storage
-from benchlib import Contender, MiB, paired, percentiles, timer_overhead_ns
 
 EPOCH_STRIDE = 1000
 TRUNCATE_BATCHES = 64

@@ -20,9 +20,9 @@ import os
 import time
 
 import pytest
+from benchlib import Contender, paired
 
 import storage
-from benchlib import Contender, paired
 
 TOPIC = "t"
 BATCHES_PER_PARTITION = 4

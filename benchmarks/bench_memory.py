@@ -68,8 +68,9 @@ class _Sampler(threading.Thread):
 
 def child(mode: str, path: str, size: int) -> dict:
     sys.path.insert(0, HERE)
-    import storage
     from benchlib import StampedBatches
+
+    import storage
 
     config = storage.LogConfig(fsync=False)
     stamped = StampedBatches()

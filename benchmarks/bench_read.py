@@ -46,9 +46,9 @@ from time import perf_counter_ns as _now_ns
 
 import lmdb
 import pytest
+from benchlib import CHUNK_BYTES, Contender, paired, percentiles, timer_overhead_ns
 
 import storage
-from benchlib import CHUNK_BYTES, Contender, paired, percentiles, timer_overhead_ns
 from storage._native import ffi, lib
 
 FETCH_BYTES = 1 << 20           # max_bytes of a fetch (the fetcher's default)

@@ -26,9 +26,9 @@ import time
 
 import crc32c
 import pytest
+from benchlib import Contender, paired
 
 import storage
-from benchlib import Contender, paired
 from storage._native import ffi, lib
 
 SEGMENT_FILE = "00000000000000000000.log"

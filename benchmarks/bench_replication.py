@@ -39,9 +39,9 @@ import os
 import time
 
 import pytest
+from benchlib import CHUNK_BYTES, Contender, paired
 
 import storage
-from benchlib import CHUNK_BYTES, Contender, paired
 from storage.replication import messages as m
 from storage.replication.replica import ReplicaManager
 

@@ -44,7 +44,6 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))   # benchlib, wha
 import benchlib  # noqa: E402
 from benchlib import FULL, QUICK, FreshDirs, StampedBatches, prebuild_batches, write_log  # noqa: E402
 
-
 # ---- options and collection --------------------------------------------------------------
 
 def pytest_addoption(parser):

@@ -248,9 +248,7 @@ _Static_assert(offsetof(plog_validate, first_offset) == 0 && offsetof(plog_valid
 
 /* ---- segment scan -------------------------------------------------------------------- */
 
-int plog_scan_buffer(const uint8_t *buf, size_t length, plog_scan *s, plog_segment *seg) {
-    size_t pos = 0;
-    int64_t last_indexed_position = 0;
+static void scan_reset(plog_scan *s) {
     s->valid_bytes = 0;
     s->batch_count = 0;
     s->record_count = 0;
@@ -262,21 +260,32 @@ int plog_scan_buffer(const uint8_t *buf, size_t length, plog_scan *s, plog_segme
     s->stop_position = -1;
     s->stop_offset = -1;
     s->epoch_count = 0;
+}
+
+/* The batch at pos, as recovery judges it: parsed, its CRC (when asked), an offset inside the
+ * segment's int32 range and after its predecessor's. */
+static int scan_check(const uint8_t *buf, size_t length, size_t pos, const plog_scan *s, plog_batch_info *info) {
+    int rc = plog_batch_parse(buf, length, pos, 0, info);
+    if (rc == 0 && s->check_crc && !plog_batch_crc_ok(buf + pos, info)) rc = PLOG_ECRC;
+    if (rc) return rc;
+    int64_t relative = info->last_offset - s->base_offset;
+    if (relative < 0 || relative > INT32_MAX || info->base_offset < s->base_offset) return PLOG_EOVERFLOW;
+    /* Stricter than Kafka (which does not look): offsets are outside the CRC, so a batch that
+     * does not follow its predecessor is treated as corruption. */
+    if (info->last_offset < info->base_offset || (s->batch_count > 0 && info->base_offset <= s->last_offset))
+        return PLOG_EORDER;
+    return 0;
+}
+
+int plog_scan_buffer(const uint8_t *buf, size_t length, plog_scan *s, plog_segment *seg) {
+    size_t pos = 0;
+    int64_t last_indexed_position = 0;
+    scan_reset(s);
     int32_t last_epoch_seen = INT32_MIN;
     for (;;) {
         plog_batch_info info;
         if (pos >= length) break;
-        int rc = plog_batch_parse(buf, length, pos, 0, &info);
-        if (rc == 0 && s->check_crc && !plog_batch_crc_ok(buf + pos, &info)) rc = PLOG_ECRC;
-        if (rc == 0) {
-            int64_t relative = info.last_offset - s->base_offset;
-            if (relative < 0 || relative > INT32_MAX || info.base_offset < s->base_offset) rc = PLOG_EOVERFLOW;
-            /* Stricter than Kafka (which does not look): offsets are outside the CRC, so a
-             * batch that does not follow its predecessor is treated as corruption. */
-            else if (info.last_offset < info.base_offset ||
-                     (s->batch_count > 0 && info.base_offset <= s->last_offset))
-                rc = PLOG_EORDER;
-        }
+        int rc = scan_check(buf, length, pos, s, &info);
         if (rc) {
             s->stop = rc;
             s->stop_position = (int64_t)pos;

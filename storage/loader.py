@@ -237,7 +237,7 @@ class Loader:
         base = segment.base_offset
         truncated, report = segment.recover(check_crc=guards.on("M24"))
         segment.seal()
-        log._assign_recovered_epochs(segment, report)
+        assign_recovered_epochs(log, segment, report)
         if not truncated:
             return False
         log.recovery_report.append((base, truncated, report.stop_reason or ""))
@@ -263,3 +263,75 @@ class Loader:
         for path in self._missing:
             if self.seam.exists(path) and self.seam.file_size(path) == 0:
                 self.seam.unlink(path)
+
+
+# ---- the epoch cache after a load ------------------------------------------------------------
+
+def assign_recovered_epochs(log, segment: Segment, report) -> None:
+    """Collect the epoch changes of a recovered segment (applied by _reconcile_epochs)."""
+    epochs = report.epochs if report.epoch_count <= len(report.epochs) else segment.scan_epochs()
+    log._recovered.append((segment.base_offset, segment.next_offset, list(epochs)))
+
+def _reconcile_epochs(log) -> None:
+    """LogSegment.recover assigns a batch's epoch when it is newer than the cache's latest.
+    Stricter than Kafka: when the cache's entries over a recovered segment are not exactly
+    the epoch changes of its batches (the checkpoint describes data a crash took back, or
+    older data a crash brought back), the batches win: the cache is cut at that segment and
+    rebuilt from the batches of it and every later segment."""
+    if not log._recovered:
+        return
+    cache = log.epoch_cache
+    lowest = 0 if guards.on("M21") else 1
+
+    def changes_of(epochs, floor_epoch):
+        out, latest = [], floor_epoch
+        for epoch, offset in epochs:
+            if epoch >= lowest and (latest is None or epoch > latest):
+                out.append((epoch, offset))
+                latest = epoch
+        return out
+
+    for base, end, epochs in log._recovered:
+        before = cache.epoch_for_offset(base - 1) if base > 0 else None
+        expected = changes_of(epochs, before)
+        cached = [tuple(e) for e in cache.entries if base <= e.start_offset < min(end, log.log_end_offset)]
+        if cached != expected:
+            cache.truncate_from_end(base)
+            for segment in log.segments:
+                if segment.base_offset >= base:
+                    for epoch, offset in changes_of(segment.scan_epochs(), cache.latest_epoch):
+                        cache.assign(epoch, offset)
+            break
+    for _base, _end, epochs in log._recovered:   # Kafka's rule for the rest
+        for epoch, offset in changes_of(epochs, cache.latest_epoch):
+            cache.assign(epoch, offset)
+
+def repair_epoch_cache(log) -> None:
+    """The epoch cache after a load, as Kafka's LogLoader leaves it: recovered segments' epochs
+    reconciled, a malformed checkpoint rebuilt from the batches, cut at the log end and start."""
+    _reconcile_epochs(log)
+    cache = log.epoch_cache
+    if cache.load_error is not None:
+        # A malformed checkpoint is never trusted: rebuild it from every batch.
+        log.recovery_report.append((-1, 0, f"leader-epoch-checkpoint rebuilt: {cache.load_error}"))
+        for segment in log.segments:
+            for epoch, offset in segment.scan_epochs():
+                if epoch >= 0 and (cache.latest_epoch is None or epoch > cache.latest_epoch):
+                    cache.assign(epoch, offset)
+        cache.flush()
+        cache.load_error = None
+    if guards.on("M20"):
+        cache.truncate_from_end(log.log_end_offset)
+    cache.truncate_from_start(log.log_start_offset)
+    earliest = cache.earliest_entry
+    if earliest is not None and earliest.start_offset > log.log_start_offset:
+        # Batches between the log start and the earliest entry: a crash came between moving
+        # the cache's start up and checkpointing the log start offset.  Give them their epochs.
+        head = []
+        for batch in log.batches(log.log_start_offset):
+            if batch.base_offset >= earliest.start_offset:
+                break
+            epoch = batch.partition_leader_epoch
+            if batch.magic >= 2 and epoch >= 0 and (not head or epoch > head[-1][0]):
+                head.append((epoch, max(batch.base_offset, log.log_start_offset)))
+        cache.restore_head(head)

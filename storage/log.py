@@ -30,7 +30,7 @@ from . import io as _io
 from ._native import ffi, lib
 from .epoch import CHECKPOINT_FILE, FLUSH_MODES, LeaderEpochCache
 from .failure import LogDirFailureChannel, guarded
-from .loader import Loader
+from .loader import Loader, repair_epoch_cache
 from .records import _build, describe_error, iter_batches
 from .segment import INDEX_SUFFIX, LOG_SUFFIX, TIME_INDEX_SUFFIX, Segment
 
@@ -166,7 +166,7 @@ class PartitionLog:
             # that a new segment's index files come at its first flush or seal (LazyIndex).
             if self.segments[-1].attach_indexes():
                 self._dir_dirty = True
-            self._repair_epoch_cache()
+            repair_epoch_cache(self)
             if high_watermark is not None:
                 self.update_high_watermark(high_watermark)
         except BaseException as exc:
@@ -247,73 +247,6 @@ class PartitionLog:
         self.recovery_point = leo if clean else min(recovery_point, leo)
         if self.recovery_point < start:
             self.recovery_point = start
-
-    def _assign_recovered_epochs(self, segment: Segment, report) -> None:
-        """Collect the epoch changes of a recovered segment (applied by _reconcile_epochs)."""
-        epochs = report.epochs if report.epoch_count <= len(report.epochs) else segment.scan_epochs()
-        self._recovered.append((segment.base_offset, segment.next_offset, list(epochs)))
-
-    def _reconcile_epochs(self) -> None:
-        """LogSegment.recover assigns a batch's epoch when it is newer than the cache's latest.
-        Stricter than Kafka: when the cache's entries over a recovered segment are not exactly
-        the epoch changes of its batches (the checkpoint describes data a crash took back, or
-        older data a crash brought back), the batches win: the cache is cut at that segment and
-        rebuilt from the batches of it and every later segment."""
-        if not self._recovered:
-            return
-        cache = self.epoch_cache
-        lowest = 0 if guards.on("M21") else 1
-
-        def changes_of(epochs, floor_epoch):
-            out, latest = [], floor_epoch
-            for epoch, offset in epochs:
-                if epoch >= lowest and (latest is None or epoch > latest):
-                    out.append((epoch, offset))
-                    latest = epoch
-            return out
-
-        for base, end, epochs in self._recovered:
-            before = cache.epoch_for_offset(base - 1) if base > 0 else None
-            expected = changes_of(epochs, before)
-            cached = [tuple(e) for e in cache.entries if base <= e.start_offset < min(end, self.log_end_offset)]
-            if cached != expected:
-                cache.truncate_from_end(base)
-                for segment in self.segments:
-                    if segment.base_offset >= base:
-                        for epoch, offset in changes_of(segment.scan_epochs(), cache.latest_epoch):
-                            cache.assign(epoch, offset)
-                break
-        for _base, _end, epochs in self._recovered:   # Kafka's rule for the rest
-            for epoch, offset in changes_of(epochs, cache.latest_epoch):
-                cache.assign(epoch, offset)
-
-    def _repair_epoch_cache(self) -> None:
-        self._reconcile_epochs()
-        cache = self.epoch_cache
-        if cache.load_error is not None:
-            # A malformed checkpoint is never trusted: rebuild it from every batch.
-            self.recovery_report.append((-1, 0, f"leader-epoch-checkpoint rebuilt: {cache.load_error}"))
-            for segment in self.segments:
-                for epoch, offset in segment.scan_epochs():
-                    if epoch >= 0 and (cache.latest_epoch is None or epoch > cache.latest_epoch):
-                        cache.assign(epoch, offset)
-            cache.flush()
-            cache.load_error = None
-        if guards.on("M20"):
-            cache.truncate_from_end(self.log_end_offset)
-        cache.truncate_from_start(self.log_start_offset)
-        earliest = cache.earliest_entry
-        if earliest is not None and earliest.start_offset > self.log_start_offset:
-            # Batches between the log start and the earliest entry: a crash came between moving
-            # the cache's start up and checkpointing the log start offset.  Give them their epochs.
-            head = []
-            for batch in self.batches(self.log_start_offset):
-                if batch.base_offset >= earliest.start_offset:
-                    break
-                epoch = batch.partition_leader_epoch
-                if batch.magic >= 2 and epoch >= 0 and (not head or epoch > head[-1][0]):
-                    head.append((epoch, max(batch.base_offset, self.log_start_offset)))
-            cache.restore_head(head)
 
     def _new_segment(self, base_offset: int) -> Segment:
         prefix = os.path.join(self.path, f"{base_offset:020d}")

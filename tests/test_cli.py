@@ -244,7 +244,7 @@ def test_follower_chunk_index_entries_are_valid(tmp_path, capsys):
     # offset at the chunk's first position.  Kafka's own dump tool calls that a mismatch; it is not.
     config = LogConfig(index_interval_bytes=100, fsync=False)
     leader = PartitionLog.open(tmp_path / "leader" / "t-0", config)
-    for i in range(30):
+    for _i in range(30):
         leader.append_as_leader([b"x" * 50, b"y" * 30], leader_epoch=0)
     follower = PartitionLog.open(tmp_path / "follower" / "t-0", config)
     while follower.log_end_offset < leader.log_end_offset:

@@ -6,7 +6,7 @@ import pytest
 from storage import guards
 from storage.errors import Errors
 from storage.replication import messages as m
-from storage.sim import scenarios
+from storage.sim import oracle, scenarios
 from storage.sim.rig import Rig
 
 
@@ -39,7 +39,7 @@ def test_kip101_scenario1_committed_message_survives(tmp_path):
 def test_kip101_scenario1_without_epochs_loses_a_committed_message(tmp_path):
     rig = story("kip101-scenario1", tmp_path, "M1")
     assert rig.values(2) == [b"m1"]
-    assert any(v.startswith("I2") for v in scenarios.violations(rig))
+    assert any(v.startswith("I2") for v in oracle.violations(rig))
 
 
 def test_kip101_scenario2_replicas_converge(tmp_path):
@@ -50,7 +50,7 @@ def test_kip101_scenario2_replicas_converge(tmp_path):
 def test_kip101_scenario2_without_epochs_diverges(tmp_path):
     rig = story("kip101-scenario2", tmp_path, "M1")
     assert rig.values(1) == [b"m1", b"m2"] and rig.values(2) == [b"m1", b"m3"]   # same offsets, other data
-    assert any(v.startswith("I1") for v in scenarios.violations(rig))
+    assert any(v.startswith("I1") for v in oracle.violations(rig))
 
 
 def test_kip101_appendix_a_is_resolved_by_kip279(tmp_path):
@@ -125,7 +125,7 @@ def test_kip903_without_the_epoch_check_an_empty_replica_leads(tmp_path):
     rig = story("kip903-stale-alter-partition", tmp_path, "M13")
     assert rig.notes == ["stale AlterPartition: NONE"]
     assert rig.state().leader == 2 and rig.values(2) == []         # committed c0..c4 are gone
-    assert any(v.startswith("I2") for v in scenarios.violations(rig))
+    assert any(v.startswith("I2") for v in oracle.violations(rig))
 
 
 def test_kip841_shutting_down_replica_stays_out(tmp_path):
@@ -136,7 +136,7 @@ def test_kip841_shutting_down_replica_stays_out(tmp_path):
 def test_kip841_without_the_guard_a_shutting_down_replica_rejoins(tmp_path):
     rig = story("kip841-controlled-shutdown", tmp_path, "M12")
     assert 2 in rig.state().isr and rig.state().leader == 2
-    assert any(v.startswith("I7") for v in scenarios.violations(rig))
+    assert any(v.startswith("I7") for v in oracle.violations(rig))
 
 
 def test_kip841_fenced_replica_is_not_elected(tmp_path):
@@ -179,7 +179,7 @@ def test_kip704_requests_refused_while_recovering(tmp_path):
 def test_kip704_without_recovering_the_leader_serves_at_once(tmp_path):
     rig = story("kip704-unclean-recovery", tmp_path, "M17")
     assert rig.notes[0] == "produce while recovering: NONE"
-    assert any("without RECOVERING" in v for v in scenarios.violations(rig))
+    assert any("without RECOVERING" in v for v in oracle.violations(rig))
 
 
 def test_kip570_delayed_stop_replica_is_fenced(tmp_path):
@@ -191,7 +191,7 @@ def test_kip570_delayed_stop_replica_is_fenced(tmp_path):
 def test_kip570_without_the_epoch_check_the_replica_is_deleted(tmp_path):
     rig = story("kip570-reordered-stop-replica", tmp_path, "M16")
     assert ("t", 0) not in rig.nodes[2].partitions and ("t", 0) not in rig.nodes[2].logdir.logs()
-    assert any(v.startswith("I11") for v in scenarios.violations(rig))
+    assert any(v.startswith("I11") for v in oracle.violations(rig))
 
 
 def test_shouldSurviveFastLeaderChange(tmp_path):

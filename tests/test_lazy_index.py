@@ -29,7 +29,7 @@ def test_a_rolled_segment_has_no_index_files_until_its_first_flush(tmp_path):
     log.roll()
     new = log.active_segment
     assert index_files(new) == (False, False)
-    for i in range(20):
+    for _i in range(20):
         log.append_as_leader([b"y" * 100], 1)
     assert new.offset_index_entries() and index_files(new) == (False, False)
     # reads and lookups use the entries in memory

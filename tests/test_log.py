@@ -125,7 +125,7 @@ def test_read_semantics(make_log):
 
 def test_roll_names_and_trimmed_indexes(make_log, small_config):
     log = make_log()
-    for i in range(60):
+    for _i in range(60):
         log.append_as_leader([b"v" * 100], 0)
     names = sorted(os.listdir(log.path))
     assert all(len(n.split(".")[0]) == 20 for n in names if n != "leader-epoch-checkpoint")
@@ -196,7 +196,7 @@ def test_time_index_and_offset_for_timestamp(make_log):
 
 def test_truncate_to(make_log):
     log = make_log()
-    for i in range(100):
+    for _i in range(100):
         log.append_as_leader([b"a" * 40, b"b" * 40], 2)
     segments_before = len(log.segments)
     assert log.truncate_to(200) is False and log.log_end_offset == 200
@@ -219,7 +219,7 @@ def test_truncate_to(make_log):
 
 def test_increment_log_start_offset(make_log):
     log = make_log()
-    for i in range(100):
+    for _i in range(100):
         log.append_as_leader([b"c" * 60], 1)
     with pytest.raises(errors.OffsetOutOfRangeError, match="high watermark"):
         log.increment_log_start_offset(10)
@@ -276,7 +276,7 @@ def test_unclean_reopen_truncates_torn_tail(tmp_path, small_config):
 
 def test_unclean_reopen_cuts_at_first_bad_crc_and_drops_later_segments(tmp_path, small_config):
     log = PartitionLog.open(tmp_path / "t-0", small_config)
-    for i in range(120):
+    for _i in range(120):
         log.append_as_leader([b"q" * 50], 0)
     assert len(log.segments) >= 3
     victim = log.segments[1]
@@ -298,7 +298,7 @@ def test_unclean_reopen_cuts_at_first_bad_crc_and_drops_later_segments(tmp_path,
 
 def test_missing_index_is_rebuilt_even_after_clean_shutdown(tmp_path, small_config):
     log = PartitionLog.open(tmp_path / "t-0", small_config)
-    for i in range(40):
+    for _i in range(40):
         log.append_as_leader([b"i" * 80], 0)
     entries = log.segments[0].offset_index_entries()
     assert entries
@@ -320,7 +320,7 @@ def test_closed_log_raises(make_log):
 
 def test_view_survives_truncation_and_close(tmp_path, small_config):
     log = PartitionLog.open(tmp_path / "t-0", small_config)
-    for i in range(5):
+    for _i in range(5):
         log.append_as_leader([b"k" * 100], 0)
     view = log.read(0, 1 << 20)
     held = bytes(view)
@@ -381,7 +381,7 @@ def test_every_file_operation_goes_through_the_seam(tmp_path, small_config):
     seam = RecordingIO()
     with sio.using(seam):
         log = PartitionLog.open(tmp_path / "t-0", small_config)
-        for i in range(30):
+        for _i in range(30):
             log.append_as_leader([b"o" * 100], 0)
         log.truncate_to(5)
         log.close()

@@ -1,12 +1,12 @@
 """The minimal fault recipes (storage/sim/recipes.py): each ends clean with every guard on and,
 with its guard switched off, in a violation of an invariant the reliability model's mutation
-table lists for it -- judged by the stories' oracle (scenarios.violations), not by the guard's
+table lists for it -- judged by the stories' oracle (oracle.violations), not by the guard's
 internal state.  Where another invariant trips first, the comment says why."""
 import pytest
 
 from storage import guards
 from storage.epoch import LeaderEpochCache
-from storage.sim import recipes, scenarios
+from storage.sim import oracle, recipes, scenarios
 
 SHOULD_TRIP = {
     "M5": ("I1",),
@@ -73,11 +73,11 @@ def test_m15_next_leader_crash_loses_committed_data(tmp_path):
     rig.note_committed()
     rig.crash(1)
     assert rig.state().leader == 2 and rig.values(2) == []
-    assert any(v.startswith("I2") for v in scenarios.violations(rig))
+    assert any(v.startswith("I2") for v in oracle.violations(rig))
     rig = recipes.m15_retry_drops_broker_epochs(tmp_path / "on")
     rig.note_committed()
     rig.crash(1)
-    assert rig.state().leader == 3 and scenarios.violations(rig) == []
+    assert rig.state().leader == 3 and oracle.violations(rig) == []
 
 
 def test_m30_stale_leader_and_isr_is_fenced(tmp_path):

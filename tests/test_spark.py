@@ -80,7 +80,7 @@ def check_source_against_iter_batches(spark, paths) -> int:
     records = (spark.read.format("partitionlog").option("level", "records").option("payload", "true")
                .load(paths).collect())
     want = {}
-    for (log_dir, topic, partition, base, position), batch in expected.items():
+    for (log_dir, topic, partition, _base, position), batch in expected.items():
         for record in batch.records():
             want[(log_dir, topic, partition, record.offset, position)] = (batch, record)
     assert len(records) == len(want)

@@ -206,7 +206,7 @@ class _DemoStory:
         self.run_until("broker 1 in the ISR", lambda: 1 in self.state().isr)
         _say(f"6. Broker 1 restarts. Its recovery finds its log ending at {after_restart} (epochs "
              f"{_lineage_text(epochs_before)}).")
-        for replica, epoch, answer in [a for a in self.epoch_answers if a[0] == 1][:2]:
+        for _replica, epoch, answer in [a for a in self.epoch_answers if a[0] == 1][:2]:
             error = f" ({error_name(answer.error_code)})" if answer.error_code else ""
             _say(f"   It asks the leader OffsetForLeaderEpoch(epoch {epoch}) -> epoch {answer.leader_epoch}, end "
                  f"offset {answer.end_offset}{error}.")

@@ -1,7 +1,7 @@
 """Minimal fault recipes: one hand-driven story per guard (reliability-model.md section 3, the
 "minimal fault recipe" column), on the rig the KIPs' stories use (storage.sim.rig).  With every
 guard on a recipe ends clean; with its guard switched off it ends in a violation that the
-stories' oracle (scenarios.violations) reports.  `python -m storage.sim mutate ID` tries a
+stories' oracle (oracle.violations) reports.  `python -m storage.sim mutate ID` tries a
 guard's recipes first, then the KIPs' stories, then random seeds; `python -m storage.sim
 scenario NAME` replays a recipe by name like a story.
 
@@ -25,7 +25,7 @@ import os
 from ..epoch import UNDEFINED_EPOCH
 from ..errors import Errors
 from ..replication import messages as m
-from . import scenarios
+from . import oracle
 from .rig import Rig
 
 TOPIC, PARTITION = "t", 0
@@ -335,6 +335,6 @@ def for_guard(guard: str) -> list[str]:
 
 
 def run(name: str, root) -> dict:
-    """Replay a recipe; the same report as a KIP story's (scenarios.report)."""
+    """Replay a recipe; the same report as a KIP story's (oracle.report)."""
     _guard, story, beyond = RECIPES[name]
-    return scenarios.report(name, story(root), beyond=beyond)
+    return oracle.report(name, story(root), beyond=beyond)

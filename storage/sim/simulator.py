@@ -267,7 +267,7 @@ class Simulation:
         crash, self.fs.last_crash = self.fs.last_crash, None
         if crash is None:
             return
-        for b, node in self.cluster.brokers.items():
+        for b, node in self.cluster.brokers.items():  # noqa: B007 - b is the one found (for ... else)
             if crash.path is not None and crash.path.startswith(node.path + os.sep):
                 break
         else:

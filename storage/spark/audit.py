@@ -158,7 +158,8 @@ def _spark_facts(spark, log_dirs: list[str], segment_count: int, progress) -> di
                         F.max(F.when(F.col("partition_leader_epoch") >= 0, F.col("partition_leader_epoch")))
                         .over(w.rowsBetween(Window.unboundedPreceding, -1)).alias("prev_epoch"))
 
-        def event(kind, condition, offset, a, b=F.lit(None)):
+        def event(kind, condition, offset, a, b=None):
+            b = F.lit(None) if b is None else b
             return F.when(condition, F.struct(F.lit(kind).alias("kind"), offset.cast("long").alias("offset"),
                                               a.cast("long").alias("a"), b.cast("long").alias("b")))
 

@@ -105,7 +105,7 @@ def _rewrite_from(victim, leader, d: int, traffic: _Traffic) -> None:
     """The victim's log from d on: same batch boundaries, epochs and timestamps as the
     leader's, other values (truncate, then append as follower)."""
     victim.truncate_to(d)
-    for base, last, epoch, base_ts, count, codec in _batch_starts(leader):
+    for base, _last, epoch, base_ts, count, codec in _batch_starts(leader):
         if base < d:
             continue
         records = [r._replace(value=r.value + b"!") for r in traffic.records(base, count, salt=1)]
