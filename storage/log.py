@@ -31,7 +31,7 @@ from ._native import ffi, lib
 from .epoch import CHECKPOINT_FILE, FLUSH_MODES, LeaderEpochCache
 from .failure import LogDirFailureChannel, guarded
 from .loader import Loader, repair_epoch_cache
-from .records import _build, describe_error, iter_batches
+from .records import _build, describe_error, error_class, iter_batches
 from .segment import INDEX_SUFFIX, LOG_SUFFIX, TIME_INDEX_SUFFIX, Segment
 
 EARLIEST_TIMESTAMP = -2
@@ -87,16 +87,9 @@ class TimestampAndOffset(NamedTuple):
     leader_epoch: int | None
 
 
-_VALIDATE_ERRORS = {
-    lib.PLOG_ECRC: errors.CorruptRecordError,
-    lib.PLOG_ECORRUPT: errors.CorruptRecordError,
-    lib.PLOG_EMAGIC: errors.CorruptRecordError,
-    lib.PLOG_EPARTIAL: errors.CorruptRecordError,
-    lib.PLOG_EEMPTY: errors.CorruptRecordError,
-    lib.PLOG_ETOOLARGE: errors.RecordTooLargeError,
-    lib.PLOG_EORDER: errors.OffsetsOutOfOrderError,
-    lib.PLOG_EAPPENDOFFSET: errors.UnexpectedAppendOffsetError,
-}
+# The chunk refusals that name their failing batch (the classes come from records.error_class).
+_REFUSALS = frozenset((lib.PLOG_ECRC, lib.PLOG_ECORRUPT, lib.PLOG_EMAGIC, lib.PLOG_EPARTIAL, lib.PLOG_EEMPTY,
+                       lib.PLOG_ETOOLARGE, lib.PLOG_EORDER, lib.PLOG_EAPPENDOFFSET))
 
 
 _ORIGINS = ("client", "coordinator")
@@ -428,8 +421,8 @@ class PartitionLog:
                 offset=v.first_offset)
         # A refusal of the chunk names its failing batch (an empty chunk has none); the other
         # codes come from the segment or the seam.
-        if rc in _VALIDATE_ERRORS and (v.error_position >= 0 or rc == lib.PLOG_EEMPTY):
-            cls = _VALIDATE_ERRORS[rc]
+        if rc in _REFUSALS and (v.error_position >= 0 or rc == lib.PLOG_EEMPTY):
+            cls = error_class(rc)
             reason = describe_error(rc)
             if rc == lib.PLOG_EAPPENDOFFSET:
                 reason = f"first offset {v.error_offset} is below the log end offset {self.log_end_offset}"

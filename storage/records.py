@@ -718,8 +718,7 @@ def iter_batches(buffer, *, verify: bool = True, source=None, start_position: in
         source, start_position = mapped_source(view)
     if rc:
         offset = struct.unpack_from(">q", view, pos)[0] if length - pos >= 8 else None
-        cls = errors.RecordTooLargeError if rc == lib.PLOG_ETOOLARGE else errors.CorruptRecordError
-        raise cls(_describe(rc, view, pos), file=source, position=start_position + pos, offset=offset)
+        raise error_class(rc)(_describe(rc, view, pos), file=source, position=start_position + pos, offset=offset)
     raise errors.CorruptRecordError(f"CRC mismatch (stored 0x{info.crc:08x})", file=source,
                                     position=start_position + pos, offset=info.base_offset)
 
@@ -738,3 +737,27 @@ def _describe(rc: int, view, pos: int) -> str:
 
 def describe_error(rc: int) -> str:
     return ffi.string(lib.plog_strerror(rc)).decode()
+
+
+# The one map from a C error code (plog.h) to the exception it becomes.  Positive codes are
+# errno values (StorageIOError); codes not listed are StorageError.
+_ERROR_CLASSES = {
+    lib.PLOG_ECRC: errors.CorruptRecordError,
+    lib.PLOG_ECORRUPT: errors.CorruptRecordError,
+    lib.PLOG_EMAGIC: errors.CorruptRecordError,
+    lib.PLOG_EPARTIAL: errors.CorruptRecordError,
+    lib.PLOG_EEMPTY: errors.CorruptRecordError,
+    lib.PLOG_ERECORD: errors.InvalidRecordError,
+    lib.PLOG_ETIMESTAMP: errors.InvalidTimestampError,
+    lib.PLOG_ETOOLARGE: errors.RecordTooLargeError,
+    lib.PLOG_ELISTTOOLARGE: errors.RecordListTooLargeError,
+    lib.PLOG_EORDER: errors.OffsetsOutOfOrderError,
+    lib.PLOG_EAPPENDOFFSET: errors.UnexpectedAppendOffsetError,
+}
+
+
+def error_class(rc: int) -> type[errors.StorageError]:
+    """The exception class for a nonzero C result."""
+    if rc > 0:
+        return errors.StorageIOError
+    return _ERROR_CLASSES.get(rc, errors.StorageError)

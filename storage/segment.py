@@ -28,7 +28,7 @@ import time
 from . import errors
 from . import io as _io
 from ._native import ffi, lib
-from .records import describe_error, forget_source, register_source
+from .records import describe_error, error_class, forget_source, register_source
 
 PAGE_BYTES = os.sysconf("SC_PAGE_SIZE")
 LOG_SUFFIX, INDEX_SUFFIX, TIME_INDEX_SUFFIX = ".log", ".index", ".timeindex"
@@ -264,7 +264,7 @@ class Segment:
             raise errors.StorageIOError(f"{what}: I/O seam raised {exc!r}", file=path, offset=offset) from exc
         if rc > 0:
             raise errors.StorageIOError(f"{what}: {os.strerror(rc)}", errno=rc, file=path, offset=offset)
-        raise errors.StorageError(f"{what}: {describe_error(rc)}", file=path, offset=offset)
+        raise error_class(rc)(f"{what}: {describe_error(rc)}", file=path, offset=offset)
 
     # ---- reading ----
     def mapping(self) -> _Mapping:

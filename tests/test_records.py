@@ -245,3 +245,17 @@ def test_a_kept_error_from_a_mapped_view_does_not_crash_the_collector():
     """)
     result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
     assert result.returncode == 0 and result.stdout.strip() == "survived", (result.returncode, result.stderr[-1500:])
+
+
+def test_one_map_from_c_error_codes_to_exceptions():
+    """records.error_class is the one table (it was four: the log's append, iter_batches, the
+    segment's checks and the validator each mapped codes themselves, and they differed)."""
+    from storage._native import lib
+    from storage.records import error_class
+
+    assert error_class(lib.PLOG_ETOOLARGE) is errors.RecordTooLargeError
+    assert error_class(lib.PLOG_ECRC) is errors.CorruptRecordError
+    assert error_class(lib.PLOG_ERECORD) is errors.InvalidRecordError
+    assert error_class(lib.PLOG_EAPPENDOFFSET) is errors.UnexpectedAppendOffsetError
+    assert error_class(5) is errors.StorageIOError                  # an errno
+    assert error_class(lib.PLOG_EINDEXFULL) is errors.StorageError   # not a data problem
