@@ -144,6 +144,14 @@ def test_kip841_fenced_replica_is_not_elected(tmp_path):
     assert 2 not in rig.state().isr and rig.state().leader == 3
 
 
+def test_kip841_without_the_guard_a_fenced_replica_rejoins(tmp_path):
+    # Issue 14.5: with M12 off the story ended clean (the controller refused fenced members
+    # unconditionally); the guard now covers that check too, and the story shows the failure.
+    rig = story("kip841-fenced-replica", tmp_path, "M12")
+    assert 2 in rig.state().isr
+    assert any(v.startswith("I7") and "broker 2" in v for v in oracle.violations(rig))
+
+
 def test_kip704_recovering_leader_refuses_until_recovered(tmp_path):
     rig = story("kip704-unclean-recovery", tmp_path)
     assert rig.notes == ["produce while recovering: NOT_LEADER_OR_FOLLOWER", "ISR while recovering: [2]",

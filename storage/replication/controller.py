@@ -412,7 +412,7 @@ class Controller:
             return answer(Errors.INVALID_REQUEST)
         for member in request.new_isr_with_epochs:
             reg = self.brokers.get(member.broker_id)
-            if reg is None or reg.fenced or (reg.in_controlled_shutdown and guards.on("M12")):
+            if reg is None or ((reg.fenced or reg.in_controlled_shutdown) and guards.on("M12")):
                 return answer(Errors.INELIGIBLE_REPLICA)
             if guards.on("M13") and member.broker_epoch != -1 and member.broker_epoch != reg.broker_epoch:
                 return answer(Errors.INELIGIBLE_REPLICA)
