@@ -1,4 +1,4 @@
-"""Protocol guards, by their id in the reliability model's catalogue (M1-M31).
+"""Protocol guards, by their id in the reliability model's catalogue (M1-M32).
 
 Every guard site in the engine reads `on("Mn")`.  In production every guard is on and cannot
 be switched off: `disable` refuses unless the simulator (storage.sim) has entered simulation
@@ -41,6 +41,7 @@ CATALOGUE = {
     "M29": "on a leader-epoch bump the leader forgets what it knew of followers outside the ISR",
     "M30": "partition state with an older leader or partition epoch is ignored",
     "M31": "an offline log dir answers KAFKA_STORAGE_ERROR and acknowledges nothing (the broker halts)",
+    "M32": "the leader checks a fetch's last fetched epoch and answers a divergence with DivergingEpoch (KIP-320)",
 }
 
 # A mutation that removes another's guard under a different fault recipe.

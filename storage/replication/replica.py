@@ -462,7 +462,7 @@ class ReplicaManager:
         if from_follower and request.replica_id not in p.replicas:
             return answer(Errors.UNKNOWN_LEADER_EPOCH if item.current_leader_epoch != NO_EPOCH
                           else Errors.NOT_LEADER_OR_FOLLOWER)
-        if item.last_fetched_epoch != NO_EPOCH:
+        if item.last_fetched_epoch != NO_EPOCH and guards.on("M32"):
             epoch, end_offset = log.epoch_cache.end_offset_for(item.last_fetched_epoch, log.log_end_offset)
             if epoch == NO_EPOCH or end_offset == -1 or item.fetch_offset < log.log_start_offset:
                 return answer(Errors.OFFSET_OUT_OF_RANGE, high_watermark=log.high_watermark,

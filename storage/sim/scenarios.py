@@ -37,6 +37,8 @@ def kip101_scenario1(root) -> Rig:
     rig.start(follower, new_incarnation=False)
     rig.fetch(follower, deliver=False)       # its first move; the leader dies before answering
     rig.crash(leader)
+    rig.start(leader)                        # the old leader comes back and follows: all heal
+    rig.heal()
     return rig
 
 
@@ -198,6 +200,16 @@ def kip903_stale_alter_partition(root) -> Rig:
         rig.notes.append(f"stale AlterPartition: {Errors(response.error_code).name}")
     rig.crash(1)
     rig.crash(3)
+    rig.start(1)                             # both come back, after unclean shutdowns: nobody
+    rig.start(3)                             # is eligible (KIP-966), and 2 must not be elected
+    rig.replicate()
+    if rig.state().leader == m.NO_LEADER:
+        # Unclean recovery (KIP-966) picks the longest log in the latest epoch; every replica
+        # then ends in sync with it.
+        offers = {b: (-1 if rig.log(b).epoch_cache.latest_epoch is None else rig.log(b).epoch_cache.latest_epoch,
+                      rig.log(b).log_end_offset) for b in (1, 2, 3)}
+        rig.notes.append(f"unclean recovery: {Errors(rig.controller.recover_partition('t', 0, offers)).name}")
+    rig.heal()
     return rig
 
 
