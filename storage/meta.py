@@ -56,6 +56,22 @@ def _unkey(key: bytes) -> tuple[str, int]:
     return topic, int(partition)
 
 
+def read_partition_offsets(path) -> dict[tuple[str, int], PartitionOffsets]:
+    """The partition offsets of a metadata store, for tools (verify, epochs, the fleet audit):
+    read-only and without the lock file (a tool never writes into a log dir, and reads a dir
+    no engine has open).  lmdb's own errors pass through: callers report them."""
+    env = lmdb.open(os.fspath(path), subdir=False, readonly=True, lock=False, max_dbs=len(_DATABASES))
+    try:
+        try:
+            db = env.open_db(b"partitions", create=False)
+        except lmdb.NotFoundError:
+            return {}
+        with env.begin(db=db) as txn:
+            return {_unkey(k): PartitionOffsets(*_OFFSETS.unpack(v)) for k, v in txn.cursor()}
+    finally:
+        env.close()
+
+
 class MetaStore:
     """The LMDB environment of one log dir."""
 

@@ -560,3 +560,25 @@ def test_truncated_store_raises_metadata_error(tmp_path, keep_pages):
     verdict = _check_in_child(tmp_path)
     assert verdict["outcome"] == "MetadataError", verdict
     assert path in verdict["message"]
+
+
+def test_the_tools_read_the_store_through_one_reader(tmp_path):
+    """verify/epochs (storage.inspect) and the fleet audit (storage.spark) read partition offsets
+    through meta.read_partition_offsets (they had two readers with different lock flags)."""
+    from storage import LogConfig, LogDir
+    from storage.inspect.discovery import log_dir_offsets
+    from storage.meta import FILE_NAME, read_partition_offsets
+    from storage.spark.audit import log_dir_metadata
+
+    with LogDir.open(tmp_path, LogConfig(fsync=False)) as logdir:
+        log = logdir.partition("t", 3)
+        for i in range(4):
+            log.append_as_leader([b"v%d" % i], 0)
+        log.update_high_watermark(3)
+        log.increment_log_start_offset(1)
+    stored = read_partition_offsets(tmp_path / FILE_NAME)
+    assert stored[("t", 3)].high_watermark == 3 and stored[("t", 3)].log_start_offset == 1
+    offsets, source, warnings = log_dir_offsets(str(tmp_path))
+    assert (source, warnings) == ("storage.mdb", []) and offsets[("t", 3)] == stored[("t", 3)]._asdict()
+    audit = log_dir_metadata(str(tmp_path))
+    assert audit["high_watermarks"][("t", 3)] == 3 and audit["log_start_offsets"][("t", 3)] == 1

@@ -90,25 +90,9 @@ def log_dir_offsets(log_dir: str) -> tuple[dict, str | None, list[Issue]]:
     mdb = os.path.join(log_dir, META_FILE)
     if os.path.exists(mdb):
         try:
-            import lmdb
+            from ..meta import read_partition_offsets
 
-            from ..meta import _OFFSETS, _unkey
-
-            env = lmdb.open(mdb, subdir=False, readonly=True, lock=False, max_dbs=4)
-            try:
-                try:
-                    db = env.open_db(b"partitions", create=False)
-                except lmdb.NotFoundError:
-                    return {}, "storage.mdb", warnings
-                with env.begin(db=db) as txn:
-                    out = {}
-                    for k, v in txn.cursor():
-                        recovery_point, start, hw = _OFFSETS.unpack(v)
-                        out[_unkey(k)] = {"recovery_point": recovery_point, "log_start_offset": start,
-                                          "high_watermark": hw}
-                    return out, "storage.mdb", warnings
-            finally:
-                env.close()
+            return {key: o._asdict() for key, o in read_partition_offsets(mdb).items()}, "storage.mdb", warnings
         except Exception as exc:   # lmdb raises its own types; a damaged store is a warning here
             warnings.append(Issue("metadata", f"cannot read the metadata store: {exc}", mdb))
             return {}, None, warnings

@@ -45,27 +45,6 @@ _STRUCTURAL = ("corrupt", "unreadable", "disorder", "below_segment_base", "parti
 
 # ---- the driver's small files -----------------------------------------------------------------
 
-def _read_mdb_offsets(path: str) -> dict:
-    """{(topic, partition): PartitionOffsets} from a read-only LMDB environment."""
-    import lmdb
-
-    from ..meta import _OFFSETS, PartitionOffsets, _unkey
-
-    try:
-        env = lmdb.open(path, subdir=False, readonly=True, lock=True, max_dbs=3)
-    except lmdb.Error:
-        env = lmdb.open(path, subdir=False, readonly=True, lock=False, max_dbs=3)
-    try:
-        try:
-            db = env.open_db(b"partitions", create=False)
-        except lmdb.NotFoundError:
-            return {}
-        with env.begin(db=db) as txn:
-            return {_unkey(k): PartitionOffsets(*_OFFSETS.unpack(v)) for k, v in txn.cursor()}
-    finally:
-        env.close()
-
-
 def _broker_id(log_dir: str) -> int | None:
     try:
         with open(os.path.join(log_dir, "meta.properties"), encoding="utf-8") as f:
@@ -80,7 +59,7 @@ def _broker_id(log_dir: str) -> int | None:
 
 def log_dir_metadata(log_dir: str) -> dict:
     """High watermarks and log start offsets of one log dir (driver only)."""
-    from ..meta import FILE_NAME
+    from ..meta import FILE_NAME, read_partition_offsets
 
     out = {"broker_id": _broker_id(log_dir), "high_watermarks": {}, "log_start_offsets": {},
            "source": None, "error": None}
@@ -88,7 +67,7 @@ def log_dir_metadata(log_dir: str) -> dict:
     if os.path.exists(mdb):
         out["source"] = FILE_NAME
         try:
-            for key, offsets in _read_mdb_offsets(mdb).items():
+            for key, offsets in read_partition_offsets(mdb).items():
                 out["high_watermarks"][key] = offsets.high_watermark
                 out["log_start_offsets"][key] = offsets.log_start_offset
         except Exception as exc:        # a damaged store is reported, the audit goes on
