@@ -2,7 +2,7 @@
 
 The cdef is the region of csrc/plog.h between CDEF-BEGIN and CDEF-END, plus the
 `extern "Python+C"` callbacks through which the C I/O seam reaches storage/io.py.
-Build switches (environment): PLOG_DEBUG=1 compiles -O0 -g; PLOG_SANITIZE=address,undefined
+Build switches (environment): PLOG_DEBUG=1 compiles -O0 -g with PLOG_ASSERT on; PLOG_SANITIZE=address,undefined
 adds the sanitizers (run Python with the matching LD_PRELOAD).
 """
 import hashlib
@@ -59,6 +59,8 @@ def compile_args():
     else:
         args += ["-O3"]
     sanitize = os.environ.get("PLOG_SANITIZE")
+    if os.environ.get("PLOG_DEBUG") or sanitize:
+        args += ["-DPLOG_ASSERTS"]      # PLOG_ASSERT (internal.h): on in debug and sanitizer builds
     if sanitize:
         # Python's own CFLAGS carry -fwrapv, which defines signed overflow and so hides it from
         # UBSan: -fno-wrapv (later on the command line, so it wins) makes it visible, and no

@@ -235,3 +235,19 @@ void plog_index_truncate_to(plog_segment *s, int64_t target) {
     if (s->offset_written > s->offset_entries) s->offset_written = s->offset_entries;
     if (s->time_written > s->time_entries) s->time_written = s->time_entries;
 }
+
+#ifdef PLOG_ASSERTS
+void plog_segment_assert_invariants(const plog_segment *seg) {
+    PLOG_ASSERT(seg != NULL);
+    PLOG_ASSERT(seg->size >= 0 && seg->size <= INT32_MAX);
+    PLOG_ASSERT(seg->next_offset >= seg->base_offset);
+    PLOG_ASSERT(seg->next_offset - seg->base_offset <= (int64_t)INT32_MAX + 1);
+    PLOG_ASSERT(seg->offset_entries >= 0 && seg->time_entries >= 0);
+    PLOG_ASSERT(seg->offset_written >= 0 && seg->offset_written <= seg->offset_entries);
+    PLOG_ASSERT(seg->time_written >= 0 && seg->time_written <= seg->time_entries);
+    PLOG_ASSERT(seg->bytes_since_last_index_entry >= 0);
+    PLOG_ASSERT(seg->offset_entries == 0 || seg->offset_index != NULL);
+    PLOG_ASSERT(seg->time_entries == 0 || seg->time_index != NULL);
+    PLOG_ASSERT(!seg->indexes_lazy || (seg->index_fd < 0 && seg->time_fd < 0));
+}
+#endif

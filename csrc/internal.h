@@ -4,6 +4,34 @@
 #include "plog.h"
 #include <string.h>
 
+/* Asserted invariants, TigerBeetle style: compiled in under PLOG_ASSERTS (PLOG_DEBUG=1 and
+ * the sanitizer tier's builds), nothing in a release build.  A failed assertion is a bug in
+ * the core, never a data problem: it aborts with the condition and where. */
+#ifdef PLOG_ASSERTS
+#include <stdio.h>
+#include <stdlib.h>
+#define PLOG_ASSERT(cond)                                                                   \
+    do {                                                                                    \
+        if (!(cond)) {                                                                      \
+            fprintf(stderr, "%s:%d: PLOG_ASSERT(%s) failed\n", __FILE__, __LINE__, #cond);  \
+            abort();                                                                        \
+        }                                                                                   \
+    } while (0)
+#else
+#define PLOG_ASSERT(cond) ((void)0)
+#endif
+
+/* The segment invariants of the reliability model, checked at entry and exit of every
+ * mutating segment function (segment.c): sizes in range, the next offset at or above the
+ * base, index entries counted within capacity and what was written within what exists,
+ * the newest index entries in order and pointing inside the log, the index cadence counter
+ * within the log's size. */
+#ifdef PLOG_ASSERTS
+void plog_segment_assert_invariants(const plog_segment *seg);
+#else
+#define plog_segment_assert_invariants(seg) ((void)0)
+#endif
+
 static inline int64_t be64(const uint8_t *p) {
     uint64_t v;
     memcpy(&v, p, 8);

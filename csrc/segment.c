@@ -228,10 +228,15 @@ static int append_done(plog_segment *seg, size_t length, const plog_validate *v)
     seg->bytes_since_last_index_entry += (int64_t)length;
     seg->size += (int64_t)length;
     seg->next_offset = v->last_offset + 1;
+    /* What this append indexed points inside the log, below the next offset. */
+    PLOG_ASSERT(seg->offset_entries == 0 ||
+                (be32(seg->offset_index + (size_t)(seg->offset_entries - 1) * PLOG_OFFSET_ENTRY_BYTES + 4) < seg->size));
+    plog_segment_assert_invariants(seg);
     return 0;
 }
 
 int plog_segment_append(plog_segment *seg, const uint8_t *buf, size_t length, const plog_validate *v) {
+    plog_segment_assert_invariants(seg);
     int rc = append_check(seg, length, v);
     if (rc) return rc;
     if ((rc = plog_io_pwrite(seg->log_fd, buf, length, seg->size))) {
@@ -296,6 +301,7 @@ fail:
 
 int plog_segment_append_chunk(plog_segment *seg, uint8_t *buf, size_t length, int64_t next_offset,
                               int32_t leader_epoch, plog_validate *v) {
+    plog_segment_assert_invariants(seg);
     v->next_offset = next_offset;
     v->leader_epoch = leader_epoch;
     int rc = plog_validate_headers(buf, length, v);
@@ -421,6 +427,7 @@ int plog_segment_load(plog_segment *seg, const uint8_t *log) {
 }
 
 int plog_segment_truncate_to(plog_segment *seg, const uint8_t *log, int64_t offset) {
+    plog_segment_assert_invariants(seg);
     int64_t pos;
     plog_batch_info info;
     int rc = plog_segment_find(seg, log, offset, &pos, &info);
@@ -434,6 +441,7 @@ int plog_segment_truncate_to(plog_segment *seg, const uint8_t *log, int64_t offs
 }
 
 int plog_segment_recover(plog_segment *seg, const uint8_t *log, size_t log_length, plog_scan *scan) {
+    plog_segment_assert_invariants(seg);
     if (!seg->mutable_indexes) return PLOG_EARG;
     plog_index_reset(seg);
     scan->base_offset = seg->base_offset;
@@ -453,6 +461,7 @@ int plog_segment_recover(plog_segment *seg, const uint8_t *log, size_t log_lengt
 }
 
 int plog_segment_seal(plog_segment *seg) {
+    plog_segment_assert_invariants(seg);
     if (!seg->mutable_indexes) return 0;
     if (seg->indexes_lazy) return PLOG_EARG;
     int rc = plog_time_index_maybe_add(seg, seg->max_timestamp, seg->offset_of_max_timestamp, 1);
@@ -466,6 +475,7 @@ int plog_segment_seal(plog_segment *seg) {
 }
 
 int plog_segment_unseal(plog_segment *seg, int64_t index_max_bytes) {
+    plog_segment_assert_invariants(seg);
     if (seg->mutable_indexes) return 0;
     int64_t offset_max = index_max_bytes / PLOG_OFFSET_ENTRY_BYTES;
     int64_t time_max = index_max_bytes / PLOG_TIME_ENTRY_BYTES;
@@ -483,6 +493,7 @@ int plog_segment_unseal(plog_segment *seg, int64_t index_max_bytes) {
 }
 
 int plog_segment_flush(plog_segment *seg) {
+    plog_segment_assert_invariants(seg);
     int rc;
     if (seg->indexes_lazy) return PLOG_EARG;
     if ((rc = plog_index_sync(plog_offset_index_ref(seg)))) return rc;

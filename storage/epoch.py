@@ -271,5 +271,15 @@ class LeaderEpochCache:
         copy.truncate_from_end(end_offset)
         return copy.entries
 
+    def _check_invariants(self) -> None:
+        """Raise AssertionError unless epochs and start offsets both strictly increase (I8's
+        shape; for model-based tests, after every step)."""
+        with self._lock:
+            epochs, offsets = list(self._epochs), list(self._offsets)
+        assert len(epochs) == len(offsets), (epochs, offsets)
+        assert all(a < b for a, b in zip(epochs, epochs[1:])), f"epochs not increasing: {epochs}"
+        assert all(a < b for a, b in zip(offsets, offsets[1:])), f"start offsets not increasing: {offsets}"
+        assert all(e >= 0 for e in epochs) and all(o >= 0 for o in offsets), (epochs, offsets)
+
     def __repr__(self) -> str:
         return f"LeaderEpochCache({self.path!r}, entries={self.entries})"

@@ -759,6 +759,28 @@ class PartitionLog:
             except OSError:
                 pass    # releasing can only fail on a bad descriptor; nothing is written
 
+    def _check_invariants(self) -> None:
+        """Raise AssertionError unless the log's state is one the reliability model allows:
+        segments in base-offset order without overlap (gaps allowed), the log end offset at or
+        above the last segment's next offset, log start <= high watermark <= log end, recovery point <=
+        log end, epoch entries below the log end, and every segment's and the cache's own
+        invariants (for model-based tests, after every step)."""
+        segments = list(self.segments)
+        assert segments, "a log always has an active segment"
+        for a, b in zip(segments, segments[1:]):
+            assert a.base_offset < b.base_offset and a.next_offset <= b.base_offset, (a, b)
+        # At most the last segment's next offset, or above it after a truncation inside a batch
+        # (Kafka's truncateTo sets the log end offset to the target; the whole batch went).
+        assert segments[-1].next_offset <= self.log_end_offset, (self.log_end_offset, segments[-1])
+        assert self.log_start_offset <= self.high_watermark <= self.log_end_offset, \
+            (self.log_start_offset, self.high_watermark, self.log_end_offset)
+        assert self.recovery_point <= self.log_end_offset, (self.recovery_point, self.log_end_offset)
+        for segment in segments:
+            segment._check_invariants()
+        self.epoch_cache._check_invariants()
+        assert all(e.start_offset <= self.log_end_offset for e in self.epoch_cache.entries), \
+            (self.epoch_cache.entries, self.log_end_offset)
+
     def __repr__(self) -> str:
         return (f"PartitionLog({self.path!r}, log_start_offset={self.log_start_offset}, "
                 f"log_end_offset={self.log_end_offset}, segments={len(self.segments)})")

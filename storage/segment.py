@@ -34,6 +34,7 @@ PAGE_BYTES = os.sysconf("SC_PAGE_SIZE")
 LOG_SUFFIX, INDEX_SUFFIX, TIME_INDEX_SUFFIX = ".log", ".index", ".timeindex"
 DELETED_SUFFIX = ".deleted"
 _INT64_MAX = 2**63 - 1
+_INT32_MAX = 2**31 - 1
 
 
 def segment_base(name: str, suffix: str | None = None) -> int | None:
@@ -250,6 +251,21 @@ class Segment:
     @property
     def active(self) -> bool:
         return bool(self._c.mutable_indexes)
+
+    def _check_invariants(self) -> None:
+        """Raise AssertionError unless the segment's state is one the reliability model allows:
+        size within int32, the next offset at or above the base and within the relative-offset
+        range, offset-index entries increasing inside [base, next offset) at positions inside
+        the log, time-index timestamps not decreasing (for model-based tests)."""
+        base, size, next_offset = self.base_offset, self.size, self.next_offset
+        assert 0 <= size <= _INT32_MAX, (self, size)
+        assert base <= next_offset <= base + _INT32_MAX + 1, (self, next_offset)
+        entries = self.offset_index_entries()
+        assert all(a[0] < b[0] and a[1] < b[1] for a, b in zip(entries, entries[1:])), (self, entries)
+        assert all(base <= o < max(next_offset, base + 1) and 0 <= p < max(size, 1) for o, p in entries), \
+            (self, entries)
+        times = self.time_index_entries()
+        assert all(a[0] <= b[0] and a[1] <= b[1] for a, b in zip(times, times[1:])), (self, times)
 
     def __repr__(self) -> str:
         return (f"Segment(base_offset={self.base_offset}, size={self.size}, next_offset={self.next_offset}, "

@@ -6,6 +6,7 @@
 - A damaged offset index after a clean shutdown never serves a wrong batch: the hint is
   checked against the batch it points at (plog_segment_find).
 """
+import os
 import struct
 import subprocess
 import sys
@@ -119,3 +120,23 @@ def test_a_damaged_offset_index_never_serves_a_wrong_batch(tmp_path, damage):
     found = log.offset_for_timestamp(0)
     assert found is not None and found.offset == 0
     log.close()
+
+
+@pytest.mark.skipif(not os.environ.get("PLOG_EXPECT_SANITIZED"),
+                    reason="PLOG_ASSERT is compiled in only in debug and sanitizer builds (.ci/sanitize)")
+def test_a_broken_segment_invariant_aborts_in_an_asserting_build(tmp_path):
+    """The asserted invariants (csrc/internal.h) are on in the sanitizer tier: a segment whose
+    size went negative aborts at the next mutating call, naming the condition."""
+    code = textwrap.dedent(f"""
+        from storage import LogConfig, PartitionLog
+        from storage._native import lib
+        log = PartitionLog.open({str(tmp_path / 't-0')!r}, LogConfig(fsync=False))
+        log.append_as_leader([b"v"], 0)
+        segment = log.segments[-1]
+        segment._c.size = -1
+        lib.plog_segment_flush(segment._c)
+    """)
+    # cwd: not the source tree, whose storage/ (a release build) would shadow the installed one.
+    result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60, cwd=tmp_path)
+    assert result.returncode != 0
+    assert "PLOG_ASSERT(seg->size >= 0" in result.stderr

@@ -469,3 +469,23 @@ def test_a_truncation_survives_page_cache_loss(tmp_path):
         log = PartitionLog.open(tmp_path / "t-0", config)
         assert [r.value for b in log.batches() for r in b.records()] == [b"committed"]
         log.close()
+
+
+def test_check_invariants_can_fail(make_log):
+    """The engine's self-checks (used after every step of the model-based tests) see a broken
+    state: an epoch cache out of order, a high watermark above the log end."""
+    import pytest as _pytest
+
+    log = make_log()
+    log.append_as_leader([b"a", b"b"], 0)
+    log._check_invariants()
+    log.epoch_cache._epochs.append(-5)
+    log.epoch_cache._offsets.append(1)
+    with _pytest.raises(AssertionError):
+        log.epoch_cache._check_invariants()
+    del log.epoch_cache._epochs[-1], log.epoch_cache._offsets[-1]
+    log.high_watermark = log.log_end_offset + 1
+    with _pytest.raises(AssertionError):
+        log._check_invariants()
+    log.high_watermark = log.log_end_offset
+    log._check_invariants()

@@ -133,6 +133,12 @@ class LogMachine(RuleBasedStateMachine):
         self._after_reopen()
 
     @invariant()
+    def the_engines_own_invariants(self):
+        # PartitionLog/Segment/LeaderEpochCache._check_invariants: what the engine asserts of
+        # itself (the reliability model's shapes), after every step.
+        self.log._check_invariants()
+
+    @invariant()
     def offsets_and_segments(self):
         log = self.log
         assert (log.log_start_offset, log.log_end_offset, log.high_watermark) == (self.lso, self.leo, self.hw)
