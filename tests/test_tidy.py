@@ -23,17 +23,9 @@ PACKAGE = ROOT / "storage"
 
 MAX_MODULE_LINES, MAX_PY_FUNCTION_LINES, MAX_C_FUNCTION_LINES = 800, 80, 70
 
-# Functions still over the limit when the rule came in, with their size then: each may only
-# shrink (the test fails if one grows, or if a new one crosses the line).  Split them and
-# delete their line here.
-LONG_FUNCTIONS = {
-    "storage/cli/demo.py:run": 159,
-    "storage/inspect/scan.py:scan_partition": 156,
-    "storage/spark/audit.py:_spark_facts": 110,
-    "storage/spark/generate.py:generate": 95,
-    "storage/cli/recover.py:cmd_recover": 85,
-    "storage/cli/recover.py:_recover_partition": 81,
-}
+# Functions over the limit when the rule came in, with their size then, may only shrink; the
+# six there were have been split (keep the mechanism for a rule that tightens later).
+LONG_FUNCTIONS: dict[str, int] = {}
 
 
 def _python_files():

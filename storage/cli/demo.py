@@ -7,9 +7,11 @@ import sys
 import tempfile
 import time
 
+from ..errors import Errors
 from ..inspect.compare import local_comparison
 from ..inspect.lineage import _lineage_text
 from ..inspect.progress import _Spinner
+from ..replication.messages import RECOVERED, RECOVERING, error_name
 from .output import OK, PROBLEMS
 
 DEMO_TOPIC = "orders"
@@ -59,7 +61,6 @@ class _DemoStory:
 
     def describe(self) -> str:
         s = self.state()
-        from ..replication.messages import RECOVERING
 
         leader = "none" if s.leader < 0 else str(s.leader)
         elr = getattr(s, "elr", None)
@@ -88,7 +89,6 @@ class _DemoStory:
         return responses
 
     def produce_ok(self, batches: int) -> None:
-        from ..replication.messages import error_name
 
         for response in self.produce(batches):
             if response.error_code:
@@ -113,9 +113,15 @@ class _DemoStory:
 
     # ---- the story
     def run(self) -> None:
-        from ..errors import Errors
-        from ..replication.messages import RECOVERED, RECOVERING, error_name
+        points = self._start_and_write()
+        hw, lost_from = self._lose_broker_3_then_power(points)
+        self._unclean_election(hw, lost_from)
+        self._broker_1_returns()
+        self._stale_alter_partition()
+        self._converged()
 
+    def _start_and_write(self) -> list[int]:
+        """Steps 1-2: the cluster starts, 20 acks=all batches, every broker flushes."""
         c = self.cluster
         _say("1. A controller and three brokers start in this process, each broker on its own log dir; "
              "messages between them go over a simulated network with a simulated clock.")
@@ -136,6 +142,11 @@ class _DemoStory:
         _say(f"   Log end offsets: {self.ends()}; high watermark {self.log(1).high_watermark}. Every broker "
              f"flushes (fsync): recovery points {points}.")
 
+        return points
+
+    def _lose_broker_3_then_power(self, points: list[int]) -> tuple[int, int]:
+        """Steps 3-4: broker 3 dies, more writes, power loss on brokers 1 and 2."""
+        c = self.cluster
         c.brokers[3].crash()
         self.run_until("broker 3 left the ISR", lambda: 3 not in self.state().isr)
         _say(f"3. Broker 3's process dies; its disk keeps offsets 0..{self.log(1).log_end_offset - 1}. Its "
@@ -168,6 +179,11 @@ class _DemoStory:
             why = "no replica is known to hold all the committed data"
         _say(f"   Their sessions expire; the controller fences both: {self.describe()} ({why}).")
 
+        return hw, lost_from
+
+    def _unclean_election(self, hw: int, lost_from: int) -> None:
+        """Step 5: broker 3 returns; the operator's unclean election; KIP-704 recovery."""
+        c = self.cluster
         c.brokers[3].start()
         self.run_until("broker 3 registered", lambda: c.brokers[3].registered
                        and not c.controller.brokers[3].fenced)
@@ -199,6 +215,10 @@ class _DemoStory:
         _say(f"   With the ISR at [3] < min.insync.replicas=2, an acks=all produce gets "
              f"{error_name(refused.error_code)}.")
 
+
+    def _broker_1_returns(self) -> None:
+        """Step 6: broker 1 restarts, truncates by OffsetForLeaderEpoch and rejoins."""
+        c = self.cluster
         self.trace_offset_for_leader_epoch(3)
         c.brokers[1].start()
         after_restart = self.log(1).log_end_offset
@@ -217,6 +237,10 @@ class _DemoStory:
         _say(f"   acks=all works again: 5 new batches in epoch {self.state().leader_epoch}, {self.ends((1, 3))}, "
              f"high watermark {self.log(3).high_watermark}.")
 
+
+    def _stale_alter_partition(self) -> None:
+        """Step 7: broker 2 restarts; its AlterPartition is held while it gets an empty disk (KIP-903)."""
+        c = self.cluster
         manager = c.brokers[3].manager
         held: list = []
 
@@ -262,6 +286,10 @@ class _DemoStory:
                        and len(self.state().isr) == 3, 60_000)
         _say(f"   Broker 2 re-fetches everything from offset 0 and joins with its new epoch: {self.describe()}.")
 
+
+    def _converged(self) -> None:
+        """Step 8: every replica holds the same batches; clean shutdown."""
+        c = self.cluster
         logs = {b: c.batches(b, DEMO_TOPIC, 0) for b in DEMO_BROKERS}
         if not logs[1] == logs[2] == logs[3]:
             raise DemoError("the replicas did not converge")

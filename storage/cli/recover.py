@@ -28,6 +28,39 @@ def _segment_sizes(path: str) -> dict[int, int]:
             if (b := segment_base(n, LOG_SUFFIX)) is not None}
 
 
+def _segment_changes(before, sizes_before: dict, sizes_after: dict, report: dict, path: str):
+    """(segment entries, bytes truncated, segments deleted): what the recovery did to each
+    segment, from the sizes before and after and the loader's report."""
+    segments, truncated_total, deleted = [], 0, 0
+    for seg in before.segments:
+        base = seg.base_offset
+        entry = {"base_offset": base, "file": seg.path, "bytes_before": sizes_before[base],
+                 "bytes_after": sizes_after.get(base), "truncated_bytes": 0, "status": "ok", "reason": None,
+                 "position": None, "first_offset_removed": None, "batches_removed": 0}
+        after = sizes_after.get(base)
+        if after is None:
+            entry.update(status="deleted", truncated_bytes=sizes_before[base],
+                         reason="after the first invalid batch: nothing after it is trusted",
+                         position=0, batches_removed=seg.batch_count, first_offset_removed=seg.first_offset)
+            deleted += 1
+        elif after < sizes_before[base]:
+            cut = bisect_left(seg.positions, after)
+            entry.update(status="truncated", truncated_bytes=sizes_before[base] - after, position=after,
+                         reason=report.get(base, (0, "cut"))[1] or "invalid data",
+                         batches_removed=seg.batch_count - cut,
+                         first_offset_removed=seg.base_offsets[cut] if cut < seg.batch_count else None)
+        elif base in report and report[base][1].startswith("rebuilt"):
+            entry.update(status="rebuilt", reason=report[base][1])
+        truncated_total += entry["truncated_bytes"]
+        segments.append(entry)
+    for base in sorted(set(sizes_after) - set(sizes_before)):
+        segments.append({"base_offset": base, "file": os.path.join(path, f"{base:020d}{LOG_SUFFIX}"),
+                         "bytes_before": None, "bytes_after": sizes_after[base], "truncated_bytes": 0,
+                         "status": "created", "reason": "an empty partition gets its first segment",
+                         "position": None, "first_offset_removed": None, "batches_removed": 0})
+    return segments, truncated_total, deleted
+
+
 def _recover_partition(log_dir: str, topic: str, partition: int, path: str, meta: dict, progress,
                        force: bool = False) -> dict:
     """Kafka's unclean recovery of one partition (storage/loader.py decides per segment): from
@@ -60,37 +93,7 @@ def _recover_partition(log_dir: str, topic: str, partition: int, path: str, meta
     finally:
         log.close()
     progress.update(sum(sizes_before.values()))
-    sizes_after = _segment_sizes(path)
-    segments, truncated_total, deleted = [], 0, 0
-    first_cut = None
-    for seg in before.segments:
-        base = seg.base_offset
-        entry = {"base_offset": base, "file": seg.path, "bytes_before": sizes_before[base],
-                 "bytes_after": sizes_after.get(base), "truncated_bytes": 0, "status": "ok", "reason": None,
-                 "position": None, "first_offset_removed": None, "batches_removed": 0}
-        after = sizes_after.get(base)
-        if after is None:
-            entry.update(status="deleted", truncated_bytes=sizes_before[base],
-                         reason="after the first invalid batch: nothing after it is trusted",
-                         position=0, batches_removed=seg.batch_count, first_offset_removed=seg.first_offset)
-            deleted += 1
-        elif after < sizes_before[base]:
-            cut = bisect_left(seg.positions, after)
-            entry.update(status="truncated", truncated_bytes=sizes_before[base] - after, position=after,
-                         reason=report.get(base, (0, "cut"))[1] or "invalid data",
-                         batches_removed=seg.batch_count - cut,
-                         first_offset_removed=seg.base_offsets[cut] if cut < seg.batch_count else None)
-        elif base in report and report[base][1].startswith("rebuilt"):
-            entry.update(status="rebuilt", reason=report[base][1])
-        truncated_total += entry["truncated_bytes"]
-        if entry["status"] in ("truncated", "deleted") and first_cut is None:
-            first_cut = entry
-        segments.append(entry)
-    for base in sorted(set(sizes_after) - set(sizes_before)):
-        segments.append({"base_offset": base, "file": os.path.join(path, f"{base:020d}{LOG_SUFFIX}"),
-                         "bytes_before": None, "bytes_after": sizes_after[base], "truncated_bytes": 0,
-                         "status": "created", "reason": "an empty partition gets its first segment",
-                         "position": None, "first_offset_removed": None, "batches_removed": 0})
+    segments, truncated_total, deleted = _segment_changes(before, sizes_before, _segment_sizes(path), report, path)
     for name in sorted(os.listdir(path)):
         base = segment_base(name, SNAPSHOT_SUFFIX)
         if base is not None and base > leo:
@@ -182,6 +185,13 @@ def cmd_recover(args) -> int:
                      "metadata_updated": metadata_updated, "clean_shutdown_marker": marker,
                      "refused": len(refused), "partitions": results})
         return PROBLEMS if changed or refused else OK
+    _print_report(results, args, changed, refused, truncated, metadata_updated)
+    return PROBLEMS if changed or refused else OK
+
+
+def _print_report(results: list[dict], args, changed: list, refused: list, truncated: int,
+                  metadata_updated: bool) -> None:
+    """The text report: per partition what was cut and why, then one summary line."""
     verb = "would be" if args.dry_run else "were"
     for r in results:
         name = f"{r['topic']}-{r['partition']}" if r["partition"] >= 0 else r["topic"]
@@ -216,5 +226,3 @@ def cmd_recover(args) -> int:
           + ("; metadata store updated" if metadata_updated else "")
           + (f"; {_plural(len(refused), 'partition')} refused (damage below the recovery point: "
              f"`recover --force` cuts it)" if refused else ""))
-    return PROBLEMS if changed or refused else OK
-

@@ -222,18 +222,8 @@ def scan_partition(log_dir: str, topic: str, partition: int, path: str, *, offse
     names = sorted(os.listdir(path))
     bases = sorted(b for n in names if (b := segment_base(n, LOG_SUFFIX)) is not None)
     base_set = set(bases)
-    for name in names:
-        full = os.path.join(path, name)
-        if name.endswith(_LEFTOVER_SUFFIXES):
-            ps.warnings.append(Issue("leftover", "leftover of an interrupted delete, compaction or split "
-                                     "(removed on the next load)", full))
-            continue
-        for suffix in (INDEX_SUFFIX, TIME_INDEX_SUFFIX, ".txnindex"):
-            base = segment_base(name, suffix)
-            if base is not None and base not in base_set:
-                ps.warnings.append(Issue("orphan", "index file without its .log (removed on the next load)", full))
+    _warn_leftovers(ps, path, names, base_set)
     previous_last = None
-    lineage = ps.lineage
     cuts: list[tuple[int, SegmentScan, object]] = []
     for k, base in enumerate(bases):
         seg = SegmentScan(base, os.path.join(path, f"{base:020d}{LOG_SUFFIX}"))
@@ -269,35 +259,7 @@ def scan_partition(log_dir: str, topic: str, partition: int, path: str, *, offse
                     seg.at_position[row.position] = (i, row)
                 if row.last_offset in wanted_lasts:
                     seg.ending_at[row.last_offset] = (i, row)
-                if not row.valid:
-                    seg.crc_failures += 1
-                    ps.problems.append(Issue("crc", f"CRC mismatch (stored 0x{row.crc:08x})", seg.path,
-                                             row.position, row.base_offset))
-                if row.base_offset < base:
-                    ps.problems.append(Issue("below_segment_base", f"batch at offset {row.base_offset} lies below "
-                                             f"its segment's base offset {base}", seg.path, row.position,
-                                             row.base_offset))
-                if previous_last is not None and row.base_offset <= previous_last:
-                    ps.problems.append(Issue("disorder", f"batch {row.base_offset}..{row.last_offset} does not "
-                                             f"follow the previous batch's last offset {previous_last}", seg.path,
-                                             row.position, row.base_offset))
-                if row.last_offset < row.base_offset:
-                    ps.problems.append(Issue("corrupt", f"last offset {row.last_offset} below base offset",
-                                             seg.path, row.position, row.base_offset))
-                previous_last = max(previous_last if previous_last is not None else -1, row.last_offset)
-                # Epoch lineage: a batch whose epoch is above every earlier one starts an entry
-                # (what Kafka's segment recovery assigns); a smaller epoch later on is an anomaly.
-                epoch = row.epoch
-                if magic >= 2 and epoch >= 0:
-                    if not lineage or epoch > lineage[-1]["epoch"]:
-                        lineage.append({"epoch": epoch, "start_offset": row.base_offset,
-                                        "last_offset": row.last_offset, "batch_count": 1})
-                    elif epoch == lineage[-1]["epoch"]:
-                        lineage[-1]["last_offset"] = row.last_offset
-                        lineage[-1]["batch_count"] += 1
-                    else:
-                        ps.anomalies.append({"offset": row.base_offset, "epoch": epoch,
-                                             "previous_epoch": lineage[-1]["epoch"]})
+                previous_last = _check_batch(ps, seg, row, base, previous_last)
                 seg.valid_bytes = row.position + row.size
                 if progress is not None and seg.valid_bytes - reported >= 1 << 20:
                     progress.update(seg.valid_bytes - reported)
@@ -314,13 +276,91 @@ def scan_partition(log_dir: str, topic: str, partition: int, path: str, *, offse
         if indexes is not None:
             indexes.check(seg, ps.problems)
         del data
-        # The verdict recovery cuts by (storage/loader.py, one implementation): whatever the
-        # batch walk above found or missed, a segment recovery would cut is a problem here.
-        verdict = scan_log_file(seg.path, base)
+        verdict = scan_log_file(seg.path, base)     # what recovery would cut (_note_recovery_cuts)
         if verdict.valid_bytes < seg.size:
             cuts.append((k, seg, verdict))
+    _note_recovery_cuts(ps, cuts, len(bases))
+    if not bases:
+        ps.warnings.append(Issue("empty", "no segments", path))
+
+    _set_offsets(ps, bases, offsets.get((topic, partition), {}))
+    for a in ps.anomalies:
+        ps.problems.append(Issue("epoch_regression", f"partition leader epoch goes back from {a['previous_epoch']} "
+                                 f"to {a['epoch']}", path, None, a["offset"]))
+    _check_epoch_checkpoint(ps, path, bool(bases))
+    return ps
+
+
+def _set_offsets(ps: PartitionScan, bases: list[int], meta: dict) -> None:
+    """Log start (the first segment's base, raised to the recorded log start offset), log end
+    (after the last batch) and the recorded high watermark."""
+    start = bases[0] if bases else 0
+    if meta.get("log_start_offset", -1) >= 0:
+        start = max(start, meta["log_start_offset"])
+    last = next((s.last_offset for s in reversed(ps.segments) if s.last_offset is not None), None)
+    ps.log_start_offset = start
+    ps.log_end_offset = last + 1 if last is not None else (bases[-1] if bases else start)
+    ps.high_watermark = meta.get("high_watermark")
+
+
+def _warn_leftovers(ps: PartitionScan, path: str, names: list[str], base_set: set[int]) -> None:
+    """Leftovers of interrupted work and index files without their .log (the next load removes
+    both)."""
+    for name in names:
+        full = os.path.join(path, name)
+        if name.endswith(_LEFTOVER_SUFFIXES):
+            ps.warnings.append(Issue("leftover", "leftover of an interrupted delete, compaction or split "
+                                     "(removed on the next load)", full))
+            continue
+        for suffix in (INDEX_SUFFIX, TIME_INDEX_SUFFIX, ".txnindex"):
+            base = segment_base(name, suffix)
+            if base is not None and base not in base_set:
+                ps.warnings.append(Issue("orphan", "index file without its .log (removed on the next load)", full))
+
+
+def _check_batch(ps: PartitionScan, seg: SegmentScan, row: BatchRow, base: int, previous_last) -> int:
+    """A batch's problems (CRC, below its segment, out of order, last below base) and its place
+    in the epoch lineage; returns the largest last offset so far."""
+    lineage = ps.lineage
+    magic = row.magic
+    if not row.valid:
+        seg.crc_failures += 1
+        ps.problems.append(Issue("crc", f"CRC mismatch (stored 0x{row.crc:08x})", seg.path,
+                                 row.position, row.base_offset))
+    if row.base_offset < base:
+        ps.problems.append(Issue("below_segment_base", f"batch at offset {row.base_offset} lies below "
+                                 f"its segment's base offset {base}", seg.path, row.position,
+                                 row.base_offset))
+    if previous_last is not None and row.base_offset <= previous_last:
+        ps.problems.append(Issue("disorder", f"batch {row.base_offset}..{row.last_offset} does not "
+                                 f"follow the previous batch's last offset {previous_last}", seg.path,
+                                 row.position, row.base_offset))
+    if row.last_offset < row.base_offset:
+        ps.problems.append(Issue("corrupt", f"last offset {row.last_offset} below base offset",
+                                 seg.path, row.position, row.base_offset))
+    previous_last = max(previous_last if previous_last is not None else -1, row.last_offset)
+    # Epoch lineage: a batch whose epoch is above every earlier one starts an entry
+    # (what Kafka's segment recovery assigns); a smaller epoch later on is an anomaly.
+    epoch = row.epoch
+    if magic >= 2 and epoch >= 0:
+        if not lineage or epoch > lineage[-1]["epoch"]:
+            lineage.append({"epoch": epoch, "start_offset": row.base_offset,
+                            "last_offset": row.last_offset, "batch_count": 1})
+        elif epoch == lineage[-1]["epoch"]:
+            lineage[-1]["last_offset"] = row.last_offset
+            lineage[-1]["batch_count"] += 1
+        else:
+            ps.anomalies.append({"offset": row.base_offset, "epoch": epoch,
+                                 "previous_epoch": lineage[-1]["epoch"]})
+    return previous_last
+
+
+def _note_recovery_cuts(ps: PartitionScan, cuts: list, segment_count: int) -> None:
+    """The verdict recovery cuts by (storage/loader.py, one implementation): whatever the batch
+    walk found or missed, a segment recovery would cut is a problem here."""
+    bases_after = segment_count
     for n, (k, seg, verdict) in enumerate(cuts):
-        later = len(bases) - k - 1 if n == 0 else 0
+        later = bases_after - k - 1 if n == 0 else 0
         cut = (f"recovery cuts {seg.size - verdict.valid_bytes} bytes here"
                + (f" and deletes the {_plural(later, 'later segment')}" if later else ""))
         # Said once per place: added to the problem the walk found there, else a problem of its own.
@@ -331,21 +371,11 @@ def scan_partition(log_dir: str, topic: str, partition: int, path: str, *, offse
         else:
             ps.problems.append(Issue("recovery_cut", f"{verdict.stop_reason or 'invalid data'}; {cut}", seg.path,
                                      verdict.valid_bytes, verdict.stop_offset if verdict.stop_offset >= 0 else None))
-    if not bases:
-        ps.warnings.append(Issue("empty", "no segments", path))
 
-    meta = offsets.get((topic, partition), {})
-    start = bases[0] if bases else 0
-    if meta.get("log_start_offset", -1) >= 0:
-        start = max(start, meta["log_start_offset"])
-    last = next((s.last_offset for s in reversed(ps.segments) if s.last_offset is not None), None)
-    ps.log_start_offset = start
-    ps.log_end_offset = last + 1 if last is not None else (bases[-1] if bases else start)
-    ps.high_watermark = meta.get("high_watermark")
 
-    for a in ps.anomalies:
-        ps.problems.append(Issue("epoch_regression", f"partition leader epoch goes back from {a['previous_epoch']} "
-                                 f"to {a['epoch']}", path, None, a["offset"]))
+def _check_epoch_checkpoint(ps: PartitionScan, path: str, has_segments: bool) -> None:
+    """The leader-epoch-checkpoint: readable, and agreeing with the batches' lineage
+    (storage.inspect.lineage, the one rule)."""
     checkpoint_path = os.path.join(path, CHECKPOINT_FILE)
     if os.path.exists(checkpoint_path):
         try:
@@ -357,7 +387,7 @@ def scan_partition(log_dir: str, topic: str, partition: int, path: str, *, offse
         except ValueError as exc:
             ps.checkpoint_error = f"non-integer epoch or offset ({exc})"
             ps.problems.append(Issue("epoch_checkpoint", ps.checkpoint_error, checkpoint_path))
-    elif bases:
+    elif has_segments:
         ps.warnings.append(Issue("epoch_checkpoint", "no leader-epoch-checkpoint (Kafka creates it on load)",
                                  checkpoint_path))
     if ps.checkpoint is not None:
@@ -367,7 +397,6 @@ def scan_partition(log_dir: str, topic: str, partition: int, path: str, *, offse
             ps.disagreement = why
             ps.problems.append(Issue("epoch_lineage", f"leader-epoch-checkpoint disagrees with the batches: {why}",
                                      checkpoint_path))
-    return ps
 
 
 def _partition_bytes(path: str) -> int:

@@ -97,11 +97,91 @@ def checkpoint_lineage(partition_dir: str) -> tuple[list | None, str | None]:
 
 # ---- the Spark job ------------------------------------------------------------------------------
 
+def _listed_exceptions(rows, ok, replica_key):
+    """Exceptions along each replica's log, in file order (epoch starts and regressions, gaps,
+    offsets that do not increase, batches below their segment's base, CRC failures, unreadable
+    data), at most EXAMPLES_MAX of each kind per replica (every epoch start)."""
+    from pyspark.sql import Window
+    from pyspark.sql import functions as F
+
+    w = Window.partitionBy(*replica_key).orderBy("segment_base_offset", "position")
+    seq = ok.select(*replica_key, "segment_base_offset", "position", "base_offset", "crc_valid",
+                    F.col("partition_leader_epoch").alias("epoch"),
+                    F.lag("last_offset").over(w).alias("prev_last"),
+                    F.max(F.when(F.col("partition_leader_epoch") >= 0, F.col("partition_leader_epoch")))
+                    .over(w.rowsBetween(Window.unboundedPreceding, -1)).alias("prev_epoch"))
+
+    def event(kind, condition, offset, a, b=None):
+        b = F.lit(None) if b is None else b
+        return F.when(condition, F.struct(F.lit(kind).alias("kind"), offset.cast("long").alias("offset"),
+                                          a.cast("long").alias("a"), b.cast("long").alias("b")))
+
+    epoch, base, prev_last, prev_epoch = (F.col("epoch"), F.col("base_offset"), F.col("prev_last"),
+                                          F.col("prev_epoch"))
+    events = seq.select(*replica_key, "segment_base_offset", "position", F.explode(F.filter(F.array(
+        event("epoch", (epoch >= 0) & (prev_epoch.isNull() | (epoch > prev_epoch)), base, epoch),
+        event("epoch_regression", (epoch >= 0) & (epoch < prev_epoch), base, epoch, prev_epoch),
+        event("gap", base > prev_last + 1, prev_last + 1, base),
+        event("disorder", base <= prev_last, base, prev_last),
+        event("below_segment_base", base < F.col("segment_base_offset"), base, F.col("segment_base_offset")),
+        event("crc", ~F.col("crc_valid"), base, F.lit(None)),
+    ), lambda e: e.isNotNull())).alias("e")).select(*replica_key, "segment_base_offset", "position", "e.*")
+    errors = rows.where(F.col("error").isNotNull()).select(
+        *replica_key, "segment_base_offset", "position",
+        F.split(F.col("error"), ":").getItem(0).alias("kind"), F.col("base_offset").alias("offset"),
+        F.col("error").alias("message"))
+    per_kind = Window.partitionBy(*replica_key, "kind")
+    listed = (events.unionByName(errors, allowMissingColumns=True)
+              .withColumn("n", F.row_number().over(per_kind.orderBy("segment_base_offset", "position")))
+              .withColumn("kind_count", F.count(F.lit(1)).over(per_kind))
+              .where((F.col("kind") == "epoch") | (F.col("n") <= EXAMPLES_MAX))
+              .drop("n"))
+    return listed
+
+
+def _first_conflicts(spark, ok, summary) -> list:
+    """The first conflicting base offset of each partition, with what each replica holds there."""
+    from pyspark.sql import functions as F
+
+    # The conflict search (analysis.py): a base offset is suspicious unless every replica
+    # with data holds a batch there with one (last offset, fingerprint); a suspicious offset
+    # conflicts when a replica whose readable range covers it lacks it, or two variants exist.
+    # The replicas' ranges come from the driver as a local relation: broadcast, no extra job.
+    ranges = spark.createDataFrame(
+        [(r.topic, r.partition, r.first_offset, r.last_offset + 1) for r in summary],
+        "topic string, partition int, range_start long, range_end long")
+    with_data = {}
+    for r in summary:
+        with_data[(r.topic, r.partition)] = with_data.get((r.topic, r.partition), 0) + 1
+    replica_counts = spark.createDataFrame([(t, p, n) for (t, p), n in with_data.items()],
+                                           "topic string, partition int, with_data int")
+    held = F.collect_list(F.struct("log_dir", "last_offset", "fingerprint", "partition_leader_epoch",
+                                   "crc_valid"))
+    groups = (ok.groupBy("topic", "partition", "base_offset").agg(held.alias("held"))
+              .withColumn("holders", F.size(F.array_distinct(F.col("held.log_dir"))))
+              .withColumn("variants", F.size(F.array_distinct(F.transform(
+                  "held", lambda b: F.struct(b["last_offset"], b["fingerprint"])))))
+              .join(F.broadcast(replica_counts), ["topic", "partition"])
+              .where((F.col("variants") > 1) | (F.col("holders") < F.col("with_data"))))
+    g, r = groups.alias("g"), F.broadcast(ranges.alias("r"))
+    covered = (g.join(r, (F.col("g.topic") == F.col("r.topic")) & (F.col("g.partition") == F.col("r.partition"))
+                      & (F.col("r.range_start") <= F.col("g.base_offset"))
+                      & (F.col("g.base_offset") < F.col("r.range_end")))
+               .groupBy("g.topic", "g.partition", "g.base_offset")
+               .agg(F.first("g.holders").alias("holders"), F.first("g.variants").alias("variants"),
+                    F.first("g.held").alias("held"), F.count(F.lit(1)).alias("covering"))
+               .where((F.col("variants") > 1) | (F.col("holders") < F.col("covering"))))
+    first = covered.groupBy("topic", "partition").agg(
+        F.min_by(F.struct("base_offset", "held"), F.col("base_offset")).alias("first"),
+        F.count(F.lit(1)).alias("kind_count"))
+    return first.select("topic", "partition", F.col("first.base_offset").alias("offset"),
+                        "kind_count", F.col("first.held").alias("held")).collect()
+
+
 def _spark_facts(spark, log_dirs: list[str], segment_count: int, progress) -> dict:
     """Three Spark jobs: the scan (cached batch rows); the per-replica summaries and listed
     exceptions; the first conflict of each partition."""
     from pyspark import StorageLevel
-    from pyspark.sql import Window
     from pyspark.sql import functions as F
 
     rows = (spark.read.format("partitionlog").option("level", "batches").load(log_dirs)
@@ -128,40 +208,7 @@ def _spark_facts(spark, log_dirs: list[str], segment_count: int, progress) -> di
             F.max("last_offset").alias("last_offset"),
             F.sum(F.when(~F.col("crc_valid"), 1).otherwise(0)).alias("crc_failure_count"))
 
-        # Exceptions along each replica's log, in file order: epoch starts and regressions,
-        # gaps, offsets that do not increase, batches below their segment's base, CRC failures.
-        w = Window.partitionBy(*replica_key).orderBy("segment_base_offset", "position")
-        seq = ok.select(*replica_key, "segment_base_offset", "position", "base_offset", "crc_valid",
-                        F.col("partition_leader_epoch").alias("epoch"),
-                        F.lag("last_offset").over(w).alias("prev_last"),
-                        F.max(F.when(F.col("partition_leader_epoch") >= 0, F.col("partition_leader_epoch")))
-                        .over(w.rowsBetween(Window.unboundedPreceding, -1)).alias("prev_epoch"))
-
-        def event(kind, condition, offset, a, b=None):
-            b = F.lit(None) if b is None else b
-            return F.when(condition, F.struct(F.lit(kind).alias("kind"), offset.cast("long").alias("offset"),
-                                              a.cast("long").alias("a"), b.cast("long").alias("b")))
-
-        epoch, base, prev_last, prev_epoch = (F.col("epoch"), F.col("base_offset"), F.col("prev_last"),
-                                              F.col("prev_epoch"))
-        events = seq.select(*replica_key, "segment_base_offset", "position", F.explode(F.filter(F.array(
-            event("epoch", (epoch >= 0) & (prev_epoch.isNull() | (epoch > prev_epoch)), base, epoch),
-            event("epoch_regression", (epoch >= 0) & (epoch < prev_epoch), base, epoch, prev_epoch),
-            event("gap", base > prev_last + 1, prev_last + 1, base),
-            event("disorder", base <= prev_last, base, prev_last),
-            event("below_segment_base", base < F.col("segment_base_offset"), base, F.col("segment_base_offset")),
-            event("crc", ~F.col("crc_valid"), base, F.lit(None)),
-        ), lambda e: e.isNotNull())).alias("e")).select(*replica_key, "segment_base_offset", "position", "e.*")
-        errors = rows.where(F.col("error").isNotNull()).select(
-            *replica_key, "segment_base_offset", "position",
-            F.split(F.col("error"), ":").getItem(0).alias("kind"), F.col("base_offset").alias("offset"),
-            F.col("error").alias("message"))
-        per_kind = Window.partitionBy(*replica_key, "kind")
-        listed = (events.unionByName(errors, allowMissingColumns=True)
-                  .withColumn("n", F.row_number().over(per_kind.orderBy("segment_base_offset", "position")))
-                  .withColumn("kind_count", F.count(F.lit(1)).over(per_kind))
-                  .where((F.col("kind") == "epoch") | (F.col("n") <= EXAMPLES_MAX))
-                  .drop("n"))
+        listed = _listed_exceptions(rows, ok, replica_key)
 
         facts = {"summary": [], "event": [], "conflict": [], "scan_seconds": scan_seconds}
         everything = (summaries.withColumn("section", F.lit("summary"))
@@ -169,41 +216,8 @@ def _spark_facts(spark, log_dirs: list[str], segment_count: int, progress) -> di
         for row in everything.collect():
             facts[row.section].append(row)
 
-        # The conflict search (analysis.py): a base offset is suspicious unless every replica
-        # with data holds a batch there with one (last offset, fingerprint); a suspicious offset
-        # conflicts when a replica whose readable range covers it lacks it, or two variants exist.
-        # The replicas' ranges come from the driver as a local relation: broadcast, no extra job.
-        if not facts["summary"]:
-            return facts
-        ranges = spark.createDataFrame(
-            [(r.topic, r.partition, r.first_offset, r.last_offset + 1) for r in facts["summary"]],
-            "topic string, partition int, range_start long, range_end long")
-        with_data = {}
-        for r in facts["summary"]:
-            with_data[(r.topic, r.partition)] = with_data.get((r.topic, r.partition), 0) + 1
-        replica_counts = spark.createDataFrame([(t, p, n) for (t, p), n in with_data.items()],
-                                               "topic string, partition int, with_data int")
-        held = F.collect_list(F.struct("log_dir", "last_offset", "fingerprint", "partition_leader_epoch",
-                                       "crc_valid"))
-        groups = (ok.groupBy("topic", "partition", "base_offset").agg(held.alias("held"))
-                  .withColumn("holders", F.size(F.array_distinct(F.col("held.log_dir"))))
-                  .withColumn("variants", F.size(F.array_distinct(F.transform(
-                      "held", lambda b: F.struct(b["last_offset"], b["fingerprint"])))))
-                  .join(F.broadcast(replica_counts), ["topic", "partition"])
-                  .where((F.col("variants") > 1) | (F.col("holders") < F.col("with_data"))))
-        g, r = groups.alias("g"), F.broadcast(ranges.alias("r"))
-        covered = (g.join(r, (F.col("g.topic") == F.col("r.topic")) & (F.col("g.partition") == F.col("r.partition"))
-                          & (F.col("r.range_start") <= F.col("g.base_offset"))
-                          & (F.col("g.base_offset") < F.col("r.range_end")))
-                   .groupBy("g.topic", "g.partition", "g.base_offset")
-                   .agg(F.first("g.holders").alias("holders"), F.first("g.variants").alias("variants"),
-                        F.first("g.held").alias("held"), F.count(F.lit(1)).alias("covering"))
-                   .where((F.col("variants") > 1) | (F.col("holders") < F.col("covering"))))
-        first = covered.groupBy("topic", "partition").agg(
-            F.min_by(F.struct("base_offset", "held"), F.col("base_offset")).alias("first"),
-            F.count(F.lit(1)).alias("kind_count"))
-        facts["conflict"] = first.select("topic", "partition", F.col("first.base_offset").alias("offset"),
-                                         "kind_count", F.col("first.held").alias("held")).collect()
+        if facts["summary"]:
+            facts["conflict"] = _first_conflicts(spark, ok, facts["summary"])
         return facts
     finally:
         rows.unpersist()

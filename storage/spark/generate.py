@@ -114,10 +114,8 @@ def _rewrite_from(victim, leader, d: int, traffic: _Traffic) -> None:
                                               base_timestamp=base_ts, compression=codec))
 
 
-def generate(out: str, *, brokers: int = 3, topics: int = 2, partitions: int = 4, batches: int = 200,
-             records: int = 20, value_bytes: int = 200, segment_bytes: int = 1 << 20, epochs: int = 3,
-             compression: str = "mixed", inject: dict | None = None, seed: int = 1, progress: bool = False) -> dict:
-    """Write the fleet under `out` (replacing it) and return the manifest (also OUT/fleet.json)."""
+def _checked_arguments(brokers, topics, partitions, batches, records, epochs, inject) -> tuple[dict, list]:
+    """(the faults asked for, the partition keys), or ValueError naming what is wrong."""
     if brokers < 1 or topics < 1 or partitions < 1 or batches < 1 or records < 1 or epochs < 1:
         raise ValueError("brokers, topics, partitions, batches, records and epochs must be >= 1")
     inject = {k: v for k, v in (inject or {}).items() if v}
@@ -129,6 +127,40 @@ def generate(out: str, *, brokers: int = 3, topics: int = 2, partitions: int = 4
     keys = [(f"topic-{t}", p) for t in range(topics) for p in range(partitions)]
     if sum(inject.values()) > len(keys):
         raise ValueError(f"{sum(inject.values())} faults asked for, but there are only {len(keys)} partitions")
+    return inject, keys
+
+
+def _inject_fault(kind, logs, leader, rng, traffic, records, epochs, corruptions, lineage_victims):
+    """Give the follower after the leader the fault `kind`; (its index, the first divergent
+    offset the audit must report).  File-level faults are queued for after the close."""
+    end = leader.log_end_offset
+    victim_index = (logs.index(leader) + 1) % len(logs)
+    victim = logs[victim_index]
+    starts = [b[0] for b in _batch_starts(leader)]
+    d = starts[max(1, len(starts) * rng.randrange(40, 70) // 100)] if len(starts) > 1 else starts[0]
+    if kind == "hidden":
+        _rewrite_from(victim, leader, d, traffic)
+        victim.update_high_watermark(end)
+    elif kind == "missing":
+        victim.truncate_to(d)
+    elif kind == "tail":
+        d = end
+        for _ in range(3):
+            leader.append_as_leader(traffic.records(leader.log_end_offset, records), epochs - 1)
+        _rewrite_from(victim, leader, d, traffic)
+    elif kind == "corrupt":
+        corruptions.append((victim.path, d))
+    elif kind == "lineage":
+        lineage_victims.append(victim.path)
+        d = None
+    return victim_index, d
+
+
+def generate(out: str, *, brokers: int = 3, topics: int = 2, partitions: int = 4, batches: int = 200,
+             records: int = 20, value_bytes: int = 200, segment_bytes: int = 1 << 20, epochs: int = 3,
+             compression: str = "mixed", inject: dict | None = None, seed: int = 1, progress: bool = False) -> dict:
+    """Write the fleet under `out` (replacing it) and return the manifest (also OUT/fleet.json)."""
+    inject, keys = _checked_arguments(brokers, topics, partitions, batches, records, epochs, inject)
     rng = random.Random(seed)
     faults = [kind for kind in KINDS for _ in range(inject.get(kind, 0))]
     chosen = dict(zip(rng.sample(keys, len(faults)), faults))
@@ -164,27 +196,8 @@ def generate(out: str, *, brokers: int = 3, topics: int = 2, partitions: int = 4
                      "high_watermark": end, "injected": kind, "victim": None, "expected_verdict": EXPECTED[kind],
                      "expected_first_divergent_offset": None}
             if kind is not None:
-                victim_index = (logs.index(leader) + 1) % brokers
-                victim = logs[victim_index]
-                starts = [b[0] for b in _batch_starts(leader)]
-                d = starts[max(1, len(starts) * rng.randrange(40, 70) // 100)] if len(starts) > 1 else starts[0]
-                if kind == "hidden":
-                    _rewrite_from(victim, leader, d, traffic)
-                    victim.update_high_watermark(end)
-                elif kind == "missing":
-                    victim.truncate_to(d)
-                elif kind == "tail":
-                    d = end
-                    for _ in range(3):
-                        leader.append_as_leader(traffic.records(leader.log_end_offset, records), epochs - 1)
-                    _rewrite_from(victim, leader, d, traffic)
-                elif kind == "corrupt":
-                    corruptions.append((victim.path, d))
-                elif kind == "lineage":
-                    lineage_victims.append(victim.path)
-                    d = None
-                entry["victim"] = victim_index
-                entry["expected_first_divergent_offset"] = d
+                entry["victim"], entry["expected_first_divergent_offset"] = _inject_fault(
+                    kind, logs, leader, rng, traffic, records, epochs, corruptions, lineage_victims)
             for log in logs:
                 log.close()
             manifest.append(entry)
