@@ -44,7 +44,7 @@ def test_seam_example_runs(tmp_path):
 def test_logdir_example_runs(tmp_path):
     from storage import LogConfig, LogDir
 
-    exec(compile(block("with LogDir.open").replace('"/data/', f'"{tmp_path}/'), "README.md", "exec"), {})
+    exec(compile(block("with LogDir.open(\"/data/broker-1\"").replace('"/data/', f'"{tmp_path}/'), "README.md", "exec"), {})
     with LogDir.open(tmp_path / "broker-1", LogConfig(fsync=False)) as logdir:
         assert logdir.had_clean_shutdown
         orders = logdir.partition("orders", 0)
@@ -69,3 +69,12 @@ def test_crash_injection_example_runs(tmp_path):
     log = namespace["logdir"].partition("orders", 0)
     assert [r.value for b in log.batches() for r in b.records()] == [b"kept"]   # mode "a": the unflushed append is gone
     namespace["logdir"].close()
+
+
+def test_quick_start_runs(tmp_path, capsys):
+    code = block("quick.partition(\"orders\", 0)").replace('"/data/kafka-logs"', repr(str(tmp_path)))
+    exec(compile(code, "README.md", "exec"), {})
+    assert "[b'first', b'second']" in capsys.readouterr().out
+    from storage.cli import main
+
+    assert main(["verify", str(tmp_path)]) == 0
