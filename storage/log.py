@@ -585,6 +585,20 @@ class PartitionLog:
         return self.epoch_cache.latest_epoch
 
     # ---- epochs ----
+    def epoch_end(self, leader_epoch: int) -> tuple[int, int]:
+        """(epoch, end offset) as the epoch cache answers it, (-1, -1) for none: what the
+        leader's divergence check and OffsetForLeaderEpoch answer (replication asks the log)."""
+        return self.epoch_cache.end_offset_for(leader_epoch, self.log_end_offset)
+
+    def epoch_for_offset(self, offset: int) -> int | None:
+        """The leader epoch the record at `offset` was written in (None before the first entry)."""
+        return self.epoch_cache.epoch_for_offset(offset)
+
+    @property
+    def latest_epoch(self) -> int | None:
+        """The leader epoch of the newest entry in the epoch cache, None when it is empty."""
+        return self.epoch_cache.latest_epoch
+
     @guarded
     def end_offset_for_epoch(self, epoch: int) -> tuple[int, int] | None:
         """OffsetForLeaderEpoch on this log: (epoch, end offset), None where the cache has no

@@ -84,14 +84,14 @@ class ReplicaFetcher:
                 existing.leader_id, existing.current_leader_epoch = leader_id, leader_epoch
                 existing.failed = False
                 return
-        cache = p.log.epoch_cache
-        if self.truncate_on_fetch and cache.latest_epoch is not None:
+        latest = p.log.latest_epoch
+        if self.truncate_on_fetch and latest is not None:
             state = PartitionFetchState(p.topic, p.partition, leader_id, leader_epoch, p.log.log_end_offset,
-                                        FETCHING, cache.latest_epoch)
+                                        FETCHING, latest)
         else:
             # Kafka's initial fetch offset: the log end only with truncation-on-fetch and an
             # epoch; otherwise the high watermark (what a leader without epochs truncates to).
-            start = p.log.log_end_offset if self.truncate_on_fetch and cache.latest_epoch is not None \
+            start = p.log.log_end_offset if self.truncate_on_fetch and latest is not None \
                 else p.log.high_watermark
             state = PartitionFetchState(p.topic, p.partition, leader_id, leader_epoch, start, TRUNCATING)
         self.partitions[p.key] = state
@@ -117,15 +117,14 @@ class ReplicaFetcher:
             p = self.manager.partitions.get(fs.key)
             if p is None:
                 continue
-            cache = p.log.epoch_cache
             if fs.state == TRUNCATING:
-                if cache.latest_epoch is None or not guards.on("M1"):
+                if p.log.latest_epoch is None or not guards.on("M1"):
                     # No epoch information (or the pre-KIP-101 rule): truncate to the high watermark.
                     self._truncate(p, fs, min(fs.fetch_offset, p.log.high_watermark)
                                    if guards.on("M1") else p.log.high_watermark, final=True)
                 else:
                     by_leader.setdefault((fs.leader_id, "epoch"), []).append(OffsetForLeaderEpochPartition(
-                        fs.topic, fs.partition, cache.latest_epoch, fs.current_leader_epoch))
+                        fs.topic, fs.partition, p.log.latest_epoch, fs.current_leader_epoch))
                     fs.inflight_since_ms = now
                     continue
             if fs.state == RESETTING:
@@ -200,7 +199,7 @@ class ReplicaFetcher:
             return min(fs.fetch_offset, leo), True
         if leader_epoch == NO_EPOCH:
             return min(leader_end_offset, leo), True
-        local_epoch, local_end = log.epoch_cache.end_offset_for(leader_epoch, leo)
+        local_epoch, local_end = log.epoch_end(leader_epoch)
         if local_end == -1:
             return min(leader_end_offset, leo), True
         if local_epoch != leader_epoch:
@@ -213,14 +212,14 @@ class ReplicaFetcher:
         p.log.truncate_to(offset)
         fs.fetch_offset = offset
         fs.state = FETCHING if final or self.truncate_on_fetch else TRUNCATING
-        latest = p.log.epoch_cache.latest_epoch
+        latest = p.log.latest_epoch
         fs.last_fetched_epoch = NO_EPOCH if latest is None else latest
 
     def _on_epoch_end_offset(self, item, result) -> None:
         fs, p = self._current(item, item.current_leader_epoch if item else NO_EPOCH)
         if fs is None or fs.state != TRUNCATING:
             return
-        if guards.on("M28") and item.leader_epoch not in (NO_EPOCH, p.log.epoch_cache.latest_epoch):
+        if guards.on("M28") and item.leader_epoch not in (NO_EPOCH, p.log.latest_epoch):
             # An answer for an epoch this follower no longer ends with (a duplicate, or one
             # overtaken by its own truncation since): applied, it would end the iteration too
             # early (simulator seed 501941).  The request for the current epoch is asked again.
@@ -259,7 +258,7 @@ class ReplicaFetcher:
                     self._back_off(fs)   # corrupt or unexpected data: retry later
                     return
             fs.fetch_offset = log.log_end_offset
-            latest = log.epoch_cache.latest_epoch
+            latest = log.latest_epoch
             fs.last_fetched_epoch = NO_EPOCH if latest is None else latest
             log.update_high_watermark(min(result.high_watermark, log.log_end_offset))
             if result.log_start_offset > log.log_start_offset:
@@ -294,5 +293,5 @@ class ReplicaFetcher:
             log.truncate_fully_and_start_at(response.offset)
         fs.fetch_offset = max(response.offset, log.log_end_offset)
         fs.state, fs.reset_step = FETCHING, LATEST_TIMESTAMP
-        latest = log.epoch_cache.latest_epoch
+        latest = log.latest_epoch
         fs.last_fetched_epoch = NO_EPOCH if latest is None else latest

@@ -463,7 +463,7 @@ class ReplicaManager:
             return answer(Errors.UNKNOWN_LEADER_EPOCH if item.current_leader_epoch != NO_EPOCH
                           else Errors.NOT_LEADER_OR_FOLLOWER)
         if item.last_fetched_epoch != NO_EPOCH and guards.on("M32"):
-            epoch, end_offset = log.epoch_cache.end_offset_for(item.last_fetched_epoch, log.log_end_offset)
+            epoch, end_offset = log.epoch_end(item.last_fetched_epoch)
             if epoch == NO_EPOCH or end_offset == -1 or item.fetch_offset < log.log_start_offset:
                 return answer(Errors.OFFSET_OUT_OF_RANGE, high_watermark=log.high_watermark,
                               log_start_offset=log.log_start_offset)
@@ -525,10 +525,9 @@ class ReplicaManager:
                 results.append(OffsetForLeaderEpochResult(item.topic, item.partition, code))
                 continue
             if guards.on("M3"):
-                epoch, end_offset = p.log.epoch_cache.end_offset_for(item.leader_epoch, p.log.log_end_offset)
+                epoch, end_offset = p.log.epoch_end(item.leader_epoch)
             else:   # KIP-101 v0: only an offset, the epoch is not echoed
-                epoch, end_offset = NO_EPOCH, p.log.epoch_cache.end_offset_for(item.leader_epoch,
-                                                                               p.log.log_end_offset)[1]
+                epoch, end_offset = NO_EPOCH, p.log.epoch_end(item.leader_epoch)[1]
             results.append(OffsetForLeaderEpochResult(item.topic, item.partition, Errors.NONE, epoch, end_offset))
         return OffsetForLeaderEpochResponse(results)
 
@@ -596,12 +595,11 @@ class ReplicaManager:
             return answer(code)
         log = p.log
         consumer = request.replica_id == CONSUMER_REPLICA_ID
-        cache = log.epoch_cache
         if consumer and p.leader_epoch_start_offset > log.high_watermark and request.timestamp != EARLIEST_TIMESTAMP:
             return answer(Errors.OFFSET_NOT_AVAILABLE)      # a new leader's HW has not caught up yet
         if request.timestamp == LATEST_TIMESTAMP:
             offset = log.high_watermark if consumer else log.log_end_offset
-            return answer(Errors.NONE, -1, offset, cache.epoch_for_offset(offset - 1) if offset > 0 else NO_EPOCH)
+            return answer(Errors.NONE, -1, offset, log.epoch_for_offset(offset - 1) if offset > 0 else NO_EPOCH)
         found = log.offset_for_timestamp(request.timestamp) if request.timestamp in (EARLIEST_TIMESTAMP, MAX_TIMESTAMP) \
             or request.timestamp >= 0 else None
         if found is None or (consumer and found.offset >= log.high_watermark and request.timestamp != EARLIEST_TIMESTAMP):
