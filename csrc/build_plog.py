@@ -13,7 +13,7 @@ from cffi import FFI
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 ROOT = os.path.dirname(HERE)
-SOURCES = ["crc32c.c", "batch.c", "records.c", "index.c", "segment.c", "io.c"]
+SOURCES = ["plog.c", "crc32c.c", "batch.c", "records.c", "index.c", "segment.c", "recover.c", "io.c"]
 
 PYTHON_CALLBACKS = """
 extern "Python+C" int _plog_py_open(const char *path, int flags, int *fd_out);

@@ -440,26 +440,6 @@ int plog_segment_truncate_to(plog_segment *seg, const uint8_t *log, int64_t offs
     return restore_state(seg, log);
 }
 
-int plog_segment_recover(plog_segment *seg, const uint8_t *log, size_t log_length, plog_scan *scan) {
-    plog_segment_assert_invariants(seg);
-    if (!seg->mutable_indexes) return PLOG_EARG;
-    plog_index_reset(seg);
-    scan->base_offset = seg->base_offset;
-    scan->index_interval_bytes = seg->index_interval_bytes;   /* check_crc: the caller's (1 but in mutation runs) */
-    int rc = plog_scan_buffer(log, log_length, scan, seg);
-    if (rc) return rc;
-    if ((size_t)scan->valid_bytes != log_length || seg->size != scan->valid_bytes) {
-        if ((rc = plog_io_ftruncate(seg->log_fd, scan->valid_bytes))) return rc;
-    }
-    seg->size = scan->valid_bytes;
-    seg->next_offset = scan->batch_count ? scan->last_offset + 1 : seg->base_offset;
-    seg->max_timestamp = scan->max_timestamp;
-    seg->offset_of_max_timestamp = scan->batch_count ? scan->offset_of_max_timestamp : seg->base_offset;
-    seg->first_batch_max_timestamp = scan->first_batch_max_timestamp;
-    seg->bytes_since_last_index_entry = 0;
-    return 0;
-}
-
 int plog_segment_seal(plog_segment *seg) {
     plog_segment_assert_invariants(seg);
     if (!seg->mutable_indexes) return 0;
@@ -502,40 +482,3 @@ int plog_segment_flush(plog_segment *seg) {
     if ((rc = plog_io_fsync(seg->index_fd, seg->sync_flags))) return rc;
     return plog_io_fsync(seg->time_fd, seg->sync_flags);
 }
-
-static const char *const messages[] = {
-    "data ends inside a batch",
-    "corrupt batch: size field out of range",
-    "corrupt batch: CRC mismatch",
-    "invalid magic byte",
-    "batch larger than the maximum allowed size",
-    "offsets are not strictly increasing",
-    "corrupt record inside a batch",
-    "index is full",
-    "offset does not fit the segment (relative offset overflow)",
-    "output buffer too small",
-    "invalid argument",
-    "append starts below the log end offset",
-    "index file is corrupt",
-    "Python I/O callback raised",
-    "no complete batch in the appended data",
-    "appended data larger than the segment size",
-    "the segment must roll before this append",
-    "invalid timestamp in a producer batch",
-    "the caller must check the batch's records first",
-};
-
-const char *plog_strerror(int rc) {
-    if (rc == 0) return "ok";
-    if (rc > 0) return strerror(rc);
-    int i = -rc - 1001;
-    if (i >= 0 && i < (int)(sizeof messages / sizeof *messages)) return messages[i];
-    return "unknown error";
-}
-
-int plog_abi_version(void) { return PLOG_ABI_VERSION; }
-
-#ifndef PLOG_VERSION_STRING
-#define PLOG_VERSION_STRING "unknown"
-#endif
-const char *plog_version(void) { return PLOG_VERSION_STRING; }
