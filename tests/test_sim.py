@@ -56,6 +56,27 @@ def test_simfs_names_need_a_directory_fsync(tmp_path):
     assert {(path,), (path + "2",), (path, path + "2")} <= outcomes   # old-only, new-only, both (S5)
 
 
+def test_simfs_a_directory_rename_moves_its_files_and_is_durable_with_its_parent(tmp_path):
+    # Kafka deletes a partition by renaming its dir to *-delete, fsyncing the parent, then
+    # removing the files.  SimFS tracked file renames only: after a crash the files came back
+    # under the old dir name (swarm seed 40057 resurrected part of a deleted replica's log).
+    fs = SimFS(tmp_path, seed=5)
+    os.makedirs(tmp_path / "t-0")
+    fs.fsync_dir(str(tmp_path))
+    old = str(tmp_path / "t-0" / "00.log")
+    write(fs, old, b"data", sync=True)
+    fs.fsync_dir(str(tmp_path / "t-0"))
+    doomed = str(tmp_path / "t-0.x-delete")
+    fs.rename(str(tmp_path / "t-0"), doomed)
+    before = {tuple(sorted(fs.state(tmp_path, mode="c"))) for _ in range(30)}
+    assert before <= {(old,), (doomed + "/00.log",)}          # not yet durable: old or new name
+    fs.fsync_dir(str(tmp_path))
+    fs.unlink(doomed + "/00.log")
+    for mode in "abc":
+        for _ in range(10):
+            assert set(fs.state(tmp_path, mode=mode)) <= {doomed + "/00.log"}   # never back at t-0
+
+
 def test_simfs_a_renamed_file_keeps_its_data_only_when_fsynced_first(tmp_path):
     # S5: a rename can persist without the data of a file nobody fsynced; S6: write-temp,
     # fsync, rename shows the old or the new version, never an empty file.

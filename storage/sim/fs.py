@@ -210,10 +210,18 @@ class SimFS(PosixIO):
         source, target = os.path.abspath(source), os.path.abspath(target)
         if self._tracked(source):
             self._mutation("rename", source)
-            inode = self.inode_of.pop(source, None)
-            if inode is not None:
-                self.inode_of[target] = inode
-                self.pending_ns.append(("rename", source, target, inode))
+            if os.path.isdir(source):
+                # A directory rename moves every name under it at once; like any rename it is
+                # durable once its parent directory is fsynced (Kafka's -delete renames).
+                prefix = source + os.sep
+                for path in [p for p in self.inode_of if p.startswith(prefix)]:
+                    self.inode_of[target + os.sep + path[len(prefix):]] = self.inode_of.pop(path)
+                self.pending_ns.append(("rename_dir", source, target))
+            else:
+                inode = self.inode_of.pop(source, None)
+                if inode is not None:
+                    self.inode_of[target] = inode
+                    self.pending_ns.append(("rename", source, target, inode))
         return super().rename(source, target)
 
     def unlink(self, path):
@@ -230,7 +238,7 @@ class SimFS(PosixIO):
             self._mutation("fsync_dir", path)
             keep = []
             for op in self.pending_ns:
-                names = [op[1]] if op[0] != "rename" else [op[1], op[2]]
+                names = [op[1]] if op[0] not in ("rename", "rename_dir") else [op[1], op[2]]
                 if all(os.path.dirname(n) == path for n in names):
                     self._apply_ns(self.durable_ns, op)
                 else:
@@ -242,6 +250,10 @@ class SimFS(PosixIO):
     def _apply_ns(namespace: dict, op: tuple) -> None:
         if op[0] == "create":
             namespace[op[1]] = op[2]
+        elif op[0] == "rename_dir":
+            prefix = op[1] + os.sep
+            for path in [p for p in namespace if p.startswith(prefix)]:
+                namespace[op[2] + os.sep + path[len(prefix):]] = namespace.pop(path)
         elif op[0] == "rename":
             namespace.pop(op[1], None)
             namespace[op[2]] = op[3]

@@ -69,7 +69,13 @@ class TargetedSites:
             self._replica_churn(step)
 
     def stop(self) -> None:
-        """Healing: drop what is planned (its cuts are healed with the rest)."""
+        """Healing: what is planned to restore the cluster happens now (a removed replica is
+        added back, so the assignment is whole again); the rest is dropped, and the cuts are
+        healed with every other link."""
+        for _at, what, action in self.plan:
+            if what.startswith("re-add"):
+                action()
+                self.sim._note(f"targeted {what} (healing)")
         self.plan.clear()
         self.cuts.clear()
 
