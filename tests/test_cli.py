@@ -556,3 +556,22 @@ def test_audit_still_dispatches_to_the_spark_module(capsys):
     code = main(["audit", "--help"])
     assert code == 0
     assert "DIR" in capsys.readouterr().out
+
+
+def test_local_comparison_gives_the_audits_verdicts_on_a_faulted_fleet(tmp_path):
+    """One replica comparison: the local table (demo --no-spark) and the Spark audit share the
+    verdict and the conflict rule (storage.inspect.verdict, compare.first_conflict).  On a
+    generated fleet with every fault kind, the local verdicts and first divergent offsets are the
+    ones the generator expects from the audit."""
+    from storage.spark.generate import generate
+
+    fleet = generate(str(tmp_path / "fleet"), brokers=3, topics=1, partitions=6, batches=40, records=3,
+                     segment_bytes=4096, inject={"hidden": 1, "missing": 1, "tail": 1, "corrupt": 1, "lineage": 1},
+                     seed=7)
+    _text, results = local_comparison(fleet["brokers"])
+    got = {(r["topic"], r["partition"]): (r["verdict"], r["first_divergent_offset"]) for r in results}
+    for p in fleet["partitions"]:
+        verdict, first = got[(p["topic"], p["partition"])]
+        assert verdict == p["expected_verdict"], (p, verdict)
+        if p["injected"] in ("hidden", "missing", "tail"):
+            assert first == p["expected_first_divergent_offset"], (p, first)

@@ -12,7 +12,7 @@ from hypothesis import strategies as st
 
 from storage.epoch import LeaderEpochCache
 from storage.inspect import lineage
-from storage.spark import analysis
+from storage.inspect import verdict as analysis
 
 
 def test_the_audit_and_verify_share_the_rule():

@@ -25,7 +25,8 @@ import pyarrow.parquet as pq  # noqa: E402
 import xxhash  # noqa: E402
 
 from storage import LogConfig, LogDir, Record, build_batch, iter_batches  # noqa: E402
-from storage.spark import analysis, audit, generate, scan  # noqa: E402
+from storage.inspect import verdict as analysis  # noqa: E402
+from storage.spark import audit, generate, scan  # noqa: E402
 
 TESTDATA = os.path.join(os.path.dirname(os.path.abspath(__file__)), "data")
 T0 = 1_700_000_000_000

@@ -3,6 +3,7 @@ from __future__ import annotations
 
 import os
 
+from . import verdict
 from .discovery import log_dir_offsets, partition_dirs
 from .lineage import _lineage_text
 from .scan import PartitionScan, scan_partition
@@ -16,7 +17,8 @@ def local_comparison(log_dirs: list[str]) -> tuple[str, list[dict]]:
     """The fleet audit's question without Spark: per topic-partition and replica, the log end
     offset, high watermark, epoch lineage and checkpoint agreement, and the first offset at which
     the replicas' batches differ (base offset, last offset and CRC compared where two replicas'
-    ranges overlap).  Returns (table text, one dict per partition)."""
+    ranges overlap).  The verdict and the conflict rule are the fleet audit's
+    (storage.inspect.verdict, first_conflict).  Returns (table text, one dict per partition)."""
     replicas: dict[tuple[str, int], list[PartitionScan]] = {}
     for d in log_dirs:
         offsets, _source, _warnings = log_dir_offsets(d)
@@ -26,31 +28,19 @@ def local_comparison(log_dirs: list[str]) -> tuple[str, list[dict]]:
     results = []
     rows = []
     for (topic, partition), scans in sorted(replicas.items()):
-        maps = [{b.base_offset: (b.last_offset, b.crc, b.valid) for b in s.batches()} for s in scans]
-        first = None
-        for offset in sorted(set().union(*maps)):
-            covering = [m for m, s in zip(maps, scans) if s.log_start_offset <= offset < s.log_end_offset]
-            if len(covering) > 1 and len({m.get(offset) for m in covering}) > 1:
-                first = offset
-                break
-        watermarks = [s.high_watermark for s in scans if s.high_watermark is not None]
-        hw = max(watermarks) if watermarks else None
-        behind = [s for s in scans if hw is not None and s.log_end_offset < hw]
-        if behind:
-            lowest = min(s.log_end_offset for s in behind)
-            first = lowest if first is None else min(first, lowest)
-        problems = sum(len(s.problems) for s in scans)
-        verdict = "corrupt" if problems else "consistent" if first is None else \
-            "divergent_below_hw" if hw is None or first < hw else "divergent_above_hw"
-        results.append({"topic": topic, "partition": partition, "verdict": verdict, "high_watermark": hw,
-                        "first_divergent_offset": first,
+        facts = [_replica_facts(s) for s in scans]
+        assessed = verdict.assess_partition(topic, partition, facts, first_conflict(scans))
+        first, verdict_name = assessed["first_divergent_offset"], assessed["verdict"]
+        results.append({"topic": topic, "partition": partition, "verdict": verdict_name,
+                        "high_watermark": assessed["high_watermark"], "first_divergent_offset": first,
+                        "committed_divergence": assessed["committed_divergence"],
                         "replicas": [s.to_json() for s in scans]})
         for i, s in enumerate(scans):
             agreement = {True: "agrees", False: "DISAGREES", None: "-"}[s.agrees]
             rows.append((f"{topic}-{partition}" if i == 0 else "", os.path.basename(s.log_dir),
                          str(s.log_end_offset), "?" if s.high_watermark is None else str(s.high_watermark),
                          str(s.batch_count), _lineage_text(s.lineage_pairs), agreement,
-                         str(len(s.problems)), (verdict if i == 0 else ""),
+                         str(len(s.problems)), (verdict_name if i == 0 else ""),
                          ("-" if first is None else str(first)) if i == 0 else ""))
     header = ("TOPIC-PARTITION", "LOG DIR", "LEO", "HW", "BATCHES", "EPOCHS (epoch@start)", "CHECKPOINT",
               "PROBLEMS", "VERDICT", "FIRST DIVERGENT")
@@ -58,3 +48,37 @@ def local_comparison(log_dirs: list[str]) -> tuple[str, list[dict]]:
     text = "\n".join("  ".join(c.ljust(w) for c, w in zip(r, widths)).rstrip() for r in [header] + rows)
     return text, results
 
+
+def _replica_facts(scan: PartitionScan) -> dict:
+    """What the audit's verdict (storage.inspect.verdict) reads of one replica."""
+    return {"log_dir": scan.log_dir, "log_end_offset": scan.log_end_offset, "high_watermark": scan.high_watermark,
+            "crc_failure_count": sum(seg.crc_failures for seg in scan.segments),
+            "structural_failures": [p for p in scan.problems if p.kind in verdict.STRUCTURAL]}
+
+
+def first_conflict(scans: list[PartitionScan]) -> dict | None:
+    """The audit's conflict rule (the Spark job runs the same one in SQL): a base offset
+    conflicts when the replicas hold different batches there (last offset and the CRC of the
+    bytes it covers; the audit compares an xxh3 of the same bytes), or when a replica whose
+    readable range covers it holds none.  None, or {"offset", "batches", "batch_count"}."""
+    held: dict[int, list] = {}
+    ranges = []
+    for scan in scans:
+        rows = list(scan.batches())
+        if rows:
+            ranges.append((min(r.base_offset for r in rows), max(r.last_offset for r in rows) + 1))
+        for r in rows:
+            held.setdefault(r.base_offset, []).append((scan.log_dir, r.last_offset, r.crc, r.epoch, r.valid))
+    conflicts = []
+    for offset, batches in held.items():
+        variants = len({(last, crc) for _d, last, crc, _e, _v in batches})
+        holders = len({d for d, *_ in batches})
+        covering = sum(1 for start, end in ranges if start <= offset < end)
+        if variants > 1 or holders < covering:
+            conflicts.append(offset)
+    if not conflicts:
+        return None
+    offset = min(conflicts)
+    return {"offset": offset, "batch_count": len(conflicts),
+            "batches": [{"log_dir": d, "last_offset": last, "crc": crc, "partition_leader_epoch": e, "crc_valid": v}
+                        for d, last, crc, e, v in held[offset]]}

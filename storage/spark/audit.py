@@ -37,10 +37,11 @@ import time
 
 from .. import checkpoint
 from ..epoch import CHECKPOINT_FILE
-from . import analysis, scan
+from ..inspect import verdict as analysis
+from . import scan
 
 EXAMPLES_MAX = 20       # failures / gaps / anomalies listed per replica (all are counted)
-_STRUCTURAL = ("corrupt", "unreadable", "disorder", "below_segment_base", "partial_tail")
+_STRUCTURAL = analysis.STRUCTURAL
 
 
 # ---- the driver's small files -----------------------------------------------------------------

@@ -53,13 +53,15 @@ from __future__ import annotations
 
 from typing import Iterable
 
-from ..inspect.lineage import lineage_agreement, truncate_from_start  # noqa: F401 - the one rule, re-exported
+from .lineage import lineage_agreement, truncate_from_start  # noqa: F401 - the one rule, re-exported
 
 CONSISTENT = "consistent"
 DIVERGENT_BELOW_HW = "divergent_below_hw"
 DIVERGENT_ABOVE_HW = "divergent_above_hw"
 CORRUPT = "corrupt"
 VERDICTS = (CONSISTENT, DIVERGENT_BELOW_HW, DIVERGENT_ABOVE_HW, CORRUPT)
+# Problem kinds that make a replica corrupt (a CRC failure counts on its own).
+STRUCTURAL = ("corrupt", "unreadable", "disorder", "below_segment_base", "partial_tail")
 
 
 def lineage_from_epochs(batches: Iterable[tuple[int, int]]) -> tuple[list[tuple[int, int]], list[tuple[int, int, int]]]:
