@@ -4,7 +4,7 @@ Each DIR is one broker's log dir (ours or a real Kafka broker's).  For every top
 found in any of them, the partition dirs of that name are its replicas.  The audit reports
 each replica's epoch lineage (from its batches and from its `leader-epoch-checkpoint`, and
 whether they agree), CRC and structural failures, offset gaps and high watermark, the first
-offset at which the replicas diverge and a verdict; the rules are in analysis.py.
+offset at which the replicas diverge and a verdict; the rules are in storage/inspect/verdict.py.
 
 How it runs (the invariants that keep it correct on a cluster):
   - the driver lists the dirs and reads the small files only: `storage.mdb` (read-only LMDB:
@@ -144,7 +144,8 @@ def _first_conflicts(spark, ok, summary) -> list:
     """The first conflicting base offset of each partition, with what each replica holds there."""
     from pyspark.sql import functions as F
 
-    # The conflict search (analysis.py): a base offset is suspicious unless every replica
+    # The conflict search (the rule of storage.inspect.compare.first_conflict, in SQL): a base
+    # offset is suspicious unless every replica
     # with data holds a batch there with one (last offset, fingerprint); a suspicious offset
     # conflicts when a replica whose readable range covers it lacks it, or two variants exist.
     # The replicas' ranges come from the driver as a local relation: broadcast, no extra job.
