@@ -1,4 +1,4 @@
-"""Each KIP's motivating story (storage/sim/scenarios.py), with the guard it motivates switched
+"""Each KIP's motivating story (storage/sim/stories.py), with the guard it motivates switched
 on -- the story ends safely -- and off -- it ends in the failure the KIP describes.  Guards can
 only be switched off in simulation mode (storage.guards)."""
 import pytest
@@ -6,7 +6,7 @@ import pytest
 from storage import guards
 from storage.errors import Errors
 from storage.replication import messages as m
-from storage.sim import oracle, scenarios
+from storage.sim import oracle, stories
 from storage.sim.rig import Rig
 
 
@@ -19,14 +19,14 @@ def simulation():
 
 def story(name, tmp_path, guard=None):
     if guard is None:
-        return scenarios.SCENARIOS[name](tmp_path)
+        return stories.SCENARIOS[name](tmp_path)
     with guards.disabled(guard):
-        return scenarios.SCENARIOS[name](tmp_path)
+        return stories.SCENARIOS[name](tmp_path)
 
 
 def test_every_named_scenario_runs_clean(tmp_path):
-    for name in scenarios.SCENARIOS:
-        result = scenarios.run(name, tmp_path / name)
+    for name in stories.SCENARIOS:
+        result = stories.run(name, tmp_path / name)
         assert result["violations"] == [], (name, result["violations"])
         assert set(result["brokers"]) and result["partition"]["topic"] == "t"
 
@@ -239,7 +239,7 @@ def test_kip320_without_the_leaders_divergence_check_the_follower_keeps_its_tail
 def test_stories_end_the_way_the_kip_says_the_system_heals(tmp_path, name):
     # Issue 14.5: these stories ended with fewer than two live replicas, which proves less than
     # they claim; now every replica is back, in the ISR and converged.
-    report = scenarios.run(name, tmp_path)
+    report = stories.run(name, tmp_path)
     brokers = report["brokers"]
     assert all(b["alive"] for b in brokers.values())
     assert len({(b["log_end_offset"], b["high_watermark"]) for b in brokers.values()}) == 1

@@ -6,7 +6,7 @@ import pytest
 
 from storage import guards
 from storage.epoch import LeaderEpochCache
-from storage.sim import oracle, recipes, scenarios
+from storage.sim import oracle, recipes, stories
 
 SHOULD_TRIP = {
     "M5": ("I1",),
@@ -47,7 +47,7 @@ def test_every_recipe_has_a_guard_a_story_and_an_expectation():
 
 @pytest.mark.parametrize("name", sorted(recipes.RECIPES))
 def test_recipe_is_clean_with_every_guard_on(tmp_path, name):
-    report = scenarios.run(name, tmp_path)
+    report = stories.run(name, tmp_path)
     assert report["violations"] == [], report["violations"]
 
 
@@ -55,7 +55,7 @@ def test_recipe_is_clean_with_every_guard_on(tmp_path, name):
 def test_recipe_trips_an_expected_invariant_with_its_guard_off(tmp_path, name):
     guard = recipes.RECIPES[name][0]
     with guards.disabled(guard):
-        report = scenarios.run(name, tmp_path)
+        report = stories.run(name, tmp_path)
     assert any(v.split()[0] in SHOULD_TRIP[guard] for v in report["violations"]), report["violations"]
 
 
@@ -88,9 +88,9 @@ def test_m30_stale_leader_and_isr_is_fenced(tmp_path):
     assert rig.notes == ["produce on 2: NONE"] and rig.values(2)[-1] == b"zombie"
 
 
-@pytest.mark.parametrize("name", sorted(scenarios.SCENARIOS))
+@pytest.mark.parametrize("name", sorted(stories.SCENARIOS))
 def test_the_full_oracle_holds_on_every_kip_story(tmp_path, name):
-    assert scenarios.run(name, tmp_path)["violations"] == []
+    assert stories.run(name, tmp_path)["violations"] == []
 
 
 def run(guard, root, *, off):

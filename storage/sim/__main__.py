@@ -28,16 +28,16 @@ def _progress(total: int, label: str):
 
 
 def cmd_scenario(args) -> int:
-    from . import scenarios
+    from . import stories
 
     guards.enter_simulation()
     with tempfile.TemporaryDirectory() as root:
         try:
             if args.disable_guard:
                 with guards.disabled(args.disable_guard):
-                    report = scenarios.run(args.name, root)
+                    report = stories.run(args.name, root)
             else:
-                report = scenarios.run(args.name, root)
+                report = stories.run(args.name, root)
         except KeyError as exc:
             print(f"error: {exc.args[0]}", file=sys.stderr)
             return 2
@@ -121,14 +121,14 @@ def load_regressions(path: str = REGRESSIONS) -> dict:
 
 def _judge(kind: str, name, guard: str | None, steps: int, profile: str = "safety") -> list[str]:
     """Violations of one recipe, story or seed, with `guard` off (None: every guard on)."""
-    from . import recipes, scenarios
+    from . import recipes, stories
 
     context = guards.disabled(guard) if guard and guard != "C1" else contextlib.nullcontext()
     with context, tempfile.TemporaryDirectory() as root:
         if kind == "recipe":
             return recipes.run(name, os.path.join(root, "r"))["violations"]
         if kind == "scenario":
-            return scenarios.run(name, os.path.join(root, "s"))["violations"]
+            return stories.run(name, os.path.join(root, "s"))["violations"]
         if kind == "crash":     # the single-node enumeration, sequences of `name` operations
             from .crash import enumerate_crashes
             return enumerate_crashes(os.path.join(root, "c"), max_length=name).violations
@@ -142,7 +142,7 @@ def _judge(kind: str, name, guard: str | None, steps: int, profile: str = "safet
 def find_catch(guard: str, seeds: list[int], steps: int, *, only_seeds: bool = False) -> dict:
     """The first recipe, KIP story or seed whose run shows a violation with `guard` switched off
     (and, for a seed, none with it on: only then is the violation the guard's)."""
-    from . import recipes, scenarios
+    from . import recipes, stories
 
     out = {"guard": guard, "caught": False, "kind": None, "seed": None, "violation": None, "steps": steps,
            "description": guards.CATALOGUE.get(guard, CALIBRATION if guard == "C1" else None)}
@@ -154,7 +154,7 @@ def find_catch(guard: str, seeds: list[int], steps: int, *, only_seeds: bool = F
         return out
     if guard != "C1" and not only_seeds:
         candidates = [("recipe", name) for name in recipes.for_guard(guard)]
-        candidates += [("scenario", name) for name in scenarios.SCENARIOS]
+        candidates += [("scenario", name) for name in stories.SCENARIOS]
         candidates += [("crash", 1)]
         for kind, name in candidates:          # recipes and the KIPs' stories first
             found = _judge(kind, name, guard, steps)

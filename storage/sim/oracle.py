@@ -1,4 +1,4 @@
-"""The oracle of the hand-driven stories (KIP stories in storage.sim.scenarios, guard recipes
+"""The oracle of the hand-driven stories (KIP stories in storage.sim.stories, guard recipes
 in storage.sim.recipes): the invariants checked on a Rig at a story's end, and its report."""
 from __future__ import annotations
 
