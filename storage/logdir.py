@@ -154,7 +154,12 @@ class LogDir:
                 self.previous_broker_epoch = -1
         if self.had_clean_shutdown and guards.on("M23"):
             seam.unlink(marker)
-            seam.fsync_dir(self.path, self._sync_flags)
+        # The dir is fsynced at every open, not only after removing a marker: a previous
+        # incarnation may have died between its unlink of the marker and that fsync, and then
+        # the unlink is still only in the page cache -- a later power loss would bring the
+        # marker back over data this incarnation wrote, and the next open would trust it
+        # (swarm seed 779403: a crash point inside the open).
+        seam.fsync_dir(self.path, self._sync_flags)
         imported = {} if seam.exists(os.path.join(self.path, META_FILE)) else self._import_kafka_checkpoints()
         self._imported = set(imported)     # offsets from Kafka's files, not written by this engine
         self.meta = MetaStore(self.path, sync=self.config.fsync)

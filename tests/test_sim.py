@@ -292,3 +292,42 @@ def test_the_random_swarm_catches_the_guard_by_itself(tmp_path, guard):
         off = run_seed(seed, tmp_path / "off", profile=profile, steps=steps)
     assert off.violations and off.violations[0] == catch["violation"]
     assert run_seed(seed, tmp_path / "on", profile=profile, steps=steps).violations == []
+
+
+def test_a_marker_unlink_cut_short_by_a_crash_does_not_come_back(tmp_path):
+    """Swarm seed 779403: a broker died inside its open, after unlinking the clean-shutdown
+    marker and before fsyncing the dir.  Its next open found no marker (an unclean open, right)
+    but fsynced nothing, so the unlink stayed in the page cache; a power loss later brought the
+    marker back over data written since, and the open after trusted it.  Every open now fsyncs
+    the dir."""
+    from storage import LogConfig, LogDir
+    from storage.sim.fs import CrashNow
+
+    class CrashAtMarkerFsync(SimFS):
+        armed = False
+
+        def fsync_dir(self, path, flags=0):
+            if self.armed and os.path.abspath(path) == str(tmp_path):
+                self.armed = False
+                raise CrashNow("crash between the marker's unlink and the dir fsync")
+            return super().fsync_dir(path, flags)
+
+    config = LogConfig(segment_bytes=4096, fsync=False)
+    fs = CrashAtMarkerFsync(tmp_path, seed=3)
+    with sio.using(fs):
+        with LogDir.open(tmp_path, config) as logdir:
+            logdir.partition("t", 0).append_as_leader([b"flushed"], 0)
+            logdir.flush()
+        fs.armed = True
+        with pytest.raises(CrashNow):
+            LogDir.open(tmp_path, config)            # the process dies here (its page cache stays)
+        logdir = LogDir.open(tmp_path, config)
+        assert not logdir.had_clean_shutdown
+        logdir.partition("t", 0).append_as_leader([b"x" * 3000], 0)    # never flushed
+        for segment in logdir.partition("t", 0).segments:
+            segment.close()
+        logdir.meta.close()
+    fs.crash(tmp_path, mode="a")                     # power loss: nothing volatile survives
+    with LogDir.open(tmp_path, config) as logdir:
+        assert not logdir.had_clean_shutdown
+        assert [r.value for b in logdir.partition("t", 0).batches() for r in b.records()] == [b"flushed"]

@@ -268,7 +268,7 @@ class Simulation:
         if crash is None:
             return
         for b, node in self.cluster.brokers.items():  # noqa: B007 - b is the one found (for ... else)
-            if crash.path is not None and crash.path.startswith(node.path + os.sep):
+            if crash.path is not None and (crash.path == node.path or crash.path.startswith(node.path + os.sep)):
                 break
         else:
             return                  # not a broker's file (the controller keeps no files here)
