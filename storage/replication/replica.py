@@ -394,8 +394,7 @@ class ReplicaManager:
 
     def tick(self) -> None:
         """Periodic work: shrink the ISR of lagging followers, expire delayed produces."""
-        if self.offline:
-            self.go_offline()
+        if self._went_offline():
             return
         now = self.clock()
         for p in self.partitions.values():
@@ -445,8 +444,7 @@ class ReplicaManager:
         p = self.partitions.get((item.topic, item.partition))
         if p is None:
             return answer(Errors.UNKNOWN_TOPIC_OR_PARTITION)
-        if self.offline:
-            self.go_offline()
+        if self._went_offline():
             return answer(Errors.KAFKA_STORAGE_ERROR)
         code = self._check_epoch(p, item.current_leader_epoch)
         if code:
@@ -544,8 +542,7 @@ class ReplicaManager:
 
         if request.acks not in (0, 1, -1):
             return answer(Errors.INVALID_REQUIRED_ACKS)
-        if self.offline:
-            self.go_offline()
+        if self._went_offline():
             return answer(Errors.KAFKA_STORAGE_ERROR)
         p, code = self._leader_partition(request.topic, request.partition)
         if code:
@@ -555,8 +552,7 @@ class ReplicaManager:
         try:
             info = p.log.append_as_leader(request.records, p.leader_epoch)
         except errors.StorageError as exc:
-            if self.offline:
-                self.go_offline()
+            self._went_offline()       # fail what waits, if this append took the dir offline
             return answer(int(exc.error_code))
         if request.acks != -1:
             self._maybe_increment_high_watermark(p)
@@ -569,8 +565,7 @@ class ReplicaManager:
         return None
 
     def _complete_delayed(self, p: Partition) -> None:
-        if self.offline:
-            self.go_offline()
+        if self._went_offline():
             return
         hw = p.log.high_watermark
         done = [d for d in self._delayed if (d.topic, d.partition) == p.key and d.required_offset <= hw]
@@ -626,6 +621,13 @@ class ReplicaManager:
         Kafka halts a broker whose last log dir failed; the cluster model does (BrokerNode)."""
         return guards.on("M31") and self.logdir.offline
 
+    def _went_offline(self) -> bool:
+        """True (after go_offline) when the log dir is offline: the callers' early return."""
+        if not self.offline:
+            return False
+        self.go_offline()
+        return True
+
     def go_offline(self) -> None:
         """Fail every waiting produce with KAFKA_STORAGE_ERROR and stop fetching."""
         for p in list(self.partitions.values()):
@@ -655,8 +657,7 @@ class ReplicaManager:
         """Answer any request a broker receives (controller pushes included); None for one-way
         messages.  Transports call this with what they decoded.  A request that meets an offline
         log dir, or takes it offline, is answered KAFKA_STORAGE_ERROR."""
-        if self.offline:
-            self.go_offline()
+        if self._went_offline():
             return self._storage_error_answer(message)
         try:
             return self._dispatch(message)

@@ -138,6 +138,16 @@ class BrokerNode:
             return True
         return False
 
+    def _then_halt_if_offline(self, work):
+        """Run `work` (the manager's), then halt if it met or left the dir offline: the failure
+        state, raised or not, ends the process.  Returns what `work` returned, None if it raised."""
+        try:
+            result = work()
+        except errors.LogDirOfflineError:
+            result = None
+        self._halt_if_offline()
+        return result
+
     # ---- messages ----
     def handle(self, src: int, message):
         if self._frozen(lambda: self.handle(src, message)):
@@ -150,21 +160,14 @@ class BrokerNode:
             # previous one (still "alive" until its session expires): a restarted broker -- its
             # disk perhaps empty -- must not take that incarnation's leadership or ISR place.
             return None
-        try:
-            response = manager.handle(message)
-        except errors.LogDirOfflineError:
-            response = None         # only with guard M31 off: the manager does not answer
-        self._halt_if_offline()     # the answer (KAFKA_STORAGE_ERROR) is the process's last
-        return response
+        # The answer (KAFKA_STORAGE_ERROR when the dir failed) is the process's last; with
+        # guard M31 off the manager raises instead and does not answer.
+        return self._then_halt_if_offline(lambda: manager.handle(message))
 
     def step(self) -> None:
         if not self.alive or self.paused or self._halt_if_offline():
             return
-        try:
-            self._step()
-        except errors.LogDirOfflineError:
-            pass                    # the failure state: the halt below
-        self._halt_if_offline()
+        self._then_halt_if_offline(self._step)
 
     def _step(self) -> None:
         c, manager = self.cluster, self.manager
@@ -207,21 +210,15 @@ class BrokerNode:
             return
         if self.alive and self.manager is not None:
             self._alter_sent.pop(id(request), None)
-            try:
-                self.manager.handle_alter_partition_response(request, response)
-            except errors.LogDirOfflineError:
-                pass
-            self._halt_if_offline()
+            manager = self.manager
+            self._then_halt_if_offline(lambda: manager.handle_alter_partition_response(request, response))
 
     def _on_fetcher_response(self, leader, request, response) -> None:
         if self._frozen(lambda: self._on_fetcher_response(leader, request, response)):
             return
         if self.alive and self.manager is not None:
-            try:
-                self.manager.fetcher.handle_response(leader, request, response)
-            except errors.LogDirOfflineError:
-                pass                # the failure state: the halt below
-            self._halt_if_offline()
+            fetcher = self.manager.fetcher
+            self._then_halt_if_offline(lambda: fetcher.handle_response(leader, request, response))
 
 
 def crash_logdir(logdir, *, lose_unflushed: bool = False) -> None:
