@@ -535,9 +535,9 @@ class PartitionLog:
         with self._lock:
             self._ensure_open()
             if timestamp == EARLIEST_TIMESTAMP:
-                return TimestampAndOffset(-1, self.log_start_offset, self._epoch_for(self.log_start_offset))
+                return TimestampAndOffset(-1, self.log_start_offset, self.epoch_for_offset(self.log_start_offset))
             if timestamp == LATEST_TIMESTAMP:
-                return TimestampAndOffset(-1, self.log_end_offset, self._latest_epoch())
+                return TimestampAndOffset(-1, self.log_end_offset, self.latest_epoch)
             if timestamp == MAX_TIMESTAMP:
                 return self._max_timestamp_offset()
             if timestamp < 0:
@@ -577,12 +577,6 @@ class PartitionLog:
         if position < 0:
             return None
         return self._first_record_at_or_after(best, position, best.max_timestamp, self.log_start_offset)
-
-    def _epoch_for(self, offset: int):
-        return self.epoch_cache.epoch_for_offset(offset)
-
-    def _latest_epoch(self):
-        return self.epoch_cache.latest_epoch
 
     # ---- epochs ----
     def epoch_end(self, leader_epoch: int) -> tuple[int, int]:
