@@ -25,8 +25,10 @@ import pyarrow.parquet as pq  # noqa: E402
 import xxhash  # noqa: E402
 
 from storage import LogConfig, LogDir, Record, build_batch, iter_batches  # noqa: E402
+from storage.inspect import discovery  # noqa: E402
 from storage.inspect import verdict as analysis  # noqa: E402
-from storage.spark import audit, generate, scan  # noqa: E402
+from storage.logdir import parse_partition_dir  # noqa: E402
+from storage.spark import audit, generate  # noqa: E402
 
 TESTDATA = os.path.join(os.path.dirname(os.path.abspath(__file__)), "data")
 T0 = 1_700_000_000_000
@@ -51,7 +53,7 @@ def _signed(digest: int) -> int:
 def expected_batches(paths) -> dict:
     """{(log_dir, topic, partition, segment base, position): batch} straight from iter_batches."""
     out = {}
-    for ref in scan.discover(paths):
+    for ref in discovery.discover(paths):
         for segment in ref.segments:
             with open(segment.path, "rb") as f:
                 data = f.read()
@@ -306,7 +308,7 @@ def real_kafka_paths() -> list[str]:
     paths = []
     for candidate in sorted(glob.glob(os.path.join(TESTDATA, "kafka-real", "*", "@*", "*"))):
         if os.path.isdir(candidate) and any(
-                os.path.isdir(os.path.join(candidate, name)) and scan.parse_partition_dir(name)
+                os.path.isdir(os.path.join(candidate, name)) and parse_partition_dir(name)
                 for name in os.listdir(candidate)):
             paths.append(os.path.abspath(candidate))
     paths += sorted(os.path.abspath(p) for p in glob.glob(os.path.join(TESTDATA, "kafka-real", "*", "@*",
@@ -318,7 +320,7 @@ def real_kafka_paths() -> list[str]:
 def test_data_source_on_every_real_kafka_log_dir(spark):
     paths = real_kafka_paths()
     every_segment = {os.path.abspath(p) for p in glob.glob(os.path.join(TESTDATA, "**", "*.log"), recursive=True)}
-    read = {s.path for s in scan.segments(paths)}
+    read = {s.path for s in discovery.segments(paths)}
     assert read == every_segment, "a segment file under tests/data is not covered"
     count = check_source_against_iter_batches(spark, paths)
     assert count > 8000

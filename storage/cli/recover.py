@@ -6,14 +6,14 @@ import shutil
 import tempfile
 from bisect import bisect_left
 
-from .. import checkpoint, errors
-from ..epoch import CHECKPOINT_FILE
+from .. import errors
 from ..inspect.discovery import (
     LOG_SUFFIX,
     SNAPSHOT_SUFFIX,
     _where,
     log_dir_offsets,
     partition_dirs,
+    read_epoch_checkpoint,
     segment_base,
 )
 from ..inspect.lineage import _entries, _lineage_text
@@ -99,11 +99,7 @@ def _recover_partition(log_dir: str, topic: str, partition: int, path: str, meta
         if base is not None and base > leo:
             notes.append(f"{name}: producer-state snapshot beyond the new log end offset {leo} "
                          "(Kafka deletes it on load)")
-    after_epochs = None
-    try:
-        after_epochs = [(int(e), int(o)) for e, o in checkpoint.read(os.path.join(path, CHECKPOINT_FILE), 2)]
-    except (checkpoint.CheckpointError, ValueError, OSError):
-        pass
+    after_epochs, _ = read_epoch_checkpoint(path)
     return {"topic": topic, "partition": partition, "path": path,
             "log_end_offset_before": before.log_end_offset, "log_end_offset": leo, "log_start_offset": log_start,
             "truncated_bytes": truncated_total, "segments_deleted": deleted,

@@ -1,6 +1,19 @@
-"""Finding partitions in a log dir (ours or Kafka's) and reading its offsets and metadata, read-only."""
+"""Finding partitions and segments in log dirs (ours or Kafka's) and reading their offsets and
+metadata, read-only.  The command line (`partition_dirs`) and the Spark data source and audit
+(`discover`, `segments`) find partitions with the same rules:
+
+  - a log dir: every `<topic>-<partition>` sub-directory is a partition (Kafka's naming,
+    `storage.logdir.parse_partition_dir`; `-delete`, `-future` and `-stray` dirs are skipped);
+  - a partition dir, i.e. a directory holding `NNNNNNNNNNNNNNNNNNNN.log` files itself: its
+    parent is the log dir, and a name that is not `<topic>-<partition>` gives topic = the name,
+    partition = -1;
+  - for `discover` also one `.log` segment file, or a glob pattern (`/data/broker-*/kafka-logs`).
+A segment is a file named by a 20-digit base offset and `.log`; `.deleted`, `.cleaned` and
+`.swap` leftovers end differently and are never read.
+"""
 from __future__ import annotations
 
+import glob
 import mmap
 import os
 from typing import NamedTuple
@@ -50,9 +63,26 @@ def _map_file(path: str):
 
 def _has_segments(path: str) -> bool:
     try:
-        return any(segment_base(n, LOG_SUFFIX) is not None for n in os.listdir(path))
+        with os.scandir(path) as entries:
+            return any(segment_base(e.name, LOG_SUFFIX) is not None and e.is_file() for e in entries)
     except OSError:
         return False
+
+
+def _name_key(path: str) -> tuple[str, int]:
+    key = parse_partition_dir(os.path.basename(path))
+    return key if key is not None else (os.path.basename(path), -1)
+
+
+def _child_partitions(path: str) -> list[tuple[str, int, str]]:
+    """(topic, partition, dir) of every `<topic>-<partition>` sub-directory, by name."""
+    out = []
+    for name in sorted(os.listdir(path)):
+        full = os.path.join(path, name)
+        found = parse_partition_dir(name)
+        if found is not None and os.path.isdir(full):
+            out.append((found[0], found[1], full))
+    return out
 
 
 def partition_dirs(path: str) -> list[tuple[str, str, int, str]]:
@@ -62,23 +92,32 @@ def partition_dirs(path: str) -> list[tuple[str, str, int, str]]:
     path = os.path.abspath(path)
     if not os.path.isdir(path):
         raise UsageError(f"not a directory: {path}")
-    key = parse_partition_dir(os.path.basename(path))
+    children = _child_partitions(path)
     looks_like_partition = _has_segments(path) or os.path.exists(os.path.join(path, CHECKPOINT_FILE))
-    if looks_like_partition and not any(
-            parse_partition_dir(n) and os.path.isdir(os.path.join(path, n)) for n in os.listdir(path)):
-        topic, partition = key if key else (os.path.basename(path), -1)
-        return [(os.path.dirname(path), topic, partition, path)]
-    out = []
-    for name in sorted(os.listdir(path)):
-        full = os.path.join(path, name)
-        found = parse_partition_dir(name)
-        if found is not None and os.path.isdir(full):
-            out.append((path, found[0], found[1], full))
+    if looks_like_partition and not children:
+        return [(os.path.dirname(path), *_name_key(path), path)]
+    out = [(path, topic, partition, full) for topic, partition, full in children]
     markers = ("storage.mdb", "meta.properties", CLEAN_SHUTDOWN_FILE, checkpoint.RECOVERY_POINT_FILE)
     if not out and not any(os.path.exists(os.path.join(path, m)) for m in markers):
         raise UsageError(f"{path} is neither a log dir (one holding <topic>-<partition> dirs, storage.mdb or "
                          "meta.properties) nor a partition dir (one holding NNNNNNNNNNNNNNNNNNNN.log segments)")
     return out
+
+
+def read_epoch_checkpoint(partition_dir: str) -> tuple[list[tuple[int, int]] | None, str | None]:
+    """(the leader-epoch-checkpoint's (epoch, start offset) pairs, None), (None, why) when it
+    cannot be read, (None, None) when there is none: the one reader the tools use."""
+    path = os.path.join(partition_dir, CHECKPOINT_FILE)
+    if not os.path.exists(path):
+        return None, None
+    try:
+        return [(int(e), int(o)) for e, o in checkpoint.read(path, 2)], None
+    except checkpoint.CheckpointError as exc:
+        return None, exc.reason
+    except ValueError as exc:
+        return None, f"non-integer epoch or offset ({exc})"
+    except OSError as exc:
+        return None, f"cannot read it: {exc.strerror or exc}"
 
 
 def log_dir_offsets(log_dir: str) -> tuple[dict, str | None, list[Issue]]:
@@ -118,3 +157,107 @@ def log_dir_offsets(log_dir: str) -> tuple[dict, str | None, list[Issue]]:
             out.setdefault(key, {})[field] = value
     return out, ("kafka checkpoints" if found else None), warnings
 
+
+
+# ---- segments of many log dirs, for the Spark data source and audit ---------------------------
+
+_GLOB_CHARS = set("*?[")
+
+
+class SegmentRef(NamedTuple):
+    """One segment file of one replica of one topic-partition (picklable)."""
+
+    log_dir: str
+    topic: str
+    partition: int
+    base_offset: int
+    path: str
+    size_bytes: int
+    is_last: bool          # the partition's newest segment (its tail may be torn)
+
+
+class PartitionRef(NamedTuple):
+    """One partition dir (one replica) and its segments, oldest first."""
+
+    log_dir: str
+    topic: str
+    partition: int
+    path: str
+    segments: tuple
+
+
+def _segments_of(path: str) -> list[tuple[int, str, int]]:
+    found = []
+    with os.scandir(path) as entries:
+        for entry in entries:
+            base = segment_base(entry.name, LOG_SUFFIX)
+            if base is not None and entry.is_file():
+                found.append((base, entry.path, entry.stat().st_size))
+    found.sort()
+    return found
+
+
+def _partition_ref(log_dir: str, path: str, topic: str, partition: int) -> PartitionRef:
+    segments = _segments_of(path)
+    refs = tuple(SegmentRef(log_dir, topic, partition, base, seg_path, size, i == len(segments) - 1)
+                 for i, (base, seg_path, size) in enumerate(segments))
+    return PartitionRef(log_dir, topic, partition, path, refs)
+
+
+def expand(paths) -> list[str]:
+    """Absolute paths, globs expanded; a path that does not exist raises FileNotFoundError."""
+    if isinstance(paths, (str, os.PathLike)):
+        paths = [paths]
+    out = []
+    for raw in paths:
+        path = os.path.abspath(os.path.expanduser(os.fspath(raw)))
+        if not os.path.exists(path) and _GLOB_CHARS & set(path):
+            matches = sorted(glob.glob(path))
+            if not matches:
+                raise FileNotFoundError(f"partitionlog: no path matches {raw!r}")
+            out.extend(os.path.abspath(m) for m in matches)
+        elif not os.path.exists(path):
+            raise FileNotFoundError(f"partitionlog: no such file or directory: {raw!r}")
+        else:
+            out.append(path)
+    return out
+
+
+def _add_segment_file(partitions: dict, path: str) -> None:
+    base = segment_base(os.path.basename(path), LOG_SUFFIX)
+    if base is None:
+        raise ValueError(f"partitionlog: {path} is not a segment file (NNNNNNNNNNNNNNNNNNNN.log)")
+    directory = os.path.dirname(path)
+    topic, partition = _name_key(directory)
+    ref = PartitionRef(os.path.dirname(directory), topic, partition, directory, ())
+    known = partitions.get((ref.log_dir, directory), ref)
+    segment = SegmentRef(ref.log_dir, topic, partition, base, path, os.path.getsize(path), False)
+    partitions[(ref.log_dir, directory)] = known._replace(segments=tuple(sorted(set(known.segments) | {segment})))
+
+
+def discover(paths) -> list[PartitionRef]:
+    """Every partition dir under `paths` (log dirs, partition dirs, segment files or globs),
+    sorted by (log dir, topic, partition).  Partition dirs without segments are included; a
+    directory that holds neither gives nothing (a fleet has empty log dirs)."""
+    partitions: dict[tuple[str, str], PartitionRef] = {}
+    for path in expand(paths):
+        if os.path.isfile(path):
+            _add_segment_file(partitions, path)
+        elif _has_segments(path):
+            partitions[(os.path.dirname(path), path)] = _partition_ref(os.path.dirname(path), path, *_name_key(path))
+        else:
+            for topic, partition, full in _child_partitions(path):
+                partitions[(path, full)] = _partition_ref(path, full, topic, partition)
+    out = []
+    for ref in partitions.values():
+        if ref.segments and not any(s.is_last for s in ref.segments):
+            # Segment files named one by one: only the newest of a partition may be torn.
+            last = max(ref.segments)
+            ref = ref._replace(segments=tuple(s._replace(is_last=s is last) for s in ref.segments))
+        out.append(ref)
+    out.sort(key=lambda r: (r.log_dir, r.topic, r.partition, r.path))
+    return out
+
+
+def segments(paths) -> list[SegmentRef]:
+    return [s for ref in discover(paths) for s in ref.segments]

@@ -6,7 +6,7 @@ import struct
 from array import array
 from typing import NamedTuple
 
-from .. import checkpoint, errors
+from .. import errors
 from ..epoch import CHECKPOINT_FILE
 from ..loader import scan_log_file
 from ..records import iter_batches
@@ -19,6 +19,7 @@ from .discovery import (
     _map_file,
     log_dir_offsets,
     partition_dirs,
+    read_epoch_checkpoint,
     segment_base,
 )
 from .lineage import _entries, lineage_agreement
@@ -377,17 +378,11 @@ def _check_epoch_checkpoint(ps: PartitionScan, path: str, has_segments: bool) ->
     """The leader-epoch-checkpoint: readable, and agreeing with the batches' lineage
     (storage.inspect.lineage, the one rule)."""
     checkpoint_path = os.path.join(path, CHECKPOINT_FILE)
-    if os.path.exists(checkpoint_path):
-        try:
-            ps.checkpoint = [(int(e), int(o)) for e, o in checkpoint.read(checkpoint_path, 2)]
-        except checkpoint.CheckpointError as exc:
-            ps.checkpoint_error = exc.reason
-            ps.problems.append(Issue("epoch_checkpoint", f"malformed leader-epoch-checkpoint: {exc.reason}",
-                                     checkpoint_path))
-        except ValueError as exc:
-            ps.checkpoint_error = f"non-integer epoch or offset ({exc})"
-            ps.problems.append(Issue("epoch_checkpoint", ps.checkpoint_error, checkpoint_path))
-    elif has_segments:
+    ps.checkpoint, ps.checkpoint_error = read_epoch_checkpoint(path)
+    if ps.checkpoint_error is not None:
+        ps.problems.append(Issue("epoch_checkpoint", f"malformed leader-epoch-checkpoint: {ps.checkpoint_error}",
+                                 checkpoint_path))
+    elif ps.checkpoint is None and has_segments:
         ps.warnings.append(Issue("epoch_checkpoint", "no leader-epoch-checkpoint (Kafka creates it on load)",
                                  checkpoint_path))
     if ps.checkpoint is not None:

@@ -36,9 +36,9 @@ import threading
 import time
 
 from .. import checkpoint
-from ..epoch import CHECKPOINT_FILE
+from ..inspect import discovery
 from ..inspect import verdict as analysis
-from . import scan
+from ..segment import segment_base
 
 EXAMPLES_MAX = 20       # failures / gaps / anomalies listed per replica (all are counted)
 _STRUCTURAL = analysis.STRUCTURAL
@@ -59,41 +59,15 @@ def _broker_id(log_dir: str) -> int | None:
 
 
 def log_dir_metadata(log_dir: str) -> dict:
-    """High watermarks and log start offsets of one log dir (driver only)."""
-    from ..meta import FILE_NAME, read_partition_offsets
-
-    out = {"broker_id": _broker_id(log_dir), "high_watermarks": {}, "log_start_offsets": {},
-           "source": None, "error": None}
-    mdb = os.path.join(log_dir, FILE_NAME)
-    if os.path.exists(mdb):
-        out["source"] = FILE_NAME
-        try:
-            for key, offsets in read_partition_offsets(mdb).items():
-                out["high_watermarks"][key] = offsets.high_watermark
-                out["log_start_offsets"][key] = offsets.log_start_offset
-        except Exception as exc:        # a damaged store is reported, the audit goes on
-            out["error"] = f"{mdb}: {exc}"
-        return out
-    hw_file = os.path.join(log_dir, checkpoint.HIGH_WATERMARK_FILE)
-    if os.path.exists(hw_file):
-        out["source"] = checkpoint.HIGH_WATERMARK_FILE
-        try:
-            out["high_watermarks"] = checkpoint.read_offsets(hw_file)
-        except (checkpoint.CheckpointError, OSError) as exc:
-            out["error"] = str(exc)
-    out["log_start_offsets"] = checkpoint.read_offsets_lenient(
-        os.path.join(log_dir, checkpoint.LOG_START_OFFSET_FILE))
-    return out
-
-
-def checkpoint_lineage(partition_dir: str) -> tuple[list | None, str | None]:
-    path = os.path.join(partition_dir, CHECKPOINT_FILE)
-    if not os.path.exists(path):
-        return None, None
-    try:
-        return [(int(e), int(o)) for e, o in checkpoint.read(path, 2)], None
-    except (checkpoint.CheckpointError, ValueError, OSError) as exc:
-        return None, str(exc)
+    """High watermarks and log start offsets of one log dir (driver only), read as the command
+    line reads them (storage.inspect.discovery.log_dir_offsets)."""
+    offsets, source, warnings = discovery.log_dir_offsets(log_dir)
+    if source == "kafka checkpoints":
+        source = checkpoint.HIGH_WATERMARK_FILE if any("high_watermark" in o for o in offsets.values()) else None
+    return {"broker_id": _broker_id(log_dir),
+            "high_watermarks": {k: o["high_watermark"] for k, o in offsets.items() if "high_watermark" in o},
+            "log_start_offsets": {k: o["log_start_offset"] for k, o in offsets.items() if "log_start_offset" in o},
+            "source": source, "error": "; ".join(w.line() for w in warnings) or None}
 
 
 # ---- the Spark job ------------------------------------------------------------------------------
@@ -281,7 +255,7 @@ def run_audit(spark, log_dirs: list[str], *, progress: bool = False) -> dict:
     (seconds: the whole audit; scan_seconds: the Spark job that reads every segment)."""
     started = time.monotonic()
     log_dirs = list(dict.fromkeys(os.path.abspath(d) for d in log_dirs))
-    refs = [ref for ref in scan.discover(log_dirs) if ref.log_dir in log_dirs]
+    refs = [ref for ref in discovery.discover(log_dirs) if ref.log_dir in log_dirs]
     metadata = {d: log_dir_metadata(d) for d in log_dirs}
     segment_count = sum(len(ref.segments) for ref in refs)
     total_bytes = sum(s.size_bytes for ref in refs for s in ref.segments)
@@ -327,7 +301,7 @@ def run_audit(spark, log_dirs: list[str], *, progress: bool = False) -> dict:
             "seconds": time.monotonic() - started, "scan_seconds": facts["scan_seconds"]}
 
 
-def _replica_record(ref: scan.PartitionRef, summary, events: dict, counts: dict, meta: dict) -> dict:
+def _replica_record(ref: discovery.PartitionRef, summary, events: dict, counts: dict, meta: dict) -> dict:
     key = (ref.topic, ref.partition)
     if summary is not None:
         start, end = summary.first_offset, summary.last_offset + 1
@@ -349,7 +323,7 @@ def _replica_record(ref: scan.PartitionRef, summary, events: dict, counts: dict,
                                "offset": e.offset, "message": message})
     structural_count = sum(counts.get(k, 0) for k in _STRUCTURAL) - (1 if torn_tail else 0)
     lineage = [(e.a, e.offset) for e in events.get("epoch", [])]
-    from_checkpoint, checkpoint_error = checkpoint_lineage(ref.path)
+    from_checkpoint, checkpoint_error = discovery.read_epoch_checkpoint(ref.path)
     log_start_checkpointed = meta["log_start_offsets"].get(key)
     agrees, why = analysis.lineage_agreement(
         lineage, from_checkpoint, log_start_offset=log_start_checkpointed, log_end_offset=end)
@@ -535,7 +509,7 @@ def main(argv: list[str] | None = None) -> int:
     for d in args.log_dirs:
         if not os.path.isdir(d):
             return _fail(f"not a directory: {d}")
-        if any(scan.segment_base(name, scan.SEGMENT_SUFFIX) is not None for name in os.listdir(d)):
+        if any(segment_base(name, discovery.LOG_SUFFIX) is not None for name in os.listdir(d)):
             return _fail(f"{d} holds segment files: it is a partition dir, give its broker's log dir "
                          f"({os.path.dirname(os.path.abspath(d))})")
     conf = {}

@@ -1,19 +1,9 @@
-"""Finding segments in log dirs and turning one segment file into batch and record rows.
+"""Turning one segment file into batch and record rows.
 
-Plain Python, no Spark: the `partitionlog` data source (source.py) calls `discover` while
-Spark plans a read and `scan_batches` / `scan_records` inside its tasks; the audit
-(audit.py) uses `discover` on the driver; tests call all three directly.
-
-What a path given to a read can be (`discover`):
-  - a log dir: every `<topic>-<partition>` sub-directory is a partition (Kafka's naming,
-    `storage.logdir.parse_partition_dir`; `-delete`, `-future` and `-stray` dirs are skipped);
-  - a partition dir, i.e. a directory holding `NNNNNNNNNNNNNNNNNNNN.log` files itself: its
-    parent is the log dir, and a name that is not `<topic>-<partition>` gives topic = the name,
-    partition = -1;
-  - one `.log` segment file;
-  - a glob pattern (`/data/broker-*/kafka-logs`) expanded on the planning side.
-A segment is a file named by a 20-digit base offset and `.log`; `.deleted`, `.cleaned` and
-`.swap` leftovers end differently and are never read.
+Plain Python, no Spark: the `partitionlog` data source (source.py) calls `scan_batches` /
+`scan_records` inside its tasks; which segments there are comes from
+`storage.inspect.discovery` (`discover`, `segments`, `SegmentRef`, `PartitionRef`), which the
+command line uses too.
 
 Rows of one segment (`scan_batches`) follow Kafka's in-memory iteration rules (records.py):
   - every batch that parses yields a row, CRC-valid or not (`crc_valid`), so a CRC failure
@@ -33,134 +23,20 @@ unsigned long): the unsigned digest minus 2**64 when it is >= 2**63.
 """
 from __future__ import annotations
 
-import glob
-import os
 from typing import Iterator, NamedTuple
 
 import xxhash
 
 from .. import errors
-from ..logdir import parse_partition_dir
+from ..inspect.discovery import SegmentRef
 from ..records import iter_batches
-from ..segment import segment_base
 
-SEGMENT_SUFFIX = ".log"
-_GLOB_CHARS = set("*?[")
 _UINT64 = 1 << 64
 _INT64_MAX = (1 << 63) - 1
 
 PARTIAL_TAIL = "partial_tail"
 CORRUPT = "corrupt"
 UNREADABLE = "unreadable"
-
-
-class SegmentRef(NamedTuple):
-    """One segment file of one replica of one topic-partition (picklable)."""
-
-    log_dir: str
-    topic: str
-    partition: int
-    base_offset: int
-    path: str
-    size_bytes: int
-    is_last: bool          # the partition's newest segment (its tail may be torn)
-
-
-class PartitionRef(NamedTuple):
-    """One partition dir (one replica) and its segments, oldest first."""
-
-    log_dir: str
-    topic: str
-    partition: int
-    path: str
-    segments: tuple
-
-
-def _segments_of(path: str) -> list[tuple[int, str, int]]:
-    found = []
-    with os.scandir(path) as entries:
-        for entry in entries:
-            base = segment_base(entry.name, SEGMENT_SUFFIX)
-            if base is not None and entry.is_file():
-                found.append((base, entry.path, entry.stat().st_size))
-    found.sort()
-    return found
-
-
-def _is_partition_dir(path: str) -> bool:
-    with os.scandir(path) as entries:
-        return any(segment_base(e.name, SEGMENT_SUFFIX) is not None and e.is_file() for e in entries)
-
-
-def _partition_ref(log_dir: str, path: str, topic: str, partition: int) -> PartitionRef:
-    segments = _segments_of(path)
-    refs = tuple(SegmentRef(log_dir, topic, partition, base, seg_path, size, i == len(segments) - 1)
-                 for i, (base, seg_path, size) in enumerate(segments))
-    return PartitionRef(log_dir, topic, partition, path, refs)
-
-
-def _name_key(path: str) -> tuple[str, int]:
-    key = parse_partition_dir(os.path.basename(path))
-    return key if key is not None else (os.path.basename(path), -1)
-
-
-def expand(paths) -> list[str]:
-    """Absolute paths, globs expanded; a path that does not exist raises FileNotFoundError."""
-    if isinstance(paths, (str, os.PathLike)):
-        paths = [paths]
-    out = []
-    for raw in paths:
-        path = os.path.abspath(os.path.expanduser(os.fspath(raw)))
-        if not os.path.exists(path) and _GLOB_CHARS & set(path):
-            matches = sorted(glob.glob(path))
-            if not matches:
-                raise FileNotFoundError(f"partitionlog: no path matches {raw!r}")
-            out.extend(os.path.abspath(m) for m in matches)
-        elif not os.path.exists(path):
-            raise FileNotFoundError(f"partitionlog: no such file or directory: {raw!r}")
-        else:
-            out.append(path)
-    return out
-
-
-def discover(paths) -> list[PartitionRef]:
-    """Every partition dir under `paths` (log dirs, partition dirs or segment files), sorted
-    by (log dir, topic, partition).  Partition dirs without segments are included."""
-    partitions: dict[tuple[str, str], PartitionRef] = {}
-    for path in expand(paths):
-        if os.path.isfile(path):
-            base = segment_base(os.path.basename(path), SEGMENT_SUFFIX)
-            if base is None:
-                raise ValueError(f"partitionlog: {path} is not a segment file (NNNNNNNNNNNNNNNNNNNN.log)")
-            directory = os.path.dirname(path)
-            topic, partition = _name_key(directory)
-            ref = PartitionRef(os.path.dirname(directory), topic, partition, directory, ())
-            known = partitions.get((ref.log_dir, directory), ref)
-            segment = SegmentRef(ref.log_dir, topic, partition, base, path, os.path.getsize(path), False)
-            partitions[(ref.log_dir, directory)] = known._replace(
-                segments=tuple(sorted(set(known.segments) | {segment})))
-        elif _is_partition_dir(path):
-            topic, partition = _name_key(path)
-            partitions[(os.path.dirname(path), path)] = _partition_ref(os.path.dirname(path), path, topic, partition)
-        else:
-            with os.scandir(path) as entries:
-                for entry in sorted(entries, key=lambda e: e.name):
-                    key = parse_partition_dir(entry.name)
-                    if key is not None and entry.is_dir():
-                        partitions[(path, entry.path)] = _partition_ref(path, entry.path, *key)
-    out = []
-    for ref in partitions.values():
-        if ref.segments and not any(s.is_last for s in ref.segments):
-            # Segment files named one by one: only the newest of a partition may be torn.
-            last = max(ref.segments)
-            ref = ref._replace(segments=tuple(s._replace(is_last=s is last) for s in ref.segments))
-        out.append(ref)
-    out.sort(key=lambda r: (r.log_dir, r.topic, r.partition, r.path))
-    return out
-
-
-def segments(paths) -> list[SegmentRef]:
-    return [s for ref in discover(paths) for s in ref.segments]
 
 
 # ---- reading one segment -------------------------------------------------------------------

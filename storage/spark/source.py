@@ -39,6 +39,7 @@ from pyspark.sql.types import (
     StructType,
 )
 
+from ..inspect import discovery
 from . import scan
 
 NAME = "partitionlog"
@@ -118,7 +119,7 @@ def _paths(options) -> list[str]:
 class SegmentPartition(InputPartition):
     """One segment file to read."""
 
-    def __init__(self, segment: scan.SegmentRef):
+    def __init__(self, segment: discovery.SegmentRef):
         super().__init__(segment.path)
         self.segment = segment
 
@@ -167,7 +168,7 @@ class PartitionLogReader(DataSourceReader):
         self.rows_max = rows_max
 
     def partitions(self) -> list[SegmentPartition]:
-        return [SegmentPartition(s) for s in scan.segments(self.paths)]
+        return [SegmentPartition(s) for s in discovery.segments(self.paths)]
 
     def read(self, partition: SegmentPartition):
         segment = getattr(partition, "segment", None)
@@ -189,7 +190,7 @@ class _ArrowWriter:
         self.names = schema.fieldNames()
         self.rows_max = rows_max
 
-    def rows(self, segment: scan.SegmentRef, level: str, mode: str):
+    def rows(self, segment: discovery.SegmentRef, level: str, mode: str):
         constants = {"log_dir": segment.log_dir, "topic": segment.topic, "partition": segment.partition,
                      "segment_base_offset": segment.base_offset}
         if level == "batches":
