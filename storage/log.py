@@ -579,11 +579,6 @@ class PartitionLog:
         return self._first_record_at_or_after(best, position, best.max_timestamp, self.log_start_offset)
 
     # ---- epochs ----
-    def epoch_end(self, leader_epoch: int) -> tuple[int, int]:
-        """(epoch, end offset) as the epoch cache answers it, (-1, -1) for none: what the
-        leader's divergence check and OffsetForLeaderEpoch answer (replication asks the log)."""
-        return self.epoch_cache.end_offset_for(leader_epoch, self.log_end_offset)
-
     def epoch_for_offset(self, offset: int) -> int | None:
         """The leader epoch the record at `offset` was written in (None before the first entry)."""
         return self.epoch_cache.epoch_for_offset(offset)
@@ -596,7 +591,8 @@ class PartitionLog:
     @guarded
     def end_offset_for_epoch(self, epoch: int) -> tuple[int, int] | None:
         """OffsetForLeaderEpoch on this log: (epoch, end offset), None where the cache has no
-        answer (UnifiedLog.endOffsetForEpoch)."""
+        answer (UnifiedLog.endOffsetForEpoch).  The one answer: the leader's KIP-320 check, its
+        OffsetForLeaderEpoch handler and the follower's truncation all ask this."""
         with self._lock:
             found_epoch, found_offset = self.epoch_cache.end_offset_for(epoch, self.log_end_offset)
             return None if found_offset == -1 else (found_epoch, found_offset)

@@ -34,6 +34,7 @@ from .messages import (
     OffsetForLeaderEpochPartition,
     OffsetForLeaderEpochRequest,
     OffsetForLeaderEpochResponse,
+    epoch_end_on_the_wire,
 )
 
 TRUNCATING, FETCHING, RESETTING = "Truncating", "Fetching", "ResettingOffset"
@@ -199,7 +200,7 @@ class ReplicaFetcher:
             return min(fs.fetch_offset, leo), True
         if leader_epoch == NO_EPOCH:
             return min(leader_end_offset, leo), True
-        local_epoch, local_end = log.epoch_end(leader_epoch)
+        local_epoch, local_end = epoch_end_on_the_wire(log, leader_epoch)
         if local_end == -1:
             return min(leader_end_offset, leo), True
         if local_epoch != leader_epoch:

@@ -19,6 +19,14 @@ CONSUMER_REPLICA_ID = -1
 
 RECOVERED = 0
 RECOVERING = 1
+UNDEFINED_EPOCH_OFFSET = -1
+
+
+def epoch_end_on_the_wire(log, leader_epoch: int) -> tuple[int, int]:
+    """The log's OffsetForLeaderEpoch answer (PartitionLog.end_offset_for_epoch, None where the
+    cache has none) as the protocol carries it: (UNDEFINED_EPOCH, UNDEFINED_EPOCH_OFFSET) = (-1, -1)."""
+    found = log.end_offset_for_epoch(leader_epoch)
+    return (NO_EPOCH, UNDEFINED_EPOCH_OFFSET) if found is None else found
 
 
 # ---- controller -> broker -------------------------------------------------------------------

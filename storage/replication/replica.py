@@ -68,6 +68,7 @@ from .messages import (
     ProduceResponse,
     StopReplicaRequest,
     StopReplicaResponse,
+    epoch_end_on_the_wire,
 )
 
 
@@ -461,7 +462,7 @@ class ReplicaManager:
             return answer(Errors.UNKNOWN_LEADER_EPOCH if item.current_leader_epoch != NO_EPOCH
                           else Errors.NOT_LEADER_OR_FOLLOWER)
         if item.last_fetched_epoch != NO_EPOCH and guards.on("M32"):
-            epoch, end_offset = log.epoch_end(item.last_fetched_epoch)
+            epoch, end_offset = epoch_end_on_the_wire(log, item.last_fetched_epoch)
             if epoch == NO_EPOCH or end_offset == -1 or item.fetch_offset < log.log_start_offset:
                 return answer(Errors.OFFSET_OUT_OF_RANGE, high_watermark=log.high_watermark,
                               log_start_offset=log.log_start_offset)
@@ -523,9 +524,9 @@ class ReplicaManager:
                 results.append(OffsetForLeaderEpochResult(item.topic, item.partition, code))
                 continue
             if guards.on("M3"):
-                epoch, end_offset = p.log.epoch_end(item.leader_epoch)
+                epoch, end_offset = epoch_end_on_the_wire(p.log, item.leader_epoch)
             else:   # KIP-101 v0: only an offset, the epoch is not echoed
-                epoch, end_offset = NO_EPOCH, p.log.epoch_end(item.leader_epoch)[1]
+                epoch, end_offset = NO_EPOCH, epoch_end_on_the_wire(p.log, item.leader_epoch)[1]
             results.append(OffsetForLeaderEpochResult(item.topic, item.partition, Errors.NONE, epoch, end_offset))
         return OffsetForLeaderEpochResponse(results)
 
