@@ -650,10 +650,8 @@ class PartitionLog:
             lowered = offset < self.recovery_point
             self.recovery_point = min(self.recovery_point, offset)
             self.high_watermark = min(self.high_watermark, offset)
-            if lowered and self.on_recovery_point_lowered is not None:
-                # Data below the stored recovery point changed: the store must know before any
-                # rewrite of that range could be flushed, or a crash would skip its recovery.
-                self.on_recovery_point_lowered(self)
+            if lowered:
+                self._store_lowered_recovery_point()
             self.log_start_offset = min(self.log_start_offset, offset)
             self._after_truncate(offset)
             return True
@@ -670,11 +668,21 @@ class PartitionLog:
         self._flush_dir()           # the old segments must not come back after a crash
         self._flush_dir()
         self.epoch_cache.clear_and_flush()
+        lowered = offset < self.recovery_point
         self.log_start_offset = self.log_end_offset = self.recovery_point = offset
         if guards.on("M26"):
             self.high_watermark = offset
         else:
             self.high_watermark = max(self.high_watermark, offset)
+        if lowered:
+            self._store_lowered_recovery_point()
+
+    def _store_lowered_recovery_point(self) -> None:
+        """Data below the stored recovery point changed (a truncation): the store must know
+        before any rewrite of that range could be flushed, or a crash would skip its recovery.
+        Both truncations call this, the cut inside the log and the restart below its start."""
+        if self.on_recovery_point_lowered is not None:
+            self.on_recovery_point_lowered(self)
 
     @guarded
     def truncate_fully_and_start_at(self, offset: int) -> None:

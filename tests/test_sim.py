@@ -331,3 +331,37 @@ def test_a_marker_unlink_cut_short_by_a_crash_does_not_come_back(tmp_path):
     with LogDir.open(tmp_path, config) as logdir:
         assert not logdir.had_clean_shutdown
         assert [r.value for b in logdir.partition("t", 0).batches() for r in b.records()] == [b"flushed"]
+
+
+def test_a_full_truncation_below_the_stored_recovery_point_is_stored_at_once(tmp_path):
+    """truncate_to stores a lowered recovery point before anything can be rewritten below it;
+    a truncation below the first segment (the log restarts empty, Kafka's
+    truncateFullyAndStartAt) did not: the store kept recovery point 40 and log start 0 while
+    the log restarted at 4.  Harmless today only because every roll fsyncs the segment it
+    seals, so the one segment a stale point could wrongly trust is the active one, which
+    recovery always scans; the store now says what the log says, at once."""
+    from storage import LogConfig, LogDir
+    from storage.meta import PartitionOffsets
+
+    config = LogConfig(segment_bytes=1024, fsync=False)
+    fs = SimFS(tmp_path, seed=4)
+    with sio.using(fs):
+        logdir = LogDir.open(tmp_path, config)
+        log = logdir.partition("t", 0)
+        for i in range(40):
+            log.append_as_leader([b"old-%d" % i], 0)
+        logdir.flush()
+        assert logdir.meta.get_partition("t", 0).recovery_point == 40
+        log.truncate_fully_and_start_at(4)
+        assert logdir.meta.get_partition("t", 0) == PartitionOffsets(4, 4, 4)
+        for i in range(30):
+            log.append_as_leader([b"new-%d" % i + b"." * 100], 1)     # never flushed
+        for segment in log.segments:
+            segment.close()
+        logdir.meta.close()
+    fs.crash(tmp_path, mode="b")                     # power loss: a random prefix of each file survives
+    with LogDir.open(tmp_path, config) as logdir:
+        log = logdir.partition("t", 0)
+        values = [r.value for b in log.batches() for r in b.records()]
+        assert values == [b"new-%d" % i + b"." * 100 for i in range(len(values))]
+        assert log.log_start_offset == 4 and log.log_end_offset == 4 + len(values)
