@@ -197,7 +197,7 @@ class Loader:
                     try:
                         segment.load()
                         headers = "ok"
-                        if segment._c.index_suspect:
+                        if segment.index_suspect:
                             problem = "an offset-index entry points at the wrong batch"
                     except errors.CorruptRecordError as exc:
                         headers = "damaged"

@@ -372,15 +372,9 @@ class PartitionLog:
         """Validate, roll if Kafka would, write and index the chunk: one C call in the common
         case (plog_segment_append_chunk, which checks the CRCs as it writes)."""
         v = state.v
-        active = self.segments[-1]
-        active._use()          # reopens its files if the open-segment cache closed them
-        if active._c.first_batch_max_timestamp < 0 and active.size and \
-                _now_ms() - active.created_ms > self.config.segment_ms:
-            # Kafka's time-based roll without a timestamp in the first batch: the segment's
-            # creation time (LogSegment.shouldRoll, timeWaitedForRoll).
+        if self.segments[-1].rolls_by_age(self.config.segment_ms, _now_ms):
             self._roll_to(self.log_end_offset)
-        rc = lib.plog_segment_append_chunk(self.segments[-1]._c, pointer, length, self.log_end_offset,
-                                           leader_epoch, v)
+        rc = self.segments[-1].append_chunk(pointer, length, self.log_end_offset, leader_epoch, v)
         if rc:
             self._append_uncommon(rc, v, pointer, length, leader_epoch)
         info = _new_append_info(AppendInfo, state.out.tolist())
@@ -401,11 +395,9 @@ class PartitionLog:
                     f"offsets {v.first_offset}..{v.last_offset} span more than a segment can hold "
                     f"(2^31 - 1 offsets past its base)", file=f"{self.path} (appended data)", offset=v.first_offset)
             segment = self._roll_to(new_base)
-            segment._use()
             v.flags |= lib.PLOG_APPEND_NO_ROLL
             try:
-                rc = lib.plog_segment_append_chunk(segment._c, pointer, length, self.log_end_offset,
-                                                   leader_epoch, v)
+                rc = segment.append_chunk(pointer, length, self.log_end_offset, leader_epoch, v)
             finally:
                 v.flags &= ~lib.PLOG_APPEND_NO_ROLL
             if rc == 0:
@@ -430,7 +422,7 @@ class PartitionLog:
                 reason = f"batch larger than max_message_bytes={v.max_batch_bytes}"
             raise cls(reason, file=f"{self.path} (appended data)", position=v.error_position,
                       offset=v.error_offset)
-        self.segments[-1]._check(rc, "append", offset=v.first_offset)
+        self.segments[-1].raise_for(rc, "append", offset=v.first_offset)
         raise AssertionError(f"unexpected append result {rc}")   # _check raised for every rc != 0
 
     def _after_append(self, v, pointer, length: int) -> None:

@@ -252,6 +252,30 @@ class Segment:
     def active(self) -> bool:
         return bool(self._c.mutable_indexes)
 
+    @property
+    def index_suspect(self) -> bool:
+        """An offset-index entry was found pointing at the wrong batch (load or read)."""
+        return bool(self._c.index_suspect)
+
+    # ---- writing ----
+    def rolls_by_age(self, segment_ms: int, clock) -> bool:
+        """Kafka's time-based roll for a non-empty segment whose first batch carries no
+        timestamp: its creation time decides (LogSegment.shouldRoll, timeWaitedForRoll).
+        `clock()` gives the time in ms; it is asked only for such a segment (the hot path)."""
+        c = self._c
+        return c.first_batch_max_timestamp < 0 and c.size > 0 and clock() - self.created_ms > segment_ms
+
+    def append_chunk(self, pointer, length: int, log_end_offset: int, leader_epoch: int, v) -> int:
+        """plog_segment_append_chunk on this segment (validate, assign offsets, stamp the epoch,
+        write, index; `v` is the plog_validation in/out): 0, or the C code for the log to
+        interpret (PLOG_EROLL: valid, nothing written, the segment is full)."""
+        self._use()         # reopens its files if the open-segment cache closed them
+        return lib.plog_segment_append_chunk(self._c, pointer, length, log_end_offset, leader_epoch, v)
+
+    def raise_for(self, rc: int, what: str, *, offset=None) -> None:
+        """Raise the exception for a nonzero C code from an operation on this segment."""
+        self._check(rc, what, offset=offset)
+
     def _check_invariants(self) -> None:
         """Raise AssertionError unless the segment's state is one the reliability model allows:
         size within int32, the next offset at or above the base and within the relative-offset
