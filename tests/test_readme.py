@@ -78,3 +78,16 @@ def test_quick_start_runs(tmp_path, capsys):
     from storage.cli import main
 
     assert main(["verify", str(tmp_path)]) == 0
+
+
+def test_every_link_inside_the_readme_names_a_heading():
+    """The README is guides then reference; a moved section must not leave a dead link."""
+    def slug(title):
+        return re.sub(r"[^\w\- ]", "", title.strip().lower()).replace(" ", "-")
+
+    text = README.read_text()
+    prose = re.sub(r"```.*?```", "", text, flags=re.S)
+    headings = {slug(h) for h in re.findall(r"^#{1,4} (.*)$", prose, re.M)}
+    links = re.findall(r"\]\(#([^)]+)\)", prose)
+    assert links and not [a for a in links if a not in headings]
+    assert re.search(r"^## Guide: ", prose, re.M).start() < re.search(r"^## Reference$", prose, re.M).start()
