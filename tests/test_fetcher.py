@@ -14,7 +14,8 @@ import pytest
 
 from storage import LogConfig, LogDir, build_batch, guards
 from storage.errors import Errors
-from storage.replication.fetcher import FETCHING, RESETTING, TRUNCATING
+from storage.replication import fetcher as fetcher_module
+from storage.replication.fetcher import FETCHING, RESETTING, TRANSITIONS, TRUNCATING
 from storage.replication.messages import (
     NO_EPOCH,
     BrokerInfo,
@@ -37,6 +38,21 @@ TOPIC = "events"
 KEY = (TOPIC, 0)
 LEADER, FOLLOWER = 1, 2
 BACKOFF_MS = 100
+
+
+_TAKEN: set = set()        # every (from, to) move the tests of this module made
+
+
+@pytest.fixture(autouse=True)
+def record_moves(monkeypatch):
+    move = fetcher_module._move
+
+    def recording(fs, to):
+        before = fs.state
+        move(fs, to)
+        _TAKEN.add((before, to))
+
+    monkeypatch.setattr(fetcher_module, "_move", recording)
 
 
 @pytest.fixture
@@ -542,3 +558,19 @@ def test_a_duplicated_epoch_answer_does_not_end_the_truncation(make_manager, now
     follower.fetcher.handle_response(LEADER, again, OffsetForLeaderEpochResponse(
         [OffsetForLeaderEpochResult(TOPIC, 0, Errors.NONE, 0, 1)]))
     assert log.log_end_offset == 1 and fetch_state(follower).state == FETCHING
+
+
+def test_a_move_outside_the_transition_list_is_a_bug():
+    fs = fetcher_module.PartitionFetchState(TOPIC, 0, LEADER, 1, 0, TRUNCATING)
+    with pytest.raises(AssertionError, match="cannot go from Truncating to ResettingOffset"):
+        fetcher_module._move(fs, RESETTING)
+    assert fs.state == TRUNCATING
+
+
+def test_zz_every_listed_transition_is_taken_by_these_tests(request):
+    """Runs last in the module: the transition list holds no move the tests never make (a dead
+    entry would hide a state the fetcher cannot reach any more)."""
+    here = {item.function.__name__ for item in request.session.items if item.module is request.module}
+    if here != {name for name in dir(request.module) if name.startswith("test_")} or request.session.testsfailed:
+        pytest.skip("only meaningful when the whole module ran")
+    assert _TAKEN == set(TRANSITIONS)

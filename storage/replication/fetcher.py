@@ -1,8 +1,9 @@
 """`ReplicaFetcher`: the follower side -- truncate, then fetch (kafka-reference 6).
 
-Per partition: Truncating (ask OffsetForLeaderEpoch, KIP-101/279), Fetching (Fetch with
-CurrentLeaderEpoch and LastFetchedEpoch, KIP-320/595), or ResettingOffset (after
-OFFSET_OUT_OF_RANGE: ask the leader's end, then its start).  `poll()` returns the requests to
+Per partition one `FetchState`: Truncating (ask OffsetForLeaderEpoch, KIP-101/279), Fetching
+(Fetch with CurrentLeaderEpoch and LastFetchedEpoch, KIP-320/595), or ResettingOffset (after
+OFFSET_OUT_OF_RANGE: ask the leader's end, then its start).  `TRANSITIONS` lists every move
+between them with its reason; any other move is a bug and raises AssertionError.  `poll()` returns the requests to
 send as (leader id, request); `handle_response(leader id, request, response)` applies answers.
 Transport-agnostic like the ReplicaManager that owns it.
 
@@ -19,6 +20,7 @@ Invariants:
 """
 from __future__ import annotations
 
+import enum
 from dataclasses import dataclass
 
 from .. import errors, guards
@@ -37,7 +39,33 @@ from .messages import (
     epoch_end_on_the_wire,
 )
 
-TRUNCATING, FETCHING, RESETTING = "Truncating", "Fetching", "ResettingOffset"
+
+class FetchState(enum.StrEnum):
+    """Where a followed partition is (Kafka's names: ReplicaState in AbstractFetcherThread)."""
+
+    TRUNCATING = "Truncating"
+    FETCHING = "Fetching"
+    RESETTING = "ResettingOffset"
+
+
+TRUNCATING, FETCHING, RESETTING = FetchState.TRUNCATING, FetchState.FETCHING, FetchState.RESETTING
+
+# Every allowed move.  A partition starts Fetching (truncation on fetch and a known epoch) or
+# Truncating; a new leader or epoch replaces its state outright (add_partition).
+TRANSITIONS = {
+    (TRUNCATING, FETCHING): "the truncation point is final (KIP-279), or fetching finishes it (KIP-320)",
+    (TRUNCATING, TRUNCATING): "KIP-279: the leader's answer names an epoch this log ends differently; "
+                              "truncate to that end and ask again with the new latest epoch",
+    (FETCHING, FETCHING): "a DivergingEpoch: truncate and go on fetching (KIP-320)",
+    (FETCHING, RESETTING): "OFFSET_OUT_OF_RANGE: ask the leader's end, then its start",
+    (RESETTING, FETCHING): "the leader's end (below ours: truncate) or start (above ours: restart there)",
+}
+
+
+def _move(fs: "PartitionFetchState", to: FetchState) -> None:
+    if (fs.state, to) not in TRANSITIONS:
+        raise AssertionError(f"fetcher: {fs.topic}-{fs.partition} cannot go from {fs.state} to {to}")
+    fs.state = to
 
 
 @dataclass
@@ -47,7 +75,7 @@ class PartitionFetchState:
     leader_id: int
     current_leader_epoch: int
     fetch_offset: int
-    state: str
+    state: FetchState
     last_fetched_epoch: int = NO_EPOCH
     backoff_until_ms: int = 0
     failed: bool = False
@@ -212,7 +240,7 @@ class ReplicaFetcher:
             self.truncations.append((fs.topic, fs.partition, offset))
         p.log.truncate_to(offset)
         fs.fetch_offset = offset
-        fs.state = FETCHING if final or self.truncate_on_fetch else TRUNCATING
+        _move(fs, FETCHING if final or self.truncate_on_fetch else TRUNCATING)
         latest = p.log.latest_epoch
         fs.last_fetched_epoch = NO_EPOCH if latest is None else latest
 
@@ -265,7 +293,8 @@ class ReplicaFetcher:
             if result.log_start_offset > log.log_start_offset:
                 log.increment_log_start_offset(min(result.log_start_offset, log.high_watermark))
         elif code == Errors.OFFSET_OUT_OF_RANGE:
-            fs.state, fs.reset_step = RESETTING, LATEST_TIMESTAMP
+            _move(fs, RESETTING)
+            fs.reset_step = LATEST_TIMESTAMP
         elif code == Errors.FENCED_LEADER_EPOCH:
             self._fenced(fs, item.current_leader_epoch)
         else:
@@ -293,6 +322,7 @@ class ReplicaFetcher:
             self.truncations.append((fs.topic, fs.partition, response.offset))
             log.truncate_fully_and_start_at(response.offset)
         fs.fetch_offset = max(response.offset, log.log_end_offset)
-        fs.state, fs.reset_step = FETCHING, LATEST_TIMESTAMP
+        _move(fs, FETCHING)
+        fs.reset_step = LATEST_TIMESTAMP
         latest = log.latest_epoch
         fs.last_fetched_epoch = NO_EPOCH if latest is None else latest
