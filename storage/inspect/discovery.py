@@ -120,6 +120,19 @@ def read_epoch_checkpoint(partition_dir: str) -> tuple[list[tuple[int, int]] | N
         return None, f"cannot read it: {exc.strerror or exc}"
 
 
+def broker_id(log_dir: str) -> int | None:
+    """The broker.id (ZooKeeper mode) or node.id (KRaft) in a Kafka log dir's meta.properties."""
+    try:
+        with open(os.path.join(log_dir, "meta.properties"), encoding="utf-8") as f:
+            for line in f:
+                key, _, value = line.strip().partition("=")
+                if key in ("broker.id", "node.id"):
+                    return int(value)
+    except (OSError, ValueError):
+        pass
+    return None
+
+
 def log_dir_offsets(log_dir: str) -> tuple[dict, str | None, list[Issue]]:
     """({(topic, partition): {"log_start_offset", "high_watermark", "recovery_point"}}, source,
     warnings) from our `storage.mdb` (read-only, no lock file) or Kafka's checkpoint files."""

@@ -46,25 +46,13 @@ _STRUCTURAL = analysis.STRUCTURAL
 
 # ---- the driver's small files -----------------------------------------------------------------
 
-def _broker_id(log_dir: str) -> int | None:
-    try:
-        with open(os.path.join(log_dir, "meta.properties"), encoding="utf-8") as f:
-            for line in f:
-                key, _, value = line.strip().partition("=")
-                if key in ("broker.id", "node.id"):
-                    return int(value)
-    except (OSError, ValueError):
-        pass
-    return None
-
-
 def log_dir_metadata(log_dir: str) -> dict:
     """High watermarks and log start offsets of one log dir (driver only), read as the command
     line reads them (storage.inspect.discovery.log_dir_offsets)."""
     offsets, source, warnings = discovery.log_dir_offsets(log_dir)
     if source == "kafka checkpoints":
         source = checkpoint.HIGH_WATERMARK_FILE if any("high_watermark" in o for o in offsets.values()) else None
-    return {"broker_id": _broker_id(log_dir),
+    return {"broker_id": discovery.broker_id(log_dir),
             "high_watermarks": {k: o["high_watermark"] for k, o in offsets.items() if "high_watermark" in o},
             "log_start_offsets": {k: o["log_start_offset"] for k, o in offsets.items() if "log_start_offset" in o},
             "source": source, "error": "; ".join(w.line() for w in warnings) or None}
