@@ -7,8 +7,9 @@ stale build) on import.
 from . import errors
 from ._native import NativeBuildError
 from ._version import __version__
+from .config import LogConfig
 from .epoch import EpochEntry, LeaderEpochCache
-from .log import AppendInfo, LogConfig, PartitionLog, TimestampAndOffset
+from .log import AppendInfo, PartitionLog, TimestampAndOffset
 from .logdir import LogDir
 from .records import Record, RecordBatch, build_batch, iter_batches
 

@@ -19,7 +19,6 @@ may only move up to the high watermark.
 from __future__ import annotations
 
 import bisect
-import dataclasses
 import os
 import threading
 import time
@@ -28,7 +27,8 @@ from typing import NamedTuple
 from . import errors, guards, validator
 from . import io as _io
 from ._native import ffi, lib
-from .epoch import CHECKPOINT_FILE, FLUSH_MODES, LeaderEpochCache
+from .config import LogConfig
+from .epoch import CHECKPOINT_FILE, LeaderEpochCache
 from .failure import LogDirFailureChannel, guarded
 from .loader import Loader, repair_epoch_cache
 from .records import _build, describe_error, error_class, iter_batches
@@ -42,33 +42,6 @@ _INT32_MAX = 2**31 - 1
 
 def _now_ms() -> int:
     return time.time_ns() // 1_000_000
-
-
-@dataclasses.dataclass(frozen=True)
-class LogConfig:
-    """Per-log settings, named after Kafka's topic configs (segment.bytes -> segment_bytes)."""
-
-    segment_bytes: int = 1 << 30
-    index_interval_bytes: int = 4096
-    segment_index_bytes: int = 10 << 20
-    max_message_bytes: int = 1048588
-    segment_ms: int = 7 * 24 * 3600 * 1000
-    fsync: bool = True
-    epoch_flush: str = "sync"
-
-    def __post_init__(self):
-        if self.segment_bytes < 14:
-            raise ValueError("segment_bytes must be at least 14 (Kafka's minimum)")
-        if self.segment_bytes > _INT32_MAX:
-            raise ValueError("segment_bytes must fit in an int32: a segment file never exceeds 2 GiB")
-        if self.index_interval_bytes < 0:
-            raise ValueError("index_interval_bytes must be >= 0")
-        if self.segment_index_bytes < 8:
-            raise ValueError("segment_index_bytes must hold at least one offset index entry (8 bytes)")
-        if self.max_message_bytes < 0:
-            raise ValueError("max_message_bytes must be >= 0")
-        if self.epoch_flush not in FLUSH_MODES:
-            raise ValueError(f"epoch_flush must be one of {FLUSH_MODES}")
 
 
 class AppendInfo(NamedTuple):

@@ -37,8 +37,9 @@ import uuid
 
 from . import checkpoint, errors, guards
 from . import io as _io
+from .config import LogConfig
 from .failure import LogDirFailureChannel, guarded
-from .log import LogConfig, PartitionLog
+from .log import PartitionLog
 from .meta import FILE_NAME as META_FILE
 from .meta import MetaStore, PartitionOffsets
 

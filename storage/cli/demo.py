@@ -32,7 +32,7 @@ class _DemoStory:
     """The cluster story, step by step; every number it prints is read from the cluster."""
 
     def __init__(self, root: str):
-        from ..log import LogConfig
+        from ..config import LogConfig
         from ..sim.cluster import Cluster
 
         self.root = root

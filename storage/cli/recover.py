@@ -66,7 +66,8 @@ def _recover_partition(log_dir: str, topic: str, partition: int, path: str, meta
     """Kafka's unclean recovery of one partition (storage/loader.py decides per segment): from
     the recovery point the metadata records, refusing damage below it; with `force`, from
     offset 0, cutting at the first invalid batch wherever it is."""
-    from ..log import LogConfig, PartitionLog
+    from ..config import LogConfig
+    from ..log import PartitionLog
 
     before = scan_partition(log_dir, topic, partition, path, offsets={(topic, partition): meta}, check_indexes=False)
     sizes_before = {s.base_offset: s.size for s in before.segments}

@@ -19,8 +19,8 @@ import shutil
 from typing import Callable
 
 from .. import errors
+from ..config import LogConfig
 from ..errors import Errors
-from ..log import LogConfig
 from ..logdir import LogDir
 from ..records import build_batch
 from ..replication import messages as m

@@ -22,7 +22,7 @@ from dataclasses import dataclass, field
 
 from .. import errors
 from .. import io as sio
-from ..log import LogConfig
+from ..config import LogConfig
 from ..logdir import CLEAN_SHUTDOWN_FILE, LogDir
 from ..records import iter_batches
 from . import invariants

@@ -5,7 +5,7 @@ stories with it; tests/test_kip_scenarios.py checks them)."""
 import os
 import shutil
 
-from ..log import LogConfig
+from ..config import LogConfig
 from ..logdir import LogDir
 from ..records import build_batch
 from ..replication import messages as m

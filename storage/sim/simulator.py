@@ -28,8 +28,8 @@ from dataclasses import dataclass, field
 
 from .. import guards
 from .. import io as sio
+from ..config import LogConfig
 from ..errors import Errors, LogDirOfflineError, StorageError, StorageIOError
-from ..log import LogConfig
 from ..records import Record, build_batch, iter_batches
 from ..replication import messages as m
 from . import invariants

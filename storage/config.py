@@ -1,0 +1,36 @@
+"""`LogConfig`: per-log settings, named after Kafka's topic configs in snake case
+(segment.bytes -> segment_bytes), with Kafka's defaults."""
+from __future__ import annotations
+
+import dataclasses
+
+from .epoch import FLUSH_MODES
+
+_INT32_MAX = 2**31 - 1
+
+
+@dataclasses.dataclass(frozen=True)
+class LogConfig:
+    """Per-log settings, named after Kafka's topic configs (segment.bytes -> segment_bytes)."""
+
+    segment_bytes: int = 1 << 30
+    index_interval_bytes: int = 4096
+    segment_index_bytes: int = 10 << 20
+    max_message_bytes: int = 1048588
+    segment_ms: int = 7 * 24 * 3600 * 1000
+    fsync: bool = True
+    epoch_flush: str = "sync"
+
+    def __post_init__(self):
+        if self.segment_bytes < 14:
+            raise ValueError("segment_bytes must be at least 14 (Kafka's minimum)")
+        if self.segment_bytes > _INT32_MAX:
+            raise ValueError("segment_bytes must fit in an int32: a segment file never exceeds 2 GiB")
+        if self.index_interval_bytes < 0:
+            raise ValueError("index_interval_bytes must be >= 0")
+        if self.segment_index_bytes < 8:
+            raise ValueError("segment_index_bytes must hold at least one offset index entry (8 bytes)")
+        if self.max_message_bytes < 0:
+            raise ValueError("max_message_bytes must be >= 0")
+        if self.epoch_flush not in FLUSH_MODES:
+            raise ValueError(f"epoch_flush must be one of {FLUSH_MODES}")
