@@ -164,6 +164,7 @@ static int validate(uint8_t *buf, size_t length, plog_validate *v, int check_crc
     v->size_bytes = (int64_t)length;
     v->sole_epoch = PLOG_EPOCH_MIXED;
     v->epoch_count = 0;
+    v->producer_batch_count = 0;
     v->error_position = v->error_offset = -1;
     if (length == 0) return PLOG_EEMPTY;
     while (pos < length) {
@@ -208,6 +209,7 @@ static int validate(uint8_t *buf, size_t length, plog_validate *v, int check_crc
         next = info.last_offset + 1;
         v->batch_count++;
         v->record_count += info.record_count;
+        if (info.producer_id >= 0) v->producer_batch_count++;
         pos += (size_t)info.size_bytes;
     }
     v->last_offset = previous_last;

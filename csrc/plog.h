@@ -241,6 +241,8 @@ typedef struct plog_validate {
     int64_t epoch_offsets[64];      /* out: base offset of the batch where it changed */
     int64_t error_position;         /* out */
     int64_t error_offset;           /* out */
+    int64_t producer_batch_count;   /* out: batches with a producer id (idempotent, transactional,
+                                       control): the log updates its producer state only then */
 } plog_validate;
 
 int plog_validate_chunk(uint8_t *buf, size_t length, plog_validate *v);

@@ -20,6 +20,12 @@ class LogConfig:
     segment_ms: int = 7 * 24 * 3600 * 1000
     fsync: bool = True
     epoch_flush: str = "sync"
+    # Retention (PartitionLog.delete_old_segments) and producer state (storage/producer.py).
+    cleanup_policy: str = "delete"              # "delete", "compact" or "compact,delete"
+    retention_ms: int = 7 * 24 * 3600 * 1000    # -1: unlimited
+    retention_bytes: int = -1                   # -1: unlimited
+    file_delete_delay_ms: int = 60_000
+    producer_id_expiration_ms: int = 86_400_000
 
     def __post_init__(self):
         if self.segment_bytes < 14:
@@ -34,3 +40,17 @@ class LogConfig:
             raise ValueError("max_message_bytes must be >= 0")
         if self.epoch_flush not in FLUSH_MODES:
             raise ValueError(f"epoch_flush must be one of {FLUSH_MODES}")
+        if set(self.cleanup_policy.replace(" ", "").split(",")) - {"delete", "compact"} or not self.cleanup_policy:
+            raise ValueError(f"cleanup_policy must be 'delete', 'compact' or 'compact,delete', "
+                             f"not {self.cleanup_policy!r}")
+        for name in ("retention_ms", "retention_bytes"):
+            if getattr(self, name) < -1:
+                raise ValueError(f"{name} must be >= -1 (-1: unlimited)")
+        for name in ("file_delete_delay_ms", "producer_id_expiration_ms"):
+            if getattr(self, name) < 0:
+                raise ValueError(f"{name} must be >= 0")
+
+    @property
+    def deletes(self) -> bool:
+        """Whether retention deletes segments ("delete" in cleanup_policy)."""
+        return "delete" in self.cleanup_policy.replace(" ", "").split(",")

@@ -35,6 +35,14 @@ class Errors(IntEnum):
     NOT_CONTROLLER = 41
     INVALID_REQUEST = 42
     UNSUPPORTED_COMPRESSION_TYPE = 76
+    OUT_OF_ORDER_SEQUENCE_NUMBER = 45
+    DUPLICATE_SEQUENCE_NUMBER = 46
+    INVALID_PRODUCER_EPOCH = 47
+    INVALID_TXN_STATE = 48
+    INVALID_PRODUCER_ID_MAPPING = 49
+    TRANSACTION_COORDINATOR_FENCED = 52
+    UNKNOWN_PRODUCER_ID = 59
+    PRODUCER_FENCED = 90
     OPERATION_NOT_ATTEMPTED = 55
     KAFKA_STORAGE_ERROR = 56
     FENCED_LEADER_EPOCH = 74
@@ -195,3 +203,40 @@ class LogDirOfflineError(StorageIOError):
         errno = getattr(first_failure, "errno", None)
         StorageIOError.__init__(self, f"log dir is offline since {operation or 'an I/O failure'} failed: "
                                       f"{first_failure}", errno=errno, file=log_dir)
+
+
+# ---- idempotent and transactional producers (storage/producer.py) ----
+
+class ProducerStateError(StorageError, ValueError):
+    """A producer's batch breaks the rules of its producer state (Kafka's ProducerAppendInfo);
+    nothing was written."""
+
+
+class OutOfOrderSequenceError(ProducerStateError):
+    """The batch's first sequence does not follow the producer's last one (or a new producer
+    epoch does not start at 0)."""
+
+    error_code = Errors.OUT_OF_ORDER_SEQUENCE_NUMBER
+
+
+class InvalidProducerEpochError(ProducerStateError):
+    """The batch's producer epoch is older than the producer's current one (a zombie)."""
+
+    error_code = Errors.INVALID_PRODUCER_EPOCH
+
+
+class InvalidTxnStateError(ProducerStateError):
+    """A non-transactional batch from a producer with an open transaction."""
+
+    error_code = Errors.INVALID_TXN_STATE
+
+
+class TransactionCoordinatorFencedError(ProducerStateError):
+    """A transaction marker from a coordinator epoch older than the last one seen."""
+
+    error_code = Errors.TRANSACTION_COORDINATOR_FENCED
+
+
+class CorruptSnapshotError(CorruptRecordError):
+    """A producer-state snapshot fails its version, size or CRC check (it is deleted and the
+    state rebuilt from an older snapshot or the log, as Kafka does)."""

@@ -26,6 +26,7 @@ from typing import NamedTuple
 
 from . import errors, guards, validator
 from . import io as _io
+from . import producer as _producer
 from ._native import ffi, lib
 from .config import LogConfig
 from .epoch import CHECKPOINT_FILE, LeaderEpochCache
@@ -52,6 +53,7 @@ class AppendInfo(NamedTuple):
     batch_count: int
     record_count: int
     size_bytes: int
+    duplicate: bool = False     # a retried idempotent batch: its first offsets, nothing written
 
 
 class TimestampAndOffset(NamedTuple):
@@ -77,6 +79,7 @@ _bisect_right = bisect.bisect_right
 # AppendInfo from the seven int64 fields plog_validate leads with (plog.h): what
 # NamedTuple._make does, without its length check (the C layout fixes the length).
 _new_append_info = tuple.__new__
+_C_APPEND_FIELDS = 7
 
 
 class _AppendState:
@@ -91,7 +94,7 @@ class _AppendState:
         self.v.max_batch_bytes = max_batch_bytes
         self.v.segment_bytes = config.segment_bytes
         self.v.segment_ms = config.segment_ms
-        self.out = memoryview(ffi.buffer(self.v)).cast("B")[:len(AppendInfo._fields) * 8].cast("q")
+        self.out = memoryview(ffi.buffer(self.v)).cast("B")[:_C_APPEND_FIELDS * 8].cast("q")
 
 
 class PartitionLog:
@@ -125,6 +128,8 @@ class PartitionLog:
         try:
             seam = _io.current()
             seam.mkdir(self.path)
+            self.producer_state = _producer.ProducerStateManager(
+                self.path, self.config.producer_id_expiration_ms, sync=self.config.fsync)
             self.epoch_cache = LeaderEpochCache(os.path.join(self.path, CHECKPOINT_FILE), fsync=self.config.fsync,
                                                 epoch_flush=self.config.epoch_flush)
             self._load(seam, recovery_point or 0, log_start_offset, clean_shutdown, recover_mode)
@@ -133,6 +138,7 @@ class PartitionLog:
             if self.segments[-1].attach_indexes():
                 self._dir_dirty = True
             repair_epoch_cache(self)
+            _producer.remove_stray_and_rebuild(self.producer_state, self, _now_ms())
             if high_watermark is not None:
                 self.update_high_watermark(high_watermark)
         except BaseException as exc:
@@ -279,25 +285,37 @@ class PartitionLog:
         state = self._leader_append[origin]
         with self._lock:
             self._ensure_open()
-            try:
-                if not prebuilt:
-                    # Our own builder's batch: its records and max timestamp are right.
-                    state.v.flags |= lib.PLOG_VALIDATE_RECHECKED
-                with ffi.from_buffer(buf) as pointer:
-                    return self._append(state, pointer, len(buf), leader_epoch)
-            except _Recheck:
-                pass
-            finally:
-                state.v.flags &= ~lib.PLOG_VALIDATE_RECHECKED
-            # A compressed batch, or a max timestamp to set from the records: nothing was
-            # written; the validator checks (and may rewrite) the chunk, then C appends it.
-            validator.recheck(buf, file=f"{self.path} (appended data)")
-            state.v.flags |= lib.PLOG_VALIDATE_RECHECKED
-            try:
-                with ffi.from_buffer(buf) as pointer:
-                    return self._append(state, pointer, len(buf), leader_epoch)
-            finally:
-                state.v.flags &= ~lib.PLOG_VALIDATE_RECHECKED
+            plan = _producer.plan_leader_chunk(self.producer_state, buf, self.log_end_offset, origin,
+                                               self.config.max_message_bytes) if prebuilt else None
+            if plan is not None and plan.duplicate is not None:
+                d = plan.duplicate      # Kafka answers a retried batch with its first offsets
+                return AppendInfo(d.first_offset, d.last_offset, d.timestamp, d.last_offset, 0, 0, 0, True)
+            info = self._leader_write(state, buf, leader_epoch, prebuilt)
+            if plan is not None:
+                _producer.commit_append(self.producer_state, plan)
+            return info
+
+    def _leader_write(self, state: "_AppendState", buf, leader_epoch: int, prebuilt: bool) -> AppendInfo:
+        """Write a leader's chunk: one C call, or the validator's recheck first (storage/validator.py)."""
+        try:
+            if not prebuilt:
+                # Our own builder's batch: its records and max timestamp are right.
+                state.v.flags |= lib.PLOG_VALIDATE_RECHECKED
+            with ffi.from_buffer(buf) as pointer:
+                return self._append(state, pointer, len(buf), leader_epoch)
+        except _Recheck:
+            pass
+        finally:
+            state.v.flags &= ~lib.PLOG_VALIDATE_RECHECKED
+        # A compressed batch, or a max timestamp to set from the records: nothing was
+        # written; the validator checks (and may rewrite) the chunk, then C appends it.
+        validator.recheck(buf, file=f"{self.path} (appended data)")
+        state.v.flags |= lib.PLOG_VALIDATE_RECHECKED
+        try:
+            with ffi.from_buffer(buf) as pointer:
+                return self._append(state, pointer, len(buf), leader_epoch)
+        finally:
+            state.v.flags &= ~lib.PLOG_VALIDATE_RECHECKED
 
     @guarded
     def append_as_follower(self, batches) -> AppendInfo:
@@ -317,7 +335,10 @@ class PartitionLog:
                     # bytes): the whole batches before it are appended, AppendInfo.size_bytes
                     # says how many bytes were taken.
                     length = whole
-                return self._append(self._follower_append, pointer, length, -1)
+                info = self._append(self._follower_append, pointer, length, -1)
+                if self._follower_append.v.producer_batch_count:
+                    _producer.apply_replicated(self.producer_state, ffi.buffer(pointer, info.size_bytes))
+                return info
 
     @staticmethod
     def _ends_in_partial_batch(pointer, length: int, whole: int) -> bool:
@@ -350,7 +371,9 @@ class PartitionLog:
         rc = self.segments[-1].append_chunk(pointer, length, self.log_end_offset, leader_epoch, v)
         if rc:
             self._append_uncommon(rc, v, pointer, length, leader_epoch)
-        info = _new_append_info(AppendInfo, state.out.tolist())
+        out = state.out.tolist()
+        out.append(False)
+        info = _new_append_info(AppendInfo, out)
         self.log_end_offset = info[1] + 1
         epoch = v.sole_epoch
         if epoch == _EPOCH_MIXED or (epoch >= 0 and epoch != self.epoch_cache.latest_epoch):
@@ -426,6 +449,9 @@ class PartitionLog:
         # deferred epoch file goes first: no segment is durable before the epochs it starts.
         self.epoch_cache.flush()
         old.flush()
+        # Kafka's roll: a producer-state snapshot at the new base (the state of every batch below).
+        self.producer_state.update_map_end_offset(base_offset)
+        self.producer_state.take_snapshot()
         segment = self._new_segment(base_offset)
         self._flush_dir()
         self.recovery_point = max(self.recovery_point, base_offset)
@@ -619,6 +645,7 @@ class PartitionLog:
                 self._store_lowered_recovery_point()
             self.log_start_offset = min(self.log_start_offset, offset)
             self._after_truncate(offset)
+            _producer.rebuild(self.producer_state, self, _now_ms())
             return True
 
     def _after_truncate(self, offset: int) -> None:
@@ -633,6 +660,7 @@ class PartitionLog:
         self._flush_dir()           # the old segments must not come back after a crash
         self._flush_dir()
         self.epoch_cache.clear_and_flush()
+        self.producer_state.truncate_fully_and_start_at(offset)
         lowered = offset < self.recovery_point
         self.log_start_offset = self.log_end_offset = self.recovery_point = offset
         if guards.on("M26"):
@@ -715,6 +743,8 @@ class PartitionLog:
                     if self.segments[-1].seal():
                         self._dir_dirty = True
                     self.flush()
+                    self.producer_state.update_map_end_offset(self.log_end_offset)
+                    self.producer_state.take_snapshot()     # what the next open loads
                 except OSError as exc:   # also the LogDirOfflineError of flush: the first failure stays
                     self.failure_channel.fail(exc, "close")
                 except errors.StorageError:

@@ -137,7 +137,7 @@ def test_errors_are_those_of_validate_chunk(tmp_path):
         rc = lib.plog_validate_chunk(ffi.from_buffer(buf), len(buf), v)
         assert (v.error_position, v.error_offset) == (position, offset) and rc != 0
     # Kafka's UnifiedLog.append returns early for an empty record set: a no-op, not an error.
-    assert log.append_as_follower(b"") == (-1, -1, -1, -1, 0, 0, 0)
+    assert log.append_as_follower(b"") == (-1, -1, -1, -1, 0, 0, 0, False)
     assert log.append_as_leader(b"", 3).batch_count == 0 and log.append_as_leader([], 3).batch_count == 0
     assert (log.size_bytes, log.log_end_offset, log.epoch_cache.entries) == (0, 0, [])
     # A fetch response may end inside a batch: the whole batches before it are appended.

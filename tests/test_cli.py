@@ -344,8 +344,11 @@ def test_recover_deletes_the_segments_after_the_cut(tmp_path, capsys):
     statuses = [(s["base_offset"], s["status"]) for s in doc["partitions"][0]["segments"]]
     assert statuses == [(bases[0], "ok"), (bases[1], "truncated")] + [(b, "deleted") for b in bases[2:]]
     assert doc["segments_deleted"] == len(bases) - 2 and doc["partitions"][0]["log_end_offset"] == offset
+    # the producer-state snapshot the roll wrote at the kept segment's base stays (the close
+    # writes one at the new log end); those above the cut went
     assert sorted(os.listdir(tmp_path / "logs" / "t-0")) == sorted(
-        [f"{b:020d}{ext}" for b in bases[:2] for ext in (".index", ".log", ".timeindex")] + ["leader-epoch-checkpoint"])
+        [f"{b:020d}{ext}" for b in bases[:2] for ext in (".index", ".log", ".timeindex")] +
+        [f"{bases[1]:020d}.snapshot", f"{offset:020d}.snapshot", "leader-epoch-checkpoint"])
 
 
 def test_recover_real_kafka_log_dir_needs_no_marker(tmp_path, capsys):
@@ -368,7 +371,7 @@ def test_recover_flipped_byte_in_real_kafka_segment(tmp_path, capsys):
     (p,) = doc["partitions"]
     assert (p["log_end_offset_before"], p["log_end_offset"]) == (2273, offset)
     assert p["segments"][0]["position"] == position and p["segments"][0]["batches_removed"] == 2273 - 1000
-    assert any("snapshot beyond the new log end offset" in note for note in p["notes"])
+    assert any("snapshot beyond the new log end offset" in note and "deleted" in note for note in p["notes"])
     assert run(capsys, "verify", path)[0] == 0
 
 
@@ -575,3 +578,22 @@ def test_local_comparison_gives_the_audits_verdicts_on_a_faulted_fleet(tmp_path)
         assert verdict == p["expected_verdict"], (p, verdict)
         if p["injected"] in ("hidden", "missing", "tail"):
             assert first == p["expected_first_divergent_offset"], (p, first)
+
+
+def test_dump_log_of_a_producer_snapshot_the_log_wrote(tmp_path, capsys):
+    """kafka-dump-log's snapshot lines (DumpLogSegments.dumpProducerIdSnapshot), read with the
+    engine's own snapshot reader (storage.producer.decode_snapshot)."""
+    from storage import build_batch
+
+    with PartitionLog.open(tmp_path / "t-0", LogConfig(fsync=False)) as log:
+        log.append_as_leader(build_batch([b"a", b"b", b"c"], producer_id=42, producer_epoch=3, base_sequence=0), 0)
+        end = log.log_end_offset
+    path = tmp_path / "t-0" / f"{end:020d}.snapshot"
+    code, out, _ = run(capsys, "dump-log", "--files", path)
+    assert code == 0
+    assert re.search(r"^producerId: 42 producerEpoch: 3 coordinatorEpoch: -1 currentTxnFirstOffset: -1 "
+                     r"lastTimestamp: \d+ firstSequence: 0 lastSequence: 2 lastOffset: 2 offsetDelta: 2 "
+                     r"timestamp: \d+$", out, re.M), out
+    path.write_bytes(path.read_bytes()[:-3])
+    code, out, err = run(capsys, "dump-log", "--files", path)
+    assert code != 0 and str(path) in out + err

@@ -59,7 +59,7 @@ def test_deleting_or_suspending_a_lazy_segment_creates_nothing(tmp_path):
     assert sorted(n for n in os.listdir(log.path) if n.startswith("0")) == [f"{100:020d}.log"]
     log.close()
     assert sorted(n for n in os.listdir(log.path) if n.startswith("0")) == [
-        f"{100:020d}.index", f"{100:020d}.log", f"{100:020d}.timeindex"]
+        f"{100:020d}.index", f"{100:020d}.log", f"{100:020d}.snapshot", f"{100:020d}.timeindex"]
 
 
 def test_index_files_created_by_a_flush_survive_a_crash(tmp_path):

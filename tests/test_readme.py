@@ -21,7 +21,7 @@ def test_readme_has_examples():
 
 
 def test_api_tour_runs(tmp_path, capsys):
-    tour = block("PartitionLog.open").replace('"/data/', f'"{tmp_path}/')
+    tour = block("# Leader side: offsets are assigned").replace('"/data/', f'"{tmp_path}/')
     namespace = {}
     exec(compile(tour, "README.md", "exec"), namespace)
     assert namespace["info"].first_offset == 0 and namespace["info"].last_offset == 2
@@ -91,3 +91,10 @@ def test_every_link_inside_the_readme_names_a_heading():
     links = re.findall(r"\]\(#([^)]+)\)", prose)
     assert links and not [a for a in links if a not in headings]
     assert re.search(r"^## Guide: ", prose, re.M).start() < re.search(r"^## Reference$", prose, re.M).start()
+
+
+def test_idempotent_producer_example_runs(tmp_path, capsys):
+    namespace = {}
+    exec(compile(block("retry.duplicate").replace('"/data/', f'"{tmp_path}/'), "README.md", "exec"), namespace)
+    out = capsys.readouterr().out
+    assert "sequence 5 does not follow the last sequence 1" in out and out.strip().endswith("1 1")

@@ -72,6 +72,7 @@ def _recover_partition(log_dir: str, topic: str, partition: int, path: str, meta
     before = scan_partition(log_dir, topic, partition, path, offsets={(topic, partition): meta}, check_indexes=False)
     sizes_before = {s.base_offset: s.size for s in before.segments}
     checkpoint_before = before.checkpoint
+    snapshots_before = sorted(n for n in os.listdir(path) if segment_base(n, SNAPSHOT_SUFFIX) is not None)
     start = meta.get("log_start_offset", -1)
     recovery_point = 0 if force else max(meta.get("recovery_point", 0), 0)
     # Offline, the whole partition is read anyway: "scan" makes the loader read every segment it
@@ -95,11 +96,11 @@ def _recover_partition(log_dir: str, topic: str, partition: int, path: str, meta
         log.close()
     progress.update(sum(sizes_before.values()))
     segments, truncated_total, deleted = _segment_changes(before, sizes_before, _segment_sizes(path), report, path)
-    for name in sorted(os.listdir(path)):
+    for name in snapshots_before:
         base = segment_base(name, SNAPSHOT_SUFFIX)
-        if base is not None and base > leo:
-            notes.append(f"{name}: producer-state snapshot beyond the new log end offset {leo} "
-                         "(Kafka deletes it on load)")
+        if base > leo and not os.path.exists(os.path.join(path, name)):
+            notes.append(f"{name}: producer-state snapshot beyond the new log end offset {leo}, deleted "
+                         "(as Kafka's load deletes it)")
     after_epochs, _ = read_epoch_checkpoint(path)
     return {"topic": topic, "partition": partition, "path": path,
             "log_end_offset_before": before.log_end_offset, "log_end_offset": leo, "log_start_offset": log_start,

@@ -459,29 +459,18 @@ class _Dump:
 
     # ---- producer-state snapshot (Kafka's ProducerStateManager format, version 1)
     def dump_snapshot(self, name: str, doc: dict | None) -> None:
-        with open(name, "rb") as f:
-            data = f.read()
-        if len(data) < 10:
-            raise errors.CorruptRecordError(f"producer snapshot of {len(data)} bytes is too short", file=name)
-        version, crc, count = struct.unpack_from(">hIi", data, 0)
-        from .._native import ffi, lib
+        from ..producer import SNAPSHOT_VERSION, decode_snapshot
 
-        computed = lib.plog_crc32c(0, ffi.from_buffer(data[6:]), len(data) - 6)
-        if computed != crc:
-            raise errors.CorruptRecordError(f"producer snapshot CRC mismatch (stored 0x{crc:08x}, "
-                                            f"computed 0x{computed:08x})", file=name, position=2)
-        entry = struct.Struct(">qhiqiqiq")
-        producers = []
-        for i in range(count):
-            pos = 10 + i * entry.size
-            if pos + entry.size > len(data):
-                raise errors.CorruptRecordError(f"producer snapshot entry {i} is cut short", file=name, position=pos)
-            pid, epoch, last_seq, last_offset, delta, timestamp, coordinator_epoch, txn_first = \
-                entry.unpack_from(data, pos)
-            producers.append({"producer_id": pid, "producer_epoch": epoch, "coordinator_epoch": coordinator_epoch,
-                              "current_txn_first_offset": txn_first, "last_timestamp": timestamp,
-                              "first_sequence": last_seq - delta, "last_sequence": last_seq,
-                              "last_offset": last_offset, "offset_delta": delta, "timestamp": timestamp})
+        with open(name, "rb") as f:
+            entries = decode_snapshot(f.read(), file=name)      # the engine's one reader
+        version = SNAPSHOT_VERSION
+        producers = [{"producer_id": e.producer_id, "producer_epoch": e.producer_epoch,
+                      "coordinator_epoch": e.coordinator_epoch,
+                      "current_txn_first_offset": -1 if e.current_txn_first_offset is None
+                      else e.current_txn_first_offset,
+                      "last_timestamp": e.last_timestamp, "first_sequence": e.first_sequence,
+                      "last_sequence": e.last_sequence, "last_offset": e.last_offset,
+                      "offset_delta": e.last_offset_delta, "timestamp": e.last_timestamp} for e in entries]
         if doc is not None:
             doc.update(kind="snapshot", version=version, producers=producers)
             return
