@@ -9,8 +9,9 @@ from ._native import NativeBuildError
 from ._version import __version__
 from .config import LogConfig
 from .epoch import EpochEntry, LeaderEpochCache
-from .log import AppendInfo, PartitionLog, TimestampAndOffset
+from .log import AppendInfo, PartitionLog
 from .logdir import LogDir
+from .reads import TimestampAndOffset
 from .records import Record, RecordBatch, build_batch, iter_batches
 
 __all__ = [

@@ -63,10 +63,11 @@ from .segment import (
     Segment,
     segment_base,
 )
+from .txnindex import TXN_INDEX_SUFFIX
 
 RECOVER_MODES = ("strict", "scan", "force")
 _LEFTOVER_SUFFIXES = (DELETED_SUFFIX, ".cleaned", ".swap")
-_INDEX_SUFFIXES = (INDEX_SUFFIX, TIME_INDEX_SUFFIX, ".txnindex")
+_INDEX_SUFFIXES = (INDEX_SUFFIX, TIME_INDEX_SUFFIX, TXN_INDEX_SUFFIX)
 
 
 class Action(enum.Enum):

@@ -18,7 +18,6 @@ may only move up to the high watermark.
 """
 from __future__ import annotations
 
-import bisect
 import os
 import threading
 import time
@@ -32,12 +31,10 @@ from .config import LogConfig
 from .epoch import CHECKPOINT_FILE, LeaderEpochCache
 from .failure import LogDirFailureChannel, guarded
 from .loader import Loader, repair_epoch_cache
+from .reads import LogReads
 from .records import _build, describe_error, error_class, iter_batches
 from .segment import INDEX_SUFFIX, LOG_SUFFIX, TIME_INDEX_SUFFIX, Segment
 
-EARLIEST_TIMESTAMP = -2
-LATEST_TIMESTAMP = -1
-MAX_TIMESTAMP = -3
 _INT32_MAX = 2**31 - 1
 
 
@@ -56,12 +53,6 @@ class AppendInfo(NamedTuple):
     duplicate: bool = False     # a retried idempotent batch: its first offsets, nothing written
 
 
-class TimestampAndOffset(NamedTuple):
-    timestamp: int
-    offset: int
-    leader_epoch: int | None
-
-
 # The chunk refusals that name their failing batch (the classes come from records.error_class).
 _REFUSALS = frozenset((lib.PLOG_ECRC, lib.PLOG_ECORRUPT, lib.PLOG_EMAGIC, lib.PLOG_EPARTIAL, lib.PLOG_EEMPTY,
                        lib.PLOG_ETOOLARGE, lib.PLOG_EORDER, lib.PLOG_EAPPENDOFFSET))
@@ -75,7 +66,6 @@ class _Recheck(Exception):
 
 
 _EPOCH_MIXED = lib.PLOG_EPOCH_MIXED
-_bisect_right = bisect.bisect_right
 # AppendInfo from the seven int64 fields plog_validate leads with (plog.h): what
 # NamedTuple._make does, without its length check (the C layout fixes the length).
 _new_append_info = tuple.__new__
@@ -97,7 +87,7 @@ class _AppendState:
         self.out = memoryview(ffi.buffer(self.v)).cast("B")[:_C_APPEND_FIELDS * 8].cast("q")
 
 
-class PartitionLog:
+class PartitionLog(LogReads):
     """A partition directory of segments.  Use `PartitionLog.open(path, config)`."""
 
     def __init__(self, path, config: LogConfig | None = None, *, recovery_point: int | None = None,
@@ -464,110 +454,6 @@ class PartitionLog:
         with self._lock:
             self._ensure_open()
             return self._roll_to(self.log_end_offset)
-
-    # ---- reads ----
-    def _segment_index(self, offset: int) -> int:
-        return bisect.bisect_right(self._bases, offset) - 1
-
-    @guarded
-    def read(self, offset: int, max_bytes: int, *, max_offset: int | None = None) -> memoryview:
-        """Whole batches, zero-copy, the first one holding `offset`; at least that batch even
-        when it is larger than max_bytes, then more while the total stays within max_bytes
-        and (with max_offset) their last offsets stay below max_offset.  Empty at the log end
-        offset; OffsetOutOfRangeError outside [log_start_offset, log_end_offset]."""
-        with self._lock:
-            self._ensure_open()
-            if offset == self.log_end_offset:
-                return memoryview(b"")
-            if offset < self.log_start_offset or offset > self.log_end_offset:
-                raise errors.OffsetOutOfRangeError(
-                    f"offset {offset} outside [{self.log_start_offset}, {self.log_end_offset}]",
-                    file=self.path, offset=offset)
-            bound = -1 if max_offset is None else max_offset
-            segments = self.segments
-            i = _bisect_right(self._bases, offset) - 1
-            if i < 0:
-                i = 0
-            while i < len(segments):
-                view = segments[i].read(offset, max_bytes, bound)
-                if view is not None:
-                    return view
-                i += 1
-            return memoryview(b"")
-
-    def batches(self, start_offset: int | None = None):
-        """Every batch from start_offset (default the log start) to the log end, zero-copy.
-
-        Safe against a concurrent writer: the segment list is taken under the lock, and each
-        segment's view is cut under the lock at its size of that moment; a segment the writer
-        deleted meanwhile (retention, truncation) is skipped, and a view the writer truncated
-        under keeps the bytes it had (segment.py).  The batches are those of some moment of
-        the log, never torn or zeroed ones."""
-        self.failure_channel.check()
-        with self._lock:
-            offset = self.log_start_offset if start_offset is None else start_offset
-            i = max(self._segment_index(offset), 0)
-            segments = self.segments[i:]
-        for n, segment in enumerate(segments):
-            with self._lock:
-                self.failure_channel.check()
-                if segment.closed:
-                    continue
-                position = segment.find(offset) if n == 0 else 0
-                if position < 0:
-                    continue
-                view = segment.view(position)
-            yield from iter_batches(view, source=segment.log_path, start_position=position, verify=False)
-
-    @guarded
-    def offset_for_timestamp(self, timestamp: int) -> TimestampAndOffset | None:
-        """Kafka's ListOffsets: the first record with timestamp >= `timestamp`.  Special values:
-        EARLIEST_TIMESTAMP (-2), LATEST_TIMESTAMP (-1), MAX_TIMESTAMP (-3)."""
-        with self._lock:
-            self._ensure_open()
-            if timestamp == EARLIEST_TIMESTAMP:
-                return TimestampAndOffset(-1, self.log_start_offset, self.epoch_for_offset(self.log_start_offset))
-            if timestamp == LATEST_TIMESTAMP:
-                return TimestampAndOffset(-1, self.log_end_offset, self.latest_epoch)
-            if timestamp == MAX_TIMESTAMP:
-                return self._max_timestamp_offset()
-            if timestamp < 0:
-                raise ValueError(f"invalid timestamp {timestamp}")
-            for segment in self.segments:
-                if segment.max_timestamp < timestamp:
-                    continue
-                _, offset = segment.time_index_lookup(timestamp)
-                offset = max(offset, self.log_start_offset)
-                position = segment.find(offset)    # the index hint checked against its batch
-                if position < 0:
-                    continue
-                found = self._first_record_at_or_after(segment, position, timestamp, offset)
-                if found is not None:
-                    return found
-            return None
-
-    def _first_record_at_or_after(self, segment: Segment, position: int, timestamp: int, min_offset: int):
-        for batch in iter_batches(segment.view(position), source=segment.log_path, start_position=position,
-                                  verify=False):
-            if batch.max_timestamp < timestamp or batch.last_offset < min_offset:
-                continue
-            for record in batch.records():
-                if record.timestamp >= timestamp and record.offset >= min_offset:
-                    epoch = batch.partition_leader_epoch if batch.magic >= 2 else None
-                    return TimestampAndOffset(record.timestamp, record.offset, epoch)
-        return None
-
-    def _max_timestamp_offset(self):
-        best = None
-        for segment in self.segments:
-            if segment.size and (best is None or segment.max_timestamp > best.max_timestamp):
-                best = segment
-        if best is None or best.max_timestamp < 0:
-            return None
-        position = best.find(max(best.offset_of_max_timestamp, self.log_start_offset))
-        if position < 0:
-            return None
-        return self._first_record_at_or_after(best, position, best.max_timestamp, self.log_start_offset)
 
     # ---- epochs ----
     def epoch_for_offset(self, offset: int) -> int | None:

@@ -29,6 +29,7 @@ from . import errors
 from . import io as _io
 from ._native import ffi, lib
 from .records import describe_error, error_class, forget_source, register_source
+from .txnindex import TXN_INDEX_SUFFIX, TransactionIndex
 
 PAGE_BYTES = os.sysconf("SC_PAGE_SIZE")
 LOG_SUFFIX, INDEX_SUFFIX, TIME_INDEX_SUFFIX = ".log", ".index", ".timeindex"
@@ -188,6 +189,7 @@ class Segment:
         self.log_path = prefix + LOG_SUFFIX
         self.index_path = prefix + INDEX_SUFFIX
         self.time_index_path = prefix + TIME_INDEX_SUFFIX
+        self.txn_index = TransactionIndex(prefix + TXN_INDEX_SUFFIX, sync=config.fsync)
         self._c = ffi.new("plog_segment *")
         self._find_position = ffi.new("int64_t *")
         self._find_info = ffi.new("plog_batch_info *")
@@ -359,8 +361,10 @@ class Segment:
     # Appends are made by PartitionLog through lib.plog_segment_append_chunk on self._c.
 
     def truncate_to(self, offset: int) -> int:
-        """Remove every batch whose last offset >= offset; returns the bytes removed."""
+        """Remove every batch whose last offset >= offset (and the aborted transactions whose
+        marker is among them); returns the bytes removed."""
         self._use()
+        self.txn_index.truncate_to(offset)
         before = self._c.size
         if before == 0:
             return 0
@@ -498,6 +502,7 @@ class Segment:
         created now (see attach_indexes)."""
         self._use()
         created = self.attach_indexes()
+        self.txn_index.flush()
         self._check(lib.plog_segment_flush(self._c), "flush")
         return created
 
@@ -541,17 +546,18 @@ class Segment:
         self._check(lib.plog_segment_close(self._c), "close")
 
     def delete(self) -> None:
-        """Close and remove the three files (renamed to .deleted first)."""
+        """Close and remove the files (renamed to .deleted first)."""
         if not self.closed:
             self.close()
         # No retiring of the read mapping: an unlinked file stays readable through it, so a
         # reader still iterating this segment (retention under a reader) sees its batches,
         # not zeros taken for corruption.
         seam = _io.current()
-        for path in (self.log_path, self.index_path, self.time_index_path):
+        paths = (self.log_path, self.index_path, self.time_index_path, self.txn_index.path)
+        for path in paths:
             if seam.exists(path):
                 seam.rename(path, path + DELETED_SUFFIX)
-        for path in (self.log_path, self.index_path, self.time_index_path):
+        for path in paths:
             if seam.exists(path + DELETED_SUFFIX):
                 seam.unlink(path + DELETED_SUFFIX)
 

@@ -6,7 +6,7 @@ import pytest
 
 from storage import LogConfig, PartitionLog, Record, build_batch, errors, iter_batches
 from storage import io as sio
-from storage.log import EARLIEST_TIMESTAMP, LATEST_TIMESTAMP, MAX_TIMESTAMP
+from storage.reads import EARLIEST_TIMESTAMP, LATEST_TIMESTAMP, MAX_TIMESTAMP
 
 
 def batches_of(view):

@@ -14,7 +14,7 @@ import pytest
 from storage import LogConfig, LogDir, Record, build_batch, errors, guards
 from storage import io as sio
 from storage.errors import Errors
-from storage.log import EARLIEST_TIMESTAMP, LATEST_TIMESTAMP
+from storage.reads import EARLIEST_TIMESTAMP, LATEST_TIMESTAMP
 from storage.replication.messages import (
     EPOCH_DURING_DELETE,
     NO_EPOCH,

@@ -25,7 +25,7 @@ from dataclasses import dataclass
 
 from .. import errors, guards
 from ..errors import Errors
-from ..log import EARLIEST_TIMESTAMP, LATEST_TIMESTAMP
+from ..reads import EARLIEST_TIMESTAMP, LATEST_TIMESTAMP
 from .messages import (
     NO_EPOCH,
     FetchPartition,

@@ -36,8 +36,8 @@ from typing import Callable
 
 from .. import errors, guards
 from ..errors import Errors
-from ..log import EARLIEST_TIMESTAMP, LATEST_TIMESTAMP, MAX_TIMESTAMP
 from ..logdir import LogDir
+from ..reads import EARLIEST_TIMESTAMP, LATEST_TIMESTAMP, MAX_TIMESTAMP
 from .messages import (
     CONSUMER_REPLICA_ID,
     EPOCH_DURING_DELETE,
