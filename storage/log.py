@@ -34,6 +34,7 @@ from .loader import Loader, repair_epoch_cache
 from .reads import LogReads
 from .records import _build, describe_error, error_class, iter_batches
 from .segment import INDEX_SUFFIX, LOG_SUFFIX, TIME_INDEX_SUFFIX, Segment
+from .txnindex import AbortedTxn
 
 _INT32_MAX = 2**31 - 1
 
@@ -241,6 +242,7 @@ class PartitionLog(LogReads):
         with self._lock:
             self.high_watermark = min(max(offset, self.log_start_offset), self.log_end_offset)
             self.unvouched_high_watermark_above = None
+            self.producer_state.on_high_watermark_updated(self.high_watermark)   # markers now replicated
             return self.high_watermark
 
     # ---- appends ----
@@ -282,8 +284,26 @@ class PartitionLog(LogReads):
                 return AppendInfo(d.first_offset, d.last_offset, d.timestamp, d.last_offset, 0, 0, 0, True)
             info = self._leader_write(state, buf, leader_epoch, prebuilt)
             if plan is not None:
-                _producer.commit_append(self.producer_state, plan)
+                self._record_completed(_producer.commit_append(self.producer_state, plan))
             return info
+
+    @guarded
+    def append_txn_marker(self, producer_id: int, producer_epoch: int, commit: bool, coordinator_epoch: int,
+                          leader_epoch: int) -> AppendInfo:
+        """Write the end-transaction marker (COMMIT or ABORT) a transaction coordinator sends
+        (Kafka's WriteTxnMarkers -> appendAsLeader with the coordinator origin): the
+        producer's transaction closes; an aborted one is recorded in the transaction index."""
+        marker = _producer.end_txn_marker_batch(producer_id, producer_epoch, commit, coordinator_epoch, _now_ms())
+        return self.append_as_leader(marker, leader_epoch, origin="coordinator")
+
+    def _record_completed(self, completed) -> None:
+        """Aborted transactions go to the transaction index of the segment holding their marker."""
+        for txn, last_stable in completed:
+            if txn.is_aborted:
+                segment = self.segments[self._segment_index(txn.last_offset)]
+                entry = AbortedTxn(txn.producer_id, txn.first_offset, txn.last_offset, last_stable)
+                if segment.txn_index.append(entry):
+                    self._dir_dirty = True      # a new file: its name is durable at the next flush
 
     def _leader_write(self, state: "_AppendState", buf, leader_epoch: int, prebuilt: bool) -> AppendInfo:
         """Write a leader's chunk: one C call, or the validator's recheck first (storage/validator.py)."""
@@ -327,7 +347,8 @@ class PartitionLog(LogReads):
                     length = whole
                 info = self._append(self._follower_append, pointer, length, -1)
                 if self._follower_append.v.producer_batch_count:
-                    _producer.apply_replicated(self.producer_state, ffi.buffer(pointer, info.size_bytes))
+                    self._record_completed(_producer.apply_replicated(self.producer_state,
+                                                                      ffi.buffer(pointer, info.size_bytes)))
                 return info
 
     @staticmethod

@@ -427,22 +427,27 @@ class ProducerStateManager:
         self.last_snap_offset = 0
         self.last_map_offset = offset
 
-    def truncate_and_reload(self, log_start_offset: int, log_end_offset: int, now_ms: int) -> None:
+    def truncate_and_reload(self, log_start_offset: int, log_end_offset: int, now_ms: int, *,
+                            at_most: int | None = None) -> None:
         """Drop snapshots outside (log start, log end]; when the state no longer ends at
-        `log_end_offset`, reload it from the newest snapshot left (the caller replays the
-        batches from `map_end_offset` up to the log end)."""
+        `log_end_offset` (or `at_most` asks for an older start), reload it from the newest
+        snapshot left at or below `at_most` (the caller replays the batches from
+        `map_end_offset` up to the log end)."""
         self._delete_snapshots([s for s in self.snapshots if s > log_end_offset or s <= log_start_offset])
-        if log_end_offset != self.last_map_offset:
+        if log_end_offset != self.last_map_offset or (at_most is not None and at_most < self.last_map_offset):
             self.producers.clear()
             self.ongoing_txns.clear()
             self.unreplicated_txns.clear()
-            self._load_latest_snapshot(log_start_offset, now_ms)
+            self._load_latest_snapshot(log_start_offset, now_ms, log_end_offset if at_most is None else at_most)
         else:
             self.on_log_start_offset_incremented(log_start_offset)
 
-    def _load_latest_snapshot(self, log_start_offset: int, now_ms: int) -> None:
-        while self.snapshots:
-            offset = self.snapshots[-1]
+    def _load_latest_snapshot(self, log_start_offset: int, now_ms: int, at_most: int) -> None:
+        while True:
+            usable = [s for s in self.snapshots if s <= at_most]
+            if not usable:
+                break
+            offset = usable[-1]
             try:
                 entries = read_snapshot(snapshot_path(self.directory, offset))
             except errors.CorruptSnapshotError:
@@ -558,6 +563,18 @@ def producer_batches(view) -> list[ProducerBatch]:
     return out
 
 
+def end_txn_marker_batch(producer_id: int, producer_epoch: int, commit: bool, coordinator_epoch: int,
+                         timestamp: int) -> bytes:
+    """Kafka's end-transaction marker: a transactional control batch of one record whose key is
+    (version 0, COMMIT or ABORT) and value (version 0, coordinator epoch) (EndTransactionMarker)."""
+    from .records import build_batch
+
+    key = struct.pack(">hh", 0, COMMIT if commit else ABORT)
+    value = struct.pack(">hi", 0, coordinator_epoch)
+    return build_batch([(key, value)], producer_id=producer_id, producer_epoch=producer_epoch,
+                       base_sequence=NO_SEQUENCE, is_transactional=True, is_control=True, base_timestamp=timestamp)
+
+
 def end_txn_marker(view, batch: ProducerBatch) -> tuple[int, int] | None:
     """(ABORT or COMMIT, coordinator epoch) of a control batch's first record; None for an
     empty control batch or another control type."""
@@ -648,10 +665,10 @@ def _chunk_is_sound(buf, max_batch_bytes: int) -> bool:
     return lib.plog_validate_chunk(ffi.from_buffer(copy), len(copy), v) == 0
 
 
-def apply_replicated(manager: ProducerStateManager, view) -> None:
+def apply_replicated(manager: ProducerStateManager, view) -> list[tuple[CompletedTxn, int]]:
     """A follower's written chunk, applied without validation (REPLICATION origin)."""
-    commit_append(manager, plan_append(manager, view, producer_batches(view), log_end_offset=None,
-                                       origin=REPLICATION))
+    return commit_append(manager, plan_append(manager, view, producer_batches(view), log_end_offset=None,
+                                              origin=REPLICATION))
 
 
 def commit_append(manager: ProducerStateManager, plan: ProducerPlan) -> list[tuple[CompletedTxn, int]]:
@@ -672,21 +689,23 @@ def replay(manager: ProducerStateManager, log, start_offset: int) -> None:
     for batch in log.batches(start_offset):
         if batch.magic < 2 or batch.producer_id < 0 or batch.last_offset < start_offset:
             continue
-        view = batch.view
-        plan = plan_append(manager, view, producer_batches(view), log_end_offset=None, origin=REPLICATION)
-        commit_append(manager, plan)
+        log._record_completed(apply_replicated(manager, batch.view))
     manager.update_map_end_offset(log.log_end_offset)
 
 
-def rebuild(manager: ProducerStateManager, log, now_ms: int) -> None:
+def rebuild(manager: ProducerStateManager, log, now_ms: int, *, at_most: int | None = None) -> None:
     """After a load or a truncation: snapshots outside (log start, log end] go, the newest one
     left is loaded (or none: the state starts at the log start) and the batches above it are
     replayed (Kafka's rebuildProducerState).  Kafka then writes a snapshot at the log end; we
     leave that to the next roll or close, so that an open writes nothing new (it must work on
     a full disk) -- a crash before then replays the same batches again."""
-    manager.truncate_and_reload(log.log_start_offset, log.log_end_offset, now_ms)
+    manager.truncate_and_reload(log.log_start_offset, log.log_end_offset, now_ms, at_most=at_most)
+    start = max(manager.map_end_offset, log.log_start_offset)
+    # The transaction indexes above the replay's start are derived again by the replay.
+    for segment in log.segments[max(log._segment_index(start), 0):]:
+        segment.txn_index.truncate_to(start)
     if manager.map_end_offset < log.log_end_offset:
-        replay(manager, log, max(manager.map_end_offset, log.log_start_offset))
+        replay(manager, log, start)
     manager.update_map_end_offset(log.log_end_offset)
 
 
@@ -694,4 +713,6 @@ def remove_stray_and_rebuild(manager: ProducerStateManager, log, now_ms: int) ->
     """The load's step (kafka-reference 5.2.7): snapshots not at a segment base go (except the
     newest one above every base, which a clean shutdown wrote at the log end), then rebuild."""
     manager.remove_stray_snapshots(log._bases)
-    rebuild(manager, log, now_ms)
+    # A recovered segment's transaction index is derived again, as Kafka's segment recovery
+    # does: replay from a snapshot at or below the first recovered segment.
+    rebuild(manager, log, now_ms, at_most=min((base for base, _end, _e in log._recovered), default=None))

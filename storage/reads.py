@@ -38,14 +38,23 @@ class LogReads:
         return bisect.bisect_right(self._bases, offset) - 1
 
     @guarded
-    def read(self, offset: int, max_bytes: int, *, max_offset: int | None = None) -> memoryview:
+    def read(self, offset: int, max_bytes: int, *, max_offset: int | None = None,
+             isolation: str = "log_end") -> memoryview:
         """Whole batches, zero-copy, the first one holding `offset`; at least that batch even
         when it is larger than max_bytes, then more while the total stays within max_bytes
         and (with max_offset) their last offsets stay below max_offset.  Empty at the log end
-        offset; OffsetOutOfRangeError outside [log_start_offset, log_end_offset]."""
+        offset; OffsetOutOfRangeError outside [log_start_offset, log_end_offset].
+        isolation: "log_end" (everything: a follower), "read_uncommitted" (below the high
+        watermark) or "read_committed" (below the last stable offset), as Kafka's FetchIsolation."""
+        if isolation != "log_end":
+            if isolation not in ISOLATIONS:
+                raise ValueError(f"isolation must be one of {ISOLATIONS}")
+            bound = self.high_watermark if isolation == "read_uncommitted" else self.last_stable_offset
+            max_offset = bound if max_offset is None else min(max_offset, bound)
         with self._lock:
             self._ensure_open()
-            if offset == self.log_end_offset:
+            if offset == self.log_end_offset or (max_offset is not None and offset >= max_offset
+                                                 and self.log_start_offset <= offset <= self.log_end_offset):
                 return memoryview(b"")
             if offset < self.log_start_offset or offset > self.log_end_offset:
                 raise errors.OffsetOutOfRangeError(
@@ -62,6 +71,34 @@ class LogReads:
                     return view
                 i += 1
             return memoryview(b"")
+
+    # ---- transactions ----
+    @property
+    def last_stable_offset(self) -> int:
+        """Kafka's LSO: the first offset of the oldest transaction that is open, or whose marker
+        is not yet below the high watermark (at least the log start); else the high watermark."""
+        with self._lock:
+            state = self.producer_state
+            state.on_high_watermark_updated(self.high_watermark)
+            first = state.first_unstable_offset()
+            if first is not None and max(first, self.log_start_offset) < self.high_watermark:
+                return max(first, self.log_start_offset)
+            return self.high_watermark
+
+    @guarded
+    def collect_aborted_transactions(self, start_offset: int, upper_bound_offset: int) -> list[AbortedTxn]:
+        """The aborted transactions overlapping [start_offset, upper_bound_offset), from the
+        transaction indexes of the segment holding start_offset on (Kafka's
+        collectAbortedTransactions): what a read_committed reader of that range must skip."""
+        with self._lock:
+            self._ensure_open()
+            out: list[AbortedTxn] = []
+            for segment in self.segments[max(self._segment_index(start_offset), 0):]:
+                found, complete = segment.txn_index.collect(start_offset, upper_bound_offset)
+                out.extend(found)
+                if complete:
+                    break
+            return out
 
     def batches(self, start_offset: int | None = None):
         """Every batch from start_offset (default the log start) to the log end, zero-copy.

@@ -98,3 +98,11 @@ def test_idempotent_producer_example_runs(tmp_path, capsys):
     exec(compile(block("retry.duplicate").replace('"/data/', f'"{tmp_path}/'), "README.md", "exec"), namespace)
     out = capsys.readouterr().out
     assert "sequence 5 does not follow the last sequence 1" in out and out.strip().endswith("1 1")
+
+
+def test_transactions_example_runs(tmp_path, capsys):
+    namespace = {}
+    exec(compile(block("append_txn_marker(3").replace('"/data/', f'"{tmp_path}/'), "README.md", "exec"), namespace)
+    out = capsys.readouterr().out.split("\n")
+    assert out[:3] == ["0", "4", "[AbortedTxn(producer_id=3, first_offset=0, last_offset=3, last_stable_offset=4)]"]
+    assert len(bytes(namespace["committed"])) > 0
