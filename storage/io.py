@@ -110,6 +110,10 @@ class PosixIO:
     def file_size(self, path) -> int:
         return os.path.getsize(path)
 
+    def mtime_ms(self, path) -> int:
+        """The file's modification time in ms (retention's age of a segment without timestamps)."""
+        return os.stat(path).st_mtime_ns // 1_000_000
+
     # ---- whole small files (checkpoints), written through the operations above ----
     def read_file(self, path) -> bytes:
         fd = self.open(path, O_READ)

@@ -26,6 +26,7 @@ from typing import NamedTuple
 from . import errors, guards, validator
 from . import io as _io
 from . import producer as _producer
+from . import retention as _retention
 from ._native import ffi, lib
 from .config import LogConfig
 from .epoch import CHECKPOINT_FILE, LeaderEpochCache
@@ -105,6 +106,7 @@ class PartitionLog(LogReads):
         self.segments: list[Segment] = []
         self._bases: list[int] = []
         self._dir_dirty = False
+        self._pending_deletes: list[tuple[int, list[str]]] = []   # (due ms, *.deleted paths): retention
         # One preallocated in/out struct per kind of append, reused (under the lock); the
         # limits are set once (the config is frozen), and `out` views its AppendInfo fields.
         leader = lib.PLOG_VALIDATE_ASSIGN_OFFSETS | lib.PLOG_VALIDATE_STAMP_EPOCH
@@ -606,15 +608,48 @@ class PartitionLog(LogReads):
                     f"{self.high_watermark}", file=self.path, offset=offset)
             if offset <= self.log_start_offset:
                 return False
-            self.log_start_offset = offset
             # A segment goes when the next one starts at or below the new start offset.
             while len(self.segments) > 1 and self.segments[1].base_offset <= offset:
                 self.segments.pop(0).delete()
                 self._bases.pop(0)
                 self._dir_dirty = True
-            self.recovery_point = max(self.recovery_point, self.log_start_offset)
-            self.epoch_cache.truncate_from_start(offset)
+            self._advance_log_start(offset)
             return True
+
+    def _advance_log_start(self, offset: int) -> None:
+        """The log start moves up (DeleteRecords, retention): the epoch cache, the producer
+        state and the producer snapshots of deleted segments follow (Kafka's
+        maybeIncrementLogStartOffset, deleteProducerSnapshots)."""
+        if offset <= self.log_start_offset:
+            return
+        self.log_start_offset = offset
+        self.recovery_point = max(self.recovery_point, offset)
+        self.epoch_cache.truncate_from_start(offset)
+        self.producer_state.on_log_start_offset_incremented(offset)
+        self.producer_state.delete_snapshots_before(self.segments[0].base_offset)
+
+    @guarded
+    def delete_old_segments(self, now_ms: int | None = None) -> int:
+        """Kafka's retention pass (storage/retention.py): segments below the log start offset,
+        then (with "delete" in cleanup_policy) beyond retention_bytes, then older than
+        retention_ms; never past the high watermark.  Returns how many segments went."""
+        with self._lock:
+            self._ensure_open()
+            return _retention.delete_old_segments(self, _now_ms() if now_ms is None else now_ms)
+
+    @guarded
+    def remove_expired_producers(self, now_ms: int | None = None) -> int:
+        """Forget producers idle for producer_id_expiration_ms (never one with an open
+        transaction); returns how many went."""
+        with self._lock:
+            self._ensure_open()
+            return self.producer_state.remove_expired_producers(_now_ms() if now_ms is None else now_ms)
+
+    @guarded
+    def delete_pending_files(self, now_ms: int | None = None) -> int:
+        """Remove the files of deleted segments whose file_delete_delay_ms is over."""
+        with self._lock:
+            return _retention.delete_pending_files(self, _now_ms() if now_ms is None else now_ms)
 
     # ---- durability ----
     def _flush_dir(self) -> None:

@@ -33,10 +33,12 @@ import json
 import os
 import re
 import threading
+import time
 import uuid
 
 from . import checkpoint, errors, guards
 from . import io as _io
+from .background import Background, BackgroundConfig
 from .config import LogConfig
 from .failure import LogDirFailureChannel, guarded
 from .log import PartitionLog
@@ -111,8 +113,11 @@ class LogDir:
     """A broker log directory.  Use `LogDir.open(path, config)` (a context manager)."""
 
     def __init__(self, path, config: LogConfig | None = None, *, broker_epoch: int = -1,
-                 recover_mode: str = "strict"):
+                 recover_mode: str = "strict", background: bool = False,
+                 background_config: BackgroundConfig | None = None):
         self.path = os.fspath(path)
+        self._background: Background | None = None
+        self.background_error: BaseException | None = None
         self.recover_mode = recover_mode
         self.config = config or LogConfig()
         self.broker_epoch = broker_epoch
@@ -143,6 +148,9 @@ class LogDir:
                 # the dir is offline, as Kafka marks a dir that fails at startup.
                 raise errors.LogDirOfflineError(self.path, exc, operation="open") from exc
             raise
+        if background:
+            self._background = Background(self, background_config or BackgroundConfig())
+            self._background.start()
 
     def _load(self, seam) -> None:
         marker = os.path.join(self.path, CLEAN_SHUTDOWN_FILE)
@@ -314,14 +322,50 @@ class LogDir:
         """Commit every partition's recovery point, log start offset and high watermark in one
         metadata transaction."""
         self._ensure_open()
+        with self._partitions_lock:      # the background thread checkpoints too
+            logs = list(self._logs.items())
         self.meta.put_partitions({key: PartitionOffsets(log.recovery_point, log.log_start_offset, log.high_watermark)
-                                  for key, log in self._logs.items()})
+                                  for key, log in logs})
+
+    @guarded
+    def cleanup_logs(self, now_ms: int | None = None) -> int:
+        """Kafka's LogManager.cleanupLogs: a retention pass over every partition
+        (PartitionLog.delete_old_segments), then the files of deleted segments whose
+        file_delete_delay_ms is over; the offsets are committed when anything went.  Returns
+        how many segments went."""
+        self._ensure_open()
+        now = time.time_ns() // 1_000_000 if now_ms is None else now_ms
+        with self._partitions_lock:
+            logs = list(self._logs.values())
+        total = 0
+        for log in logs:
+            total += log.delete_old_segments(now)
+            log.delete_pending_files(now)
+        if total:
+            self.checkpoint()
+        return total
+
+    @guarded
+    def remove_expired_producers(self, now_ms: int | None = None) -> int:
+        """Forget, in every partition, producers idle for producer_id_expiration_ms."""
+        self._ensure_open()
+        now = time.time_ns() // 1_000_000 if now_ms is None else now_ms
+        with self._partitions_lock:
+            logs = list(self._logs.values())
+        return sum(log.remove_expired_producers(now) for log in logs)
+
+    @property
+    def background_runs(self) -> dict[str, int]:
+        """How many times each background task ran (empty without background=True)."""
+        return dict(self._background.runs) if self._background is not None else {}
 
     @guarded
     def flush(self) -> None:
         """Flush every log (recovery points move to the log end offsets), then checkpoint."""
         self._ensure_open()
-        for log in self._logs.values():
+        with self._partitions_lock:
+            logs = list(self._logs.values())
+        for log in logs:
             log.flush()
         self.checkpoint()
 
@@ -333,6 +377,10 @@ class LogDir:
         if self._closed:
             self.failure_channel.check()     # a retried close claims no success either
             return
+        if self._background is not None:
+            self._background.stop()          # no task runs while (or after) the logs close
+            self.background_error = self._background.error
+            self._background = None
         refused_close = None
         for log in self._logs.values():
             try:

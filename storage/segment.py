@@ -73,12 +73,15 @@ class _Mapping:
         pointer = out[0]
         seam = _io.current()  # unmap through the seam the mapping came from
 
-        def release(p, length=length, seam=seam):
-            forget_source(int(ffi.cast("uintptr_t", p)))
-            if seam is _io.current():
-                lib.plog_io_munmap(p, length)
+        # What it calls is bound now: at interpreter exit the module's globals may already be
+        # gone when the last mappings are released.
+        def release(p, length=length, seam=seam, cast=ffi.cast, forget=forget_source, current=_io.current,
+                    munmap=lib.plog_io_munmap):
+            forget(int(cast("uintptr_t", p)))
+            if seam is current():
+                munmap(p, length)
             else:
-                seam.munmap(int(ffi.cast("uintptr_t", p)), length)
+                seam.munmap(int(cast("uintptr_t", p)), length)
 
         self.pointer = ffi.gc(pointer, release, size=length) if length else pointer
         self.length = length
@@ -545,21 +548,28 @@ class Segment:
         self._mapping = None
         self._check(lib.plog_segment_close(self._c), "close")
 
-    def delete(self) -> None:
-        """Close and remove the files (renamed to .deleted first)."""
+    def retire(self) -> list[str]:
+        """Close and rename the files to `*.deleted` (gone for every reader of the log from now
+        on); returns the renamed paths, for the caller to remove now or later."""
         if not self.closed:
             self.close()
         # No retiring of the read mapping: an unlinked file stays readable through it, so a
         # reader still iterating this segment (retention under a reader) sees its batches,
         # not zeros taken for corruption.
         seam = _io.current()
-        paths = (self.log_path, self.index_path, self.time_index_path, self.txn_index.path)
-        for path in paths:
+        renamed = []
+        for path in (self.log_path, self.index_path, self.time_index_path, self.txn_index.path):
             if seam.exists(path):
                 seam.rename(path, path + DELETED_SUFFIX)
-        for path in paths:
-            if seam.exists(path + DELETED_SUFFIX):
-                seam.unlink(path + DELETED_SUFFIX)
+                renamed.append(path + DELETED_SUFFIX)
+        return renamed
+
+    def delete(self) -> None:
+        """Close and remove the files (renamed to .deleted first)."""
+        seam = _io.current()
+        for path in self.retire():
+            if seam.exists(path):
+                seam.unlink(path)
 
 
 class ScanReport:

@@ -106,3 +106,7 @@ def test_transactions_example_runs(tmp_path, capsys):
     out = capsys.readouterr().out.split("\n")
     assert out[:3] == ["0", "4", "[AbortedTxn(producer_id=3, first_offset=0, last_offset=3, last_stable_offset=4)]"]
     assert len(bytes(namespace["committed"])) > 0
+
+
+def test_retention_example_runs(tmp_path):
+    exec(compile(block("logdir.cleanup_logs()").replace('"/data/', f'"{tmp_path}/'), "README.md", "exec"), {})

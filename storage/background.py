@@ -1,0 +1,82 @@
+"""The background work of a `LogDir` (Kafka's LogManager scheduler, in one thread): the
+retention pass, producer-id expiry, the offsets checkpoint and, when asked for, a periodic
+flush.  Started by `LogDir.open(..., background=True)`, stopped (and joined) by close.
+
+Each task runs at its own interval, Kafka's defaults: retention every 5 minutes
+(log.retention.check.interval.ms), the checkpoint every minute
+(log.flush.offset.checkpoint.interval.ms), producer-id expiry every 10 minutes
+(producer.id.expiration.check.interval.ms); no periodic flush unless flush_interval_ms is set
+(log.flush.interval.ms is unlimited: replication, not fsync, is Kafka's durability).
+
+A task's I/O failure takes the dir offline (every operation of the dir says so from then on)
+and ends the thread; `LogDir.background_error` keeps what ended it.
+"""
+from __future__ import annotations
+
+import threading
+import time
+from dataclasses import dataclass
+
+from .failure import is_io_failure
+
+
+def _now_ms() -> int:
+    return time.time_ns() // 1_000_000
+
+
+@dataclass(frozen=True)
+class BackgroundConfig:
+    retention_check_interval_ms: int = 300_000
+    checkpoint_interval_ms: int = 60_000
+    producer_expiration_check_interval_ms: int = 600_000
+    flush_interval_ms: int | None = None
+
+    def __post_init__(self):
+        for name in ("retention_check_interval_ms", "checkpoint_interval_ms",
+                     "producer_expiration_check_interval_ms", "flush_interval_ms"):
+            value = getattr(self, name)
+            if value is not None and value <= 0:
+                raise ValueError(f"{name} must be > 0")
+
+
+class Background(threading.Thread):
+    def __init__(self, logdir, config: BackgroundConfig):
+        super().__init__(name=f"logdir-background {logdir.path}", daemon=True)
+        self.logdir = logdir
+        self.stopping = threading.Event()
+        self.error: BaseException | None = None
+        self.runs: dict[str, int] = {}
+        tasks = {"retention": (config.retention_check_interval_ms, logdir.cleanup_logs),
+                 "producer_expiration": (config.producer_expiration_check_interval_ms,
+                                         logdir.remove_expired_producers),
+                 "checkpoint": (config.checkpoint_interval_ms, logdir.checkpoint),
+                 "flush": (config.flush_interval_ms, logdir.flush)}
+        now = _now_ms()
+        self.tasks = {name: [interval, now + interval, run] for name, (interval, run) in tasks.items()
+                      if interval is not None}
+
+    def run(self) -> None:
+        while not self.stopping.is_set():
+            now = _now_ms()
+            wait = min(due for _i, due, _r in self.tasks.values()) - now
+            if wait > 0 and self.stopping.wait(wait / 1000):
+                return
+            now = _now_ms()
+            for name, task in self.tasks.items():
+                interval, due, run = task
+                if due > now or self.stopping.is_set():
+                    continue
+                try:
+                    run(now) if name in ("retention", "producer_expiration") else run()
+                except BaseException as exc:     # offline, or a bug: either way the thread ends
+                    self.error = exc
+                    if is_io_failure(exc):
+                        self.logdir.failure_channel.fail(exc, f"background {name}")
+                    return
+                self.runs[name] = self.runs.get(name, 0) + 1
+                task[1] = now + interval
+
+    def stop(self) -> None:
+        self.stopping.set()
+        if self.is_alive() and threading.current_thread() is not self:
+            self.join()
