@@ -597,3 +597,24 @@ def test_dump_log_of_a_producer_snapshot_the_log_wrote(tmp_path, capsys):
     path.write_bytes(path.read_bytes()[:-3])
     code, out, err = run(capsys, "dump-log", "--files", path)
     assert code != 0 and str(path) in out + err
+
+
+def test_dump_log_of_a_transaction_index(tmp_path, capsys):
+    """kafka-dump-log's .txnindex lines (DumpLogSegments.dumpTxnIndex)."""
+    from storage import build_batch
+
+    with PartitionLog.open(tmp_path / "t-0", LogConfig(fsync=False)) as log:
+        log.append_as_leader(build_batch([b"a", b"b"], producer_id=8, producer_epoch=1, base_sequence=0,
+                                         is_transactional=True), 0)
+        log.append_txn_marker(8, 1, False, coordinator_epoch=0, leader_epoch=0)
+    path = tmp_path / "t-0" / f"{0:020d}.txnindex"
+    code, out, _ = run(capsys, "dump-log", "--files", path)
+    assert code == 0 and "version: 0 producerId: 8 firstOffset: 0 lastOffset: 2 lastStableOffset: 3" in out
+    code, out, _ = run(capsys, "dump-log", "--files", path, "--print-data-log")
+    code, doc = run_json(capsys, "dump-log", "--files", tmp_path / "t-0" / f"{0:020d}.log")
+    batches = doc["files"][0]["batches"]
+    assert batches[-1]["is_control"] is True and batches[-1]["producer_id"] == 8
+    with open(path, "ab") as f:
+        f.write(b"\x00" * 5)
+    code, out, err = run(capsys, "dump-log", "--files", path)
+    assert code == 1 and "5 bytes after the last whole 34-byte entry" in err

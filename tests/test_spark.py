@@ -264,6 +264,28 @@ def build_scenarios(root) -> tuple[list[str], dict]:
     commit(a, b)
     expect["torn"] = (analysis.CONSISTENT, None)
 
+    # B's retention deleted its first segments (a later log start): a shorter history, not a divergence.
+    a, b = pair("retained")
+    a.assign_epoch_start_offset(0)
+    write(a, "retained", 70, 0)
+    fetch(a, b)
+    commit(a, b)
+    assert len(b.segments) > 2
+    b.increment_log_start_offset(b.segments[1].base_offset + 1)
+    expect["retained"] = (analysis.CONSISTENT, None)
+
+    # Transactions (one aborted), replicated with their markers: consistent.
+    a, b = pair("txn")
+    a.assign_epoch_start_offset(0)
+    for pid, committed in ((1, False), (2, True)):
+        a.append_as_leader(build_batch([b"t"] * 3, producer_id=pid, producer_epoch=0, base_sequence=0,
+                                       is_transactional=True, base_timestamp=T0), 0)
+        a.append_txn_marker(pid, 0, committed, coordinator_epoch=0, leader_epoch=0)
+    fetch(a, b)
+    commit(a, b)
+    assert b.collect_aborted_transactions(0, b.log_end_offset) == a.collect_aborted_transactions(0, a.log_end_offset)
+    expect["txn"] = (analysis.CONSISTENT, None)
+
     a_dir.close()
     b_dir.close()
     flip_byte(os.path.join(dirs[1], "flip-0"), 15)
@@ -413,7 +435,7 @@ def test_a_segment_gone_since_planning_is_an_error_row(tmp_path):
 # ---- the audit -----------------------------------------------------------------------------------
 
 @pytest.mark.parametrize("topic", ["same", "cut", "kip101", "hidden", "flip", "missing", "prefix", "tail", "gaps",
-                                   "broken", "torn"])
+                                   "broken", "torn", "retained", "txn"])
 def test_audit_verdicts_and_first_divergent_offsets(scenarios, topic):
     _, expect, results = scenarios
     record = results[topic]
@@ -551,3 +573,17 @@ def test_audit_without_java_says_so_in_one_line(tmp_path):
     assert done.returncode == 2
     lines = done.stderr.strip().splitlines()
     assert len(lines) == 1 and "Java 17+" in lines[0], done.stderr
+
+
+def test_producer_columns(spark, tmp_path):
+    with LogDir.open(tmp_path / "broker", CONFIG) as log_dir:
+        log = log_dir.partition("orders", 0)
+        log.append_as_leader(build_batch([b"a"], producer_id=5, producer_epoch=1, base_sequence=0,
+                                         is_transactional=True), 0)
+        log.append_txn_marker(5, 1, True, coordinator_epoch=0, leader_epoch=0)
+        log.append_as_leader([b"plain"], 0)
+    rows = spark.read.format("partitionlog").load(str(tmp_path / "broker")).select(
+        "base_offset", "producer_id", "producer_epoch", "base_sequence", "is_transactional", "is_control"
+    ).orderBy("base_offset").collect()
+    assert [tuple(r) for r in rows] == [(0, 5, 1, 0, True, False), (1, 5, 1, -1, True, True),
+                                        (2, -1, -1, -1, False, False)]

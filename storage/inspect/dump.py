@@ -13,6 +13,7 @@ from bisect import bisect_left
 from .. import checkpoint, errors
 from ..epoch import CHECKPOINT_FILE
 from ..records import decompress, iter_batches
+from ..txnindex import TXN_INDEX_SUFFIX
 from .discovery import (
     INDEX_SUFFIX,
     LOG_SUFFIX,
@@ -203,6 +204,8 @@ class _Dump:
                     self.dump_index(name, doc)
                 elif base.endswith(SNAPSHOT_SUFFIX):
                     self.dump_snapshot(name, doc)
+                elif base.endswith(TXN_INDEX_SUFFIX):
+                    self.dump_txn_index(name, doc)
                 elif base.startswith(CHECKPOINT_FILE):
                     self.dump_epochs(name, doc)
                 else:
@@ -456,6 +459,24 @@ class _Dump:
         self.emit(f"version: {checkpoint.VERSION} entries: {len(entries)}")
         for epoch, offset in entries:
             self.emit(f"epoch: {epoch} startOffset: {offset}")
+
+    # ---- transaction index (Kafka's TransactionIndex: 34-byte aborted-transaction entries)
+    def dump_txn_index(self, name: str, doc: dict | None) -> None:
+        from ..txnindex import ENTRY, ENTRY_BYTES
+
+        with open(name, "rb") as f:
+            data = f.read()
+        entries = [ENTRY.unpack_from(data, i) for i in range(0, len(data) - len(data) % ENTRY_BYTES, ENTRY_BYTES)]
+        if len(data) % ENTRY_BYTES:
+            self.error(f"{errors.location(name, len(data) - len(data) % ENTRY_BYTES)}: "
+                       f"{len(data) % ENTRY_BYTES} bytes after the last whole 34-byte entry", doc)
+        if doc is not None:
+            doc.update(kind="txnindex", entries=[{"version": v, "producer_id": p, "first_offset": f, "last_offset": la,
+                                                  "last_stable_offset": ls} for v, p, f, la, ls in entries])
+            return
+        for version, pid, first, last, lso in entries:
+            self.emit(f"version: {version} producerId: {pid} firstOffset: {first} lastOffset: {last} "
+                      f"lastStableOffset: {lso}")
 
     # ---- producer-state snapshot (Kafka's ProducerStateManager format, version 1)
     def dump_snapshot(self, name: str, doc: dict | None) -> None:

@@ -70,6 +70,11 @@ class BatchRow(NamedTuple):
     size_bytes: int | None
     fingerprint: int | None
     error: str | None
+    producer_id: int | None = None
+    producer_epoch: int | None = None
+    base_sequence: int | None = None
+    is_transactional: bool | None = None
+    is_control: bool | None = None
     batch: object = None       # the RecordBatch (a view into the segment's bytes), None on an error row
 
 
@@ -88,7 +93,8 @@ def scan_batches(segment: SegmentRef, data: bytes | None = None) -> Iterator[Bat
             yield BatchRow(batch.position, batch.base_offset, batch.last_offset, batch.partition_leader_epoch,
                            batch.magic, batch.attributes, batch.compression, batch.crc, batch.is_valid(),
                            batch.record_count, batch.max_timestamp, batch.size_bytes, fingerprint(batch), None,
-                           batch)
+                           batch.producer_id, batch.producer_epoch, batch.base_sequence, batch.is_transactional,
+                           batch.is_control, batch)
             end = batch.position + batch.size_bytes
     except errors.StorageError as exc:
         position = exc.position if exc.position is not None else end

@@ -68,6 +68,11 @@ BATCH_FIELDS = LOCATION_FIELDS + [
     ("crc_valid", BooleanType(), "stored CRC matches the bytes"),
     ("record_count", IntegerType(), "records in the batch"),
     ("max_timestamp", LongType(), "max timestamp, ms since the epoch (-1 for none)"),
+    ("producer_id", LongType(), "producer id (-1 for none: not idempotent, and v0/v1)"),
+    ("producer_epoch", IntegerType(), "producer epoch (-1 for none)"),
+    ("base_sequence", IntegerType(), "sequence of the batch's first record (-1 for none)"),
+    ("is_transactional", BooleanType(), "part of a transaction"),
+    ("is_control", BooleanType(), "a control batch (a transaction marker, or a KRaft control record)"),
     ("size_bytes", IntegerType(), "bytes of the batch on disk"),
     ("fingerprint", LongType(), "xxh3-64 of the CRC-covered bytes, as a signed long"),
     ("error", StringType(), "null for a batch; `corrupt: ...`, `partial_tail: ...` or `unreadable: ...` on an "
