@@ -703,7 +703,7 @@ def rebuild(manager: ProducerStateManager, log, now_ms: int, *, at_most: int | N
     start = max(manager.map_end_offset, log.log_start_offset)
     # The transaction indexes above the replay's start are derived again by the replay.
     for segment in log.segments[max(log._segment_index(start), 0):]:
-        segment.txn_index.truncate_to(start)
+        segment.txn_index.truncate_to(start, segment_base=segment.base_offset)
     if manager.map_end_offset < log.log_end_offset:
         replay(manager, log, start)
     manager.update_map_end_offset(log.log_end_offset)

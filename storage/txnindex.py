@@ -95,10 +95,13 @@ class TransactionIndex:
         self._dirty = True
         return created
 
-    def truncate_to(self, offset: int) -> None:
-        """Drop the entries whose marker is at or above `offset` (Kafka's TransactionIndex.truncateTo)."""
+    def truncate_to(self, offset: int, *, segment_base: int | None = None) -> None:
+        """Drop the entries whose marker is at or above `offset` (Kafka's TransactionIndex.truncateTo);
+        with `segment_base`, also those whose marker lies below the segment (Kafka's sanity check
+        fails on them: a torn entry that reached the disk as zeros)."""
         entries = self.entries()
-        keep = [t for t in entries if t.last_offset < offset]
+        low = -1 if segment_base is None else segment_base
+        keep = [t for t in entries if low <= t.last_offset < offset]
         if len(keep) != len(entries):
             self._write_size(len(keep) * ENTRY_BYTES)
             self._entries = keep

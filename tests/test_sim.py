@@ -1,4 +1,5 @@
 """storage.sim: the simulated file system, the crash enumeration, the cluster simulator, the CLI."""
+import itertools
 import json
 import os
 import subprocess
@@ -8,7 +9,7 @@ import pytest
 
 from storage import guards
 from storage import io as sio
-from storage.sim.crash import enumerate_crashes
+from storage.sim.crash import CLASSIC, enumerate_crashes
 from storage.sim.fs import SimFS, snapshot
 from storage.sim.simulator import run_seed
 
@@ -132,8 +133,34 @@ def test_every_pair_of_operations_crash_recovers(tmp_path):
 
 @pytest.mark.slow
 def test_every_triple_of_operations_crash_recovers(tmp_path):
-    outcome = enumerate_crashes(str(tmp_path / "w"), max_length=3, states_per_point=4)
+    outcome = enumerate_crashes(str(tmp_path / "w"), max_length=3, states_per_point=4,
+                                sequences=list(itertools.product(CLASSIC, repeat=3)))
     assert outcome.violations == []
+
+
+@pytest.mark.slow
+def test_every_triple_of_producer_and_retention_operations_crash_recovers(tmp_path):
+    ops = ("append", "flush", "truncate", "idempotent", "abort", "retention")
+    outcome = enumerate_crashes(str(tmp_path / "w"), max_length=3, states_per_point=4,
+                                sequences=list(itertools.product(ops, repeat=3)))
+    assert outcome.violations == []
+
+
+def test_enumeration_checks_the_recovered_transaction_index(tmp_path, monkeypatch):
+    """I17 can fail: a transaction index that keeps a torn entry (zeros that reached the disk
+    before the entry's data) recovers an aborted transaction the batches do not have."""
+    from storage.txnindex import TransactionIndex
+
+    keep_everything_below = TransactionIndex.truncate_to
+
+    def without_the_sanity_check(self, offset, *, segment_base=None):
+        keep_everything_below(self, offset)
+
+    sequences = [("abort", "flush"), ("abort",)]
+    assert enumerate_crashes(str(tmp_path / "ok"), sequences=sequences).violations == []
+    monkeypatch.setattr(TransactionIndex, "truncate_to", without_the_sanity_check)
+    found = enumerate_crashes(str(tmp_path / "w"), sequences=sequences).violations
+    assert found and all(v.startswith("I17 aborted transactions") for v in found)
 
 
 @pytest.mark.slow

@@ -24,12 +24,18 @@ from .. import errors
 from .. import io as sio
 from ..config import LogConfig
 from ..logdir import CLEAN_SHUTDOWN_FILE, LogDir
-from ..records import iter_batches
+from ..producer import ProducerStateManager, apply_replicated
+from ..records import build_batch, iter_batches
 from . import invariants
 from .fs import CrashNow, SimFS, snapshot, write_tree
 
-OPERATIONS = ("append", "roll", "flush", "truncate", "epoch_bump", "log_start")
+OPERATIONS = ("append", "roll", "flush", "truncate", "epoch_bump", "log_start", "idempotent", "abort", "retention")
+# The producer-state and retention operations write the snapshot, transaction-index and
+# *.deleted files; the classic six are the replication-safety core.
+CLASSIC = OPERATIONS[:6]
+IDEMPOTENT_PID, TXN_PID = 7, 8
 CONFIG = LogConfig(segment_bytes=600, index_interval_bytes=100, segment_index_bytes=240, fsync=False)
+_FAR_FUTURE = 2**62
 STATES = (("d", ()), ("a", ()), ("b", ()), ("b", ()), ("c", ()), ("c", ()), ("b", ("S3",)), ("b", ("S4",)),
           ("c", ("S5",)))
 
@@ -49,9 +55,8 @@ def _apply(log, logdir, operation: str, step: int) -> None:
         log.roll()
     elif operation == "flush":
         logdir.flush()
-    elif operation == "truncate":
-        if log.log_end_offset > log.log_start_offset:
-            log.truncate_to(max(log.log_start_offset, log.log_end_offset - 1))
+    elif operation == "truncate":      # on an empty log: a truncation to its end (it changes nothing)
+        log.truncate_to(max(log.log_start_offset, log.log_end_offset - 1))
     elif operation == "epoch_bump":
         log.assign_epoch_start_offset((log.epoch_cache.latest_epoch or 0) + 1)
     elif operation == "log_start":
@@ -59,6 +64,19 @@ def _apply(log, logdir, operation: str, step: int) -> None:
         if log.high_watermark > log.log_start_offset:
             log.increment_log_start_offset(log.log_start_offset + 1)
             logdir.checkpoint()
+    elif operation in ("idempotent", "abort"):
+        pid = IDEMPOTENT_PID if operation == "idempotent" else TXN_PID
+        entry = log.producer_state.active_producers.get(pid)
+        sequence = 0 if entry is None or entry.last_sequence < 0 else entry.last_sequence + 1
+        batch = build_batch([b"p%d-%d" % (step, i) for i in range(2)], producer_id=pid, producer_epoch=0,
+                            base_sequence=sequence, is_transactional=operation == "abort")
+        log.append_as_leader(batch, log.epoch_cache.latest_epoch or 0)
+        if operation == "abort":
+            log.append_txn_marker(pid, 0, False, coordinator_epoch=0, leader_epoch=log.epoch_cache.latest_epoch or 0)
+    elif operation == "retention":
+        log.update_high_watermark(log.log_end_offset)
+        log.delete_old_segments(now_ms=_FAR_FUTURE)      # every segment is past retention_ms
+        logdir.checkpoint()
 
 
 def _is_crash(exc: BaseException | None) -> bool:
@@ -93,6 +111,14 @@ def _batches_in(files: dict, partition_dir: str) -> list[bytes]:
     return out
 
 
+def _holds_at_start(version: list[bytes], got: list[bytes]) -> bool:
+    """`got` is `version` from some batch on (retention deletes from the front) up to some point."""
+    if not got:
+        return True
+    starts = [i for i, batch in enumerate(version) if batch == got[0]]
+    return any(version[i:i + len(got)] == got for i in starts)
+
+
 def _rebuilt_epochs(batches) -> list[tuple[int, int]]:
     out = []
     for b in batches:
@@ -115,8 +141,9 @@ def _check(root: str, versions: list[list[bytes]], floor: int, label: str) -> li
         log = logdir.partition("t", 0)
         batches = list(log.batches(log.segments[0].base_offset))
         got = [b.to_bytes() for b in batches]
-        if not any(got == version[: len(got)] for version in versions):
-            out.append(f"I12 {label}: the recovered log is not a prefix of the log at any point of the run")
+        if not any(_holds_at_start(version, got) for version in versions):
+            out.append(f"I12 {label}: the recovered log is not a prefix of the log at any point of the run "
+                       "(after the batches retention deleted)")
         if log.log_end_offset < floor:
             out.append(f"I12 {label}: durable data lost (log end offset {log.log_end_offset} < {floor})")
         out += [f"{v} [{label}]" for v in invariants.check_replica("node", log)]
@@ -124,6 +151,7 @@ def _check(root: str, versions: list[list[bytes]], floor: int, label: str) -> li
         cache = [tuple(e) for e in log.epoch_cache.entries]
         if cache[-len(rebuilt):] != rebuilt if rebuilt else False:
             out.append(f"I8 {label}: cache {cache} differs from the batches' epochs {rebuilt}")
+        out += [f"{v} [{label}]" for v in _check_producers(log, batches)]
         log.append_as_leader([b"after recovery"], (log.epoch_cache.latest_epoch or 0))
     except Exception as exc:   # noqa: BLE001
         out.append(f"{label}: {exc!r}")
@@ -132,6 +160,31 @@ def _check(root: str, versions: list[list[bytes]], floor: int, label: str) -> li
             logdir.close()
         except Exception as exc:   # noqa: BLE001
             out.append(f"{label}: close raised {exc!r}")
+    return out
+
+
+def _check_producers(log, batches) -> list[str]:
+    """I17: the producer state and the aborted transactions the open recovered are those the
+    recovered batches from the log start give, replayed from scratch (only producers with a
+    batch there are compared: one whose batches retention deleted may stay, as in Kafka)."""
+    derived = ProducerStateManager("/nonexistent/derived")
+    aborted = []
+    for batch in batches:          # the state is built from the log start (below it: awaiting deletion)
+        if batch.magic >= 2 and batch.producer_id >= 0 and batch.base_offset >= log.log_start_offset:
+            aborted += [(t.producer_id, t.first_offset, t.last_offset, lso)
+                        for t, lso in apply_replicated(derived, batch.view) if t.is_aborted]
+    out = []
+    for pid, entry in derived.active_producers.items():
+        got = log.producer_state.active_producers.get(pid)
+        want = (entry.producer_epoch, entry.last_sequence, entry.last_offset, entry.current_txn_first_offset)
+        have = None if got is None else (got.producer_epoch, got.last_sequence, got.last_offset,
+                                         got.current_txn_first_offset)
+        if have != want:
+            out.append(f"I17 producer {pid}: recovered {have}, the batches give {want}")
+    recovered = [tuple(t) for t in log.collect_aborted_transactions(log.log_start_offset, log.log_end_offset)]
+    expected = [t for t in aborted if t[2] >= log.log_start_offset]
+    if recovered != expected:
+        out.append(f"I17 aborted transactions: recovered {recovered}, the batches give {expected}")
     return out
 
 
@@ -224,7 +277,7 @@ def _refuses_everything(log, logdir, remaining) -> list[str]:
         except Exception as exc:   # noqa: BLE001
             out.append(f"{operation} after the failure raised {exc!r}, not LogDirOfflineError")
             continue
-        if operation in ("append", "flush", "roll", "truncate", "epoch_bump", "log_start"):
+        if operation in OPERATIONS:
             out.append(f"{operation} after the failure succeeded")
     try:
         log.read(log.log_start_offset, 1)
@@ -307,9 +360,13 @@ def enumerate_io_faults(workdir: str, *, max_length: int = 2, codes=(errno.EIO, 
                     if os.path.exists(os.path.join(base, CLEAN_SHUTDOWN_FILE)):
                         outcome.violations.append(f"I12 {label}: a clean-shutdown marker after a failure")
                 at_failure = snapshot(base)
+                meta_at_failure = {p: open(p, "rb").read() for p in _meta_files(base)}
                 versions.append(_batches_in(at_failure, partition_dir))
                 for mode, faults in states:
                     write_tree(os.path.abspath(base), at_failure)
+                    for path, data in meta_at_failure.items():    # the check before reopened it
+                        with open(path, "wb") as f:
+                            f.write(data)
                     write_tree(os.path.abspath(base), fs.state(base, mode=mode, faults=faults))
                     outcome.states += 1
                     outcome.violations += _check(base, versions, floor, f"{label} then crash {mode}")
