@@ -48,6 +48,9 @@ class BenchSizes:
     diverge_bytes: tuple        # (common prefix, divergent follower tail, leader's new tail)
     reopen_partitions: int
     elections: int
+    # -- added with producer state and retention (bench_producers) --
+    idempotent_bytes: int = 64 * MiB       # bytes appended per run of the idempotent-append pair
+    retention_partitions: int = 10_000     # partitions a retention pass walks
 
 
 FULL = BenchSizes(quick=False, append_total_bytes=256 * MiB, rounds=7, warmup_rounds=1,
@@ -63,7 +66,7 @@ QUICK = BenchSizes(quick=True, append_total_bytes=8 * MiB, rounds=1, warmup_roun
                    point_reads=1_000, truncate_log_sizes=(2 * MiB, 8 * MiB), truncate_rounds=1,
                    epoch_counts=(100, 10_000), epoch_queries=1_000,
                    memory_log_sizes=(4 * MiB, 8 * MiB), diverge_bytes=(4 * MiB, 1 * MiB, 1 * MiB),
-                   reopen_partitions=20, elections=3)
+                   reopen_partitions=20, elections=3, idempotent_bytes=2 * MiB, retention_partitions=50)
 
 
 # ---- fresh directories -------------------------------------------------------------------

@@ -281,12 +281,14 @@ class PartitionLog(LogReads):
             self._ensure_open()
             plan = _producer.plan_leader_chunk(self.producer_state, buf, self.log_end_offset, origin,
                                                self.config.max_message_bytes) if prebuilt else None
-            if plan is not None and plan.duplicate is not None:
+            if plan is not None and plan.__class__ is not tuple and plan.duplicate is not None:
                 d = plan.duplicate      # Kafka answers a retried batch with its first offsets
                 return AppendInfo(d.first_offset, d.last_offset, d.timestamp, d.last_offset, 0, 0, 0, True)
             info = self._leader_write(state, buf, leader_epoch, prebuilt)
             if plan is not None:
-                self._record_completed(_producer.commit_append(self.producer_state, plan))
+                completed = _producer.commit_append(self.producer_state, plan, info.first_offset)
+                if completed:
+                    self._record_completed(completed)
             return info
 
     @guarded

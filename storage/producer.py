@@ -73,6 +73,9 @@ def decrement_sequence(sequence: int, decrement: int) -> int:
     return sequence - decrement
 
 
+_new_batch_metadata = tuple.__new__      # BatchMetadata without NamedTuple's argument handling
+
+
 class BatchMetadata(NamedTuple):
     """One of a producer's last batches (Kafka's BatchMetadata)."""
 
@@ -636,15 +639,35 @@ def plan_append(manager: ProducerStateManager, view, batches: list[ProducerBatch
 _NO_PRODUCER = b"\xff" * 8          # producer id -1, at header position 43
 
 
+# Header bytes 8..57 in one read: length, magic, attributes, last offset delta, base and max
+# timestamps, producer id, producer epoch, base sequence.
+_HEAD = struct.Struct(">i4xB4xhiqqqhi")
+_FAST_PATH = True                       # tests turn it off to compare with the general path
+
+
 def plan_leader_chunk(manager: ProducerStateManager, buf, log_end_offset: int, origin: str,
-                      max_batch_bytes: int) -> ProducerPlan | None:
+                      max_batch_bytes: int):
     """The producer-state changes of a leader's chunk, validated before anything is written;
     None when no batch carries a producer id (one header read for a one-batch chunk), or when
     the chunk itself is unsound: Kafka checks the batches (sizes, CRCs) before the producer
-    state, so the C append then refuses it with that error."""
-    if len(buf) >= _V2_HEADER.size and int.from_bytes(buf[8:12], "big") + 12 == len(buf) \
-            and buf[43:51] == _NO_PRODUCER:
-        return None
+    state, so the C append then refuses it with that error.
+
+    A client's next batch in its producer's sequence (one batch, same epoch, not
+    transactional, first sequence = last + 1, so no duplicate of the last five, no wrap) is
+    planned as a bare tuple (entry, last sequence, delta, max timestamp): the general path
+    would add exactly one BatchMetadata, and `commit_append` does only that."""
+    n = len(buf)
+    if n >= _V2_HEADER.size:
+        length, magic, attributes, delta, _base_ts, max_ts, pid, epoch, sequence = _HEAD.unpack_from(buf, 8)
+        if length + 12 == n:
+            if pid < 0:
+                return None
+            if _FAST_PATH and magic == 2 and not attributes & (_TRANSACTIONAL | _CONTROL) and origin == CLIENT:
+                entry = manager.producers.get(pid)
+                if entry is not None and entry.producer_epoch == epoch and entry.current_txn_first_offset is None:
+                    batches = entry.batch_metadata
+                    if batches and sequence == batches[-1][0] + 1 and 0 <= delta <= _INT32_MAX - sequence:
+                        return (entry, sequence + delta, delta, max_ts)
     found = producer_batches(buf)
     if not found:
         return None
@@ -671,9 +694,16 @@ def apply_replicated(manager: ProducerStateManager, view) -> list[tuple[Complete
                                               origin=REPLICATION))
 
 
-def commit_append(manager: ProducerStateManager, plan: ProducerPlan) -> list[tuple[CompletedTxn, int]]:
-    """Apply a planned append once it is written; returns each completed transaction with the
-    last stable offset to record for it (the transaction index's entry)."""
+def commit_append(manager: ProducerStateManager, plan, first_offset: int = -1) -> list[tuple[CompletedTxn, int]]:
+    """Apply a planned append once it is written (first_offset: where it went); returns each
+    completed transaction with the last stable offset to record for it (the transaction
+    index's entry)."""
+    if plan.__class__ is tuple:          # plan_leader_chunk's next batch in sequence
+        entry, last_seq, delta, max_timestamp = plan
+        entry.batch_metadata.append(_new_batch_metadata(BatchMetadata, (last_seq, first_offset + delta, delta,
+                                                                        max_timestamp)))
+        entry.last_timestamp = max_timestamp
+        return ()
     for info in plan.infos.values():
         manager.update(info)
     out = []

@@ -185,3 +185,51 @@ def test_a_corrupt_batch_is_refused_for_its_corruption_before_its_sequence_is_ju
     with pytest.raises(errors.OutOfOrderSequenceError):             # intact, the gap is the error
         log.append_as_leader(batch(5), 0)
     assert log.log_end_offset == 1
+
+
+def _state(log):
+    return {pid: (e.producer_epoch, e.coordinator_epoch, e.last_timestamp, e.current_txn_first_offset,
+                  list(e.batch_metadata)) for pid, e in log.producer_state.active_producers.items()}
+
+
+def test_the_next_in_sequence_fast_path_is_the_general_path(tmp_path, monkeypatch):
+    """A client's next batch in sequence skips the general planning (storage/producer.py
+    _NextInSequence); on random appends -- retries, gaps, epoch bumps, transactions, wraps --
+    both paths answer and leave the state alike."""
+    from hypothesis import HealthCheck, given, settings
+    from hypothesis import strategies as st
+
+    from storage import producer
+
+    step = st.tuples(st.sampled_from([1, 2]), st.sampled_from([0, 0, 0, 1]), st.sampled_from([0, 1, 1, 1, 2, -1, -3]),
+                     st.integers(1, 3), st.booleans())
+    runs = [0]
+
+    @settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+    @given(st.lists(step, min_size=1, max_size=25), st.sampled_from([0, 2**31 - 4]))
+    def check(steps, first_seq):
+        runs[0] += 1
+        logs = [PartitionLog.open(tmp_path / f"{runs[0]}-{fast}", CONFIG) for fast in (True, False)]
+        try:
+            nexts = {}
+            for pid, epoch, jump, count, txn in steps:
+                seq = nexts.get((pid, epoch), first_seq) + jump - 1
+                seq = seq if seq >= 0 else 0
+                data = batch(seq % 2**31, count, pid=pid, epoch=epoch, txn=txn and pid == 2)
+                answers = []
+                for fast, log in zip((True, False), logs):
+                    monkeypatch.setattr(producer, "_FAST_PATH", fast)
+                    try:
+                        info = log.append_as_leader(data, 0)
+                        answers.append(("ok", info.first_offset, info.last_offset, info.duplicate))
+                    except errors.ProducerStateError as exc:
+                        answers.append((type(exc).__name__,))
+                assert answers[0] == answers[1], (steps, answers)
+                if answers[0][0] == "ok" and not answers[0][3]:
+                    nexts[(pid, epoch)] = (seq + count) % 2**31
+                assert _state(logs[0]) == _state(logs[1])
+        finally:
+            for log in logs:
+                log.close()
+
+    check()
