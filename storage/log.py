@@ -390,6 +390,7 @@ class PartitionLog(LogReads):
         out.append(False)
         info = _new_append_info(AppendInfo, out)
         self.log_end_offset = info[1] + 1
+        self.producer_state.last_map_offset = self.log_end_offset   # Kafka's updateMapEndOffset
         epoch = v.sole_epoch
         if epoch == _EPOCH_MIXED or (epoch >= 0 and epoch != self.epoch_cache.latest_epoch):
             self._after_append(v, pointer, length)

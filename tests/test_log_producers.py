@@ -233,3 +233,19 @@ def test_the_next_in_sequence_fast_path_is_the_general_path(tmp_path, monkeypatc
                 log.close()
 
     check()
+
+
+def test_a_truncation_after_appends_reloads_the_state_it_cut(log):
+    """Swarm seed 555 (with the producer workload): the producer state's map end offset was
+    only moved at a roll, so a truncation back to that offset after more appends skipped the
+    reload and kept the effect of a cut abort marker -- the transaction it closed stayed
+    closed, and the next one was recorded as starting later than it did."""
+    log.append_as_leader(batch(0, txn=True), 0)                       # the transaction opens at 0
+    log.append_as_leader([b"plain"], 0)
+    end = log.log_end_offset
+    log.roll()                                                        # a snapshot: state as of offset 2
+    log.append_txn_marker(PID, 0, False, coordinator_epoch=0, leader_epoch=0)
+    assert log.producer_state.first_undecided_offset() is None
+    log.truncate_to(end)                                              # the marker goes
+    assert log.producer_state.first_undecided_offset() == 0
+    assert log.producer_state.active_producers[PID].current_txn_first_offset == 0

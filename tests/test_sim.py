@@ -392,3 +392,36 @@ def test_a_full_truncation_below_the_stored_recovery_point_is_stored_at_once(tmp
         values = [r.value for b in log.batches() for r in b.records()]
         assert values == [b"new-%d" % i + b"." * 100 for i in range(len(values))]
         assert log.log_start_offset == 4 and log.log_end_offset == 4 + len(values)
+
+
+def test_the_producer_workload_runs_clean_and_writes_what_it_should(tmp_path):
+    """Seed 15 runs the idempotent and transactional producers (storage.sim.producers): clean,
+    with idempotent batches, transactions and at least one aborted one in the final log."""
+    from storage.sim.producers import IDEMPOTENT_PID, TXN_PID
+    from storage.sim.simulator import PARTITION, TOPIC, Simulation
+
+    sim = Simulation(15, tmp_path / "run", profile="safety", steps=200)
+    assert sim.producers.on
+    result = sim.run()
+    assert result.violations == []
+    from storage import LogConfig, LogDir
+
+    with LogDir.open(sim.cluster.brokers[1].path, LogConfig(fsync=False)) as logdir:   # the run has stopped
+        log = logdir.partition(TOPIC, PARTITION)
+        pids = {b.producer_id for b in log.batches()}
+        assert {IDEMPOTENT_PID, TXN_PID} <= pids
+        assert log.collect_aborted_transactions(log.log_start_offset, log.log_end_offset)
+    assert sim.producers.aborted and sim.producers.committed
+
+
+def test_the_swarm_catches_duplicates_without_the_sequence_and_duplicate_checks(tmp_path, monkeypatch):
+    """I18 can fail: with Kafka's duplicate detection and sequence check both off, a retried
+    idempotent batch is written twice (seed 15)."""
+    from storage import producer
+    from storage.sim.simulator import Simulation
+
+    monkeypatch.setattr(producer.ProducerStateEntry, "find_duplicate", lambda self, e, f, last: None)
+    monkeypatch.setattr(producer.ProducerAppendInfo, "_check_sequence", lambda self, e, f, o: None)
+    monkeypatch.setattr(producer, "_FAST_PATH", False)
+    result = Simulation(15, tmp_path / "run", profile="safety", steps=200).run()
+    assert any(v.startswith("I18 duplicate idempotent records") for v in result.violations)

@@ -37,6 +37,7 @@ from .channel import Channel
 from .cluster import Cluster
 from .crash import _is_crash
 from .fs import SimFS
+from .producers import Producers
 from .targeted import TargetedSites
 
 TOPIC, PARTITION = "t", 0
@@ -117,6 +118,8 @@ class Simulation:
         # (M6), an ISR expansion whose follower is cut off while its AlterPartition is slow
         # (M11), a replica removed and re-added while its StopReplica is delayed (M16).
         self.targeted = TargetedSites(self, random.Random(f"targeted-{seed}"))
+        # Idempotent and transactional producers (storage.sim.producers): one seed in four.
+        self.producers = Producers(seed, TOPIC, PARTITION)
         if profile not in PROFILES:
             raise ValueError(f"unknown profile {profile!r}; known: {', '.join(PROFILES)}")
         # C1 (calibration): unclean elections on and no budget, but the safety profile's history
@@ -141,7 +144,10 @@ class Simulation:
         os.makedirs(self.root)
         self.fs = SimFS(self.root, seed=self.seed)
         segment_bytes = 2048 if self.buggify["tiny_segments"] else 32 * 1024
+        # The simulated clock starts at 0 while producer expiry reads the wall clock: producers
+        # never expire here (an expired producer may duplicate a retried batch, as in Kafka).
         config = LogConfig(segment_bytes=segment_bytes, index_interval_bytes=256, segment_index_bytes=4096,
+                           producer_id_expiration_ms=2**62,
                            fsync=False)
         fetch_bytes = 300 if self.buggify["tiny_fetch"] else 1 << 20
         if self.buggify["delay_alter"]:
@@ -342,7 +348,16 @@ class Simulation:
             manager._maybe_expand_isr(p, p.followers[b])
             self.result.faults["isr-expand"] += 1
 
+    def _leader_manager(self):
+        """The current leader's ReplicaManager, None when there is no live one."""
+        leader = self.cluster.leader(TOPIC, PARTITION)
+        node = self.cluster.brokers.get(leader)
+        return None if node is None or not node.alive or node.manager is None else node.manager
+
     def _produce(self) -> None:
+        if self.producers.on:
+            self.producers.produce(self)
+            return
         c = self.cluster
         leader = c.leader(TOPIC, PARTITION)
         if leader == m.NO_LEADER or not c.brokers[leader].alive or c.brokers[leader].manager is None:
@@ -410,6 +425,7 @@ class Simulation:
         lossy = rng.random() < 0.5 and self._budget_allows_loss(broker)
         node.crash()
         self.down.add(broker)
+        self.producers.lost_answers()
         for value, target in list(self.client.pending.items()):
             if target == broker:          # the connection dropped: the outcome is unknown
                 del self.client.pending[value]
@@ -542,6 +558,8 @@ class Simulation:
         leader = state.leader
         if step % 10 == 0:
             out += self._check_replicas(logs)
+        if self.producers.on:
+            out += self.producers.check(logs)
         if self.profile != "safety":
             return
         out += self._note_committed(logs, summaries)
@@ -670,6 +688,8 @@ class Simulation:
         client = self.client
         final = {}
         leader_log = self._logs()[self.cluster.leader(TOPIC, PARTITION)]
+        if self.producers.on:
+            out += self.producers.history(leader_log)
         for batch in leader_log.batches():
             for record in batch.records():
                 final.setdefault(record.value, []).append(record.offset)
