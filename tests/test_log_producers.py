@@ -249,3 +249,47 @@ def test_a_truncation_after_appends_reloads_the_state_it_cut(log):
     log.truncate_to(end)                                              # the marker goes
     assert log.producer_state.first_undecided_offset() == 0
     assert log.producer_state.active_producers[PID].current_txn_first_offset == 0
+
+
+# ---- LogLoaderTest / UnifiedLogTest snapshot cases, by name --------------------------------
+
+def test_loading_log_keeps_largest_stray_producer_state_snapshot(tmp_path):
+    # testLoadingLogKeepsLargestStrayProducerStateSnapshot (LogLoaderTest)
+    path = tmp_path / "t-0"
+    with PartitionLog.open(path, CONFIG) as log:
+        for seq in range(4):
+            log.append_as_leader(batch(seq), 0)
+            if seq < 2:
+                log.roll()
+        assert len(log.segments) == 3
+    assert sorted(int(n[:20]) for n in os.listdir(path) if n.endswith(".snapshot")) == [1, 2, 4]
+    (path / f"{3:020d}.snapshot").write_bytes(b"")                    # a stray inside the log
+    with PartitionLog.open(path, CONFIG) as log:                       # unclean
+        assert snapshots(log) == [1, 2, 4]
+        assert log.producer_state.active_producers[PID].last_sequence == 3
+
+
+def test_loading_log_deletes_producer_state_snapshots_past_log_end_offset(tmp_path):
+    # testLoadingLogDeletesProducerStateSnapshotsPastLogEndOffset (UnifiedLogTest)
+    path = tmp_path / "t-0"
+    path.mkdir()
+    (path / f"{42:020d}.snapshot").write_bytes(b"")
+    with PartitionLog.open(path, CONFIG) as log:
+        assert snapshots(log) == []
+
+
+def test_load_producers_after_delete_records_on_segment(tmp_path):
+    # testLoadProducersAfterDeleteRecordsOnSegment (LogLoaderTest)
+    path = tmp_path / "t-0"
+    with PartitionLog.open(path, CONFIG) as log:
+        log.append_as_leader(batch(0, pid=1), 0)
+        log.roll()
+        log.append_as_leader(batch(0, pid=2), 0)
+        assert len(log.segments) == 2 and len(log.producer_state.active_producers) == 2
+        log.update_high_watermark(log.log_end_offset)
+        log.increment_log_start_offset(1)
+        log.delete_old_segments()
+        assert len(log.segments) == 1 and len(log.producer_state.active_producers) == 2   # the state stays
+    with PartitionLog.open(path, CONFIG, log_start_offset=1) as log:  # unclean: rebuilt from the log start
+        assert list(log.producer_state.active_producers) == [2]
+        assert log.producer_state.active_producers[2].last_sequence == 0
