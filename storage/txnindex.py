@@ -7,7 +7,7 @@ An entry is 34 bytes, big-endian: version int16 (0), producer id int64, first of
 only once a segment holds an abort marker (Kafka creates it lazily too); it goes with its
 segment, is cut with it (entries whose marker is at or above the cut), fsynced with it, and is
 derived data: the load rebuilds the entries above the producer-state snapshot it replays from,
-and a torn last entry is dropped.
+and a torn or damaged tail (an entry of another version, or first offset above last) is dropped.
 
 All file operations go through the I/O seam (storage/io.py).
 """
@@ -54,13 +54,13 @@ class TransactionIndex:
         out = []
         for i in range(0, whole, ENTRY_BYTES):
             version, pid, first, last, lso = ENTRY.unpack_from(data, i)
-            if version != VERSION:
-                raise errors.CorruptRecordError(f"transaction index entry of unknown version {version}",
-                                                file=self.path, position=i, offset=last)
+            if version != VERSION or first > last:
+                whole = i           # garbage (torn sectors after a crash): the rest goes too
+                break
             out.append(AbortedTxn(pid, first, last, lso))
         if whole != len(data):
-            # A torn last entry (a crash during its append): derived data, cut off here and
-            # rebuilt from the log by the load's replay.
+            # A torn or damaged tail (a crash during an append): derived data, cut off here and
+            # rebuilt from the log by the load's replay, which covers every recovered segment.
             self._write_size(whole)
         return out
 

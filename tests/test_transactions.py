@@ -301,3 +301,15 @@ def test_recovery_rebuilds_the_transaction_index(tmp_path, snapshots):
     with PartitionLog.open(path, config, clean_shutdown=True) as again:   # nothing recovered
         # the index below the newest snapshot is trusted as it is (here: deleted by hand)
         assert aborted(again) == [t for t in expected if t.last_offset >= newest]
+
+
+def test_a_damaged_index_tail_is_dropped_not_trusted_nor_fatal(index):
+    """CI swarm seeds 371858 and 371924: torn sectors left a transaction index whose tail was
+    garbage (an unknown version); the partition refused to open.  It is derived data: the
+    tail from the first bad entry goes, and the load's replay writes what belongs there."""
+    for txn in TXNS[:2]:
+        index.append(txn)
+    with open(index.path, "ab") as f:
+        f.write(struct.pack(">hqqqq", 7, 1, 2, 3, 4) + struct.pack(">hqqqq", 0, 1, 9, 3, 4))   # bad version; first > last
+    assert TransactionIndex(index.path).entries() == TXNS[:2]
+    assert os.path.getsize(index.path) == 2 * ENTRY_BYTES

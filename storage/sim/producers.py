@@ -21,8 +21,9 @@ Invariants:
        transaction, and at most the high watermark;
   I20  a read_committed reader of the final leader (records below the LSO, minus the aborted
        transactions collect_aborted_transactions lists, as Kafka's consumer filters) never
-       sees a value of a transaction the producer aborted, and sees every value of one it
-       committed whose marker is below the LSO.
+       sees a value of a transaction an ABORT marker in that log ends (the log's decision: a
+       marker the coordinator wrote may have been lost with a truncation and the transaction
+       decided again).
 """
 from __future__ import annotations
 
@@ -189,10 +190,29 @@ class Producers:
         if twice:
             out.append(f"I18 duplicate idempotent records: {twice[:3]}")
         visible = self._read_committed(leader_log)
-        shown = sorted(self.aborted & visible)
+        shown = sorted(self._aborted_in(leader_log) & visible)
         if shown:
             out.append(f"I20 a read_committed reader sees aborted records: {shown[:3]}")
         return out
+
+    @staticmethod
+    def _aborted_in(log) -> set[bytes]:
+        """The values of every transaction an ABORT marker in the log ends (the log's own
+        decisions: a marker the coordinator wrote may be lost with a truncation, and the
+        transaction decided again)."""
+        open_values: dict[int, list[bytes]] = {}
+        aborted: set[bytes] = set()
+        for batch in log.batches():
+            if not batch.is_transactional:
+                continue
+            if batch.is_control:
+                records = batch.records()
+                ended = open_values.pop(batch.producer_id, [])
+                if records and records[0].key is not None and records[0].key[2:4] == b"\x00\x00":
+                    aborted.update(ended)                          # ABORT (control type 0)
+                continue
+            open_values.setdefault(batch.producer_id, []).extend(r.value for r in batch.records())
+        return aborted
 
     @staticmethod
     def _read_committed(log) -> set[bytes]:

@@ -527,6 +527,8 @@ class Simulation:
         try:
             log = node.manager.logdir.partition(TOPIC, PARTITION)
         except StorageError as exc:     # refused to open (damage below the recovery point)
+            if _is_crash(exc):
+                raise                   # an armed crash point reached while opening it: the broker dies
             self.result.violations.append(f"I12 broker {broker}: the partition does not open after recovery: "
                                           f"{exc.reason}")
             return
