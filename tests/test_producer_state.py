@@ -247,12 +247,17 @@ def test_accept_append_with_sequence_gaps_on_replica(manager):   # testAcceptApp
     assert manager.active_producers[PID].last_sequence == 3
 
 
-def test_delete_snapshots_before(manager, tmp_path):      # testDeleteSnapshotsBefore
+def snapshots_at_2_and_3(manager):
+    """Kafka's shared set-up of these cases: two appends, a snapshot, one more, a snapshot."""
     append(manager, PID, EPOCH, 0, 0)
     append(manager, PID, EPOCH, 1, 1)
     manager.take_snapshot()
     append(manager, PID, EPOCH, 2, 2)
     manager.take_snapshot()
+
+
+def test_delete_snapshots_before(manager, tmp_path):      # testDeleteSnapshotsBefore
+    snapshots_at_2_and_3(manager)
     assert snapshot_offsets(tmp_path) == [2, 3]
     manager.delete_snapshots_before(3)
     assert snapshot_offsets(tmp_path) == [3] and manager.snapshots == [3]
@@ -261,11 +266,7 @@ def test_delete_snapshots_before(manager, tmp_path):      # testDeleteSnapshotsB
 
 
 def test_truncate_fully_and_start_at(manager, tmp_path):  # testTruncateFullyAndStartAt
-    append(manager, PID, EPOCH, 0, 0)
-    append(manager, PID, EPOCH, 1, 1)
-    manager.take_snapshot()
-    append(manager, PID, EPOCH, 2, 2)
-    manager.take_snapshot()
+    snapshots_at_2_and_3(manager)
     manager.truncate_fully_and_start_at(0)
     assert snapshot_offsets(tmp_path) == [] and not manager.active_producers
     append(manager, PID, EPOCH, 0, 0)

@@ -154,30 +154,30 @@ def kip704_unclean_recovery(root) -> Rig:
     return rig
 
 
-def kip841_fenced_replica(root) -> Rig:
-    """A fenced replica neither joins the ISR nor becomes leader."""
+def _broker_2_taken_out_then_leader_crashes(root, take_out) -> Rig:
+    """KIP-841's two stories: broker 2 is taken out (`take_out`), the metadata is published,
+    then leader 1 dies; broker 2 must neither join the ISR nor be elected."""
     rig = _trio(root)
     rig.produce(1, [b"x"])
     rig.replicate()
-    rig.controller.fence_broker(2)           # its session expired; the process lives on
+    take_out(rig)
     rig.publish()
     rig.replicate()
     rig.crash(1)
     rig.replicate()
     return rig
+
+
+def kip841_fenced_replica(root) -> Rig:
+    """A fenced replica neither joins the ISR nor becomes leader."""
+    # its session expired; the process lives on
+    return _broker_2_taken_out_then_leader_crashes(root, lambda rig: rig.controller.fence_broker(2))
 
 
 def kip841_controlled_shutdown(root) -> Rig:
     """A replica in controlled shutdown leaves the ISR and stays out, and is not elected."""
-    rig = _trio(root)
-    rig.produce(1, [b"x"])
-    rig.replicate()
-    rig.controller.heartbeat(m.BrokerHeartbeatRequest(2, rig.epoch(2), want_shut_down=True))
-    rig.publish()
-    rig.replicate()
-    rig.crash(1)
-    rig.replicate()
-    return rig
+    return _broker_2_taken_out_then_leader_crashes(root, lambda rig: rig.controller.heartbeat(
+        m.BrokerHeartbeatRequest(2, rig.epoch(2), want_shut_down=True)))
 
 
 def kip903_stale_alter_partition(root) -> Rig:
