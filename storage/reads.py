@@ -77,10 +77,8 @@ class LogReads:
     def last_stable_offset(self) -> int:
         """Kafka's LSO: the first offset of the oldest transaction that is open, or whose marker
         is not yet below the high watermark (at least the log start); else the high watermark."""
-        with self._lock:
-            state = self.producer_state
-            state.on_high_watermark_updated(self.high_watermark)
-            first = state.first_unstable_offset()
+        with self._lock:       # update_high_watermark has let go of the transactions it replicated
+            first = self.producer_state.first_unstable_offset()
             if first is not None and max(first, self.log_start_offset) < self.high_watermark:
                 return max(first, self.log_start_offset)
             return self.high_watermark
