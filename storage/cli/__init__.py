@@ -61,6 +61,11 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--index-sanity-check", action="store_true",
                    help="only the index sanity check a broker runs at startup")
     p.add_argument("--skip-record-metadata", action="store_true", help="only keys and payloads on record lines")
+    decoders = p.add_mutually_exclusive_group()
+    decoders.add_argument("--offsets-decoder", action="store_true",
+                          help="decode records as __consumer_offsets ones (implies --print-data-log)")
+    decoders.add_argument("--transaction-log-decoder", action="store_true",
+                          help="decode records as __transaction_state ones (implies --print-data-log)")
     common(p)
 
     p = sub.add_parser("verify", help="read-only check of a log dir: CRCs, indexes, epoch lineage",

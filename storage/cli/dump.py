@@ -9,5 +9,7 @@ def cmd_dump_log(args) -> int:
     files = [f for item in args.files for f in item.split(",") if f]
     if not files:
         raise UsageError("--files needs at least one file")
+    if args.offsets_decoder or args.transaction_log_decoder:
+        args.print_data_log = True          # as Kafka's tool: any decoder prints the data
     return PROBLEMS if _Dump(args).run(files) else OK
 

@@ -11,6 +11,7 @@ from array import array
 from bisect import bisect_left
 
 from .. import checkpoint, errors
+from ..coordinator_records import RecordFormatError, decode_offsets_record, decode_transaction_record
 from ..epoch import CHECKPOINT_FILE
 from ..records import decompress, iter_batches
 from ..txnindex import TXN_INDEX_SUFFIX
@@ -112,8 +113,35 @@ def _control_text(record) -> tuple[str, dict]:
     return f" controlType: {name}({type_id})", {"control_type": name}
 
 
-def _record_lines(batch, args, out_json: list | None, emit) -> list[int]:
-    """Kafka's deep-iteration lines of one batch; returns the record offsets."""
+def _string_parser(record) -> tuple[str | None, str | None]:
+    """Kafka's default decoders: key and value as UTF-8 text, each only when not null."""
+    key = None if record.key is None else record.key.decode("utf-8", "replace")
+    value = None if record.value is None else record.value.decode("utf-8", "replace")
+    return key, value
+
+
+def _parser(args):
+    """kafka-dump-log's message parser for these options."""
+    if getattr(args, "offsets_decoder", False):
+        return lambda record: decode_offsets_record(record.key, record.value, record.offset)
+    if getattr(args, "transaction_log_decoder", False):
+        return lambda record: decode_transaction_record(record.key, record.value)
+    return _string_parser
+
+
+def _structured(text: str):
+    """For --json: a decoder's JSON text as an object, any other text as it is."""
+    if text.startswith("{"):
+        try:
+            return json.loads(text)
+        except ValueError:
+            pass
+    return text
+
+
+def _record_lines(batch, args, out_json: list | None, emit, parse=_string_parser, fail=None) -> list[int]:
+    """Kafka's deep-iteration lines of one batch; returns the record offsets.  `parse` gives a
+    record's key and payload text; `fail` takes the message of a record it cannot read."""
     records = batch.records()
     legacy_crcs = _legacy_record_crcs(batch) if batch.magic < 2 else None
     offsets = []
@@ -146,15 +174,20 @@ def _record_lines(batch, args, out_json: list | None, emit) -> list[int]:
                 text += control
                 item.update(fields)
         if args.print_data_log and not batch.is_control:
-            if record.key is not None:
-                key = record.key.decode("utf-8", "replace")
+            try:
+                key, payload = parse(record)
+            except RecordFormatError as exc:
+                if fail is None:
+                    raise
+                fail(f"offset {record.offset}: {exc}")
+                key = payload = None
+            if key is not None:
                 text += f"{prefix}key: {key}"
                 prefix = " "
-                item["key"] = key
-            if record.value is not None:
-                payload = record.value.decode("utf-8", "replace")
+                item["key"] = _structured(key)
+            if payload is not None:
                 text += f" payload: {payload}"
-                item["payload"] = payload
+                item["payload"] = _structured(payload)
         if out_json is not None:
             out_json.append(item)
         else:
@@ -250,6 +283,7 @@ class _Dump:
             self.emit(f"Log starting offset: {start}")
         data = _map_file(name)
         deep = args.deep_iteration or args.print_data_log
+        parse = _parser(args)
         valid_bytes, last_offset, structural = 0, -1, False
         gaps = []
         bar = _progress(len(data), os.path.basename(name), not args.no_progress and
@@ -266,7 +300,8 @@ class _Dump:
                 if deep:
                     try:
                         records = [] if doc is not None else None
-                        for offset in _record_lines(batch, args, records, self.emit):
+                        for offset in _record_lines(batch, args, records, self.emit, parse,
+                                                    lambda message: self.error(f"{name}: {message}", doc)):
                             if last_offset != -1 and offset != last_offset + 1:
                                 gaps.append((last_offset, offset))
                             last_offset = offset
