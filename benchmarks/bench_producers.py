@@ -2,11 +2,10 @@
 
 "idempotent-append-paired", alternated in pairs (A B, then B A), fsync off, one leader append
 per prebuilt batch into a fresh log (opening and closing are not timed):
-  idempotent  batches of producer 1, epoch 0, consecutive sequences: each append reads the
-              header, checks the producer's epoch, sequence and last five batches, and
-              records the batch in the producer state (storage/producer.py)
-  plain       the same records in batches without a producer id (one header read, then the
-              append)
+  idempotent  batches of producer 1, epoch 0, consecutive sequences: the C append checks
+              the producer's epoch and next sequence (storage/producer_check.py), and the
+              batch is recorded in the producer state
+  plain       the same records in batches without a producer id
 The ratio is t(plain) / t(idempotent): the goal is >= 0.90 (at most 10% overhead).  Two batch
 sizes: 1 KiB (one record; the per-call overhead shows most) and 16 KiB.
 

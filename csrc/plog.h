@@ -59,6 +59,7 @@
 #define PLOG_EROLL         -1017  /* the segment must roll before this chunk (nothing written) */
 #define PLOG_ETIMESTAMP    -1018  /* a client batch's timestamps are not acceptable */
 #define PLOG_ERECHECK      -1019  /* the caller must check or rewrite a batch first (nothing written) */
+#define PLOG_EPRODUCER     -1020  /* the caller must check a batch's producer state first (nothing written) */
 
 /* Format constants (Kafka's). */
 #define PLOG_LOG_OVERHEAD 12
@@ -209,6 +210,8 @@ int plog_varint_encode(int64_t value, uint8_t *out);
 #define PLOG_VALIDATE_CLIENT 16          /* leader, producer origin: Kafka's LogValidator checks */
 #define PLOG_VALIDATE_RECHECKED 32       /* the caller checked the compressed batches' records */
 #define PLOG_VALIDATE_MAX_EPOCHS 64
+#define PLOG_VALIDATE_PRODUCERS 128      /* leader, producer origin: the producer check below */
+#define PLOG_EXPECTED_PRODUCERS 32
 #define PLOG_EPOCH_MIXED -2147483649     /* sole_epoch when the batches carry different epochs */
 
 /* Validate a chunk of v2 batches before it is appended: each batch complete, v2, within
@@ -243,6 +246,18 @@ typedef struct plog_validate {
     int64_t error_offset;           /* out */
     int64_t producer_batch_count;   /* out: batches with a producer id (idempotent, transactional,
                                        control): the log updates its producer state only then */
+    /* PLOG_VALIDATE_PRODUCERS (plog_segment_append_chunk only): a chunk with a producer id is
+     * written only when it is the next batch of an expected producer -- one batch, neither
+     * transactional nor control, from expected_id[i] with expected_epoch[i], starting at
+     * expected_sequence[i], its last sequence not past 2^31-1; otherwise PLOG_EPRODUCER and
+     * nothing is written (the caller checks the producer state, then appends without the flag).
+     * After such a write expected_hit = i and expected_sequence[i] is the sequence after the
+     * batch's last (the slot is emptied, expected_id[i] = -1, when that would wrap). */
+    int32_t expected_count;         /* in: slots in use */
+    int32_t expected_hit;           /* out: the slot a write advanced, else -1 */
+    int64_t expected_id[32];        /* in */
+    int32_t expected_epoch[32];     /* in */
+    int32_t expected_sequence[32];  /* in/out */
 } plog_validate;
 
 int plog_validate_chunk(uint8_t *buf, size_t length, plog_validate *v);

@@ -299,25 +299,60 @@ fail:
     return rc;
 }
 
+/* PLOG_VALIDATE_PRODUCERS: is the chunk (valid, with a producer id) the next batch of an
+ * expected producer?  Sets v->expected_hit to its slot. */
+static int expected_producer(const uint8_t *buf, size_t length, plog_validate *v) {
+    plog_batch_info info;
+    if (v->batch_count != 1 || plog_batch_parse(buf, length, 0, 0, &info)) return PLOG_EPRODUCER;
+    if (info.attributes & (PLOG_ATTR_TRANSACTIONAL | PLOG_ATTR_CONTROL)) return PLOG_EPRODUCER;
+    int count = v->expected_count < PLOG_EXPECTED_PRODUCERS ? v->expected_count : PLOG_EXPECTED_PRODUCERS;
+    for (int i = 0; i < count; i++) {
+        if (v->expected_id[i] != info.producer_id) continue;
+        if (v->expected_epoch[i] != info.producer_epoch || v->expected_sequence[i] != info.base_sequence ||
+            info.base_sequence > INT32_MAX - info.last_offset_delta)
+            return PLOG_EPRODUCER;
+        v->expected_hit = i;
+        return 0;
+    }
+    return PLOG_EPRODUCER;
+}
+
+/* After the write of an expected producer's batch: the sequence its next batch starts at. */
+static void advance_expected(plog_validate *v) {
+    int i = v->expected_hit;
+    int64_t next = (int64_t)v->expected_sequence[i] + (v->last_offset - v->first_offset) + 1;
+    if (next > INT32_MAX) v->expected_id[i] = -1;     /* wraps to 0: the caller's check decides */
+    else v->expected_sequence[i] = (int32_t)next;
+}
+
 int plog_segment_append_chunk(plog_segment *seg, uint8_t *buf, size_t length, int64_t next_offset,
                               int32_t leader_epoch, plog_validate *v) {
     plog_segment_assert_invariants(seg);
     v->next_offset = next_offset;
     v->leader_epoch = leader_epoch;
+    v->expected_hit = -1;
     int rc = plog_validate_headers(buf, length, v);
     if (rc == 0 && (int64_t)length > v->segment_bytes) rc = PLOG_ELISTTOOLARGE;
+    if (rc == 0 && (v->flags & PLOG_VALIDATE_PRODUCERS) && v->producer_batch_count > 0)
+        rc = expected_producer(buf, length, v);
     if (rc == 0 && !(v->flags & PLOG_APPEND_NO_ROLL) &&
         plog_segment_should_roll(seg, length, v, v->segment_bytes, v->segment_ms))
         rc = PLOG_EROLL;
     if (rc == 0) rc = append_check(seg, length, v);
+    if (rc == PLOG_EPRODUCER) return rc;     /* the caller's check looks at the CRCs when it refuses */
     if (rc) {
         /* Nothing written: a CRC mismatch in a batch before the one that failed (or in any
          * batch, when the chunk itself was fine) comes first, as in plog_validate_chunk. */
         int crc_rc = plog_validate_crcs(buf, length, v->batch_count, v);
+        v->expected_hit = -1;
         return crc_rc ? crc_rc : rc;
     }
-    if ((rc = write_verified(seg, buf, length, v))) return rc;
-    return append_done(seg, length, v);
+    if ((rc = write_verified(seg, buf, length, v)) || (rc = append_done(seg, length, v))) {
+        v->expected_hit = -1;
+        return rc;
+    }
+    if (v->expected_hit >= 0) advance_expected(v);
+    return 0;
 }
 
 int plog_segment_should_roll(const plog_segment *seg, size_t length, const plog_validate *v,

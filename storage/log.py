@@ -26,6 +26,7 @@ from typing import NamedTuple
 from . import errors, guards, validator
 from . import io as _io
 from . import producer as _producer
+from . import producer_check as _producer_check
 from . import retention as _retention
 from ._native import ffi, lib
 from .config import LogConfig
@@ -65,6 +66,10 @@ _ORIGINS = ("client", "coordinator")
 
 class _Recheck(Exception):
     """PLOG_ERECHECK: validator.recheck must see the chunk before C can append it."""
+
+
+class _ProducerCheck(Exception):
+    """PLOG_EPRODUCER: the producer state must check the chunk before C can append it."""
 
 
 _EPOCH_MIXED = lib.PLOG_EPOCH_MIXED
@@ -111,7 +116,9 @@ class PartitionLog(LogReads):
         # limits are set once (the config is frozen), and `out` views its AppendInfo fields.
         leader = lib.PLOG_VALIDATE_ASSIGN_OFFSETS | lib.PLOG_VALIDATE_STAMP_EPOCH
         self._leader_append = {
-            "client": _AppendState(self.config, leader | lib.PLOG_VALIDATE_CLIENT, self.config.max_message_bytes),
+            "client": _AppendState(self.config, leader | lib.PLOG_VALIDATE_CLIENT |
+                                   (lib.PLOG_VALIDATE_PRODUCERS if _producer_check.ENABLED else 0),
+                                   self.config.max_message_bytes),
             "coordinator": _AppendState(self.config, leader, self.config.max_message_bytes),
         }
         self._follower_append = _AppendState(self.config, lib.PLOG_VALIDATE_REQUIRE_FIRST, 0)
@@ -123,6 +130,7 @@ class PartitionLog(LogReads):
             seam.mkdir(self.path)
             self.producer_state = _producer.ProducerStateManager(
                 self.path, self.config.producer_id_expiration_ms, sync=self.config.fsync)
+            self._expected = _producer_check.ExpectedProducers(self.producer_state, self._leader_append["client"].v)
             self.epoch_cache = LeaderEpochCache(os.path.join(self.path, CHECKPOINT_FILE), fsync=self.config.fsync,
                                                 epoch_flush=self.config.epoch_flush)
             self._load(seam, recovery_point or 0, log_start_offset, clean_shutdown, recover_mode)
@@ -279,17 +287,45 @@ class PartitionLog(LogReads):
         state = self._leader_append[origin]
         with self._lock:
             self._ensure_open()
-            plan = _producer.plan_leader_chunk(self.producer_state, buf, self.log_end_offset, origin,
-                                               self.config.max_message_bytes) if prebuilt else None
-            if plan is not None and plan.__class__ is not tuple and plan.duplicate is not None:
-                d = plan.duplicate      # Kafka answers a retried batch with its first offsets
-                return AppendInfo(d.first_offset, d.last_offset, d.timestamp, d.last_offset, 0, 0, 0, True)
-            info = self._leader_write(state, buf, leader_epoch, prebuilt)
-            if plan is not None:
-                completed = _producer.commit_append(self.producer_state, plan, info.first_offset)
-                if completed:
-                    self._record_completed(completed)
-            return info
+            if prebuilt and state.v.flags & lib.PLOG_VALIDATE_PRODUCERS:
+                # One C call for a plain batch or an expected producer's next batch
+                # (storage/producer_check.py); any other batch with a producer id comes back.
+                expected = self._expected
+                expected.sync()
+                try:
+                    info = self._leader_write(state, buf, leader_epoch, prebuilt)
+                except _ProducerCheck:
+                    return self._checked_leader_write(state, buf, leader_epoch, origin)
+                slot = state.v.expected_hit
+                if slot >= 0:
+                    expected.commit(slot, info)
+                return info
+            if prebuilt:
+                return self._checked_leader_write(state, buf, leader_epoch, origin)
+            return self._leader_write(state, buf, leader_epoch, prebuilt)
+
+    def _checked_leader_write(self, state: "_AppendState", buf, leader_epoch: int, origin: str) -> AppendInfo:
+        """A leader's prebuilt chunk, its producer batches checked in Python first (storage/producer.py)."""
+        plan = _producer.plan_leader_chunk(self.producer_state, buf, self.log_end_offset, origin,
+                                           self.config.max_message_bytes)
+        if plan is not None and plan.__class__ is not tuple and plan.duplicate is not None:
+            d = plan.duplicate      # Kafka answers a retried batch with its first offsets
+            return AppendInfo(d.first_offset, d.last_offset, d.timestamp, d.last_offset, 0, 0, 0, True)
+        v = state.v
+        in_c = v.flags & lib.PLOG_VALIDATE_PRODUCERS
+        v.flags &= ~lib.PLOG_VALIDATE_PRODUCERS
+        try:
+            info = self._leader_write(state, buf, leader_epoch, True)
+        finally:
+            v.flags |= in_c
+        if plan is not None:
+            changes = self.producer_state.changes
+            completed = _producer.commit_append(self.producer_state, plan, info.first_offset)
+            if completed:
+                self._record_completed(completed)
+            if in_c:
+                self._expected.learn(_producer.planned_producers(plan), changes)
+        return info
 
     @guarded
     def append_txn_marker(self, producer_id: int, producer_epoch: int, commit: bool, coordinator_epoch: int,
@@ -416,6 +452,8 @@ class PartitionLog(LogReads):
                 return
         if rc == lib.PLOG_ERECHECK:
             raise _Recheck()
+        if rc == lib.PLOG_EPRODUCER:
+            raise _ProducerCheck()
         if rc in (lib.PLOG_ERECORD, lib.PLOG_ETIMESTAMP) and v.error_position >= 0:
             raise validator.explain(ffi.buffer(pointer, length), v.error_position, rc,
                                     file=f"{self.path} (appended data)")

@@ -341,6 +341,9 @@ class ProducerStateManager:
         self.snapshots: list[int] = self._list_snapshots()   # offsets, ascending
         self.last_map_offset = 0
         self.last_snap_offset = 0
+        # Bumped by every change to the producers (the leader's C-side check, producer_check.py,
+        # empties its expectations when it sees a change it did not make itself).
+        self.changes = 0
 
     # ---- state ----
     @property
@@ -364,6 +367,7 @@ class ProducerStateManager:
     def update(self, info: ProducerAppendInfo) -> None:
         if info.producer_id == NO_PRODUCER_ID:
             raise ValueError("no producer state for producer id -1")
+        self.changes += 1
         entry = self.producers.get(info.producer_id)
         if entry is None:
             self.producers[info.producer_id] = info.updated
@@ -415,6 +419,7 @@ class ProducerStateManager:
         gone = [pid for pid, entry in self.producers.items() if self._expired(entry, now_ms)]
         for pid in gone:
             del self.producers[pid]
+        self.changes += 1
         return len(gone)
 
     def on_log_start_offset_incremented(self, log_start_offset: int) -> None:
@@ -423,6 +428,7 @@ class ProducerStateManager:
         self.last_snap_offset = self.snapshots[-1] if self.snapshots else log_start_offset
 
     def truncate_fully_and_start_at(self, offset: int) -> None:
+        self.changes += 1
         self.producers.clear()
         self.ongoing_txns.clear()
         self.unreplicated_txns.clear()
@@ -438,6 +444,7 @@ class ProducerStateManager:
         `map_end_offset` up to the log end)."""
         self._delete_snapshots([s for s in self.snapshots if s > log_end_offset or s <= log_start_offset])
         if log_end_offset != self.last_map_offset or (at_most is not None and at_most < self.last_map_offset):
+            self.changes += 1
             self.producers.clear()
             self.ongoing_txns.clear()
             self.unreplicated_txns.clear()
@@ -464,6 +471,7 @@ class ProducerStateManager:
         self.last_snap_offset = self.last_map_offset = log_start_offset
 
     def load_producer_entry(self, entry: ProducerStateEntry) -> None:
+        self.changes += 1
         self.producers[entry.producer_id] = entry
         if entry.current_txn_first_offset is not None:
             first = entry.current_txn_first_offset
@@ -692,6 +700,13 @@ def apply_replicated(manager: ProducerStateManager, view) -> list[tuple[Complete
     """A follower's written chunk, applied without validation (REPLICATION origin)."""
     return commit_append(manager, plan_append(manager, view, producer_batches(view), log_end_offset=None,
                                               origin=REPLICATION))
+
+
+def planned_producers(plan) -> tuple[int, ...]:
+    """The producers whose entries a plan of plan_leader_chunk changes."""
+    if plan.__class__ is tuple:
+        return (plan[0].producer_id,)
+    return tuple(plan.infos)
 
 
 def commit_append(manager: ProducerStateManager, plan, first_offset: int = -1) -> list[tuple[CompletedTxn, int]]:
