@@ -185,11 +185,15 @@ class FetchPartition:
     partition_max_bytes: int = 1 << 20
 
 
+READ_UNCOMMITTED, READ_COMMITTED = 0, 1       # Kafka's IsolationLevel ids (FetchRequest v4+)
+
+
 @dataclass
 class FetchRequest:
     replica_id: int                 # -1 for a consumer
     replica_epoch: int              # KIP-903: the follower's broker epoch, -1 unknown
     partitions: list[FetchPartition]
+    isolation_level: int = READ_UNCOMMITTED   # a consumer's; followers always read to the log end
 
 
 @dataclass
@@ -207,6 +211,16 @@ class FetchResponsePartition:
     log_start_offset: int = -1
     diverging_epoch: EpochEndOffset | None = None
     records: bytes = b""
+    last_stable_offset: int = -1
+    # read_committed only (None otherwise, as Kafka's null): the aborted transactions that
+    # overlap the records, for the consumer to skip their batches.
+    aborted_transactions: list[AbortedTransaction] | None = None
+
+
+@dataclass
+class AbortedTransaction:
+    producer_id: int
+    first_offset: int
 
 
 @dataclass
@@ -257,6 +271,27 @@ class ProduceResponse:
     error_code: int
     base_offset: int = -1
     log_start_offset: int = -1
+
+
+@dataclass
+class TxnMarker:
+    """One transaction's end, for the partitions it wrote to (Kafka's WritableTxnMarker)."""
+    producer_id: int
+    producer_epoch: int
+    commit: bool                    # Kafka's TransactionResult: True = COMMIT, False = ABORT
+    partitions: list[tuple[str, int]]
+    coordinator_epoch: int
+
+
+@dataclass
+class WriteTxnMarkersRequest:
+    markers: list[TxnMarker]
+
+
+@dataclass
+class WriteTxnMarkersResponse:
+    # producer id -> (topic, partition) -> error code
+    errors: dict[int, dict[tuple[str, int], int]] = field(default_factory=dict)
 
 
 @dataclass

@@ -43,8 +43,10 @@ from .messages import (
     EPOCH_DURING_DELETE,
     NO_EPOCH,
     NO_LEADER,
+    READ_COMMITTED,
     RECOVERED,
     RECOVERING,
+    AbortedTransaction,
     AlterPartitionRequest,
     AlterPartitionResponse,
     BrokerEpoch,
@@ -68,6 +70,9 @@ from .messages import (
     ProduceResponse,
     StopReplicaRequest,
     StopReplicaResponse,
+    TxnMarker,
+    WriteTxnMarkersRequest,
+    WriteTxnMarkersResponse,
     epoch_end_on_the_wire,
 )
 
@@ -455,7 +460,7 @@ class ReplicaManager:
         if p.leader != self.broker_id:
             if from_follower or p.recovering or not self.follower_reads:
                 return answer(Errors.NOT_LEADER_OR_FOLLOWER)
-            return self._read(p, item, log.high_watermark, answer)      # KIP-392: a consumer reading a follower
+            return self._read(p, item, self._consumer_limit(log, request), answer, request)   # KIP-392
         if p.recovering and guards.on("M17"):
             return answer(Errors.NOT_LEADER_OR_FOLLOWER)
         if from_follower and request.replica_id not in p.replicas:
@@ -474,8 +479,8 @@ class ReplicaManager:
             # A new leader whose high watermark has not reached its epoch start yet would show
             # consumers a high watermark below the one its predecessor showed (I6).
             return answer(Errors.OFFSET_NOT_AVAILABLE)
-        limit = log.log_end_offset if from_follower else log.high_watermark
-        response = self._read(p, item, limit, answer)
+        limit = log.log_end_offset if from_follower else self._consumer_limit(log, request)
+        response = self._read(p, item, limit, answer, request)
         if response.error_code or not from_follower:
             return response
         code = self._update_follower(p, request, item.fetch_offset)
@@ -484,7 +489,12 @@ class ReplicaManager:
         response.high_watermark = log.high_watermark
         return response
 
-    def _read(self, p: Partition, item, limit: int, answer) -> FetchResponsePartition:
+    @staticmethod
+    def _consumer_limit(log, request: FetchRequest) -> int:
+        """Kafka's FetchIsolation for a consumer: up to the LSO for read_committed, else the HW."""
+        return log.last_stable_offset if request.isolation_level == READ_COMMITTED else log.high_watermark
+
+    def _read(self, p: Partition, item, limit: int, answer, request: FetchRequest) -> FetchResponsePartition:
         log = p.log
         if item.fetch_offset < log.log_start_offset or item.fetch_offset > log.log_end_offset:
             return answer(Errors.OFFSET_OUT_OF_RANGE, high_watermark=log.high_watermark,
@@ -492,8 +502,14 @@ class ReplicaManager:
         records = b""
         if item.fetch_offset < limit:
             records = bytes(log.read(item.fetch_offset, item.partition_max_bytes, max_offset=limit))
+        aborted = None
+        if request.isolation_level == READ_COMMITTED and request.replica_id == CONSUMER_REPLICA_ID:
+            # The aborted transactions overlapping [fetch offset, limit): a superset of those
+            # the records touch, as Kafka's (bounded by an index entry); the consumer filters.
+            aborted = [AbortedTransaction(t.producer_id, t.first_offset)
+                       for t in log.collect_aborted_transactions(item.fetch_offset, limit)] if records else []
         return answer(Errors.NONE, high_watermark=log.high_watermark, log_start_offset=log.log_start_offset,
-                      records=records)
+                      records=records, last_stable_offset=log.last_stable_offset, aborted_transactions=aborted)
 
     def _update_follower(self, p: Partition, request: FetchRequest, fetch_offset: int) -> int:
         follower = p.followers.setdefault(request.replica_id, FollowerState(request.replica_id))
@@ -564,6 +580,60 @@ class ReplicaManager:
                                              self.clock() + self.produce_timeout_ms))
         self._maybe_increment_high_watermark(p)
         return None
+
+    # ---- WriteTxnMarkers (from a transaction coordinator) ------------------------------------------
+    def handle_write_txn_markers(self, request: WriteTxnMarkersRequest,
+                                 callback: Callable[[WriteTxnMarkersResponse], None] | None = None
+                                 ) -> WriteTxnMarkersResponse | None:
+        """Write each transaction's end marker (COMMIT or ABORT) on the partitions this broker
+        leads, with the coordinator origin.  Kafka writes markers with acks=all: with `callback`
+        the response comes once the high watermark passes every marker written (returns None);
+        without one it answers once they are in the leaders' logs."""
+        response = WriteTxnMarkersResponse()
+        waiting, touched = [0], {}
+
+        def settle(codes: dict, key: tuple[str, int]):
+            def complete(produced: ProduceResponse) -> None:
+                codes[key] = produced.error_code
+                waiting[0] -= 1
+                if waiting[0] == 0:
+                    callback(response)
+            return complete
+
+        for marker in request.markers:
+            codes = response.errors.setdefault(marker.producer_id, {})
+            for key in marker.partitions:
+                codes[key], info, p = self._append_marker(marker, *key)
+                if info is not None and callback is not None:
+                    waiting[0] += 1
+                    touched[p.key] = p
+                    self._delayed.append(_DelayedProduce(p.topic, p.partition, info.last_offset + 1,
+                                                         info.first_offset, settle(codes, key),
+                                                         self.clock() + self.produce_timeout_ms))
+        if callback is None:
+            return response
+        if waiting[0] == 0:
+            callback(response)
+        for p in touched.values():
+            self._maybe_increment_high_watermark(p)
+        return None
+
+    def _append_marker(self, marker: TxnMarker, topic: str, partition: int):
+        """(error code, AppendInfo or None, partition) of one marker on one partition."""
+        if self._went_offline():
+            return Errors.KAFKA_STORAGE_ERROR, None, None
+        p, code = self._leader_partition(topic, partition)
+        if code:
+            return code, None, None
+        if len(p.isr) < self.min_insync_replicas:
+            return Errors.NOT_ENOUGH_REPLICAS, None, None
+        try:
+            info = p.log.append_txn_marker(marker.producer_id, marker.producer_epoch, marker.commit,
+                                           marker.coordinator_epoch, p.leader_epoch)
+        except errors.StorageError as exc:
+            self._went_offline()
+            return int(exc.error_code), None, None
+        return Errors.NONE, info, p
 
     def _complete_delayed(self, p: Partition) -> None:
         if self._went_offline():

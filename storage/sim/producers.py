@@ -10,8 +10,8 @@ values join the client's, so the history checker's lost-write and duplicate chec
 them too.
 
 The transactional producer (producer id 2000) writes a transaction of one or two batches,
-then -- acting as its coordinator -- has the leader write the end marker (commit or abort,
-PartitionLog.append_txn_marker) and writes it again whenever a leader's producer state shows
+then -- acting as its coordinator -- has the leader write the end marker (commit or abort, a
+WriteTxnMarkers request to the leader's ReplicaManager) and writes it again whenever a leader's producer state shows
 the transaction open (the marker was lost with a truncation), as a coordinator retries
 WriteTxnMarkers.
 
@@ -138,10 +138,10 @@ class Producers:
         entry = p.log.producer_state.active_producers.get(TXN_PID)
         first = None if entry is None else entry.current_txn_first_offset
         values = set() if first is None else self._values_from(p.log, first)
-        try:
-            p.log.append_txn_marker(TXN_PID, epoch, commit, coordinator_epoch=0, leader_epoch=p.leader_epoch)
-        except Exception:       # noqa: BLE001 - offline, fenced: the coordinator retries
-            return False
+        request = m.WriteTxnMarkersRequest([m.TxnMarker(TXN_PID, epoch, commit, [(self.topic, self.partition)], 0)])
+        response = manager.handle_write_txn_markers(request)
+        if response.errors[TXN_PID][(self.topic, self.partition)] != Errors.NONE:
+            return False        # offline, fenced, too few in sync: the coordinator retries
         (self.committed if commit else self.aborted).update(values)
         (self.aborted if commit else self.committed).difference_update(values)
         return True
@@ -177,7 +177,7 @@ class Producers:
                 out.append(f"I19 broker {b}: last stable offset {lso} beyond the open transaction at {undecided}")
         return out
 
-    def history(self, leader_log) -> list[str]:
+    def history(self, leader_log, leader) -> list[str]:
         out = []
         seen: dict[bytes, int] = {}
         for batch in leader_log.batches():
@@ -189,7 +189,7 @@ class Producers:
         twice = sorted(v for v, n in seen.items() if n > 1)
         if twice:
             out.append(f"I18 duplicate idempotent records: {twice[:3]}")
-        visible = self._read_committed(leader_log)
+        visible = self._read_committed(leader, self.topic, self.partition)
         shown = sorted(self._aborted_in(leader_log) & visible)
         if shown:
             out.append(f"I20 a read_committed reader sees aborted records: {shown[:3]}")
@@ -215,25 +215,32 @@ class Producers:
         return aborted
 
     @staticmethod
-    def _read_committed(log) -> set[bytes]:
-        """What a read_committed consumer returns from the log start to the LSO (Kafka's
-        consumer: a batch of a producer inside one of its aborted ranges is skipped)."""
-        lso = log.last_stable_offset
-        aborted = log.collect_aborted_transactions(log.log_start_offset, lso)
-        out = set()
-        offset = log.log_start_offset
-        while offset < lso:
-            view = log.read(offset, 1 << 20, isolation="read_committed")
-            batches = list(iter_batches(view))
+    def _read_committed(leader, topic: str, partition: int) -> set[bytes]:
+        """What a read_committed consumer gets from the leader, from the log start to the LSO:
+        read_committed Fetch requests, each response's aborted transactions applied as Kafka's
+        consumer does (a transactional batch of a producer with an aborted transaction that
+        started at or below its last offset is skipped, until that producer's ABORT marker)."""
+        log = leader.partitions[(topic, partition)].log
+        offset, out = log.log_start_offset, set()
+        pending, aborted_producers = [], set()
+        while True:
+            request = m.FetchRequest(m.CONSUMER_REPLICA_ID, -1, [m.FetchPartition(topic, partition, offset)],
+                                     isolation_level=m.READ_COMMITTED)
+            [answer] = leader.handle_fetch(request).partitions
+            batches = list(iter_batches(answer.records)) if answer.error_code == Errors.NONE else []
             if not batches:
-                break
+                return out
+            pending = sorted({(t.first_offset, t.producer_id) for t in answer.aborted_transactions or ()} |
+                             set(pending))
             for batch in batches:
                 offset = batch.last_offset + 1
+                while pending and pending[0][0] <= batch.last_offset:
+                    aborted_producers.add(pending.pop(0)[1])
                 if batch.is_control:
+                    records = batch.records()
+                    if records and records[0].key is not None and records[0].key[2:4] == b"\x00\x00":
+                        aborted_producers.discard(batch.producer_id)      # its ABORT marker
                     continue
-                if batch.is_transactional and any(t.producer_id == batch.producer_id and
-                                                  t.first_offset <= batch.base_offset <= t.last_offset
-                                                  for t in aborted):
+                if batch.is_transactional and batch.producer_id in aborted_producers:
                     continue
                 out.update(r.value for r in batch.records())
-        return out

@@ -689,9 +689,10 @@ class Simulation:
         out = self.result.violations
         client = self.client
         final = {}
-        leader_log = self._logs()[self.cluster.leader(TOPIC, PARTITION)]
+        leader = self.cluster.leader(TOPIC, PARTITION)
+        leader_log = self._logs()[leader]
         if self.producers.on:
-            out += self.producers.history(leader_log)
+            out += self.producers.history(leader_log, self.cluster.brokers[leader].manager)
         for batch in leader_log.batches():
             for record in batch.records():
                 final.setdefault(record.value, []).append(record.offset)
