@@ -14,14 +14,10 @@ and ends the thread; `LogDir.background_error` keeps what ended it.
 from __future__ import annotations
 
 import threading
-import time
 from dataclasses import dataclass
 
+from .clock import monotonic_ms, wall_ms
 from .failure import is_io_failure
-
-
-def _now_ms() -> int:
-    return time.time_ns() // 1_000_000
 
 
 @dataclass(frozen=True)
@@ -51,23 +47,24 @@ class Background(threading.Thread):
                                          logdir.remove_expired_producers),
                  "checkpoint": (config.checkpoint_interval_ms, logdir.checkpoint),
                  "flush": (config.flush_interval_ms, logdir.flush)}
-        now = _now_ms()
+        # Due times on the monotonic clock; the tasks that compare with timestamps get the wall clock.
+        now = monotonic_ms()
         self.tasks = {name: [interval, now + interval, run] for name, (interval, run) in tasks.items()
                       if interval is not None}
 
     def run(self) -> None:
         while not self.stopping.is_set():
-            now = _now_ms()
+            now = monotonic_ms()
             wait = min(due for _i, due, _r in self.tasks.values()) - now
             if wait > 0 and self.stopping.wait(wait / 1000):
                 return
-            now = _now_ms()
+            now = monotonic_ms()
             for name, task in self.tasks.items():
                 interval, due, run = task
                 if due > now or self.stopping.is_set():
                     continue
                 try:
-                    run(now) if name in ("retention", "producer_expiration") else run()
+                    run(wall_ms()) if name in ("retention", "producer_expiration") else run()
                 except BaseException as exc:     # offline, or a bug: either way the thread ends
                     self.error = exc
                     if is_io_failure(exc):

@@ -95,15 +95,18 @@ def decide(marker: str, place: str, index: str, headers: str) -> Action:
     raise AssertionError(f"no decision for {(marker, place, index, headers)}")
 
 
-def remove_leftovers(seam, path: str) -> list[str]:
+def remove_leftovers(seam, path: str) -> tuple[list[int], set[str]]:
     """Remove what an interrupted delete, compaction, split or checkpoint write left; return the
-    `.log` base offsets in order."""
+    `.log` base offsets in order and the names left in the dir."""
     names = seam.listdir(path)
+    removed = False
     for name in names:
         full = os.path.join(path, name)
         if (name.endswith(_LEFTOVER_SUFFIXES) or name == CHECKPOINT_FILE + ".tmp") and not seam.isdir(full):
             seam.unlink(full)
-    names = seam.listdir(path)
+            removed = True
+    if removed:
+        names = seam.listdir(path)
     logs = sorted(b for n in names if (b := segment_base(n, LOG_SUFFIX)) is not None
                   and not seam.isdir(os.path.join(path, n)))
     log_set = set(logs)
@@ -112,7 +115,8 @@ def remove_leftovers(seam, path: str) -> list[str]:
         full = os.path.join(path, name)
         if base is not None and name.endswith(_INDEX_SUFFIXES) and base not in log_set and not seam.isdir(full):
             seam.unlink(full)
-    return logs
+            removed = True
+    return logs, set(seam.listdir(path)) if removed else set(names)
 
 
 def is_candidate(i: int, bases: list[int], recovery_point: int) -> bool:
@@ -180,13 +184,14 @@ class Loader:
 
     def load(self) -> None:
         log = self.log
-        logs = remove_leftovers(self.seam, log.path)
+        logs, names = remove_leftovers(self.seam, log.path)
+        log.producer_state.use_listing(names)          # its snapshots: no second listing of the dir
         marker = "clean" if self.clean else "unclean"
         for i, base in enumerate(logs):
             place = "candidate" if is_candidate(i, logs, self.recovery_point) else "below"
-            index_missing = not self.seam.exists(os.path.join(log.path, f"{base:020d}{INDEX_SUFFIX}"))
-            self._missing = [p for p in (os.path.join(log.path, f"{base:020d}{suffix}")
-                                         for suffix in (INDEX_SUFFIX, TIME_INDEX_SUFFIX)) if not self.seam.exists(p)]
+            index_missing = f"{base:020d}{INDEX_SUFFIX}" not in names
+            self._missing = [os.path.join(log.path, f"{base:020d}{suffix}") for suffix in (INDEX_SUFFIX, TIME_INDEX_SUFFIX)
+                             if f"{base:020d}{suffix}" not in names]
             action = decide(marker, place, "*", "*") if (marker, place) == ("unclean", "candidate") else None
             segment = self._open_segment(base, active=action is Action.RECOVER or index_missing)
             log.segments.append(segment)

@@ -20,7 +20,6 @@ from __future__ import annotations
 
 import os
 import threading
-import time
 from typing import NamedTuple
 
 from . import errors, guards, validator
@@ -29,6 +28,7 @@ from . import producer as _producer
 from . import producer_check as _producer_check
 from . import retention as _retention
 from ._native import ffi, lib
+from .clock import wall_ms as _now_ms
 from .config import LogConfig
 from .epoch import CHECKPOINT_FILE, LeaderEpochCache
 from .failure import LogDirFailureChannel, guarded
@@ -39,10 +39,6 @@ from .segment import INDEX_SUFFIX, LOG_SUFFIX, TIME_INDEX_SUFFIX, Segment
 from .txnindex import AbortedTxn
 
 _INT32_MAX = 2**31 - 1
-
-
-def _now_ms() -> int:
-    return time.time_ns() // 1_000_000
 
 
 class AppendInfo(NamedTuple):
@@ -129,7 +125,7 @@ class PartitionLog(LogReads):
             seam = _io.current()
             seam.mkdir(self.path)
             self.producer_state = _producer.ProducerStateManager(
-                self.path, self.config.producer_id_expiration_ms, sync=self.config.fsync)
+                self.path, self.config.producer_id_expiration_ms, sync=self.config.fsync, list_snapshots=False)
             self._expected = _producer_check.ExpectedProducers(self.producer_state, self._leader_append["client"].v)
             self.epoch_cache = LeaderEpochCache(os.path.join(self.path, CHECKPOINT_FILE), fsync=self.config.fsync,
                                                 epoch_flush=self.config.epoch_flush)

@@ -331,14 +331,16 @@ class ProducerStateManager:
     """Every producer of one partition, its open and unreplicated transactions, and the
     partition's snapshot files (Kafka's ProducerStateManager)."""
 
-    def __init__(self, directory: str, producer_id_expiration_ms: int = 86_400_000, *, sync: bool = True):
+    def __init__(self, directory: str, producer_id_expiration_ms: int = 86_400_000, *, sync: bool = True,
+                 list_snapshots: bool = True):
         self.directory = directory
         self.producer_id_expiration_ms = producer_id_expiration_ms
         self.sync = sync
         self.producers: dict[int, ProducerStateEntry] = {}
         self.ongoing_txns: dict[int, TxnMetadata] = {}        # by first offset
         self.unreplicated_txns: dict[int, TxnMetadata] = {}   # completed, marker above the HW
-        self.snapshots: list[int] = self._list_snapshots()   # offsets, ascending
+        # Snapshot offsets, ascending (a log's loader hands over its own listing: use_listing).
+        self.snapshots: list[int] = self._list_snapshots() if list_snapshots else []
         self.last_map_offset = 0
         self.last_snap_offset = 0
         # Bumped by every change to the producers (the leader's C-side check, producer_check.py,
@@ -478,6 +480,10 @@ class ProducerStateManager:
             self.ongoing_txns[first] = TxnMetadata(entry.producer_id, first)
 
     # ---- snapshot files ----
+    def use_listing(self, names) -> None:
+        """The snapshot files among the names of a fresh listing of the dir."""
+        self.snapshots = sorted(o for o in map(snapshot_offset, names) if o is not None)
+
     def _list_snapshots(self) -> list[int]:
         seam = _io.current()
         if not seam.exists(self.directory):

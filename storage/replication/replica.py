@@ -30,11 +30,11 @@ Invariants (each guard carries its catalogue id, storage/guards.py):
 """
 from __future__ import annotations
 
-import time
 from dataclasses import dataclass
 from typing import Callable
 
 from .. import errors, guards
+from ..clock import monotonic_ms
 from ..errors import Errors
 from ..logdir import LogDir
 from ..reads import EARLIEST_TIMESTAMP, LATEST_TIMESTAMP, MAX_TIMESTAMP
@@ -75,10 +75,6 @@ from .messages import (
     WriteTxnMarkersResponse,
     epoch_end_on_the_wire,
 )
-
-
-def _now_ms() -> int:
-    return int(time.monotonic() * 1000)
 
 
 @dataclass
@@ -156,7 +152,7 @@ class ReplicaManager:
         self.min_insync_replicas = min_insync_replicas
         self.replica_lag_time_max_ms = replica_lag_time_max_ms
         self.produce_timeout_ms = produce_timeout_ms
-        self.clock = clock or _now_ms
+        self.clock = clock or monotonic_ms
         self.recovery_hook = recovery_hook
         self.follower_reads = follower_reads    # KIP-392 reads from followers (opt-in, as in Kafka)
         self.controller_epoch = 0
