@@ -6,7 +6,8 @@ Each task runs at its own interval, Kafka's defaults: retention every 5 minutes
 (log.retention.check.interval.ms), the checkpoint every minute
 (log.flush.offset.checkpoint.interval.ms), producer-id expiry every 10 minutes
 (producer.id.expiration.check.interval.ms); no periodic flush unless flush_interval_ms is set
-(log.flush.interval.ms is unlimited: replication, not fsync, is Kafka's durability).
+(log.flush.interval.ms is unlimited: replication, not fsync, is Kafka's durability); the
+cleaner only when clean_interval_ms is set.
 
 A task's I/O failure takes the dir offline (every operation of the dir says so from then on)
 and ends the thread; `LogDir.background_error` keeps what ended it.
@@ -26,10 +27,11 @@ class BackgroundConfig:
     checkpoint_interval_ms: int = 60_000
     producer_expiration_check_interval_ms: int = 600_000
     flush_interval_ms: int | None = None
+    clean_interval_ms: int | None = None        # the cleaner (LogDir.clean_logs); Kafka's backoff is 15 s
 
     def __post_init__(self):
         for name in ("retention_check_interval_ms", "checkpoint_interval_ms",
-                     "producer_expiration_check_interval_ms", "flush_interval_ms"):
+                     "producer_expiration_check_interval_ms", "flush_interval_ms", "clean_interval_ms"):
             value = getattr(self, name)
             if value is not None and value <= 0:
                 raise ValueError(f"{name} must be > 0")
@@ -46,7 +48,8 @@ class Background(threading.Thread):
                  "producer_expiration": (config.producer_expiration_check_interval_ms,
                                          logdir.remove_expired_producers),
                  "checkpoint": (config.checkpoint_interval_ms, logdir.checkpoint),
-                 "flush": (config.flush_interval_ms, logdir.flush)}
+                 "flush": (config.flush_interval_ms, logdir.flush),
+                 "cleaner": (config.clean_interval_ms, logdir.clean_logs)}
         # Due times on the monotonic clock; the tasks that compare with timestamps get the wall clock.
         now = monotonic_ms()
         self.tasks = {name: [interval, now + interval, run] for name, (interval, run) in tasks.items()
@@ -64,7 +67,7 @@ class Background(threading.Thread):
                 if due > now or self.stopping.is_set():
                     continue
                 try:
-                    run(wall_ms()) if name in ("retention", "producer_expiration") else run()
+                    run(wall_ms()) if name in ("retention", "producer_expiration", "cleaner") else run()
                 except BaseException as exc:     # offline, or a bug: either way the thread ends
                     self.error = exc
                     if is_io_failure(exc):

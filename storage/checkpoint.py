@@ -103,6 +103,7 @@ def write(path, entries, *, sync: bool = True) -> None:
 RECOVERY_POINT_FILE = "recovery-point-offset-checkpoint"
 LOG_START_OFFSET_FILE = "log-start-offset-checkpoint"
 HIGH_WATERMARK_FILE = "replication-offset-checkpoint"
+CLEANER_OFFSET_FILE = "cleaner-offset-checkpoint"       # each compacted log's first dirty offset
 
 
 def read_offsets(path) -> dict[tuple[str, int], int]:

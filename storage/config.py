@@ -26,6 +26,12 @@ class LogConfig:
     retention_bytes: int = -1                   # -1: unlimited
     file_delete_delay_ms: int = 60_000
     producer_id_expiration_ms: int = 86_400_000
+    # Compaction (PartitionLog.compact, storage/cleaner.py), Kafka's topic and cleaner configs.
+    delete_retention_ms: int = 86_400_000       # how long a tombstone outlives its clean
+    min_compaction_lag_ms: int = 0
+    max_compaction_lag_ms: int = 2**63 - 1
+    min_cleanable_dirty_ratio: float = 0.5
+    dedupe_buffer_bytes: int = 128 << 20        # log.cleaner.dedupe.buffer.size: 24 bytes a key slot
 
     def __post_init__(self):
         if self.segment_bytes < 14:
@@ -46,9 +52,19 @@ class LogConfig:
         for name in ("retention_ms", "retention_bytes"):
             if getattr(self, name) < -1:
                 raise ValueError(f"{name} must be >= -1 (-1: unlimited)")
-        for name in ("file_delete_delay_ms", "producer_id_expiration_ms"):
+        if not 0 <= self.min_cleanable_dirty_ratio <= 1:
+            raise ValueError("min_cleanable_dirty_ratio must be in [0, 1]")
+        if self.dedupe_buffer_bytes < 24:
+            raise ValueError("dedupe_buffer_bytes must hold at least one key slot (24 bytes)")
+        for name in ("file_delete_delay_ms", "producer_id_expiration_ms", "delete_retention_ms",
+                     "min_compaction_lag_ms", "max_compaction_lag_ms"):
             if getattr(self, name) < 0:
                 raise ValueError(f"{name} must be >= 0")
+
+    @property
+    def compacts(self) -> bool:
+        """Whether the cleaner compacts this log ("compact" in cleanup_policy)."""
+        return "compact" in self.cleanup_policy.replace(" ", "").split(",")
 
     @property
     def deletes(self) -> bool:

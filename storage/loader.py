@@ -54,6 +54,7 @@ import os
 from . import errors, guards
 from ._native import ffi, lib
 from .epoch import CHECKPOINT_FILE
+from .records import iter_batches
 from .segment import (
     DELETED_SUFFIX,
     INDEX_SUFFIX,
@@ -65,8 +66,10 @@ from .segment import (
 )
 from .txnindex import TXN_INDEX_SUFFIX
 
+CLEANED_SUFFIX, SWAP_SUFFIX = ".cleaned", ".swap"     # the cleaner's (storage/cleaner.py)
+
 RECOVER_MODES = ("strict", "scan", "force")
-_LEFTOVER_SUFFIXES = (DELETED_SUFFIX, ".cleaned", ".swap")
+_LEFTOVER_SUFFIXES = (DELETED_SUFFIX, CLEANED_SUFFIX)
 _INDEX_SUFFIXES = (INDEX_SUFFIX, TIME_INDEX_SUFFIX, TXN_INDEX_SUFFIX)
 
 
@@ -96,17 +99,29 @@ def decide(marker: str, place: str, index: str, headers: str) -> Action:
 
 
 def remove_leftovers(seam, path: str) -> tuple[list[int], set[str]]:
-    """Remove what an interrupted delete, compaction, split or checkpoint write left; return the
+    """Remove what an interrupted delete or checkpoint write left, finish or undo an
+    interrupted compaction swap (Kafka's LogLoader: `.cleaned` files go, and with them every
+    `.swap` file at or above the lowest of them -- that round is undone; the other `.swap`
+    files replace the segment files in their range and take their final names); return the
     `.log` base offsets in order and the names left in the dir."""
     names = seam.listdir(path)
+    files = [n for n in names if not seam.isdir(os.path.join(path, n))]
+    lowest_cleaned = min((segment_base(n) for n in files if n.endswith(CLEANED_SUFFIX)
+                          and segment_base(n) is not None), default=None)
     removed = False
-    for name in names:
-        full = os.path.join(path, name)
-        if (name.endswith(_LEFTOVER_SUFFIXES) or name == CHECKPOINT_FILE + ".tmp") and not seam.isdir(full):
-            seam.unlink(full)
+    for name in files:
+        undone_swap = name.endswith(SWAP_SUFFIX) and lowest_cleaned is not None and \
+            (segment_base(name) is None or segment_base(name) >= lowest_cleaned)
+        if name.endswith(_LEFTOVER_SUFFIXES) or name == CHECKPOINT_FILE + ".tmp" or undone_swap:
+            seam.unlink(os.path.join(path, name))
             removed = True
     if removed:
         names = seam.listdir(path)
+    swaps = [n for n in names if n.endswith(SWAP_SUFFIX) and not seam.isdir(os.path.join(path, n))]
+    if swaps:
+        _finish_swap(seam, path, swaps, names)
+        names = seam.listdir(path)
+        removed = True
     logs = sorted(b for n in names if (b := segment_base(n, LOG_SUFFIX)) is not None
                   and not seam.isdir(os.path.join(path, n)))
     log_set = set(logs)
@@ -117,6 +132,31 @@ def remove_leftovers(seam, path: str) -> tuple[list[int], set[str]]:
             seam.unlink(full)
             removed = True
     return logs, set(seam.listdir(path)) if removed else set(names)
+
+
+def _finish_swap(seam, path: str, swaps: list[str], names: list[str]) -> None:
+    """The swap files are complete (flushed before any was renamed `.swap`): the files of the
+    old segments in [lowest swap base, highest swap next offset) go, the swap files take their
+    final names, and the dir is fsynced."""
+    low, high = None, None
+    for name in swaps:
+        base = segment_base(name)
+        if base is None or name[:-len(SWAP_SUFFIX)] != f"{base:020d}{LOG_SUFFIX}":
+            continue
+        data = seam.read_file(os.path.join(path, name))
+        end = base
+        for batch in iter_batches(data, verify=False, source=os.path.join(path, name)):
+            end = batch.last_offset + 1
+        low = base if low is None else min(low, base)
+        high = end if high is None else max(high, end)
+    if low is not None:
+        for name in names:
+            base = segment_base(name)
+            if not name.endswith(SWAP_SUFFIX) and base is not None and low <= base < high:
+                seam.unlink(os.path.join(path, name))
+    for name in swaps:
+        seam.rename(os.path.join(path, name), os.path.join(path, name[:-len(SWAP_SUFFIX)]))
+    seam.fsync_dir(path)
 
 
 def is_candidate(i: int, bases: list[int], recovery_point: int) -> bool:

@@ -22,6 +22,7 @@ import os
 import threading
 from typing import NamedTuple
 
+from . import cleaner as _cleaner
 from . import errors, guards, validator
 from . import io as _io
 from . import producer as _producer
@@ -108,6 +109,7 @@ class PartitionLog(LogReads):
         self._bases: list[int] = []
         self._dir_dirty = False
         self._pending_deletes: list[tuple[int, list[str]]] = []   # (due ms, *.deleted paths): retention
+        self.first_dirty_offset: int | None = None   # the cleaner's checkpoint (LogDir keeps it)
         # One preallocated in/out struct per kind of append, reused (under the lock); the
         # limits are set once (the config is frozen), and `out` views its AppendInfo fields.
         leader = lib.PLOG_VALIDATE_ASSIGN_OFFSETS | lib.PLOG_VALIDATE_STAMP_EPOCH
@@ -281,6 +283,8 @@ class PartitionLog(LogReads):
                          compression=compression, base_timestamp=None, producer_id=-1, producer_epoch=-1,
                          base_sequence=-1, is_transactional=False, is_control=False)
         state = self._leader_append[origin]
+        if origin == "client" and self.config.compacts:
+            _cleaner.require_keys(buf, self.path)      # Kafka's LogValidator for compacted topics
         with self._lock:
             self._ensure_open()
             if prebuilt and state.v.flags & lib.PLOG_VALIDATE_PRODUCERS:
@@ -673,6 +677,17 @@ class PartitionLog(LogReads):
         with self._lock:
             self._ensure_open()
             return _retention.delete_old_segments(self, _now_ms() if now_ms is None else now_ms)
+
+    @guarded
+    def compact(self, now_ms: int | None = None) -> "_cleaner.CleanerStats":
+        """One round of Kafka's log cleaner (storage/cleaner.py) from `first_dirty_offset` up to
+        the first uncleanable offset, as far as the offset map reaches; the dirty ratio is the
+        caller's (LogDir.clean_logs) to judge."""
+        with self._lock:
+            self._ensure_open()
+            if not self.config.compacts:
+                raise ValueError(f"{self.path}: cleanup_policy {self.config.cleanup_policy!r} does not compact")
+            return _cleaner.compact(self, _now_ms() if now_ms is None else now_ms)
 
     @guarded
     def remove_expired_producers(self, now_ms: int | None = None) -> int:

@@ -37,8 +37,10 @@ import time
 import uuid
 
 from . import checkpoint, errors, guards
+from . import cleaner as _cleaner
 from . import io as _io
 from .background import Background, BackgroundConfig
+from .clock import wall_ms
 from .config import LogConfig
 from .failure import LogDirFailureChannel, guarded
 from .log import PartitionLog
@@ -114,8 +116,12 @@ class LogDir:
 
     def __init__(self, path, config: LogConfig | None = None, *, broker_epoch: int = -1,
                  recover_mode: str = "strict", background: bool = False,
-                 background_config: BackgroundConfig | None = None):
+                 background_config: BackgroundConfig | None = None,
+                 topic_configs: dict[str, LogConfig] | None = None):
         self.path = os.fspath(path)
+        # Kafka's topic-level configs: a topic's partitions open with its LogConfig (read when a
+        # partition opens; e.g. {"__consumer_offsets": LogConfig(cleanup_policy="compact")}).
+        self.topic_configs: dict[str, LogConfig] = dict(topic_configs or {})
         self._background: Background | None = None
         self.background_error: BaseException | None = None
         self.recover_mode = recover_mode
@@ -173,6 +179,7 @@ class LogDir:
         self._imported = set(imported)     # offsets from Kafka's files, not written by this engine
         self.meta = MetaStore(self.path, sync=self.config.fsync)
         stored = {**imported, **self.meta.partitions()}
+        self._cleaner_offsets = checkpoint.read_offsets_lenient(os.path.join(self.path, checkpoint.CLEANER_OFFSET_FILE))
         for name in sorted(seam.listdir(self.path)):
             full = os.path.join(self.path, name)
             if name.endswith("-delete") and seam.isdir(full):
@@ -220,12 +227,13 @@ class LogDir:
     def _open_partition(self, key: tuple[str, int], offsets: PartitionOffsets | None) -> PartitionLog:
         topic, partition = key
         log = PartitionLog.open(
-            os.path.join(self.path, f"{topic}-{partition}"), self.config,
+            os.path.join(self.path, f"{topic}-{partition}"), self.topic_configs.get(topic, self.config),
             recovery_point=offsets.recovery_point if offsets else 0,
             log_start_offset=offsets.log_start_offset if offsets and offsets.log_start_offset >= 0 else None,
             high_watermark=offsets.high_watermark if offsets else None,
             clean_shutdown=self.had_clean_shutdown, failure_channel=self.failure_channel,
             recover_mode=self.recover_mode, log_start_offset_trusted=key not in self._imported)
+        log.first_dirty_offset = self._cleaner_offsets.get(key)
         if log.recovery_report:
             self.recovery_report[key] = list(log.recovery_report)
         log.on_recovery_point_lowered = self._store_offsets
@@ -344,6 +352,28 @@ class LogDir:
         if total:
             self.checkpoint()
         return total
+
+    @guarded
+    def clean_logs(self, now_ms: int | None = None) -> dict:
+        """Kafka's cleaner manager: every compacted log whose dirty ratio is above
+        min_cleanable_dirty_ratio (or whose oldest dirty data is past max_compaction_lag_ms) is
+        cleaned once, the dirtiest first (PartitionLog.compact), and `cleaner-offset-checkpoint`
+        records each log's next first dirty offset.  Returns {(topic, partition): CleanerStats}."""
+        self._ensure_open()
+        now = wall_ms() if now_ms is None else now_ms
+        with self._partitions_lock:
+            logs = {key: log for key, log in self._logs.items() if log.config.compacts}
+        out = {}
+        for key in _cleaner.filthiest_first(logs, now):
+            out[key] = logs[key].compact(now)
+            self._write_cleaner_checkpoint()
+        return out
+
+    def _write_cleaner_checkpoint(self) -> None:
+        with self._partitions_lock:
+            entries = sorted((topic, partition, log.first_dirty_offset) for (topic, partition), log in self._logs.items()
+                             if log.first_dirty_offset is not None)
+        checkpoint.write(os.path.join(self.path, checkpoint.CLEANER_OFFSET_FILE), entries, sync=self.config.fsync)
 
     @guarded
     def remove_expired_producers(self, now_ms: int | None = None) -> int:

@@ -490,6 +490,10 @@ class ProducerStateManager:
             return []
         return sorted(o for o in (snapshot_offset(n) for n in seam.listdir(self.directory)) if o is not None)
 
+    def delete_snapshot(self, offset: int) -> None:
+        """Remove the snapshot at `offset`, if there is one."""
+        self._delete_snapshot(offset)
+
     def _delete_snapshot(self, offset: int) -> None:
         i = bisect.bisect_left(self.snapshots, offset)
         if i < len(self.snapshots) and self.snapshots[i] == offset:

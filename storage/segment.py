@@ -185,14 +185,15 @@ class Segment:
     `owner_lock`, which the open-segment cache takes before suspending this segment)."""
 
     def __init__(self, directory: str, base_offset: int, config, *, create: bool, active: bool,
-                 owner_lock=None):
+                 owner_lock=None, suffix: str = ""):
         self.directory = directory
         self.config = config
         prefix = os.path.join(directory, segment_name(base_offset))
-        self.log_path = prefix + LOG_SUFFIX
-        self.index_path = prefix + INDEX_SUFFIX
-        self.time_index_path = prefix + TIME_INDEX_SUFFIX
-        self.txn_index = TransactionIndex(prefix + TXN_INDEX_SUFFIX, sync=config.fsync)
+        # suffix: the cleaner's segments are written as `.cleaned` files (change_suffix moves them on)
+        self.log_path = prefix + LOG_SUFFIX + suffix
+        self.index_path = prefix + INDEX_SUFFIX + suffix
+        self.time_index_path = prefix + TIME_INDEX_SUFFIX + suffix
+        self.txn_index = TransactionIndex(prefix + TXN_INDEX_SUFFIX + suffix, sync=config.fsync)
         self._c = ffi.new("plog_segment *")
         self._find_position = ffi.new("int64_t *")
         self._find_info = ffi.new("plog_batch_info *")
@@ -547,6 +548,20 @@ class Segment:
         # A mapping still referenced by a caller's slice stays valid until released.
         self._mapping = None
         self._check(lib.plog_segment_close(self._c), "close")
+
+    def change_suffix(self, old: str, new: str) -> None:
+        """Rename the files that exist from `<name><old>` to `<name><new>` (Kafka's
+        changeFileSuffixes: log, offset index, time index, transaction index, in that order)."""
+        seam = _io.current()
+        paths = []
+        for path in (self.log_path, self.index_path, self.time_index_path, self.txn_index.path):
+            if not path.endswith(old):
+                raise ValueError(f"{path} does not end in {old!r}")
+            target = path[:len(path) - len(old)] + new if old else path + new
+            if seam.exists(path):
+                seam.rename(path, target)
+            paths.append(target)
+        self.log_path, self.index_path, self.time_index_path, self.txn_index.path = paths
 
     def retire(self) -> list[str]:
         """Close and rename the files to `*.deleted` (gone for every reader of the log from now

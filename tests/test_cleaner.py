@@ -1,0 +1,433 @@
+"""Log compaction (storage/cleaner.py): the cases of Kafka's LogCleanerTest in our words, named
+after them, plus the crash-safe swap and what LogDir adds (the dirty ratio, the checkpoint)."""
+import os
+
+import pytest
+
+from storage import LogConfig, LogDir, PartitionLog, Record, build_batch, cleaner, errors, iter_batches
+
+CONFIG = LogConfig(fsync=False, cleanup_policy="compact", segment_bytes=1024)
+LARGE = 2**63 - 1 - CONFIG.delete_retention_ms - 1        # Kafka's largeTimestamp
+
+
+def open_log(tmp_path, **overrides) -> PartitionLog:
+    config = LogConfig(**{**CONFIG.__dict__, **overrides})
+    return PartitionLog.open(tmp_path / "test-0", config)
+
+
+def record(key: int, value: int | None, *, timestamp: int | None = None) -> Record:
+    return Record(key=str(key).encode(), value=None if value is None else str(value).encode(), timestamp=timestamp)
+
+
+def append(log, key: int, value: int | None, **kw):
+    return log.append_as_leader([record(key, value, **kw)], 0)
+
+
+def txn_appender(log, pid: int, epoch: int = 0):
+    sequence = [0]
+
+    def append_txn(keys):
+        batch = build_batch([record(k, k) for k in keys], producer_id=pid, producer_epoch=epoch,
+                            base_sequence=sequence[0], is_transactional=True)
+        sequence[0] += len(keys)
+        log.append_as_leader(batch, 0)
+    return append_txn
+
+
+def marker(log, pid: int, commit: bool, epoch: int = 0):
+    log.append_txn_marker(pid, epoch, commit, coordinator_epoch=0, leader_epoch=0)
+
+
+def keys_in_log(log) -> list[int]:
+    return [int(r.key) for b in log.batches() if not b.is_control for r in b.records()
+            if r.key is not None and r.value is not None]
+
+
+def offsets_in_log(log) -> list[int]:
+    return [r.offset for b in log.batches() for r in b.records() if r.key is not None and r.value is not None]
+
+
+def last_offsets_per_batch(log) -> list[int]:
+    return [b.last_offset for b in log.batches()]
+
+
+def clean(log, first_dirty: int, now: int = 0, offset_map=None) -> int:
+    """One round up to the active segment; returns the next first dirty offset."""
+    with log._lock:
+        return cleaner.clean(log, first_dirty, log.segments[-1].base_offset, now, offset_map).end_offset
+
+
+@pytest.fixture
+def log(tmp_path):
+    opened = open_log(tmp_path)
+    yield opened
+    opened.close()
+
+
+def test_cleaning_with_deletes(log):
+    # testCleaningWithDeletes
+    while len(log.segments) < 2:
+        append(log, log.log_end_offset, log.log_end_offset)
+    end = log.log_end_offset
+    for key in range(0, end, 2):
+        append(log, key, None)
+    while len(log.segments) < 4:
+        append(log, log.log_end_offset, log.log_end_offset)
+    clean(log, 0)
+    keys = set(keys_in_log(log))
+    assert not any(k in keys for k in range(0, end, 2)), "none of the deleted keys should still exist"
+    assert all(k in keys for k in range(1, end, 2))
+
+
+def test_basic_transaction_aware_cleaning(tmp_path):
+    # testBasicTransactionAwareCleaning
+    log = open_log(tmp_path, segment_bytes=2048)
+    p1, p2 = txn_appender(log, 1), txn_appender(log, 2)
+    p1([1, 2])
+    p2([2, 3])
+    p1([3, 4])
+    marker(log, 1, False)
+    marker(log, 2, True)
+    p1([2])
+    marker(log, 1, True)
+    aborted = log.collect_aborted_transactions(log.log_start_offset, log.log_end_offset)
+    log.roll()
+    clean(log, 0)
+    assert keys_in_log(log) == [3, 2]
+    assert offsets_in_log(log) == [3, 6, 7, 8, 9]
+    assert log.collect_aborted_transactions(log.log_start_offset, log.log_end_offset) == aborted
+    log.close()
+
+
+def test_clean_with_transactions_spanning_segments(log):
+    # testCleanWithTransactionsSpanningSegments
+    p1, p2, p3 = txn_appender(log, 1), txn_appender(log, 2), txn_appender(log, 3)
+    p1([1, 2])
+    p3([2, 3])
+    p2([3, 4])
+    log.roll()
+    p2([5, 6])
+    p3([6, 7])
+    p1([7, 8])
+    marker(log, 2, False)
+    p3([8, 9])
+    marker(log, 3, True)
+    p1([9, 10])
+    marker(log, 1, False)
+    dirty = clean(log, 0)                      # only the first segment is cleaned
+    assert keys_in_log(log) == [2, 3, 5, 6, 6, 7, 7, 8, 8, 9, 9, 10]
+    log.roll()
+    txn_appender(log, 2)                       # the producers go on with new sequences
+    log.append_as_leader(build_batch([record(11, 11)], producer_id=2, producer_epoch=0, base_sequence=4,
+                                     is_transactional=True), 0)
+    log.append_as_leader(build_batch([record(12, 12)], producer_id=1, producer_epoch=0, base_sequence=6,
+                                     is_transactional=True), 0)
+    clean(log, dirty)
+    assert keys_in_log(log) == [2, 3, 6, 7, 8, 9, 11, 12]
+
+
+def test_commit_marker_removal(tmp_path):
+    # testCommitMarkerRemoval: kept while its transaction has records, then a delete horizon,
+    # then gone once the horizon passed
+    log = open_log(tmp_path, segment_bytes=256)
+    append_txn = txn_appender(log, 1)
+    append_txn([1])
+    append_txn([2, 3])
+    marker(log, 1, True)
+    append_txn([2])
+    marker(log, 1, True)
+    log.roll()
+    dirty = clean(log, 0, LARGE)
+    assert keys_in_log(log) == [1, 3, 2]
+    assert offsets_in_log(log) == [0, 2, 3, 4, 5]
+    append_txn([1, 3])
+    marker(log, 1, True)
+    log.roll()
+    dirty = clean(log, dirty, LARGE)
+    assert keys_in_log(log) == [2, 1, 3]
+    assert offsets_in_log(log) == [3, 4, 5, 6, 7, 8]
+    # Kafka's test map keeps its latest offset between rounds, so its next rounds clean [0, 9)
+    # again: here they start from 0.
+    clean(log, 0, LARGE)                       # the same time: the marker is not removed early
+    assert offsets_in_log(log) == [3, 4, 5, 6, 7, 8]
+    clean(log, 0, 2**63 - 1)
+    assert keys_in_log(log) == [2, 1, 3]
+    assert offsets_in_log(log) == [4, 5, 6, 7, 8]
+    log.close()
+
+
+def test_abort_marker_removal(tmp_path):
+    # testAbortMarkerRemoval: aborted records go at once, their marker after two passes
+    log = open_log(tmp_path, segment_bytes=256)
+    append_txn = txn_appender(log, 1)
+    append_txn([1])
+    append_txn([2, 3])
+    marker(log, 1, False)
+    append_txn([3])
+    marker(log, 1, True)
+    log.roll()
+    clean(log, 0, LARGE)
+    assert keys_in_log(log) == [3]
+    assert offsets_in_log(log) == [3, 4, 5]
+    clean(log, 0, LARGE)                       # the first pass sets the marker's delete horizon
+    clean(log, 0, LARGE + CONFIG.delete_retention_ms)
+    assert keys_in_log(log) == [3]
+    assert offsets_in_log(log) == [4, 5]
+    log.close()
+
+
+def test_log_cleaner_retains_producer_last_sequence(log):
+    # testLogCleanerRetainsProducerLastSequence
+    append(log, 0, 0)
+    for pid, key, value, sequence in ((1, 0, 1, 0), (2, 0, 2, 0), (3, 0, 3, 0), (2, 1, 1, 1)):
+        log.append_as_leader(build_batch([record(key, value)], producer_id=pid, producer_epoch=0,
+                                         base_sequence=sequence), 0)
+    log.roll()
+    clean(log, 0, offset_map=cleaner.OffsetMap(10 * cleaner.BYTES_PER_ENTRY))
+    assert last_offsets_per_batch(log) == [1, 3, 4]
+    assert {b.producer_id: b.base_sequence + b.last_offset_delta for b in log.batches()} == {1: 0, 2: 1, 3: 0}
+    assert keys_in_log(log) == [0, 1]
+    assert offsets_in_log(log) == [3, 4]
+
+
+def test_log_cleaner_retains_last_sequence_even_if_transaction_aborted(log):
+    # testLogCleanerRetainsLastSequenceEvenIfTransactionAborted
+    append_txn = txn_appender(log, 1)
+    append_txn([1])
+    append_txn([2, 3])
+    marker(log, 1, False)
+    log.roll()
+    clean(log, 0)
+    assert last_offsets_per_batch(log) == [2, 3]
+    assert [b.base_sequence + b.last_offset_delta for b in log.batches() if not b.is_control] == [2]
+    assert keys_in_log(log) == []
+    assert offsets_in_log(log) == [3]
+    append_txn([1, 5])
+    log.roll()
+    clean(log, 0)
+    assert last_offsets_per_batch(log) == [3, 5]
+    assert keys_in_log(log) == [1, 5]
+    assert offsets_in_log(log) == [3, 4, 5]
+
+
+def test_partial_segment_clean(log):
+    # testPartialSegmentClean: a map of one entry still makes progress
+    for key in (0, 1, 0, 1, 0):
+        append(log, key, key)
+    log.roll()
+
+    def tiny_map():
+        return cleaner.OffsetMap(2 * cleaner.BYTES_PER_ENTRY)     # 2 slots, 90 %: one key
+    clean(log, 2, offset_map=tiny_map())
+    assert keys_in_log(log) == [1, 0, 1, 0]
+    assert offsets_in_log(log) == [1, 2, 3, 4]
+    clean(log, 3, offset_map=tiny_map())
+    assert keys_in_log(log) == [0, 1, 0]
+    assert offsets_in_log(log) == [2, 3, 4]
+    clean(log, 4, offset_map=tiny_map())
+    assert keys_in_log(log) == [1, 0]
+    assert offsets_in_log(log) == [3, 4]
+
+
+def test_clean_tombstone(tmp_path):
+    # testCleanTombstone: a tombstone outlives its clean by delete_retention_ms, whatever its timestamp
+    log = open_log(tmp_path, segment_bytes=1 << 20)
+    now = 1_700_000_000_000
+    append(log, 0, 0, timestamp=now + CONFIG.delete_retention_ms + 10_000)
+    log.roll()
+    clean(log, 0, now)
+    append(log, 0, None, timestamp=now - CONFIG.delete_retention_ms - 10_000)
+    log.roll()
+    clean(log, 1, now)
+    first = next(iter_batches(log.segments[0].view()))
+    assert first.last_offset == 1, "the tombstone should be retained"
+    assert first.attributes & cleaner.DELETE_HORIZON and first.base_timestamp == now + CONFIG.delete_retention_ms
+    append(log, 1, 1, timestamp=now)
+    log.roll()
+    clean(log, 2, now)
+    assert next(iter_batches(log.segments[0].view())).last_offset == 1, "the tombstone should be retained"
+    clean(log, 0, now + CONFIG.delete_retention_ms)               # its horizon passed: gone
+    assert [r.key for b in log.batches() for r in b.records()] == [b"1"]
+    log.close()
+
+
+def test_cleaning_with_unkeyed_messages_on_the_leader(log):
+    # testCleaningWithUnkeyedMessages, from the leader's side: Kafka's LogValidator refuses them
+    with pytest.raises(errors.InvalidRecordError) as refused:
+        log.append_as_leader([b"no key"], 0)
+    assert refused.value.error_code == 87
+    assert log.log_end_offset == 0
+
+
+def test_cleaning_drops_unkeyed_records_a_follower_wrote(log):
+    # testCleaningWithUnkeyedMessages: records without a key are dropped by the cleaner
+    log.append_as_follower(build_batch([b"a", b"b"], base_offset=0))
+    append(log, 1, 1)
+    log.append_as_follower(build_batch([b"c"], base_offset=log.log_end_offset))
+    log.roll()
+    clean(log, 0)
+    assert [r.key for b in log.batches() for r in b.records()] == [b"1"]
+
+
+def test_build_offset_map(log):
+    # testBuildOffsetMap
+    for i in range(8):
+        append(log, i, i)
+    log.roll()
+    offset_map = cleaner.OffsetMap(1 << 20)
+    stats = cleaner.CleanerStats()
+    cleaner.build_offset_map(log, 2, 7, offset_map, stats)
+    assert [offset_map.get(str(k).encode()) for k in range(8)] == [-1, -1, 2, 3, 4, 5, 6, -1]
+    assert offset_map.latest_offset == 6
+
+
+def test_segment_grouping(tmp_path):
+    # testSegmentGrouping: groups fit one segment's size, and their index sizes
+    log = open_log(tmp_path, segment_bytes=300, index_interval_bytes=1)
+    while len(log.segments) < 8:
+        append(log, log.log_end_offset, log.log_end_offset)
+    sealed = log.segments[:-1]
+    groups = cleaner.group_segments(log, sealed, log.segments[-1].base_offset)
+    assert [s for g in groups for s in g] == sealed
+    assert all(sum(s.size for s in g) <= 300 or len(g) == 1 for g in groups)
+    whole = cleaner.group_segments(log, sealed, log.segments[-1].base_offset)
+    assert len(whole) == len(groups)
+    roomy = LogConfig(**{**log.config.__dict__, "segment_bytes": 1 << 20})
+    log.config = roomy
+    assert len(cleaner.group_segments(log, sealed, log.segments[-1].base_offset)) == 1
+    log.close()
+
+
+def test_compact_leaves_the_epoch_cache_and_keeps_the_offsets(log):
+    for i in range(30):
+        append(log, i % 3, i)
+    log.assign_epoch_start_offset(1) if hasattr(log, "assign_epoch_start_offset") else None
+    log.update_high_watermark(log.log_end_offset)
+    epochs = list(log.epoch_cache.entries) if hasattr(log.epoch_cache, "entries") else None
+    end = log.log_end_offset
+    stats = log.compact(now_ms=0)
+    assert stats.end_offset == log.segments[-1].base_offset and stats.records_written < stats.records_read
+    assert log.log_end_offset == end and log.first_dirty_offset == stats.end_offset
+    if epochs is not None:
+        assert list(log.epoch_cache.entries) == epochs
+    offsets = [r.offset for b in log.batches() for r in b.records()]
+    assert offsets == sorted(offsets) and len(set(offsets)) == len(offsets)
+
+
+def test_compact_needs_a_compacting_policy(tmp_path):
+    plain = open_log(tmp_path, cleanup_policy="delete")
+    with pytest.raises(ValueError):
+        plain.compact()
+    plain.close()
+
+
+# ---- the swap, and a crash in the middle of it (LogLoader's swap recovery) --------------------------
+
+def compacted_log(tmp_path):
+    log = open_log(tmp_path, segment_bytes=400)
+    for i in range(40):
+        append(log, i % 4, i)
+    log.update_high_watermark(log.log_end_offset)
+    return log
+
+
+def latest(log) -> dict:
+    out = {}
+    for b in log.batches():
+        for r in b.records():
+            out[r.key] = r.value
+    return out
+
+
+@pytest.mark.parametrize("stop_after", ["cleaned", "one_swap", "swapped", "old_deleted", "one_final"])
+def test_a_crash_during_the_swap_is_finished_or_undone(tmp_path, monkeypatch, stop_after):
+    """The states Kafka's testRecoveryAfterCrashDuringSplitPhase1..5 cover, for a compaction:
+    whatever the crash left, the reopened log has every key's latest value and no offset twice."""
+    log = compacted_log(tmp_path)
+    before = latest(log)
+    path = log.path
+
+    class Crash(Exception):
+        pass
+
+    real = cleaner.replace_segments
+    steps = {"cleaned": 0, "one_swap": 1, "swapped": 4, "old_deleted": 4, "one_final": 4}
+
+    def crashing(log_, cleaned, old, now_ms):
+        seam_renames = [0]
+        if stop_after == "cleaned":
+            raise Crash()
+        for suffix_from, suffix_to in ((cleaner.CLEANED_SUFFIX, cleaner.SWAP_SUFFIX),):
+            for p in (cleaned.log_path, cleaned.index_path, cleaned.time_index_path, cleaned.txn_index.path):
+                if seam_renames[0] == steps[stop_after]:
+                    raise Crash()
+                if os.path.exists(p):
+                    os.rename(p, p[:-len(suffix_from)] + suffix_to)
+                seam_renames[0] += 1
+        if stop_after == "swapped":
+            raise Crash()
+        for segment in old:
+            segment.retire()
+        if stop_after == "old_deleted":
+            raise Crash()
+        swap_log = cleaned.log_path[:-len(cleaner.CLEANED_SUFFIX)] + cleaner.SWAP_SUFFIX
+        os.rename(swap_log, swap_log[:-len(cleaner.SWAP_SUFFIX)])
+        raise Crash()
+    monkeypatch.setattr(cleaner, "replace_segments", crashing)
+    with pytest.raises(Crash):
+        log.compact(now_ms=0)
+    monkeypatch.setattr(cleaner, "replace_segments", real)
+    for segment in log.segments:
+        if not segment.closed:
+            segment.close()
+    reopened = PartitionLog.open(path, log.config)
+    assert latest(reopened) == before
+    offsets = [r.offset for b in reopened.batches() for r in b.records()]
+    assert offsets == sorted(set(offsets))
+    assert not [n for n in os.listdir(path) if n.endswith((".swap", ".cleaned", ".deleted"))]
+    reopened.close()
+
+
+def test_swap_files_below_a_cleaned_file_replace_the_old_segments(tmp_path):
+    """LogLoader: a `.swap` below the lowest `.cleaned` file is complete and replaces the segment
+    files in its range; one at or above it is part of an unfinished round and goes."""
+    log = compacted_log(tmp_path)
+    path, config = log.path, log.config
+    log.close()
+    names = sorted(os.listdir(path))
+    first_log = os.path.join(path, "00000000000000000000.log")
+    kept = b"".join(b.to_bytes() for b in iter_batches(open(first_log, "rb").read()))
+    with open(first_log + ".swap", "wb") as f:        # a swap of segment 0 holding the same batches
+        f.write(kept)
+    later = sorted(n for n in names if n.endswith(".log"))[2]
+    with open(os.path.join(path, later + ".cleaned"), "wb") as f:
+        f.write(b"partial")
+    with open(os.path.join(path, later + ".swap"), "wb") as f:
+        f.write(b"partial")
+    reopened = PartitionLog.open(path, config)
+    assert not [n for n in os.listdir(path) if n.endswith((".swap", ".cleaned"))]
+    assert open(first_log, "rb").read() == kept
+    reopened.close()
+
+
+# ---- LogDir: the dirty ratio and the checkpoint ---------------------------------------------------
+
+def test_clean_logs_picks_dirty_compacted_logs_and_checkpoints(tmp_path):
+    compacted = LogConfig(fsync=False, cleanup_policy="compact", segment_bytes=400)
+    with LogDir.open(tmp_path / "dir", LogConfig(fsync=False), topic_configs={"changelog": compacted}) as logdir:
+        dirty = logdir.partition("changelog", 0)
+        plain = logdir.partition("events", 0)
+        for i in range(60):
+            dirty.append_as_leader([record(i % 3, i)], 0)
+            plain.append_as_leader([record(i % 3, i)], 0)
+        for log in (dirty, plain):
+            log.update_high_watermark(log.log_end_offset)
+        results = logdir.clean_logs(now_ms=0)
+        assert set(results) == {("changelog", 0)}
+        assert logdir.clean_logs(now_ms=0) == {}           # now clean: below the dirty ratio
+        first_dirty = dirty.first_dirty_offset
+        assert first_dirty == dirty.segments[-1].base_offset
+    text = (tmp_path / "dir" / "cleaner-offset-checkpoint").read_text()
+    assert text == f"0\n1\nchangelog 0 {first_dirty}\n"
+    with LogDir.open(tmp_path / "dir", LogConfig(fsync=False), topic_configs={"changelog": compacted}) as logdir:
+        assert logdir.partition("changelog", 0).first_dirty_offset == first_dirty
