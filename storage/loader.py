@@ -136,8 +136,11 @@ def remove_leftovers(seam, path: str) -> tuple[list[int], set[str]]:
 
 def _finish_swap(seam, path: str, swaps: list[str], names: list[str]) -> None:
     """The swap files are complete (flushed before any was renamed `.swap`): the files of the
-    old segments in [lowest swap base, highest swap next offset) go, the swap files take their
-    final names, and the dir is fsynced."""
+    old segments in [lowest swap base, highest swap next offset) go, as in Kafka, and the swap
+    `.log` files take their final names.  Stricter than Kafka: the index files of a swapped
+    segment (swap or final: after a crash a final name may still hold the old segment's index,
+    or the range rule may have removed the new one) are removed too, so the load rebuilds its
+    offset, time and transaction indexes from the log."""
     low, high = None, None
     for name in swaps:
         base = segment_base(name)
@@ -154,8 +157,15 @@ def _finish_swap(seam, path: str, swaps: list[str], names: list[str]) -> None:
             base = segment_base(name)
             if not name.endswith(SWAP_SUFFIX) and base is not None and low <= base < high:
                 seam.unlink(os.path.join(path, name))
+    swapped = {segment_base(n) for n in swaps} - {None}
+    for name in seam.listdir(path):
+        if segment_base(name) in swapped and name.endswith(_INDEX_SUFFIXES):
+            seam.unlink(os.path.join(path, name))
     for name in swaps:
-        seam.rename(os.path.join(path, name), os.path.join(path, name[:-len(SWAP_SUFFIX)]))
+        if segment_base(name) is not None and name[:-len(SWAP_SUFFIX)].endswith(LOG_SUFFIX):
+            seam.rename(os.path.join(path, name), os.path.join(path, name[:-len(SWAP_SUFFIX)]))
+        else:
+            seam.unlink(os.path.join(path, name))
     seam.fsync_dir(path)
 
 

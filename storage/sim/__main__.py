@@ -248,9 +248,13 @@ def cmd_regress(args) -> int:
 
 def cmd_crash(args) -> int:
     from .crash import enumerate_crashes
+    from .crash_compaction import enumerate_compaction_crashes
 
     with tempfile.TemporaryDirectory() as root:
-        outcome = enumerate_crashes(os.path.join(root, "w"), max_length=args.max_length)
+        if args.compaction:
+            outcome = enumerate_compaction_crashes(os.path.join(root, "w"))
+        else:
+            outcome = enumerate_crashes(os.path.join(root, "w"), max_length=args.max_length)
     summary = {"sequences": outcome.sequences, "crash_points": outcome.crash_points, "states": outcome.states,
                "violations": outcome.violations[:20]}
     if args.json:
@@ -293,6 +297,8 @@ def main(argv=None) -> int:
     p.add_argument("--json", action="store_true")
     p = sub.add_parser("crash", help="single-node exhaustive crash enumeration")
     p.add_argument("--max-length", type=int, default=2)
+    p.add_argument("--compaction", action="store_true",
+                   help="the compaction enumeration instead (storage/sim/crash_compaction.py, I21)")
     p.add_argument("--json", action="store_true")
     args = parser.parse_args(argv)
     return {"scenario": cmd_scenario, "run": cmd_run, "mutate": cmd_mutate, "regress": cmd_regress,
