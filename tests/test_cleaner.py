@@ -1,6 +1,7 @@
 """Log compaction (storage/cleaner.py): the cases of Kafka's LogCleanerTest in our words, named
 after them, plus the crash-safe swap and what LogDir adds (the dirty ratio, the checkpoint)."""
 import os
+import time
 
 import pytest
 
@@ -431,3 +432,116 @@ def test_clean_logs_picks_dirty_compacted_logs_and_checkpoints(tmp_path):
     assert text == f"0\n1\nchangelog 0 {first_dirty}\n"
     with LogDir.open(tmp_path / "dir", LogConfig(fsync=False), topic_configs={"changelog": compacted}) as logdir:
         assert logdir.partition("changelog", 0).first_dirty_offset == first_dirty
+
+
+# ---- LogCleanerManagerTest: the cleanable range ------------------------------------------------------
+
+def eight_segments(log, timestamp: int):
+    while len(log.segments) < 8:
+        append(log, log.log_end_offset, log.log_end_offset, timestamp=timestamp)
+
+
+def bounds(log, checkpointed, now):
+    first = cleaner.first_dirty_offset(log, checkpointed)
+    return first, cleaner.first_uncleanable_offset(log, first, now)
+
+
+def test_cleanable_offsets_for_none(log):
+    # testCleanableOffsetsForNone: bounded by the last stable offset (here the high watermark)
+    eight_segments(log, 1000)
+    log.update_high_watermark(50)
+    assert log.last_stable_offset == log.high_watermark
+    assert bounds(log, 0, 1000) == (0, log.last_stable_offset)
+
+
+def test_cleanable_offsets_active_segment(log):
+    # testCleanableOffsetsActiveSegment
+    eight_segments(log, 1000)
+    log.update_high_watermark(log.log_end_offset)
+    assert bounds(log, 0, 1000) == (0, log.segments[-1].base_offset)
+
+
+def test_cleanable_offsets_for_time(tmp_path):
+    # testCleanableOffsetsForTime: min_compaction_lag_ms holds back the younger segments
+    lag = 3_600_000
+    log = open_log(tmp_path, min_compaction_lag_ms=lag)
+    t0 = 1_000_000
+    while len(log.segments) < 4:
+        append(log, log.log_end_offset, 0, timestamp=t0)
+    active_at_t0 = log.segments[-1].base_offset
+    eight_segments(log, t0 + lag + 1)
+    log.update_high_watermark(log.log_end_offset)
+    assert bounds(log, 0, t0 + lag + 1) == (0, active_at_t0)
+    # testCleanableOffsetsForShortTime: once the lag passed for everything, the active segment bounds it
+    assert bounds(log, 0, t0 + 2 * lag + 2) == (0, log.segments[-1].base_offset)
+    log.close()
+
+
+def test_dirty_offset_reset_out_of_range(log):
+    # testDirtyOffsetResetIfLargerThanEndOffset, testDirtyOffsetResetIfSmallerThanStartOffset,
+    # testCleanableOffsetsNeedsCheckpointReset
+    eight_segments(log, 1000)
+    log.update_high_watermark(log.log_end_offset)
+    assert cleaner.first_dirty_offset(log, 10_000) == 0
+    log.increment_log_start_offset(10)
+    assert cleaner.first_dirty_offset(log, 0) == 10
+    assert cleaner.first_dirty_offset(log, 15) == 15
+
+
+def test_undecided_transactional_data_not_cleanable(tmp_path):
+    # testUndecidedTransactionalDataNotCleanable
+    lag = 3_600_000
+    log = open_log(tmp_path, min_compaction_lag_ms=lag)
+    now = time.time_ns() // 1_000_000 - lag - 1    # the marker is stamped with the wall clock, one lag on
+    log.append_as_leader(build_batch([record(1, 1, timestamp=now), record(2, 2, timestamp=now)], producer_id=15,
+                                     producer_epoch=0, base_sequence=0, is_transactional=True), 0)
+    log.append_as_leader(build_batch([record(3, 3, timestamp=now)], producer_id=15, producer_epoch=0,
+                                     base_sequence=2, is_transactional=True), 0)
+    log.roll()
+    log.update_high_watermark(3)
+    now += lag + 1
+    assert bounds(log, 0, now) == (0, 0)           # the lag passed, but the data is undecided
+    log.append_txn_marker(15, 0, False, coordinator_epoch=15, leader_epoch=0)
+    log.roll()
+    log.update_high_watermark(4)
+    assert bounds(log, 0, now) == (0, 3)
+    now += lag + 1
+    assert bounds(log, 0, now) == (0, 4)
+    log.close()
+
+
+def test_grab_filthiest_compacted_log_returns_the_dirtiest(tmp_path):
+    # testGrabFilthiestCompactedLogReturnsLogWithDirtiestRatio: every eligible log, dirtiest first
+    compacted = LogConfig(**{**CONFIG.__dict__, "segment_bytes": 400})
+    with LogDir.open(tmp_path / "dir", LogConfig(fsync=False),
+                     topic_configs={"a": compacted, "b": compacted, "c": compacted}) as logdir:
+        for topic, rounds in (("a", 20), ("b", 40), ("c", 30)):
+            log = logdir.partition(topic, 0)
+            for i in range(rounds):
+                log.append_as_leader([record(i % 2, i)], 0)
+            log.update_high_watermark(log.log_end_offset)
+        logs = {key: logdir.partition(*key) for key in logdir.partitions()}
+        logs[("a", 0)].first_dirty_offset = logs[("a", 0)].segments[-1].base_offset      # already clean
+        assert cleaner.filthiest_first(logs, 0) == [("b", 0), ("c", 0)]
+
+
+def test_verify_accepts_an_epoch_whose_first_batch_was_compacted_away(tmp_path, capsys):
+    from storage.cli import main
+
+    compacted = LogConfig(**{**CONFIG.__dict__, "segment_bytes": 400})
+    with LogDir.open(tmp_path / "dir", LogConfig(fsync=False), topic_configs={"c": compacted}) as logdir:
+        log = logdir.partition("c", 0)
+        log.assign_epoch_start_offset(0)
+        for i in range(10):
+            log.append_as_leader([record(0, i)], 0)
+        log.assign_epoch_start_offset(1)
+        for i in range(12):
+            log.append_as_leader([record(1, i)], 1)
+        log.roll()
+        log.update_high_watermark(log.log_end_offset)
+        logdir.clean_logs(now_ms=0)
+        assert [b.partition_leader_epoch for b in log.batches()][0] == 0      # epoch 1 starts later now ...
+        assert [tuple(e) for e in log.epoch_cache.entries] == [(0, 0), (1, 10)]   # ... the cache is untouched
+    assert main(["verify", str(tmp_path / "dir")]) == 0, capsys.readouterr().out
+    os.unlink(tmp_path / "dir" / "cleaner-offset-checkpoint")          # not known as compacted: a problem
+    assert main(["verify", str(tmp_path / "dir")]) == 1

@@ -19,7 +19,7 @@ def truncate_from_start(lineage: list[tuple[int, int]], start_offset: int) -> li
 
 
 def lineage_agreement(from_batches, from_checkpoint, *, log_start_offset: int | None,
-                      log_end_offset: int) -> tuple[bool | None, str | None]:
+                      log_end_offset: int, compacted: bool = False) -> tuple[bool | None, str | None]:
     """(agrees, why not) for a batch lineage and a leader-epoch-checkpoint, after the repairs
     Kafka's loader makes itself: both cut at the log start offset (truncateFromStart), and a
     last checkpoint entry starting exactly at the log end offset ignored (a leader elected that
@@ -40,6 +40,8 @@ def lineage_agreement(from_batches, from_checkpoint, *, log_start_offset: int | 
         batches[0] = entries[0]
     if batches == entries:
         return True, None
+    if compacted:
+        return _compacted_agreement(batches, entries)
     for i, (b, c) in enumerate(zip(batches, entries)):
         if b != c:
             return False, (f"entry {i}: the batches say epoch {b[0]} from offset {b[1]}, "
@@ -51,3 +53,17 @@ def lineage_agreement(from_batches, from_checkpoint, *, log_start_offset: int | 
     where = "beyond the log end offset" if e[1] > log_end_offset else "no batch carries it"
     return False, f"the checkpoint has epoch {e[0]} from offset {e[1]}: {where}"
 
+
+
+def _compacted_agreement(batches, entries) -> tuple[bool, str | None]:
+    """A compacted log: the cleaner removes batches, never epoch-cache entries (Kafka's does
+    not rewrite the cache), so an epoch may start before its first remaining batch, or have
+    none left.  What must hold: each epoch change in the batches falls in that epoch's range
+    of the checkpoint."""
+    for epoch, offset in batches:
+        at = [e for e, start in entries if start <= offset]
+        if not at or at[-1] != epoch:
+            said = f"epoch {at[-1]}" if at else "no epoch"
+            return False, (f"the batches say epoch {epoch} from offset {offset}, the checkpoint says {said} there "
+                           f"(compacted log)")
+    return True, None
