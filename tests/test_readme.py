@@ -110,3 +110,11 @@ def test_transactions_example_runs(tmp_path, capsys):
 
 def test_retention_example_runs(tmp_path):
     exec(compile(block("logdir.cleanup_logs()").replace('"/data/', f'"{tmp_path}/'), "README.md", "exec"), {})
+
+
+def test_compaction_example_runs(tmp_path):
+    namespace = {}
+    exec(compile(block("changelog = LogConfig(").replace('"/data/', f'"{tmp_path}/'), "README.md", "exec"), namespace)
+    stats = namespace["stats"]
+    assert stats.first_dirty_offset == 0 and stats.end_offset == 0     # the active segment is not cleaned
+    assert namespace["log"].config.compacts
