@@ -492,7 +492,7 @@ def test_undecided_transactional_data_not_cleanable(tmp_path):
     # testUndecidedTransactionalDataNotCleanable
     lag = 3_600_000
     log = open_log(tmp_path, min_compaction_lag_ms=lag)
-    now = time.time_ns() // 1_000_000 - lag - 1    # the marker is stamped with the wall clock, one lag on
+    now = time.time_ns() // 1_000_000 - lag - 1    # the data one lag before the marker (wall clock)
     log.append_as_leader(build_batch([record(1, 1, timestamp=now), record(2, 2, timestamp=now)], producer_id=15,
                                      producer_epoch=0, base_sequence=0, is_transactional=True), 0)
     log.append_as_leader(build_batch([record(3, 3, timestamp=now)], producer_id=15, producer_epoch=0,
@@ -504,9 +504,9 @@ def test_undecided_transactional_data_not_cleanable(tmp_path):
     log.append_txn_marker(15, 0, False, coordinator_epoch=15, leader_epoch=0)
     log.roll()
     log.update_high_watermark(4)
-    assert bounds(log, 0, now) == (0, 3)
-    now += lag + 1
-    assert bounds(log, 0, now) == (0, 4)
+    marked = max(b.max_timestamp for b in log.batches())      # the marker's (wall-clock) time
+    assert bounds(log, 0, marked) == (0, 3)                    # the first segment is cleanable at once
+    assert bounds(log, 0, marked + lag + 1) == (0, 4)          # the marker's, one lag later
     log.close()
 
 

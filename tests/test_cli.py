@@ -618,3 +618,12 @@ def test_dump_log_of_a_transaction_index(tmp_path, capsys):
         f.write(b"\x00" * 5)
     code, out, err = run(capsys, "dump-log", "--files", path)
     assert code == 1 and "5 bytes after the last whole 34-byte entry" in err
+
+
+def test_demo_ends_with_a_compacted_topic(capsys):
+    code, out, _err = run(capsys, "demo", "--no-spark")
+    assert code == 0
+    chapter = out[out.index("10. A compacted topic"):]
+    assert "31 records -> 5, offsets kept (with gaps)" in chapter
+    assert "offset 30: sku-4 = (tombstone" in chapter
+    assert "verify: 0 problems, epoch lineage agrees" in chapter
