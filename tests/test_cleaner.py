@@ -545,3 +545,48 @@ def test_verify_accepts_an_epoch_whose_first_batch_was_compacted_away(tmp_path, 
     assert main(["verify", str(tmp_path / "dir")]) == 0, capsys.readouterr().out
     os.unlink(tmp_path / "dir" / "cleaner-offset-checkpoint")          # not known as compacted: a problem
     assert main(["verify", str(tmp_path / "dir")]) == 1
+
+
+# ---- replicas compacted at different times: no false divergence ----------------------------------------
+
+def replica_dirs(tmp_path, values_b=None):
+    """Two log dirs holding the same compacted topic's data; the second one's optional last
+    value differs."""
+    compacted = LogConfig(**{**CONFIG.__dict__, "segment_bytes": 400})
+    dirs = []
+    for name, last in (("a", b"final"), ("b", values_b or b"final")):
+        with LogDir.open(tmp_path / name, LogConfig(fsync=False), topic_configs={"c": compacted}) as logdir:
+            log = logdir.partition("c", 0)
+            log.assign_epoch_start_offset(0)
+            # A first batch the cleaner rewrites (its key 0 goes, key "static" stays), then holes.
+            log.append_as_leader([Record(key=b"static", value=b"s", timestamp=999), record(0, -1, timestamp=999)], 0)
+            for i in range(30):
+                log.append_as_leader([record(i % 3, i, timestamp=1000 + i)], 0)
+            log.append_as_leader([Record(key=b"0", value=last, timestamp=2000)], 0)
+            log.roll()
+            log.update_high_watermark(log.log_end_offset)
+            if name == "a":
+                logdir.clean_logs(now_ms=0)          # only the first replica cleans
+            else:
+                logdir._write_cleaner_checkpoint() if log.first_dirty_offset is not None else None
+        dirs.append(str(tmp_path / name))
+    return dirs
+
+
+def test_a_compacted_and_an_uncompacted_replica_are_consistent(tmp_path, monkeypatch):
+    from storage.inspect import compare
+
+    dirs = replica_dirs(tmp_path)
+    _text, results = compare.local_comparison(dirs)
+    assert results[0]["verdict"] == "consistent", results[0]
+    monkeypatch.setattr(compare, "is_compacted", lambda *args: False)     # batch by batch: a false alarm
+    _text, results = compare.local_comparison(dirs)
+    assert results[0]["verdict"] == "divergent_below_hw"
+
+
+def test_compacted_replicas_that_disagree_on_a_key_diverge(tmp_path):
+    from storage.inspect.compare import local_comparison
+
+    _text, results = local_comparison(replica_dirs(tmp_path, values_b=b"other"))
+    assert results[0]["verdict"] == "divergent_below_hw"
+    assert results[0]["first_divergent_offset"] == 32

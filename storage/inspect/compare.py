@@ -4,6 +4,7 @@ from __future__ import annotations
 import os
 
 from . import verdict
+from .compacted import is_compacted, record_conflict
 from .discovery import log_dir_offsets, partition_dirs
 from .lineage import _lineage_text
 from .scan import PartitionScan, scan_partition
@@ -29,7 +30,11 @@ def local_comparison(log_dirs: list[str]) -> tuple[str, list[dict]]:
     rows = []
     for (topic, partition), scans in sorted(replicas.items()):
         facts = [_replica_facts(s) for s in scans]
-        assessed = verdict.assess_partition(topic, partition, facts, first_conflict(scans))
+        if any(is_compacted(s.log_dir, topic, partition) for s in scans):
+            conflict = record_conflict([(s.log_dir, s.path) for s in scans])
+        else:
+            conflict = first_conflict(scans)
+        assessed = verdict.assess_partition(topic, partition, facts, conflict)
         first, verdict_name = assessed["first_divergent_offset"], assessed["verdict"]
         results.append({"topic": topic, "partition": partition, "verdict": verdict_name,
                         "high_watermark": assessed["high_watermark"], "first_divergent_offset": first,

@@ -6,10 +6,11 @@ import struct
 from array import array
 from typing import NamedTuple
 
-from .. import checkpoint, errors
+from .. import errors
 from ..epoch import CHECKPOINT_FILE
 from ..loader import scan_log_file
 from ..records import iter_batches
+from .compacted import partition_is_compacted
 from .discovery import (
     _LEFTOVER_SUFFIXES,
     INDEX_SUFFIX,
@@ -388,24 +389,11 @@ def _check_epoch_checkpoint(ps: PartitionScan, path: str, has_segments: bool) ->
     if ps.checkpoint is not None:
         ps.agrees, why = lineage_agreement(ps.lineage_pairs, ps.checkpoint,
                                            log_start_offset=ps.log_start_offset, log_end_offset=ps.log_end_offset,
-                                           compacted=_is_compacted(path))
+                                           compacted=partition_is_compacted(path))
         if ps.agrees is False:
             ps.disagreement = why
             ps.problems.append(Issue("epoch_lineage", f"leader-epoch-checkpoint disagrees with the batches: {why}",
                                      checkpoint_path))
-
-
-def _is_compacted(path: str) -> bool:
-    """Whether the log dir's cleaner-offset-checkpoint lists this partition (the cleaner has
-    compacted it: batches may be gone below its first dirty offset)."""
-    name = os.path.basename(os.path.normpath(path))
-    topic, _, number = name.rpartition("-")
-    try:
-        listed = checkpoint.read_offsets_lenient(os.path.join(os.path.dirname(os.path.normpath(path)),
-                                                               checkpoint.CLEANER_OFFSET_FILE))
-    except (OSError, errors.StorageError):
-        return False
-    return number.isdigit() and (topic, int(number)) in listed
 
 
 def _partition_bytes(path: str) -> int:

@@ -36,7 +36,7 @@ import threading
 import time
 
 from .. import checkpoint
-from ..inspect import discovery
+from ..inspect import compacted, discovery
 from ..inspect import verdict as analysis
 from ..segment import segment_base
 
@@ -284,9 +284,25 @@ def run_audit(spark, log_dirs: list[str], *, progress: bool = False) -> dict:
                 "replicas_without_batch": [r["log_dir"] for r in replicas if r["log_dir"] not in held
                                            and r["log_start_offset"] <= c.offset < r["log_end_offset"]],
             }
+        if any(compacted.is_compacted(ref.log_dir, topic, partition) for ref in replica_refs):
+            conflict = _compacted_conflict(replica_refs, replicas)
         results.append(analysis.assess_partition(topic, partition, replicas, conflict))
     return {"partitions": results, "bytes": total_bytes, "segments": segment_count, "log_dirs": log_dirs,
             "seconds": time.monotonic() - started, "scan_seconds": facts["scan_seconds"]}
+
+
+def _compacted_conflict(refs, replicas) -> dict | None:
+    """A compacted partition's replicas compared by record and by each key's latest value
+    (storage.inspect.compacted), on the driver: batches rewritten by cleaners that ran at
+    different times are not a divergence."""
+    found = compacted.record_conflict([(ref.log_dir, ref.path) for ref in refs])
+    if found is None:
+        return None
+    holders = {b["log_dir"] for b in found["batches"]}
+    return {**found,
+            "batches": [{**b, "fingerprint": None} for b in found["batches"]],
+            "replicas_without_batch": [r["log_dir"] for r in replicas if r["log_dir"] not in holders
+                                       and r["log_start_offset"] <= found["offset"] < r["log_end_offset"]]}
 
 
 def _replica_record(ref: discovery.PartitionRef, summary, events: dict, counts: dict, meta: dict) -> dict:
