@@ -184,6 +184,20 @@ def test_the_compaction_enumeration_catches_swap_files_deleted_at_open(tmp_path,
     assert any(v.startswith("I21") and "was b'" in v for v in found)
 
 
+def test_the_swarm_catches_a_cleaner_that_drops_a_latest_value(tmp_path, monkeypatch):
+    """I22 can fail: a cleaner that drops every record of one key is caught on the broker
+    that cleans (seed 19 runs the compacted topic)."""
+    from storage import cleaner
+    from storage.sim.compaction import Compaction
+    from storage.sim.simulator import run_seed
+
+    assert Compaction(19).on
+    keep = cleaner._retain
+    monkeypatch.setattr(cleaner, "_retain", lambda r, *rest: r.key != b"key-0" and keep(r, *rest))
+    result = run_seed(19, tmp_path / "run", profile="swarm", steps=300)
+    assert any(v.startswith("I22") for v in result.violations)
+
+
 @pytest.mark.slow
 def test_every_compaction_sequence_crash_recovers(tmp_path):
     from storage.sim.crash_compaction import enumerate_compaction_crashes

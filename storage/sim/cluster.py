@@ -54,7 +54,7 @@ class BrokerNode:
             shutil.rmtree(self.path)
         c = self.cluster
         self.incarnation = "%016x" % c.random.getrandbits(64)
-        logdir = LogDir.open(self.path, c.config)
+        logdir = LogDir.open(self.path, c.config, topic_configs=c.topic_configs)
         self.manager = ReplicaManager(self.broker_id, logdir, min_insync_replicas=c.min_insync_replicas,
                                       replica_lag_time_max_ms=c.replica_lag_time_max_ms, clock=lambda: c.channel.now,
                                       recovery_hook=c.recovery_hook, fetcher_options=dict(c.fetcher_options))
@@ -297,8 +297,9 @@ class Cluster:
                  heartbeat_interval_ms: int = 500, request_timeout_ms: int = 3_000, step_ms: int = 5,
                  metadata_refresh_ms: int = 1_000,
                  recovery_hook: Callable | None = None, fetcher_options: dict | None = None,
-                 channel: Channel | None = None):
+                 channel: Channel | None = None, topic_configs: dict | None = None):
         self.root = os.fspath(root)
+        self.topic_configs = dict(topic_configs or {})       # a topic's own LogConfig on every broker
         os.makedirs(self.root, exist_ok=True)
         self.random = random.Random(seed)
         self.config = config or LogConfig(segment_bytes=64 * 1024, fsync=False)

@@ -32,9 +32,10 @@ from ..config import LogConfig
 from ..errors import Errors, LogDirOfflineError, StorageError, StorageIOError
 from ..records import Record, build_batch, iter_batches
 from ..replication import messages as m
-from . import invariants
+from . import compaction, invariants
 from .channel import Channel
 from .cluster import Cluster
+from .compaction import Compaction
 from .crash import _is_crash
 from .fs import SimFS
 from .producers import Producers
@@ -120,6 +121,8 @@ class Simulation:
         self.targeted = TargetedSites(self, random.Random(f"targeted-{seed}"))
         # Idempotent and transactional producers (storage.sim.producers): one seed in four.
         self.producers = Producers(seed, TOPIC, PARTITION)
+        # A compacted topic beside it (storage.sim.compaction): one seed in four.
+        self.compaction = Compaction(seed)
         if profile not in PROFILES:
             raise ValueError(f"unknown profile {profile!r}; known: {', '.join(PROFILES)}")
         # C1 (calibration): unclean elections on and no budget, but the safety profile's history
@@ -156,8 +159,11 @@ class Simulation:
             self.cluster = Cluster(self.root, 3, seed=self.seed, channel=self.channel, config=config,
                                    unclean_leader_election=self.unclean_allowed,
                                    min_insync_replicas=self.min_isr, replica_lag_time_max_ms=self.targeted.lag_ms,
-                                   fetcher_options={"max_bytes": fetch_bytes, "truncate_on_fetch": self.truncate_on_fetch})
+                                   fetcher_options={"max_bytes": fetch_bytes, "truncate_on_fetch": self.truncate_on_fetch},
+                                   topic_configs={compaction.TOPIC: compaction.config_for(config)})
             self.cluster.create_partition(TOPIC, PARTITION, [1, 2, 3])
+            if self.compaction.on:
+                self.cluster.create_partition(compaction.TOPIC, compaction.PARTITION, [1, 2, 3])
             try:
                 for step in range(self.steps):
                     self.result.steps = step + 1
@@ -193,6 +199,8 @@ class Simulation:
     def _step(self, step: int) -> None:
         rng, c = self.rng, self.cluster
         self._survive(lambda: self._act(rng.random()))
+        if self.compaction.on:
+            self._survive(lambda: self.compaction.step(self))
         for node in c.brokers.values():
             node._halt_if_offline()
         if self.disk_faults_on and self.disk_faults.random() < 0.03:
@@ -693,6 +701,8 @@ class Simulation:
         leader_log = self._logs()[leader]
         if self.producers.on:
             out += self.producers.history(leader_log, self.cluster.brokers[leader].manager)
+        if self.compaction.on:
+            out += self.compaction.check_final(self, self.profile == "beyond" or self.lost_data)
         for batch in leader_log.batches():
             for record in batch.records():
                 final.setdefault(record.value, []).append(record.offset)
