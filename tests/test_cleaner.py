@@ -590,3 +590,61 @@ def test_compacted_replicas_that_disagree_on_a_key_diverge(tmp_path):
     _text, results = local_comparison(replica_dirs(tmp_path, values_b=b"other"))
     assert results[0]["verdict"] == "divergent_below_hw"
     assert results[0]["first_divergent_offset"] == 32
+
+
+# ---- compacted segments: offsets far apart, merging, dump-log ------------------------------------------
+
+def test_over_compacted_log_recovery(tmp_path):
+    # LogLoaderTest.testOverCompactedLogRecovery: a follower of a compacted leader gets offsets
+    # more than 2^31 apart; the log rolls at the batch's base offset, and reopens with valid indexes
+    config = LogConfig(fsync=False, segment_bytes=1000, index_interval_bytes=1, max_message_bytes=64 * 1024)
+    log = PartitionLog.open(tmp_path / "t-0", config)
+    far = 2**31 - 1
+    for base, key in ((0, b"k1"), (far + 2, b"k3"), (far + 3, b"k4"), (far + 4, b"k5")):
+        log.append_as_follower(build_batch([(key, b"v")], base_offset=base, partition_leader_epoch=0))
+        if base == far + 2:
+            assert log.segments[-1].base_offset == far + 2
+            assert os.path.exists(os.path.join(log.path, f"{far + 2:020d}.snapshot"))
+    assert [s.base_offset for s in log.segments] == [0, far + 2]
+    log.close()
+    reopened = PartitionLog.open(tmp_path / "t-0", config, clean_shutdown=False)
+    assert [s.base_offset for s in reopened.segments] == [0, far + 2]
+    assert all(s.index_problem(thorough=True) is None for s in reopened.segments)
+    assert [r.key for b in reopened.batches() for r in b.records()] == [b"k1", b"k3", b"k4", b"k5"]
+    reopened.close()
+
+
+def test_a_later_round_merges_the_small_cleaned_segments(tmp_path):
+    log = open_log(tmp_path, segment_bytes=600)
+    for i in range(60):
+        append(log, i % 3, i)
+    log.update_high_watermark(log.log_end_offset)
+    first = log.compact(now_ms=0)
+    assert all(count == 1 for _base, count in first.groups)          # full segments: one each
+    sealed_before = len(log.segments) - 1
+    log.first_dirty_offset = 0
+    second = log.compact(now_ms=0)
+    assert any(count > 1 for _base, count in second.groups)           # now small: merged
+    assert len(log.segments) - 1 < sealed_before
+    assert [int(r.key) for b in log.batches() for r in b.records()][-3:] == [0, 1, 2]
+    log.close()
+
+
+def test_dump_log_of_a_compacted_segment(tmp_path, capsys):
+    from storage.cli import main
+
+    log = open_log(tmp_path)
+    txn = txn_appender(log, 9)
+    txn([1])
+    marker(log, 9, False)                     # producer 9's last batch: emptied, its header kept
+    append(log, 2, None)                      # a tombstone: its batch gets a delete horizon
+    append(log, 3, 3)
+    log.roll()
+    clean(log, 0, 1_000)
+    log.close()
+    main(["dump-log", "--files", str(tmp_path / "test-0" / "00000000000000000000.log")])
+    lines = capsys.readouterr().out.splitlines()
+    empty = next(line for line in lines if line.startswith("baseOffset: 0 "))
+    assert " count: 0 " in empty and "producerId: 9" in empty and "baseSequence: 0 lastSequence: 0" in empty
+    horizon = next(line for line in lines if line.startswith("baseOffset: 2 "))
+    assert f"deleteHorizonMs: OptionalLong[{1_000 + CONFIG.delete_retention_ms}]" in horizon
