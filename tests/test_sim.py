@@ -198,6 +198,15 @@ def test_the_swarm_catches_a_cleaner_that_drops_a_latest_value(tmp_path, monkeyp
     assert any(v.startswith("I22") for v in result.violations)
 
 
+def test_an_io_error_anywhere_in_a_compaction_ends_in_the_failure_state(tmp_path):
+    import errno
+
+    from storage.sim.crash_compaction import enumerate_compaction_io_faults
+
+    outcome = enumerate_compaction_io_faults(str(tmp_path / "w"), codes=(errno.EIO,))
+    assert outcome.crash_points > 50 and outcome.violations == []
+
+
 @pytest.mark.slow
 def test_every_compaction_sequence_crash_recovers(tmp_path):
     from storage.sim.crash_compaction import enumerate_compaction_crashes

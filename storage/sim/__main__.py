@@ -248,11 +248,15 @@ def cmd_regress(args) -> int:
 
 def cmd_crash(args) -> int:
     from .crash import enumerate_crashes
-    from .crash_compaction import enumerate_compaction_crashes
+    from .crash_compaction import enumerate_compaction_crashes, enumerate_compaction_io_faults
 
     with tempfile.TemporaryDirectory() as root:
         if args.compaction:
             outcome = enumerate_compaction_crashes(os.path.join(root, "w"))
+            faults = enumerate_compaction_io_faults(os.path.join(root, "f"))
+            outcome.crash_points += faults.crash_points
+            outcome.states += faults.states
+            outcome.violations += faults.violations
         else:
             outcome = enumerate_crashes(os.path.join(root, "w"), max_length=args.max_length)
     summary = {"sequences": outcome.sequences, "crash_points": outcome.crash_points, "states": outcome.states,
@@ -298,7 +302,8 @@ def main(argv=None) -> int:
     p = sub.add_parser("crash", help="single-node exhaustive crash enumeration")
     p.add_argument("--max-length", type=int, default=2)
     p.add_argument("--compaction", action="store_true",
-                   help="the compaction enumeration instead (storage/sim/crash_compaction.py, I21)")
+                   help="the compaction enumerations instead: crashes and I/O errors at every operation "
+                        "of a clean (storage/sim/crash_compaction.py, I21, I16)")
     p.add_argument("--json", action="store_true")
     args = parser.parse_args(argv)
     return {"scenario": cmd_scenario, "run": cmd_run, "mutate": cmd_mutate, "regress": cmd_regress,

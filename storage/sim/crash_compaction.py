@@ -14,9 +14,11 @@ model's states (S1 a-d, S3, S4, S5), then reopened and checked:
 """
 from __future__ import annotations
 
+import errno
 import os
 import shutil
 
+from .. import errors
 from .. import io as sio
 from ..config import LogConfig
 from ..logdir import LogDir
@@ -172,5 +174,67 @@ def enumerate_compaction_crashes(workdir: str, *, sequences=SEQUENCES, seed: int
                 label = f"{'+'.join(sequence)} crash@{point} {mode}{'+' + '+'.join(faults) if faults else ''}#{number}"
                 outcome.states += 1
                 outcome.violations += _check(base, before, written, floor, label)
+            point += 1
+    return outcome
+
+
+def enumerate_compaction_io_faults(workdir: str, *, codes=(errno.EIO, errno.ENOSPC), seed: int = 0,
+                                   states=(("d", ()), ("a", ()), ("c", ()))) -> Outcome:
+    """S7/S8 during a clean: every mutation of LogDir.clean_logs fails in turn with each errno.
+    The call must end in the failure state (LogDirOfflineError naming that errno) and the dir
+    must refuse everything afterwards (I16); then the machine crashes and the reopened log
+    passes I21 (every key's latest value kept, nothing invented, nothing durable lost)."""
+    base, pristine_dir = os.path.join(workdir, "base"), os.path.join(workdir, "pristine")
+    shutil.rmtree(workdir, ignore_errors=True)
+    os.makedirs(pristine_dir)
+    _prepare(pristine_dir)
+    partition_dir = os.path.join(os.path.abspath(base), f"{TOPIC}-0")
+    prefix = _records({os.path.join(os.path.abspath(base), os.path.relpath(p, pristine_dir)): d
+                       for p, d in snapshot(pristine_dir).items()}, partition_dir)
+    before = _latest(prefix, {b"aborted"})
+    outcome = Outcome(sequences=1)
+    for code in codes:
+        point = 0
+        while True:
+            shutil.rmtree(base, ignore_errors=True)
+            shutil.copytree(pristine_dir, base)
+            fs = SimFS(base, seed=seed * 1_000_003 + point)
+            label = f"clean {errno.errorcode[code]}@{point}"
+            with sio.using(fs):
+                logdir = _open(base)
+                log = logdir.partition(TOPIC, 0)
+                floor = log.log_end_offset
+                fs.inject("any", code, after=point)
+                try:
+                    logdir.clean_logs(now_ms=NOW)
+                except errors.LogDirOfflineError as exc:
+                    if getattr(exc.first_failure, "errno", None) != code:
+                        outcome.violations.append(f"{label}: the failure names {exc.first_failure!r}")
+                except Exception as exc:   # noqa: BLE001 - anything else is a finding
+                    outcome.violations.append(f"{label}: clean_logs raised {exc!r}, not LogDirOfflineError")
+                else:
+                    fs.injected.clear()
+                    logdir.close()
+                    break              # the clean finished before this point: every point covered
+                outcome.crash_points += 1
+                attempts = (lambda log=log: log.append_as_leader([Record(key=b"x", value=b"y")], 0),
+                            lambda logdir=logdir: logdir.clean_logs(now_ms=NOW),
+                            lambda logdir=logdir: logdir.close())
+                for attempt in attempts:
+                    try:
+                        attempt()
+                        outcome.violations.append(f"I16 {label}: the offline dir accepted an operation")
+                    except errors.LogDirOfflineError:
+                        pass
+            at_failure = snapshot(base)
+            meta = {p: open(p, "rb").read() for p in _meta_files(base)}
+            for mode, faults in states:
+                write_tree(os.path.abspath(base), at_failure)
+                for path, data in meta.items():
+                    with open(path, "wb") as f:
+                        f.write(data)
+                write_tree(os.path.abspath(base), fs.state(base, mode=mode, faults=faults))
+                outcome.states += 1
+                outcome.violations += _check(base, before, set(prefix), floor, f"{label} then crash {mode}")
             point += 1
     return outcome
