@@ -31,14 +31,18 @@ The epoch cache is never rewritten (Kafka's cleaner does not), producer state is
 last batch of every producer stays), and the transaction index of a cleaned segment lists the
 aborted transactions whose records are still there.
 
-Deviations: the log's lock is held for the whole round (Kafka cleans beside appends and
-locks only the swap); legacy (magic 0/1) batches are copied as they are; a partly kept snappy
-or lz4 batch is written uncompressed (the engine writes gzip and zstd only).
+The round runs beside appends, as Kafka's: the log's lock is taken for the bounds, for a view
+of each sealed segment (the view keeps its mapping alive), and for each swap, which happens only
+if no truncation ran and every segment of the group is still in the log (else the round is
+aborted: Kafka's cleaner manager aborts cleaning before a truncation too).  Deviations: legacy
+(magic 0/1) batches are copied as they are; a partly kept snappy or lz4 batch is written
+uncompressed (the engine writes gzip and zstd only).
 """
 from __future__ import annotations
 
 import hashlib
 import os
+import threading
 from dataclasses import dataclass, field
 
 from . import errors
@@ -95,6 +99,7 @@ class CleanerStats:
     records_written: int = 0
     bytes_written: int = 0
     groups: list[tuple[int, int]] = field(default_factory=list)    # (new base, segments merged)
+    aborted: bool = False                # the log changed under the round: the rest was not swapped
 
 
 def require_keys(buf, path: str) -> None:
@@ -242,17 +247,27 @@ class _Transactions:
 # ---- the offset map ------------------------------------------------------------------------------
 
 def build_offset_map(log, start: int, end: int, offset_map: OffsetMap, stats: CleanerStats) -> None:
-    dirty = [s for s in _segments_from(log, start) if s.base_offset < end]
+    with log._lock:
+        dirty = [s for s in _segments_from(log, start) if s.base_offset < end]
     txns = _Transactions(log.collect_aborted_transactions(start, end))
     for i, segment in enumerate(dirty):
         next_start = dirty[i + 1].base_offset if i + 1 < len(dirty) else end
-        if _map_segment(segment, offset_map, start, next_start, txns, stats):
+        if _map_segment(_view(log, segment), segment, offset_map, start, next_start, txns, stats):
             return
 
 
-def _map_segment(segment, offset_map: OffsetMap, start: int, next_start: int, txns, stats) -> bool:
+def _view(log, segment) -> memoryview:
+    """A sealed segment's bytes, taken under the log's lock; the view keeps its mapping alive
+    (reading it needs no lock: a sealed segment changes only by truncation or deletion, and
+    then the round is not swapped in)."""
+    with log._lock:
+        log._ensure_open()
+        return segment.view()
+
+
+def _map_segment(view, segment, offset_map: OffsetMap, start: int, next_start: int, txns, stats) -> bool:
     """Map one segment's keys; True when the map filled up before its end."""
-    for batch in iter_batches(segment.view(), verify=False, source=segment.log_path):
+    for batch in iter_batches(view, verify=False, source=segment.log_path):
         if batch.base_offset >= next_start:
             break
         if batch.is_control:
@@ -273,27 +288,47 @@ def _map_segment(segment, offset_map: OffsetMap, start: int, next_start: int, tx
 # ---- one round -----------------------------------------------------------------------------------
 
 def compact(log, now_ms: int, offset_map: OffsetMap | None = None) -> CleanerStats:
-    """One round from the log's first dirty offset; the caller holds the log's lock."""
-    first_dirty = first_dirty_offset(log, log.first_dirty_offset)
-    stats = clean(log, first_dirty, first_uncleanable_offset(log, first_dirty, now_ms), now_ms, offset_map)
-    log.first_dirty_offset = stats.end_offset
+    """One round from the log's first dirty offset.  The log's lock is taken only for the
+    bounds, to take views of sealed segments and for each swap: appends go on meanwhile."""
+    with log._lock:
+        log._ensure_open()
+        first_dirty = first_dirty_offset(log, log.first_dirty_offset)
+        uncleanable = first_uncleanable_offset(log, first_dirty, now_ms)
+    stats = clean(log, first_dirty, uncleanable, now_ms, offset_map)
+    if not stats.aborted:
+        with log._lock:
+            log.first_dirty_offset = stats.end_offset
     return stats
 
 
 def clean(log, first_dirty: int, first_uncleanable: int, now_ms: int, offset_map: OffsetMap | None = None
           ) -> CleanerStats:
-    """Clean the log up to what the offset map covers; the caller holds the log's lock."""
+    """Clean the log up to what the offset map covers.  A truncation, or a segment of the round
+    deleted (retention, DeleteRecords) or the log closed while it ran, aborts what is left of
+    the round: `stats.aborted`, nothing more swapped in, the cleaned files removed."""
     offset_map = OffsetMap(log.config.dedupe_buffer_bytes) if offset_map is None else offset_map
     stats = CleanerStats(first_dirty_offset=first_dirty)
-    build_offset_map(log, first_dirty, first_uncleanable, offset_map, stats)
+    with log._lock:
+        truncations = log._truncations
+        last_of_producers = _last_batches_of_producers(log)
+    try:
+        build_offset_map(log, first_dirty, first_uncleanable, offset_map, stats)
+    except errors.LogClosedError:
+        stats.aborted = True
+        return stats
     end = offset_map.latest_offset + 1
     stats.end_offset = max(end, first_dirty)
     stats.map_entries = len(offset_map)
     stats.buffer_utilization = offset_map.utilization
     txns = _Transactions([])
-    last_of_producers = _last_batches_of_producers(log)
-    for group in group_segments(log, [s for s in log.segments if s.base_offset < end], first_uncleanable):
-        _clean_group(log, group, offset_map, now_ms, stats, txns, last_of_producers, first_uncleanable)
+    with log._lock:
+        groups = group_segments(log, [s for s in log.segments if s.base_offset < end], first_uncleanable)
+        uppers = [_next_base(log, g[-1]) for g in groups]
+    for group, upper in zip(groups, uppers):
+        if not _clean_group(log, group, upper, offset_map, now_ms, stats, txns, last_of_producers,
+                            first_uncleanable, truncations):
+            stats.aborted = True
+            break
     return stats
 
 
@@ -333,50 +368,71 @@ def _index_bytes(segment, entry: int) -> int:
     return len(segment.offset_index_entries() if entry == 8 else segment.time_index_entries()) * entry
 
 
-def _clean_group(log, group: list, offset_map: OffsetMap, now_ms: int, stats: CleanerStats, txns,
-                 last_of_producers: dict, upper_bound: int) -> None:
+def _clean_group(log, group: list, group_end: int, offset_map: OffsetMap, now_ms: int, stats: CleanerStats, txns,
+                 last_of_producers: dict, upper_bound: int, truncations: int) -> bool:
+    """Write one group's cleaned segment (its own lock, not the log's), then swap it in under
+    the log's lock if the group is still what the round read; False when it was not."""
     seam = _io.current()
     base = group[0].base_offset
-    cleaned = _new_cleaned_segment(log, seam, base)
+    own = threading.RLock()             # held while writing: the open-segment cache skips it
+    with own:
+        cleaned = _new_cleaned_segment(log, seam, base, own)
+        try:
+            _write_group(log, group, group_end, cleaned, offset_map, now_ms, stats, txns, last_of_producers,
+                         upper_bound)
+        except BaseException:
+            _discard(cleaned, seam)
+            raise
+    with log._lock:
+        if log._closed or log._truncations != truncations or any(s not in log.segments for s in group):
+            _discard(cleaned, seam)
+            return False
+        cleaned.owner_lock = log._lock
+        replace_segments(log, cleaned, group, now_ms)
+    stats.groups.append((base, len(group)))
+    return True
+
+
+def _discard(cleaned: Segment, seam) -> None:
+    cleaned.close()
+    for path in (cleaned.log_path, cleaned.index_path, cleaned.time_index_path, cleaned.txn_index.path):
+        if seam.exists(path):
+            seam.unlink(path)
+
+
+def _write_group(log, group: list, group_end: int, cleaned: Segment, offset_map: OffsetMap, now_ms: int,
+                 stats: CleanerStats, txns, last_of_producers: dict, upper_bound: int) -> None:
     txns.cleaned_index = cleaned.txn_index
     v = ffi.new("plog_validate *")
     v.flags = lib.PLOG_VALIDATE_REQUIRE_FIRST | lib.PLOG_APPEND_NO_ROLL
     v.segment_bytes = log.config.segment_bytes
     v.segment_ms = log.config.segment_ms
-    try:
-        next_offset = base
-        for i, segment in enumerate(group):
-            upper = group[i + 1].base_offset if i + 1 < len(group) else _next_base(log, segment)
-            txns.add(log.collect_aborted_transactions(segment.base_offset, upper))
-            for batch in iter_batches(segment.view(), verify=False, source=segment.log_path):
-                stats.bytes_read += batch.size_bytes
-                out = _filter_batch(batch, offset_map, now_ms, log.config.delete_retention_ms, txns,
-                                    last_of_producers, upper_bound, stats)
-                if out is None:
-                    continue
-                buf = bytearray(out)
-                with ffi.from_buffer(buf) as pointer:
-                    cleaned.raise_for(cleaned.append_chunk(pointer, len(buf), next_offset, -1, v), "append (cleaner)")
-                next_offset = batch.last_offset + 1
-                stats.bytes_written += len(buf)
-        cleaned.seal()
-        cleaned.flush()
-    except BaseException:
-        cleaned.close()
-        for path in (cleaned.log_path, cleaned.index_path, cleaned.time_index_path, cleaned.txn_index.path):
-            if seam.exists(path):
-                seam.unlink(path)
-        raise
-    replace_segments(log, cleaned, group, now_ms)
-    stats.groups.append((base, len(group)))
+    next_offset = group[0].base_offset
+    for i, segment in enumerate(group):
+        upper = group[i + 1].base_offset if i + 1 < len(group) else group_end
+        txns.add(log.collect_aborted_transactions(segment.base_offset, upper))
+        for batch in iter_batches(_view(log, segment), verify=False, source=segment.log_path):
+            stats.bytes_read += batch.size_bytes
+            out = _filter_batch(batch, offset_map, now_ms, log.config.delete_retention_ms, txns,
+                                last_of_producers, upper_bound, stats)
+            if out is None:
+                continue
+            buf = bytearray(out)
+            with ffi.from_buffer(buf) as pointer:
+                cleaned.raise_for(cleaned.append_chunk(pointer, len(buf), next_offset, -1, v), "append (cleaner)")
+            next_offset = batch.last_offset + 1
+            stats.bytes_written += len(buf)
+    cleaned.seal()
+    cleaned.flush()
 
 
-def _new_cleaned_segment(log, seam, base: int) -> Segment:
+def _new_cleaned_segment(log, seam, base: int, owner_lock) -> Segment:
     for suffix in (".log", ".index", ".timeindex", ".txnindex"):
         stale = os.path.join(log.path, f"{base:020d}{suffix}{CLEANED_SUFFIX}")
         if seam.exists(stale):                  # an earlier round that failed before its swap
             seam.unlink(stale)
-    return Segment(log.path, base, log.config, create=True, active=True, suffix=CLEANED_SUFFIX)
+    return Segment(log.path, base, log.config, create=True, active=True, suffix=CLEANED_SUFFIX,
+                   owner_lock=owner_lock)
 
 
 # ---- one batch (Kafka's RecordFilter over MemoryRecords.filterTo) ----------------------------------

@@ -110,6 +110,7 @@ class PartitionLog(LogReads):
         self._dir_dirty = False
         self._pending_deletes: list[tuple[int, list[str]]] = []   # (due ms, *.deleted paths): retention
         self.first_dirty_offset: int | None = None   # the cleaner's checkpoint (LogDir keeps it)
+        self._truncations = 0                         # a cleaner round aborts when this moved
         # One preallocated in/out struct per kind of append, reused (under the lock); the
         # limits are set once (the config is frozen), and `out` views its AppendInfo fields.
         leader = lib.PLOG_VALIDATE_ASSIGN_OFFSETS | lib.PLOG_VALIDATE_STAMP_EPOCH
@@ -563,6 +564,7 @@ class PartitionLog(LogReads):
                     # (testTruncateToEndOffsetClearsEpochCache).
                     self._after_truncate(self.log_end_offset)
                 return False
+            self._truncations += 1
             if offset < self.segments[0].base_offset:
                 self._truncate_fully(offset)
                 return True
@@ -603,6 +605,7 @@ class PartitionLog(LogReads):
         self.epoch_cache.truncate_from_end(offset)
 
     def _truncate_fully(self, offset: int) -> None:
+        self._truncations += 1
         while self.segments:
             self.segments.pop().delete()
         self._bases.clear()
@@ -682,12 +685,13 @@ class PartitionLog(LogReads):
     def compact(self, now_ms: int | None = None) -> "_cleaner.CleanerStats":
         """One round of Kafka's log cleaner (storage/cleaner.py) from `first_dirty_offset` up to
         the first uncleanable offset, as far as the offset map reaches; the dirty ratio is the
-        caller's (LogDir.clean_logs) to judge."""
+        caller's (LogDir.clean_logs) to judge.  Appends go on while it runs; a truncation or a
+        deletion of its segments meanwhile aborts the rest of the round (stats.aborted)."""
         with self._lock:
             self._ensure_open()
             if not self.config.compacts:
                 raise ValueError(f"{self.path}: cleanup_policy {self.config.cleanup_policy!r} does not compact")
-            return _cleaner.compact(self, _now_ms() if now_ms is None else now_ms)
+        return _cleaner.compact(self, _now_ms() if now_ms is None else now_ms)
 
     @guarded
     def remove_expired_producers(self, now_ms: int | None = None) -> int:

@@ -648,3 +648,72 @@ def test_dump_log_of_a_compacted_segment(tmp_path, capsys):
     assert " count: 0 " in empty and "producerId: 9" in empty and "baseSequence: 0 lastSequence: 0" in empty
     horizon = next(line for line in lines if line.startswith("baseOffset: 2 "))
     assert f"deleteHorizonMs: OptionalLong[{1_000 + CONFIG.delete_retention_ms}]" in horizon
+
+
+# ---- the cleaner beside appends, truncation and retention ---------------------------------------------
+
+def test_appends_go_on_while_the_cleaner_runs(log, monkeypatch):
+    import threading
+
+    for i in range(60):
+        append(log, i % 3, i)
+    log.update_high_watermark(log.log_end_offset)
+    mid_round, appended = threading.Event(), threading.Event()
+    real = cleaner._filter_batch
+
+    def pausing(*args, **kwargs):
+        if not mid_round.is_set():
+            mid_round.set()
+            assert appended.wait(10), "an append waited for the cleaner"
+        return real(*args, **kwargs)
+    monkeypatch.setattr(cleaner, "_filter_batch", pausing)
+    result = {}
+    worker = threading.Thread(target=lambda: result.update(stats=log.compact(now_ms=0)))
+    worker.start()
+    assert mid_round.wait(10)
+    end = log.log_end_offset
+    append(log, 7, 7)                          # while the round is half done
+    appended.set()
+    worker.join(10)
+    stats = result["stats"]
+    assert not stats.aborted and stats.groups and log.log_end_offset == end + 1
+    assert latest(log)[b"7"] == b"7" and latest(log)[b"0"] == b"57"
+
+
+def test_a_truncation_during_the_round_aborts_it(log, monkeypatch):
+    for i in range(60):
+        append(log, i % 3, i)
+    log.update_high_watermark(log.log_end_offset)
+    before = [(r.offset, r.key, r.value) for b in log.batches() for r in b.records()]
+    real = cleaner._filter_batch
+    cut = []
+
+    def truncating(*args, **kwargs):
+        if not cut:
+            cut.append(log.truncate_to(50))     # a follower's truncation, on another code path
+        return real(*args, **kwargs)
+    monkeypatch.setattr(cleaner, "_filter_batch", truncating)
+    stats = log.compact(now_ms=0)
+    assert stats.aborted and stats.groups == [] and log.first_dirty_offset is None
+    assert [(o, k, v) for b in log.batches() for o, k, v in [(r.offset, r.key, r.value) for r in b.records()]] == \
+        [x for x in before if x[0] < 50]
+    assert not [n for n in os.listdir(log.path) if n.endswith(".cleaned")]
+
+
+def test_retention_during_the_round_aborts_it(tmp_path, monkeypatch):
+    log = open_log(tmp_path, cleanup_policy="compact,delete", retention_bytes=1)
+    for i in range(60):
+        append(log, i % 3, i)
+    log.update_high_watermark(log.log_end_offset)
+    real = cleaner._filter_batch
+    deleted = []
+
+    def retaining(*args, **kwargs):
+        if not deleted:
+            deleted.append(log.delete_old_segments(now_ms=0))
+        return real(*args, **kwargs)
+    monkeypatch.setattr(cleaner, "_filter_batch", retaining)
+    stats = log.compact(now_ms=0)
+    assert deleted[0] > 0 and stats.aborted
+    assert not [n for n in os.listdir(log.path) if n.endswith((".cleaned", ".swap"))]
+    log.close()
