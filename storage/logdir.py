@@ -367,6 +367,7 @@ class LogDir:
         for key in _cleaner.filthiest_first(logs, now):
             out[key] = logs[key].compact(now)
             self._write_cleaner_checkpoint()
+            logs[key].delete_pending_files(now)     # the replaced segments, once their delay is over
         return out
 
     def _write_cleaner_checkpoint(self) -> None:
