@@ -351,7 +351,7 @@ def _reconcile_epochs(log) -> None:
         before = cache.epoch_for_offset(base - 1) if base > 0 else None
         expected = changes_of(epochs, before)
         cached = [tuple(e) for e in cache.entries if base <= e.start_offset < min(end, log.log_end_offset)]
-        if cached != expected:
+        if cached != expected and not (log.config.compacts and _agrees_compacted(log, base, lowest)):
             cache.truncate_from_end(base)
             for segment in log.segments:
                 if segment.base_offset >= base:
@@ -361,6 +361,20 @@ def _reconcile_epochs(log) -> None:
     for _base, _end, epochs in log._recovered:   # Kafka's rule for the rest
         for epoch, offset in changes_of(epochs, cache.latest_epoch):
             cache.assign(epoch, offset)
+
+def _agrees_compacted(log, base: int, lowest: int) -> bool:
+    """A compacted segment whose epoch changes differ from the cache's only because the cleaner
+    removed batches (an epoch's first batches, or all of them): every batch still carries the
+    epoch the cache gives its offset.  Then the cache stays -- rebuilding it from the batches
+    would move an epoch's start past records a follower must truncate (OffsetForLeaderEpoch
+    would answer a later end offset for the epoch before)."""
+    segment = next(s for s in log.segments if s.base_offset == base)
+    for batch in iter_batches(segment.view(), verify=False, source=segment.log_path):
+        epoch = batch.partition_leader_epoch
+        if epoch >= lowest and log.epoch_cache.epoch_for_offset(batch.base_offset) != epoch:
+            return False
+    return True
+
 
 def repair_epoch_cache(log) -> None:
     """The epoch cache after a load, as Kafka's LogLoader leaves it: recovered segments' epochs

@@ -767,3 +767,51 @@ def test_cleaning_in_a_loop_beside_a_writer_thread(tmp_path, monkeypatch):
         offsets = [r.offset for b in log.batches() for r in b.records()]
         assert offsets == sorted(set(offsets)) and len(offsets) < 1500
     assert main(["verify", str(tmp_path / "dir")]) == 0
+
+
+# ---- the epoch cache of a compacted log after an unclean shutdown ---------------------------------------
+
+def _unclean_reopen(log):
+    path, config = log.path, log.config
+    log.flush()
+    for segment in log.segments:          # the process dies: no clean shutdown
+        segment.close()
+    return PartitionLog.open(path, config, recovery_point=0, clean_shutdown=False)
+
+
+def test_an_unclean_open_keeps_the_epoch_start_the_cleaner_removed(tmp_path):
+    """Recovery rebuilds the cache from the batches when they disagree; a compacted segment whose
+    epoch's first batch was cleaned away does not disagree.  Rebuilding moved epoch 1's start
+    from 5 to 13, and OffsetForLeaderEpoch(0) then answered 13: a follower holding divergent
+    epoch-0 records in 5..12 would have kept them."""
+    log = open_log(tmp_path, segment_bytes=700)
+    log.assign_epoch_start_offset(0)
+    for i in range(5):
+        append(log, 0, i)
+    log.assign_epoch_start_offset(1)
+    for i in range(9):
+        log.append_as_leader([record(1, i)], 1)            # the first of them is cleaned away
+    log.roll()
+    log.update_high_watermark(log.log_end_offset)
+    log.compact(now_ms=0)
+    assert [(b.base_offset, b.partition_leader_epoch) for b in log.batches()] == [(4, 0), (13, 1)]
+    reopened = _unclean_reopen(log)
+    assert [tuple(e) for e in reopened.epoch_cache.entries] == [(0, 0), (1, 5)]
+    assert reopened.end_offset_for_epoch(0) == (0, 5)
+    reopened.close()
+
+
+def test_an_unclean_open_still_rebuilds_a_cache_the_batches_contradict(tmp_path):
+    log = open_log(tmp_path)
+    log.assign_epoch_start_offset(0)
+    for i in range(10):
+        append(log, i, i)                                    # epoch 0 throughout
+    path, config = log.path, log.config
+    log.flush()
+    for segment in log.segments:
+        segment.close()
+    with open(os.path.join(path, "leader-epoch-checkpoint"), "w") as f:
+        f.write("0\n2\n0 0\n1 5\n")                          # says epoch 1 from 5: the batches say 0
+    reopened = PartitionLog.open(path, config, recovery_point=0, clean_shutdown=False)
+    assert [tuple(e) for e in reopened.epoch_cache.entries] == [(0, 0)]
+    reopened.close()
