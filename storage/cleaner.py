@@ -49,7 +49,7 @@ from . import errors
 from . import io as _io
 from ._native import ffi, lib
 from .loader import CLEANED_SUFFIX, SWAP_SUFFIX
-from .records import BATCH_OVERHEAD, CODEC_NAMES, WRITABLE_CODECS, compress, iter_batches
+from .records import BATCH_OVERHEAD, CODEC_NAMES, WRITABLE_CODECS, _varint, compress, encode_headers, iter_batches
 from .segment import Segment
 from .txnindex import AbortedTxn
 
@@ -524,28 +524,13 @@ def _rebuild(batch, kept: list, horizon: int | None) -> bytes:
                    producer_epoch=batch.producer_epoch, base_sequence=batch.base_sequence, record_count=len(kept))
 
 
-def _varint(n: int) -> bytes:
-    """Zig-zag then unsigned varint, as v2 records encode every length and delta."""
-    z = (n << 1) ^ (n >> 63)
-    out = bytearray()
-    while z >= 0x80:
-        out.append((z & 0x7F) | 0x80)
-        z >>= 7
-    out.append(z)
-    return bytes(out)
-
-
 def _bytes_field(data) -> bytes:
     return _varint(-1) if data is None else _varint(len(data)) + bytes(data)
 
 
 def _encode_record(offset_delta: int, timestamp_delta: int, key, value, headers) -> bytes:
-    parts = [b"\x00", _varint(timestamp_delta), _varint(offset_delta), _bytes_field(key), _bytes_field(value),
-             _varint(len(headers))]
-    for name, data in headers:
-        parts.append(_bytes_field(name.encode() if isinstance(name, str) else name))
-        parts.append(_bytes_field(data))
-    body = b"".join(parts)
+    body = b"".join((b"\x00", _varint(timestamp_delta), _varint(offset_delta), _bytes_field(key),
+                     _bytes_field(value), encode_headers(headers)))
     return _varint(len(body)) + body
 
 

@@ -18,6 +18,7 @@ from __future__ import annotations
 import os
 
 from .. import checkpoint, errors
+from ..logdir import parse_partition_dir
 from ..records import iter_batches
 from .discovery import LOG_SUFFIX, _map_file, segment_base
 
@@ -32,10 +33,8 @@ def is_compacted(log_dir: str, topic: str, partition: int) -> bool:
 
 def partition_is_compacted(path: str) -> bool:
     """is_compacted for a partition dir `<log dir>/<topic>-<partition>`."""
-    name = os.path.basename(os.path.normpath(path))
-    topic, _, number = name.rpartition("-")
-    return bool(topic) and number.isdigit() and is_compacted(os.path.dirname(os.path.normpath(path)), topic,
-                                                             int(number))
+    key = parse_partition_dir(os.path.basename(os.path.normpath(path)))
+    return key is not None and is_compacted(os.path.dirname(os.path.normpath(path)), *key)
 
 
 def _records(path: str) -> dict[int, tuple[bytes | None, bytes | None, bool]]:

@@ -156,11 +156,17 @@ def _check(root: str, versions: list[list[bytes]], floor: int, label: str) -> li
     except Exception as exc:   # noqa: BLE001
         out.append(f"{label}: {exc!r}")
     finally:
-        try:
-            logdir.close()
-        except Exception as exc:   # noqa: BLE001
-            out.append(f"{label}: close raised {exc!r}")
+        out += close_reporting(logdir, label)
     return out
+
+
+def close_reporting(logdir, label: str) -> list[str]:
+    """Close a reopened dir after its checks; a close that raises is a finding."""
+    try:
+        logdir.close()
+    except Exception as exc:   # noqa: BLE001
+        return [f"{label}: close raised {exc!r}"]
+    return []
 
 
 def _check_producers(log, batches) -> list[str]:

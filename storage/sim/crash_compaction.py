@@ -24,7 +24,7 @@ from ..config import LogConfig
 from ..logdir import LogDir
 from ..records import Record, build_batch, iter_batches
 from . import invariants
-from .crash import STATES, Outcome, _check_producers, _is_crash, _meta_files
+from .crash import STATES, Outcome, _check_producers, _is_crash, _meta_files, close_reporting
 from .fs import SimFS, snapshot, write_tree
 
 TOPIC = "c"
@@ -113,15 +113,13 @@ def _check(root: str, before: dict, written: set, floor: int, label: str) -> lis
     except Exception as exc:   # noqa: BLE001
         out.append(f"{label}: {exc!r}")
     finally:
-        try:
-            logdir.close()
-        except Exception as exc:   # noqa: BLE001
-            out.append(f"{label}: close raised {exc!r}")
+        out += close_reporting(logdir, label)
     return out
 
 
-def enumerate_compaction_crashes(workdir: str, *, sequences=SEQUENCES, seed: int = 0,
-                                 states_per_point: int | None = None) -> Outcome:
+def _pristine(workdir: str):
+    """The flushed prefix every run starts from: (base dir, pristine dir, partition dir under
+    base, its records, each key's latest value)."""
     base, pristine_dir = os.path.join(workdir, "base"), os.path.join(workdir, "pristine")
     shutil.rmtree(workdir, ignore_errors=True)
     os.makedirs(pristine_dir)
@@ -129,7 +127,12 @@ def enumerate_compaction_crashes(workdir: str, *, sequences=SEQUENCES, seed: int
     partition_dir = os.path.join(os.path.abspath(base), f"{TOPIC}-0")
     prefix = _records({os.path.join(os.path.abspath(base), os.path.relpath(p, pristine_dir)): d
                        for p, d in snapshot(pristine_dir).items()}, partition_dir)
-    before = _latest(prefix, {b"aborted"})
+    return base, pristine_dir, partition_dir, prefix, _latest(prefix, {b"aborted"})
+
+
+def enumerate_compaction_crashes(workdir: str, *, sequences=SEQUENCES, seed: int = 0,
+                                 states_per_point: int | None = None) -> Outcome:
+    base, pristine_dir, partition_dir, prefix, before = _pristine(workdir)
     states = STATES[: states_per_point or len(STATES)]
     outcome = Outcome()
     for sequence in sequences:
@@ -184,14 +187,7 @@ def enumerate_compaction_io_faults(workdir: str, *, codes=(errno.EIO, errno.ENOS
     The call must end in the failure state (LogDirOfflineError naming that errno) and the dir
     must refuse everything afterwards (I16); then the machine crashes and the reopened log
     passes I21 (every key's latest value kept, nothing invented, nothing durable lost)."""
-    base, pristine_dir = os.path.join(workdir, "base"), os.path.join(workdir, "pristine")
-    shutil.rmtree(workdir, ignore_errors=True)
-    os.makedirs(pristine_dir)
-    _prepare(pristine_dir)
-    partition_dir = os.path.join(os.path.abspath(base), f"{TOPIC}-0")
-    prefix = _records({os.path.join(os.path.abspath(base), os.path.relpath(p, pristine_dir)): d
-                       for p, d in snapshot(pristine_dir).items()}, partition_dir)
-    before = _latest(prefix, {b"aborted"})
+    base, pristine_dir, partition_dir, prefix, before = _pristine(workdir)
     outcome = Outcome(sequences=1)
     for code in codes:
         point = 0
