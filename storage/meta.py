@@ -213,8 +213,6 @@ class MetaStore:
             return {int(k): json.loads(v) for k, v in txn.cursor(db=self._dbs[b"brokers"])}
         return self._read(scan)
 
-
-
     def put_document(self, name: str, value: dict) -> None:
         """A named JSON document (the controller keeps its counters here)."""
         self._put_json(b"documents", name.encode(), value)
@@ -228,9 +226,11 @@ class MetaStore:
         return self._read(scan)
 
     def write_batch(self, *, brokers: dict | None = None, partition_states: dict | None = None,
-                    documents: dict | None = None) -> None:
+                    documents: dict | None = None, deleted_partition_states=()) -> None:
         """Several JSON records in one transaction (the controller's metadata changes)."""
         def apply(txn):
+            for topic, partition in deleted_partition_states:
+                txn.delete(_key(topic, partition), db=self._dbs[b"partition_state"])
             for broker_id, value in (brokers or {}).items():
                 txn.put(str(broker_id).encode(), json.dumps(value, sort_keys=True).encode(), db=self._dbs[b"brokers"])
             for (topic, partition), value in (partition_states or {}).items():

@@ -22,6 +22,7 @@ in an outbox the caller drains with `take_outbox()`.
 from __future__ import annotations
 
 import os
+import uuid
 from dataclasses import asdict, dataclass
 
 from .. import guards
@@ -74,6 +75,10 @@ class Controller:
         self.controller_epoch = 1
         self._outbox: list[tuple[int, object]] = []
         self.unclean_elections: list[tuple[str, int, int, int, bool]] = []   # (topic, partition, leader, epoch, RECOVERING)
+        # Topics created through create_topic: name -> {"topic_id": hex, "configs": {name: value}}
+        # (Kafka's TopicRecord and ConfigRecords), and the next producer-id block's start.
+        self.topics: dict[str, dict] = {}
+        self.next_producer_id = 0
         if self.store is not None:
             self._load()
 
@@ -81,19 +86,25 @@ class Controller:
     def _load(self) -> None:
         counters = self.store.get_document("controller") or {}
         self.next_broker_epoch = counters.get("next_broker_epoch", 1)
+        self.next_producer_id = counters.get("next_producer_id", 0)
+        self.topics = self.store.get_document("topics") or {}
         self.controller_epoch = counters.get("controller_epoch", 0) + 1   # a new controller incarnation
         self.brokers = {int(b): Registration(**r) for b, r in self.store.brokers().items()}
         self.partitions = {key: PartitionState(**state) for key, state in self.store.partition_states().items()}
         self._commit()
 
-    def _commit(self, *, brokers=(), partitions=()) -> None:
+    def _commit(self, *, brokers=(), partitions=(), topics: bool = False, deleted=()) -> None:
         if self.store is None:
             return
+        documents = {"controller": {"next_broker_epoch": self.next_broker_epoch,
+                                    "controller_epoch": self.controller_epoch,
+                                    "next_producer_id": self.next_producer_id}}
+        if topics:
+            documents["topics"] = self.topics
         self.store.write_batch(
             brokers={b: asdict(self.brokers[b]) for b in brokers},
             partition_states={key: asdict(self.partitions[key]) for key in partitions},
-            documents={"controller": {"next_broker_epoch": self.next_broker_epoch,
-                                      "controller_epoch": self.controller_epoch}})
+            documents=documents, deleted_partition_states=deleted)
 
     def close(self) -> None:
         if self.store is not None:
@@ -244,6 +255,52 @@ class Controller:
         s.leader = leader
         s.leader_epoch += 1
         s.partition_epoch += 1
+
+    # ---- topics and producer ids ----
+    def create_topic(self, name: str, num_partitions: int, replication_factor: int,
+                     configs: dict[str, str] | None = None) -> int:
+        """Create a topic over the active brokers, replicas assigned round robin (leaders spread
+        as Kafka's assignment does); committed with its id and configs before it is published."""
+        if name in self.topics or any(key[0] == name for key in self.partitions):
+            return Errors.TOPIC_ALREADY_EXISTS
+        if num_partitions < 1:
+            return Errors.INVALID_PARTITIONS
+        active = sorted(b for b in self.brokers if self.active(b))
+        if replication_factor < 1 or replication_factor > len(active):
+            return Errors.INVALID_REPLICATION_FACTOR
+        start = len(self.topics) % len(active)
+        self.topics[name] = {"topic_id": uuid.uuid4().hex, "configs": dict(configs or {})}
+        keys = []
+        for p in range(num_partitions):
+            replicas = [active[(start + p + i) % len(active)] for i in range(replication_factor)]
+            self.partitions[(name, p)] = PartitionState(name, p, replicas[0], 0, 0, list(replicas), replicas)
+            keys.append((name, p))
+        self._commit(partitions=keys, topics=True)
+        for key in keys:
+            self._publish(self.partitions[key])
+        return Errors.NONE
+
+    def delete_topic(self, name: str) -> int:
+        """Delete a topic: its replicas get StopReplica(delete) and its records go."""
+        keys = sorted(key for key in self.partitions if key[0] == name)
+        if name not in self.topics and not keys:
+            return Errors.UNKNOWN_TOPIC_OR_PARTITION
+        for key in keys:
+            for b in self.partitions[key].replicas:
+                self.stop_replica(b, *key, delete=True)
+        for key in keys:
+            del self.partitions[key]
+        self.topics.pop(name, None)
+        self._commit(topics=True, deleted=keys)
+        return Errors.NONE
+
+    def allocate_producer_ids(self, count: int = 1000) -> int:
+        """The first id of a new block of `count` producer ids, durable before it is handed out
+        (Kafka's AllocateProducerIds): no id is given twice, across restarts too."""
+        first = self.next_producer_id
+        self.next_producer_id += count
+        self._commit()
+        return first
 
     # ---- partitions and elections ----
     def create_partition(self, topic: str, partition: int, replicas: list[int]) -> int:

@@ -150,6 +150,7 @@ class ReplicaManager:
         self.broker_epoch = broker_epoch
         self.logdir = logdir
         self.min_insync_replicas = min_insync_replicas
+        self.topic_min_isr: dict[str, int] = {}     # topic-level min.insync.replicas overrides
         self.replica_lag_time_max_ms = replica_lag_time_max_ms
         self.produce_timeout_ms = produce_timeout_ms
         self.clock = clock or monotonic_ms
@@ -378,7 +379,7 @@ class ReplicaManager:
     def _maybe_increment_high_watermark(self, p: Partition) -> bool:
         if p.leader != self.broker_id or self.offline:
             return False
-        if guards.on("M19") and len(p.isr) < self.min_insync_replicas:
+        if guards.on("M19") and len(p.isr) < self._min_isr(p.topic):
             return False
         now = self.clock()
         candidate = p.log.log_end_offset
@@ -410,6 +411,9 @@ class ReplicaManager:
         for d in expired:
             self._delayed.remove(d)
             d.callback(ProduceResponse(d.topic, d.partition, Errors.REQUEST_TIMED_OUT, d.base_offset))
+
+    def _min_isr(self, topic: str) -> int:
+        return self.topic_min_isr.get(topic, self.min_insync_replicas)
 
     # ---- request checks ------------------------------------------------------------------------
     def _check_epoch(self, p: Partition, current_leader_epoch: int) -> int:
@@ -560,7 +564,7 @@ class ReplicaManager:
         p, code = self._leader_partition(request.topic, request.partition)
         if code:
             return answer(code)
-        if request.acks == -1 and len(p.isr) < self.min_insync_replicas:
+        if request.acks == -1 and len(p.isr) < self._min_isr(p.topic):
             return answer(Errors.NOT_ENOUGH_REPLICAS)
         try:
             info = p.log.append_as_leader(request.records, p.leader_epoch)
@@ -621,7 +625,7 @@ class ReplicaManager:
         p, code = self._leader_partition(topic, partition)
         if code:
             return code, None, None
-        if len(p.isr) < self.min_insync_replicas:
+        if len(p.isr) < self._min_isr(p.topic):
             return Errors.NOT_ENOUGH_REPLICAS, None, None
         try:
             info = p.log.append_txn_marker(marker.producer_id, marker.producer_epoch, marker.commit,
@@ -638,7 +642,7 @@ class ReplicaManager:
         done = [d for d in self._delayed if (d.topic, d.partition) == p.key and d.required_offset <= hw]
         for d in done:
             self._delayed.remove(d)
-            code = Errors.NONE if len(p.isr) >= self.min_insync_replicas else Errors.NOT_ENOUGH_REPLICAS_AFTER_APPEND
+            code = Errors.NONE if len(p.isr) >= self._min_isr(p.topic) else Errors.NOT_ENOUGH_REPLICAS_AFTER_APPEND
             d.callback(ProduceResponse(d.topic, d.partition, code, d.base_offset))
 
     def _fail_delayed(self, p: Partition, code: int) -> None:

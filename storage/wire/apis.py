@@ -1,0 +1,272 @@
+"""The client APIs of a broker: each handler takes the kio request (any supported version) and
+returns the response as a plain dict for `codec.build`, or None when Kafka sends no response
+(Produce with acks=0).  Data requests go through the replica manager as the replication layer's
+messages, so a client and a follower meet the same checks (epochs, KIP-320, KIP-704, the HW).
+"""
+from __future__ import annotations
+
+import asyncio
+import logging
+
+from .. import errors
+from ..errors import Errors
+from ..replication import messages as m
+from . import configs as topic_configs
+from .codec import SUPPORTED, ms
+from .node import OFFSETS_TOPIC, Node
+
+log = logging.getLogger("storage.wire")
+
+MAX_WAIT_MS = 30_000        # a fetch's wait is capped (a client asking more is waited this long)
+
+
+class Notifier:
+    """Wakes waiting fetches when data or a high watermark moved."""
+
+    def __init__(self):
+        self._event = asyncio.Event()
+
+    def notify(self) -> None:
+        self._event.set()
+        self._event = asyncio.Event()
+
+    async def wait(self, seconds: float) -> None:
+        if seconds <= 0:
+            return
+        try:
+            await asyncio.wait_for(self._event.wait(), seconds)
+        except TimeoutError:
+            pass
+
+
+def _partition_keys(topics, name_attr: str = "name", parts_attr: str = "partitions", index_attr: str = "partition_index"):
+    for t in topics:
+        for p in getattr(t, parts_attr):
+            yield getattr(t, name_attr), getattr(p, index_attr), p
+
+
+def _grouped(items, topic_key: str, parts_key: str) -> list[dict]:
+    """[(topic, partition dict)] -> [{topic_key: topic, parts_key: [partition dicts]}], in order."""
+    out: dict[str, list] = {}
+    for topic, part in items:
+        out.setdefault(topic, []).append(part)
+    return [{topic_key: t, parts_key: parts} for t, parts in out.items()]
+
+
+class ClientApis:
+    def __init__(self, node: Node, notifier: Notifier):
+        self.node = node
+        self.notifier = notifier
+
+    # ---- ApiVersions -------------------------------------------------------------------------
+    @staticmethod
+    def api_versions_body(error_code: int = Errors.NONE) -> dict:
+        return {"error_code": error_code,
+                "api_keys": [{"api_key": k, "min_version": lo, "max_version": hi}
+                             for k, (_, lo, hi) in sorted(SUPPORTED.items())]}
+
+    async def api_versions(self, header, request) -> dict:
+        return self.api_versions_body()
+
+    # ---- Metadata ----------------------------------------------------------------------------
+    def _partition_metadata(self, s) -> dict:
+        code = Errors.NONE if s.leader != m.NO_LEADER else Errors.LEADER_NOT_AVAILABLE
+        return {"error_code": code, "partition_index": s.partition, "leader_id": s.leader,
+                "leader_epoch": s.leader_epoch, "replica_nodes": list(s.replicas), "isr_nodes": list(s.isr),
+                "offline_replicas": []}
+
+    def _topic_metadata(self, name: str, create: bool) -> dict:
+        node = self.node
+        parts = node.partitions_of(name)
+        code = Errors.NONE
+        if not parts and create and node.auto_create_topics and not name.startswith("__"):
+            code, _ = node.create_topic(name)
+            parts = node.partitions_of(name)
+            if code == Errors.TOPIC_ALREADY_EXISTS:
+                code = Errors.NONE
+        elif not parts:
+            code = Errors.UNKNOWN_TOPIC_OR_PARTITION
+        return {"error_code": code, "name": name, "topic_id": node.topic_id(name),
+                "is_internal": name == OFFSETS_TOPIC, "partitions": [self._partition_metadata(s) for s in parts],
+                "topic_authorized_operations": -2147483648}
+
+    async def metadata(self, header, request) -> dict:
+        node = self.node
+        wanted = request.topics
+        version = type(request).__version__
+        if wanted is None or (version == 0 and not wanted):
+            names, create = node.topic_names(), False
+        else:
+            names = [t.name if t.name is not None else node.topic_by_id(int(t.topic_id)) or "" for t in wanted]
+            create = getattr(request, "allow_auto_topic_creation", True)
+        return {"brokers": [{"node_id": node.node_id, "host": node.host, "port": node.port, "rack": None}],
+                "cluster_id": node.cluster_id, "controller_id": node.node_id,
+                "topics": [self._topic_metadata(n, create) for n in names],
+                "cluster_authorized_operations": -2147483648}
+
+    # ---- Produce -----------------------------------------------------------------------------
+    async def produce(self, header, request) -> dict | None:
+        loop = asyncio.get_running_loop()
+        manager, waits = self.node.manager, []
+        for topic, index, part in _partition_keys(request.topic_data, parts_attr="partition_data", index_attr="index"):
+            done = loop.create_future()
+            manager.handle_produce(m.ProduceRequest(topic, index, part.records or b"", request.acks),
+                                   callback=lambda r, done=done: done.done() or done.set_result(r))
+            waits.append(done)
+        self.node.pump()
+        self.notifier.notify()
+        answers = await asyncio.gather(*waits)
+        if request.acks == 0:
+            return None
+        items = []
+        for r in answers:
+            plog = self.node.logdir.logs().get((r.topic, r.partition))
+            items.append((r.topic, {"index": r.partition, "error_code": r.error_code, "base_offset": r.base_offset,
+                                    "log_start_offset": plog.log_start_offset if plog is not None else -1,
+                                    "record_errors": [], "error_message": None}))
+        return {"responses": _grouped(items, "name", "partition_responses")}
+
+    # ---- Fetch -------------------------------------------------------------------------------
+    def _fetch_request(self, request) -> m.FetchRequest:
+        state = getattr(request, "replica_state", None)
+        replica_id = state.replica_id if state is not None else getattr(request, "replica_id", -1)
+        replica_epoch = state.replica_epoch if state is not None else -1
+        parts = []
+        for t in request.topics:
+            name = t.topic if getattr(t, "topic", None) is not None else self.node.topic_by_id(int(t.topic_id))
+            for p in t.partitions:
+                parts.append(m.FetchPartition(name or "", p.partition, p.fetch_offset,
+                                              getattr(p, "current_leader_epoch", -1),
+                                              getattr(p, "last_fetched_epoch", -1),
+                                              getattr(p, "log_start_offset", -1), p.partition_max_bytes))
+        return m.FetchRequest(replica_id, replica_epoch, parts, getattr(request, "isolation_level", 0))
+
+    async def fetch(self, header, request) -> dict:
+        internal = self._fetch_request(request)
+        deadline = asyncio.get_running_loop().time() + min(ms(request.max_wait), MAX_WAIT_MS) / 1000
+        while True:
+            response = self.node.manager.handle(internal)
+            self.node.pump()
+            size = sum(len(p.records) for p in response.partitions)
+            failed = any(p.error_code for p in response.partitions)
+            remaining = deadline - asyncio.get_running_loop().time()
+            if size >= request.min_bytes or failed or remaining <= 0 or not internal.partitions:
+                break
+            await self.notifier.wait(remaining)
+        items = []
+        for p in response.partitions:
+            aborted = None if p.aborted_transactions is None else \
+                [{"producer_id": a.producer_id, "first_offset": a.first_offset} for a in p.aborted_transactions]
+            diverging = p.diverging_epoch or m.EpochEndOffset()
+            items.append((p.topic, {
+                "partition_index": p.partition, "error_code": p.error_code, "high_watermark": p.high_watermark,
+                "last_stable_offset": p.last_stable_offset, "log_start_offset": p.log_start_offset,
+                "diverging_epoch": {"epoch": diverging.epoch, "end_offset": diverging.end_offset},
+                "aborted_transactions": aborted, "preferred_read_replica": -1, "records": bytes(p.records)}))
+        topics = _grouped(items, "topic", "partitions")
+        for t in topics:
+            t["topic_id"] = self.node.topic_id(t["topic"])
+        return {"error_code": Errors.NONE, "session_id": 0, "responses": topics}
+
+    # ---- ListOffsets -------------------------------------------------------------------------
+    async def list_offsets(self, header, request) -> dict:
+        read_committed = getattr(request, "isolation_level", 0) == m.READ_COMMITTED
+        items = []
+        for topic, index, part in _partition_keys(request.topics):
+            r = self.node.manager.handle(m.ListOffsetsRequest(request.replica_id, topic, index, part.timestamp,
+                                                              getattr(part, "current_leader_epoch", -1)))
+            offset = r.offset
+            if read_committed and part.timestamp == -1 and r.error_code == Errors.NONE:
+                offset = min(offset, self.node.logdir.partition(topic, index).last_stable_offset)
+            items.append((topic, {"partition_index": index, "error_code": r.error_code, "timestamp": r.timestamp,
+                                  "offset": offset, "leader_epoch": r.leader_epoch}))
+        return {"topics": _grouped(items, "name", "partitions")}
+
+    # ---- OffsetForLeaderEpoch ----------------------------------------------------------------
+    async def offset_for_leader_epoch(self, header, request) -> dict:
+        wanted = [m.OffsetForLeaderEpochPartition(t, i, p.leader_epoch, getattr(p, "current_leader_epoch", -1))
+                  for t, i, p in _partition_keys(request.topics, "topic", "partitions", "partition")]
+        response = self.node.manager.handle(m.OffsetForLeaderEpochRequest(getattr(request, "replica_id", -1), wanted))
+        items = [(r.topic, {"error_code": r.error_code, "partition": r.partition, "leader_epoch": r.leader_epoch,
+                            "end_offset": r.end_offset}) for r in response.partitions]
+        return {"topics": _grouped(items, "topic", "partitions")}
+
+    # ---- InitProducerId ----------------------------------------------------------------------
+    async def init_producer_id(self, header, request) -> dict:
+        if request.transactional_id is not None:
+            # Transactions need a transaction coordinator, which this broker does not run yet.
+            return {"error_code": Errors.INVALID_REQUEST, "producer_id": -1, "producer_epoch": -1}
+        # An idempotent producer gets a new id every time (Kafka's rule for a null transactional id).
+        return {"error_code": Errors.NONE, "producer_id": self.node.next_producer_id(), "producer_epoch": 0}
+
+    # ---- CreateTopics / DeleteTopics -----------------------------------------------------------
+    async def create_topics(self, header, request) -> dict:
+        node, out = self.node, []
+        for t in request.topics:
+            configs = {c.name: c.value for c in t.configs}
+            if t.assignments:
+                code, message = Errors.INVALID_REQUEST, "manual replica assignments are not supported"
+            else:
+                code, message = node.create_topic(t.name, t.num_partitions, t.replication_factor, configs,
+                                                  validate_only=request.validate_only)
+            parts = node.partitions_of(t.name) if code == Errors.NONE else []
+            described = []
+            if code == Errors.NONE:
+                min_isr = node.manager.topic_min_isr.get(t.name, node.manager.min_insync_replicas)
+                described = [{"name": n, "value": v, "read_only": False, "config_source": 1 if own else 5,
+                              "is_sensitive": False}
+                             for n, v, own in topic_configs.describe(node.log_config, configs, min_isr)]
+            out.append({"name": t.name, "topic_id": node.topic_id(t.name), "error_code": code,
+                        "error_message": message, "num_partitions": len(parts) or -1,
+                        "replication_factor": len(parts[0].replicas) if parts else -1, "configs": described})
+        return {"topics": out}
+
+    async def delete_topics(self, header, request) -> dict:
+        node = self.node
+        if getattr(request, "topics", None) is not None:
+            names = [(t.name if t.name is not None else node.topic_by_id(int(t.topic_id)), t.topic_id)
+                     for t in request.topics]
+        else:
+            names = [(n, 0) for n in request.topic_names]
+        out = []
+        for name, topic_id in names:
+            if name is None:
+                out.append({"name": None, "topic_id": topic_id, "error_code": Errors.UNKNOWN_TOPIC_ID})
+                continue
+            known_id = node.topic_id(name)
+            code = Errors.INVALID_REQUEST if name.startswith("__") else node.delete_topic(name)
+            out.append({"name": name, "topic_id": known_id, "error_code": code, "error_message": None})
+        return {"responses": out}
+
+    # ---- DescribeConfigs -----------------------------------------------------------------------
+    async def describe_configs(self, header, request) -> dict:
+        node, results = self.node, []
+        for r in request.resources:
+            configs, code, message = [], Errors.NONE, None
+            if r.resource_type == 2:        # TOPIC
+                if not node.partitions_of(r.resource_name):
+                    code, message = Errors.UNKNOWN_TOPIC_OR_PARTITION, f"topic {r.resource_name!r} does not exist"
+                else:
+                    own = node.topic_configs(r.resource_name)
+                    min_isr = node.manager.topic_min_isr.get(r.resource_name, node.manager.min_insync_replicas)
+                    configs = [(n, v, 1 if mine else 5)
+                               for n, v, mine in topic_configs.describe(node.log_config, own, min_isr)]
+            elif r.resource_type == 4:      # BROKER
+                configs = [(n, v, 5) for n, v, _ in topic_configs.describe(node.log_config, {},
+                                                                           node.manager.min_insync_replicas)]
+                configs.append(("broker.id", str(node.node_id), 4))
+            else:
+                code, message = Errors.INVALID_REQUEST, f"resource type {r.resource_type} is not served"
+            keys = r.configuration_keys
+            results.append({
+                "error_code": code, "error_message": message, "resource_type": r.resource_type,
+                "resource_name": r.resource_name,
+                "configs": [{"name": n, "value": v, "read_only": False, "config_source": source,
+                             "is_default": source == 5, "is_sensitive": False, "synonyms": [],
+                             "config_type": 0, "documentation": None}
+                            for n, v, source in configs if keys is None or n in keys]})
+        return {"results": results}
+
+
+def storage_error_text(exc: BaseException) -> str:
+    return f"{type(exc).__name__}: {exc}" if isinstance(exc, errors.StorageError) else repr(exc)

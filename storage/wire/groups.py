@@ -1,0 +1,499 @@
+"""The classic consumer-group coordinator (Kafka's GroupCoordinator and GroupMetadataManager):
+membership (JoinGroup, SyncGroup, Heartbeat, LeaveGroup), rebalances, and committed offsets
+kept in the `__consumer_offsets` log of this engine in Kafka's key/value format
+(storage/coordinator_records.py), so they survive restarts and Kafka's tools read them.
+
+States, as Kafka's: Empty -> PreparingRebalance -> CompletingRebalance -> Stable, back to
+PreparingRebalance on any membership change.  A rebalance completes when every member has
+rejoined, or at the rebalance timeout (members that did not rejoin are removed); an Empty
+group's first rebalance waits group.initial.rebalance.delay.ms for more members.  The leader's
+SyncGroup assignment is written to the log (GroupMetadataValue) before anyone is answered.  A
+member whose session expires is removed.
+
+The group's partition of `__consumer_offsets` is abs(java hashCode(group id)) % partitions, as
+Kafka's, so a group's records land where Kafka would put them.
+"""
+from __future__ import annotations
+
+import asyncio
+import logging
+import struct
+import uuid
+from dataclasses import dataclass, field
+
+from .. import coordinator_records as cr
+from ..clock import monotonic_ms, wall_ms
+from ..errors import Errors
+from ..records import build_batch
+from ..replication import messages as m
+from .codec import ms
+from .node import OFFSETS_TOPIC, Node
+
+log = logging.getLogger("storage.wire")
+
+EMPTY, PREPARING, COMPLETING, STABLE = "Empty", "PreparingRebalance", "CompletingRebalance", "Stable"
+MIN_SESSION_TIMEOUT_MS, MAX_SESSION_TIMEOUT_MS = 6_000, 1_800_000   # group.{min,max}.session.timeout.ms
+OFFSET_METADATA_MAX_BYTES = 4096                                     # offset.metadata.max.bytes
+INVALID_COMMIT_OFFSET_SIZE = 28
+
+
+def java_string_hash(text: str) -> int:
+    """Java's String.hashCode (over UTF-16 code units), as a signed 32-bit int."""
+    h = 0
+    data = text.encode("utf-16-be")
+    for i in range(0, len(data), 2):
+        h = (31 * h + (data[i] << 8 | data[i + 1])) & 0xFFFFFFFF
+    return h - (1 << 32) if h >= 1 << 31 else h
+
+
+def offsets_partition(group_id: str, partitions: int) -> int:
+    h = java_string_hash(group_id)
+    return (0 if h == -(1 << 31) else abs(h)) % partitions        # Kafka's Utils.abs
+
+
+@dataclass
+class Member:
+    member_id: str
+    group_instance_id: str | None
+    client_id: str
+    client_host: str
+    session_timeout_ms: int
+    rebalance_timeout_ms: int
+    protocols: list[tuple[str, bytes]]
+    assignment: bytes = b""
+    join: asyncio.Future | None = None
+    sync: asyncio.Future | None = None
+    last_heartbeat_ms: int = 0
+
+    def metadata(self, protocol: str) -> bytes:
+        return next(meta for name, meta in self.protocols if name == protocol)
+
+
+@dataclass
+class Group:
+    group_id: str
+    state: str = EMPTY
+    generation: int = 0
+    protocol_type: str | None = None
+    protocol: str | None = None
+    leader: str | None = None
+    members: dict[str, Member] = field(default_factory=dict)
+    pending: dict[str, int] = field(default_factory=dict)       # member id -> expiry (MEMBER_ID_REQUIRED)
+    offsets: dict[tuple[str, int], tuple[int, int, str]] = field(default_factory=dict)
+    join_deadline_ms: int = 0
+    initial_join: bool = False
+    timer: asyncio.TimerHandle | None = None
+
+
+def _offset_key(group: str, topic: str, partition: int) -> bytes:
+    return cr.encode(cr.OFFSET_COMMIT_KEY, {"group": group, "topic": topic,
+                                                                   "partition": partition}, 1)
+
+
+def _offset_value(offset: int, epoch: int, metadata: str, timestamp: int) -> bytes:
+    return cr.encode(cr.OFFSET_COMMIT_VALUE, {
+        "offset": offset, "leaderEpoch": epoch, "metadata": metadata, "commitTimestamp": timestamp}, 3)
+
+
+class GroupCoordinator:
+    def __init__(self, node: Node, *, initial_rebalance_delay_ms: int = 3_000):
+        self.node = node
+        self.initial_rebalance_delay_ms = initial_rebalance_delay_ms
+        self.groups: dict[str, Group] = {}
+        self._load()
+
+    # ---- the log ----------------------------------------------------------------------------
+    def partition_for(self, group_id: str) -> int:
+        return offsets_partition(group_id, self.node.offsets_partitions)
+
+    def _load(self) -> None:
+        """Rebuild committed offsets and group generations from `__consumer_offsets`."""
+        node, loaded = self.node, 0
+        for s in node.partitions_of(OFFSETS_TOPIC):
+            if s.leader != node.node_id:
+                continue
+            plog = node.logdir.partition(OFFSETS_TOPIC, s.partition)
+            for batch in plog.batches():
+                if batch.is_control:
+                    continue
+                for record in batch.records():
+                    if record.key is None or record.offset >= plog.high_watermark:
+                        continue
+                    try:
+                        self._replay(record.key, record.value)
+                        loaded += 1
+                    except (cr.RecordFormatError, struct.error) as exc:
+                        # Kafka's loader stops at such a record; this one names it and goes on.
+                        log.error("%s-%d offset %d: unreadable record skipped: %s", OFFSETS_TOPIC, s.partition,
+                                  record.offset, exc)
+        if loaded:
+            log.info("loaded %d records of %s: %d groups", loaded, OFFSETS_TOPIC, len(self.groups))
+
+    def _replay(self, key: bytes, value: bytes | None) -> None:
+        kind = struct.unpack_from(">h", key)[0]
+        if kind in (0, 1):
+            k = cr.decode(cr.OFFSET_COMMIT_KEY, key[2:], kind)
+            group = self.groups.setdefault(k["group"], Group(k["group"]))
+            if value is None:
+                group.offsets.pop((k["topic"], k["partition"]), None)
+                return
+            version = struct.unpack_from(">h", value)[0]
+            v = cr.decode(cr.OFFSET_COMMIT_VALUE, value[2:], version)
+            group.offsets[(k["topic"], k["partition"])] = (v["offset"], v.get("leaderEpoch", -1), v["metadata"])
+        elif kind == 2:
+            k = cr.decode(cr.GROUP_METADATA_KEY, key[2:], kind)
+            group = self.groups.setdefault(k["group"], Group(k["group"]))
+            if value is not None:
+                version = struct.unpack_from(">h", value)[0]
+                v = cr.decode(cr.GROUP_METADATA_VALUE, value[2:], version)
+                group.generation, group.protocol_type = v["generation"], v["protocolType"] or None
+
+    async def _append(self, group_id: str, records: list[tuple[bytes, bytes | None]]) -> int:
+        """Write records to the group's partition with acks=all; Kafka's coordinator error."""
+        batch = build_batch([(k, v) for k, v in records])
+        done = asyncio.get_running_loop().create_future()
+        self.node.manager.handle_produce(m.ProduceRequest(OFFSETS_TOPIC, self.partition_for(group_id), batch, -1),
+                                         callback=lambda r: done.done() or done.set_result(r))
+        self.node.pump()
+        code = (await done).error_code
+        if code in (Errors.UNKNOWN_TOPIC_OR_PARTITION, Errors.NOT_LEADER_OR_FOLLOWER, Errors.FENCED_LEADER_EPOCH):
+            return Errors.NOT_COORDINATOR
+        if code in (Errors.MESSAGE_TOO_LARGE, Errors.RECORD_LIST_TOO_LARGE, Errors.INVALID_RECORD):
+            return INVALID_COMMIT_OFFSET_SIZE
+        if code != Errors.NONE:
+            return Errors.COORDINATOR_NOT_AVAILABLE
+        return code
+
+    def _group_record(self, g: Group) -> tuple[bytes, bytes]:
+        key = cr.encode(cr.GROUP_METADATA_KEY, {"group": g.group_id}, 2)
+        members = [{"memberId": mem.member_id, "groupInstanceId": mem.group_instance_id, "clientId": mem.client_id,
+                    "clientHost": mem.client_host, "rebalanceTimeout": mem.rebalance_timeout_ms,
+                    "sessionTimeout": mem.session_timeout_ms,
+                    "subscription": mem.metadata(g.protocol) if g.protocol else b"", "assignment": mem.assignment}
+                   for mem in g.members.values()]
+        value = cr.encode(cr.GROUP_METADATA_VALUE, {
+            "protocolType": g.protocol_type or "", "generation": g.generation, "protocol": g.protocol,
+            "leader": g.leader, "currentStateTimestamp": wall_ms(), "members": members}, 3)
+        return key, value
+
+    # ---- rebalancing ------------------------------------------------------------------------
+    def _prepare_rebalance(self, g: Group, reason: str) -> None:
+        if g.state == COMPLETING:
+            for mem in g.members.values():
+                self._resolve(mem, "sync", {"error_code": Errors.REBALANCE_IN_PROGRESS, "assignment": b""})
+        now = monotonic_ms()
+        g.initial_join = g.state == EMPTY
+        timeout = max((mem.rebalance_timeout_ms for mem in g.members.values()), default=0)
+        g.join_deadline_ms = now + (min(self.initial_rebalance_delay_ms, timeout or self.initial_rebalance_delay_ms)
+                                    if g.initial_join else timeout)
+        g.state = PREPARING
+        log.info("group %s rebalancing (generation %d): %s", g.group_id, g.generation, reason)
+        self._arm(g)
+
+    def _arm(self, g: Group) -> None:
+        if g.timer is not None:
+            g.timer.cancel()
+        delay = max(g.join_deadline_ms - monotonic_ms(), 0) / 1000
+        g.timer = asyncio.get_running_loop().call_later(delay, self._join_deadline, g)
+
+    def _join_deadline(self, g: Group) -> None:
+        g.timer = None
+        if g.state == PREPARING:
+            self._complete_join(g)
+
+    def _maybe_complete_join(self, g: Group) -> None:
+        if g.state != PREPARING or g.initial_join:
+            return
+        if all(mem.join is not None for mem in g.members.values()) and not g.pending:
+            self._complete_join(g)
+
+    def _complete_join(self, g: Group) -> None:
+        if g.timer is not None:
+            g.timer.cancel()
+            g.timer = None
+        for member_id in [i for i, mem in g.members.items() if mem.join is None]:
+            log.info("group %s: member %s did not rejoin in time, removed", g.group_id, member_id)
+            del g.members[member_id]
+        g.generation += 1
+        if not g.members:
+            g.state, g.protocol, g.leader = EMPTY, None, None
+            return
+        g.protocol = self._select_protocol(g)
+        if g.leader not in g.members:
+            g.leader = next(iter(g.members))
+        g.state = COMPLETING
+        now = monotonic_ms()
+        everyone = [{"member_id": mem.member_id, "group_instance_id": mem.group_instance_id,
+                     "metadata": mem.metadata(g.protocol)} for mem in g.members.values()]
+        for mem in g.members.values():
+            mem.last_heartbeat_ms = now
+            self._resolve(mem, "join", self._join_answer(g, mem, everyone if mem.member_id == g.leader else []))
+
+    @staticmethod
+    def _select_protocol(g: Group) -> str:
+        """Kafka's selectProtocol: among the protocols every member supports, the one most
+        members list first (ties: the first such in the leader-to-be's order)."""
+        common = set.intersection(*({name for name, _ in mem.protocols} for mem in g.members.values()))
+        votes: dict[str, int] = {}
+        for mem in g.members.values():
+            choice = next(name for name, _ in mem.protocols if name in common)
+            votes[choice] = votes.get(choice, 0) + 1
+        return max(votes, key=lambda name: votes[name])
+
+    @staticmethod
+    def _join_answer(g: Group, mem: Member, members: list) -> dict:
+        return {"error_code": Errors.NONE, "generation_id": g.generation, "protocol_type": g.protocol_type,
+                "protocol_name": g.protocol, "leader": g.leader or "", "member_id": mem.member_id,
+                "members": members, "skip_assignment": False}
+
+    @staticmethod
+    def _resolve(mem: Member, which: str, answer: dict) -> None:
+        future = getattr(mem, which)
+        setattr(mem, which, None)
+        if future is not None and not future.done():
+            future.set_result(answer)
+
+    def _remove_member(self, g: Group, member_id: str, reason: str) -> None:
+        mem = g.members.pop(member_id)
+        self._resolve(mem, "join", {"error_code": Errors.UNKNOWN_MEMBER_ID, "member_id": member_id})
+        self._resolve(mem, "sync", {"error_code": Errors.UNKNOWN_MEMBER_ID, "assignment": b""})
+        if g.state == PREPARING:
+            self._maybe_complete_join(g)
+            if not g.members and not g.initial_join:
+                self._complete_join(g)
+        else:
+            self._prepare_rebalance(g, f"member {member_id} {reason}")
+            if not g.members:
+                self._complete_join(g)
+
+    def tick(self) -> None:
+        """Expire sessions (members that stopped heartbeating) and unclaimed member ids."""
+        now = monotonic_ms()
+        for g in list(self.groups.values()):
+            for member_id, expiry in list(g.pending.items()):
+                if expiry <= now:
+                    del g.pending[member_id]
+            if g.state in (STABLE, COMPLETING):
+                for mem in list(g.members.values()):
+                    if now - mem.last_heartbeat_ms > mem.session_timeout_ms and mem.member_id in g.members:
+                        self._remove_member(g, mem.member_id, "session expired")
+
+    # ---- the APIs ---------------------------------------------------------------------------
+    async def find_coordinator(self, header, request) -> dict:
+        node = self.node
+        keys = getattr(request, "coordinator_keys", None)
+        keys = list(keys) if keys else [request.key]
+        out = []
+        for key in keys:
+            code, node_id = Errors.NONE, node.node_id
+            if getattr(request, "key_type", 0) != 0:
+                code, node_id = Errors.COORDINATOR_NOT_AVAILABLE, -1     # no transaction coordinator
+            else:
+                node.ensure_offsets_topic()
+                state = node.controller.partitions.get((OFFSETS_TOPIC, self.partition_for(key)))
+                if state is None or state.leader != node.node_id:
+                    code, node_id = Errors.COORDINATOR_NOT_AVAILABLE, -1
+            out.append({"key": key, "node_id": node_id, "host": node.host if node_id >= 0 else "",
+                        "port": node.port if node_id >= 0 else -1, "error_code": code, "error_message": None})
+        if getattr(request, "coordinator_keys", None):
+            return {"coordinators": out}
+        first = out[0]
+        return {k: first[k] for k in ("node_id", "host", "port", "error_code", "error_message")}
+
+    def _member_error(self, g: Group | None, member_id: str, generation: int) -> int:
+        if g is None or member_id not in g.members:
+            return Errors.UNKNOWN_MEMBER_ID
+        if generation != g.generation:
+            return Errors.ILLEGAL_GENERATION
+        return Errors.NONE
+
+    async def join_group(self, header, request) -> dict:
+        version = type(request).__version__
+        session, rebalance = ms(request.session_timeout), ms(getattr(request, "rebalance_timeout", request.session_timeout))
+        member_id = request.member_id
+
+        def fail(code, **kw):
+            return {"error_code": code, "generation_id": -1, "protocol_name": None, "leader": "",
+                    "member_id": member_id, "members": [], **kw}
+
+        if not request.group_id:
+            return fail(Errors.INVALID_GROUP_ID)
+        if not MIN_SESSION_TIMEOUT_MS <= session <= MAX_SESSION_TIMEOUT_MS:
+            return fail(Errors.INVALID_SESSION_TIMEOUT)
+        protocols = [(p.name, bytes(p.metadata)) for p in request.protocols]
+        g = self.groups.get(request.group_id)
+        if not protocols or not request.protocol_type or (g is not None and g.members and (
+                request.protocol_type != g.protocol_type
+                or not set.intersection({n for n, _ in protocols},
+                                        *({n for n, _ in mem.protocols} for mem in g.members.values())))):
+            return fail(Errors.INCONSISTENT_GROUP_PROTOCOL)
+        if g is None:
+            if member_id:
+                return fail(Errors.UNKNOWN_MEMBER_ID)
+            g = self.groups[request.group_id] = Group(request.group_id)
+        if not member_id:
+            member_id = f"{header.client_id or 'consumer'}-{uuid.uuid4()}"
+            if version >= 4:
+                g.pending[member_id] = monotonic_ms() + session
+                return fail(Errors.MEMBER_ID_REQUIRED)
+        elif member_id not in g.members and member_id not in g.pending:
+            return fail(Errors.UNKNOWN_MEMBER_ID)
+        mem = g.members.get(member_id)
+        if mem is not None and mem.protocols == protocols and g.state in (STABLE, COMPLETING) \
+                and member_id != g.leader:
+            return self._join_answer(g, mem, [])        # nothing changed: the current generation
+        if mem is None:
+            g.pending.pop(member_id, None)
+            mem = g.members[member_id] = Member(member_id, getattr(request, "group_instance_id", None),
+                                                header.client_id or "", "/127.0.0.1", session, rebalance, protocols)
+        mem.protocols, mem.session_timeout_ms, mem.rebalance_timeout_ms = protocols, session, rebalance
+        g.protocol_type = request.protocol_type
+        mem.join = asyncio.get_running_loop().create_future()
+        future = mem.join
+        if g.state != PREPARING:
+            self._prepare_rebalance(g, f"member {member_id} joined")
+        self._maybe_complete_join(g)
+        return await future
+
+    async def sync_group(self, header, request) -> dict:
+        g = self.groups.get(request.group_id)
+        code = self._member_error(g, request.member_id, request.generation_id)
+        if code == Errors.NONE and getattr(request, "protocol_name", None) not in (None, g.protocol):
+            code = Errors.INCONSISTENT_GROUP_PROTOCOL
+        if code == Errors.NONE and g.state == PREPARING:
+            code = Errors.REBALANCE_IN_PROGRESS
+        if code:
+            return {"error_code": code, "assignment": b""}
+        mem = g.members[request.member_id]
+        mem.last_heartbeat_ms = monotonic_ms()
+        answer = {"error_code": Errors.NONE, "protocol_type": g.protocol_type, "protocol_name": g.protocol}
+        if g.state == STABLE:
+            return {**answer, "assignment": mem.assignment}
+        mem.sync = asyncio.get_running_loop().create_future()
+        future = mem.sync
+        if request.member_id == g.leader:
+            generation = g.generation
+            assignments = {a.member_id: bytes(a.assignment) for a in request.assignments}
+            for other in g.members.values():
+                other.assignment = assignments.get(other.member_id, b"")
+            stored = await self._append(g.group_id, [self._group_record(g)])
+            if g.state == COMPLETING and g.generation == generation:
+                if stored:
+                    for other in g.members.values():
+                        self._resolve(other, "sync", {"error_code": stored, "assignment": b""})
+                    self._prepare_rebalance(g, f"the group's assignment was not stored (error {stored})")
+                else:
+                    g.state = STABLE
+                    for other in g.members.values():
+                        self._resolve(other, "sync", {**answer, "assignment": other.assignment})
+        return await future
+
+    async def heartbeat(self, header, request) -> dict:
+        g = self.groups.get(request.group_id)
+        code = self._member_error(g, request.member_id, request.generation_id)
+        if code == Errors.NONE:
+            g.members[request.member_id].last_heartbeat_ms = monotonic_ms()
+            if g.state == PREPARING:
+                code = Errors.REBALANCE_IN_PROGRESS
+        return {"error_code": code}
+
+    async def leave_group(self, header, request) -> dict:
+        g = self.groups.get(request.group_id)
+        leaving = [(x.member_id, getattr(x, "group_instance_id", None)) for x in request.members] \
+            if hasattr(request, "members") else [(request.member_id, None)]
+        answers = []
+        for member_id, instance in leaving:
+            if g is None or member_id not in g.members:
+                answers.append({"member_id": member_id, "group_instance_id": instance,
+                                "error_code": Errors.UNKNOWN_MEMBER_ID})
+                continue
+            self._remove_member(g, member_id, "left the group")
+            answers.append({"member_id": member_id, "group_instance_id": instance, "error_code": Errors.NONE})
+        if hasattr(request, "members"):
+            return {"error_code": Errors.NONE if g is not None else Errors.UNKNOWN_MEMBER_ID, "members": answers}
+        return {"error_code": answers[0]["error_code"], "members": []}
+
+    async def offset_commit(self, header, request) -> dict:
+        generation = getattr(request, "generation_id_or_member_epoch", getattr(request, "generation_id", -1))
+        g = self.groups.get(request.group_id)
+        code = Errors.NONE
+        if g is None:
+            if generation >= 0:
+                code = Errors.ILLEGAL_GENERATION
+            else:
+                g = self.groups[request.group_id] = Group(request.group_id)
+        elif not (generation < 0 and g.state == EMPTY):
+            if g.state == COMPLETING:
+                code = Errors.REBALANCE_IN_PROGRESS
+            else:
+                code = self._member_error(g, request.member_id, generation)
+        records, wanted, now = [], [], wall_ms()
+        for t in request.topics:
+            for p in t.partitions:
+                metadata = p.committed_metadata or ""
+                part_code = code
+                if not part_code and len(metadata.encode()) > OFFSET_METADATA_MAX_BYTES:
+                    part_code = Errors.OFFSET_METADATA_TOO_LARGE
+                epoch = getattr(p, "committed_leader_epoch", -1)
+                wanted.append((t.name, p.partition_index, part_code, (p.committed_offset, epoch, metadata)))
+                if not part_code:
+                    records.append((_offset_key(g.group_id, t.name, p.partition_index),
+                                    _offset_value(p.committed_offset, epoch, metadata, now)))
+        stored = await self._append(g.group_id, records) if records else Errors.NONE
+        if g is not None and request.member_id in g.members:
+            g.members[request.member_id].last_heartbeat_ms = monotonic_ms()
+        items: dict[str, list] = {}
+        for topic, partition, part_code, value in wanted:
+            if not part_code and not stored:
+                g.offsets[(topic, partition)] = value
+            items.setdefault(topic, []).append({"partition_index": partition, "error_code": part_code or stored})
+        return {"topics": [{"name": t, "partitions": parts} for t, parts in items.items()]}
+
+    def _fetched(self, group_id: str, topics) -> list[dict]:
+        g = self.groups.get(group_id)
+        offsets = g.offsets if g is not None else {}
+        if topics is None:
+            wanted: dict[str, list[int]] = {}
+            for topic, partition in sorted(offsets):
+                wanted.setdefault(topic, []).append(partition)
+        else:
+            wanted = {t.name: list(t.partition_indexes) for t in topics}
+        out = []
+        for topic, partitions in wanted.items():
+            parts = []
+            for partition in partitions:
+                offset, epoch, metadata = offsets.get((topic, partition), (-1, -1, ""))
+                parts.append({"partition_index": partition, "committed_offset": offset,
+                              "committed_leader_epoch": epoch, "metadata": metadata, "error_code": Errors.NONE})
+            out.append({"name": topic, "partitions": parts})
+        return out
+
+    async def offset_fetch(self, header, request) -> dict:
+        if hasattr(request, "groups"):
+            return {"groups": [{"group_id": q.group_id, "topics": self._fetched(q.group_id, q.topics),
+                                "error_code": Errors.NONE} for q in request.groups]}
+        return {"topics": self._fetched(request.group_id, request.topics), "error_code": Errors.NONE}
+
+    async def list_groups(self, header, request) -> dict:
+        states = set(getattr(request, "states_filter", ()) or ())
+        return {"error_code": Errors.NONE,
+                "groups": [{"group_id": g.group_id, "protocol_type": g.protocol_type or "", "group_state": g.state}
+                           for g in self.groups.values() if not states or g.state in states]}
+
+    async def describe_groups(self, header, request) -> dict:
+        out = []
+        for group_id in request.groups:
+            g = self.groups.get(group_id)
+            if g is None:
+                out.append({"error_code": Errors.NONE, "group_id": group_id, "group_state": "Dead",
+                            "protocol_type": "", "protocol_data": "", "members": []})
+                continue
+            members = [{"member_id": mem.member_id, "group_instance_id": mem.group_instance_id,
+                        "client_id": mem.client_id, "client_host": mem.client_host,
+                        "member_metadata": mem.metadata(g.protocol) if g.protocol else b"",
+                        "member_assignment": mem.assignment} for mem in g.members.values()]
+            out.append({"error_code": Errors.NONE, "group_id": group_id, "group_state": g.state,
+                        "protocol_type": g.protocol_type or "",
+                        "protocol_data": g.protocol or "", "members": members,
+                        "authorized_operations": -2147483648})
+        return {"groups": out}

@@ -1,0 +1,242 @@
+"""`Node`: one broker process with its embedded controller -- the log dir, the replica manager
+and the cluster metadata, wired together in-process (the embedded default of
+`python -m storage serve`).
+
+Lay-out of `--data-dir DIR`:  DIR/logs is the Kafka log dir (partition dirs, checkpoints, the
+engine's LMDB metadata); DIR/controller holds the controller's store (brokers, partition
+states, topics with their ids and configs, the producer-id counter).
+
+Life cycle, as a KRaft broker's: register (a new broker epoch per incarnation; the previous
+epoch from the clean-shutdown marker, KIP-966), heartbeat to be unfenced, take the partitions
+the controller assigns; `shutdown()` is the controlled shutdown of KIP-841 (the controller
+moves leadership away, then the log dir closes cleanly).  After an unclean shutdown the
+controller keeps this broker out of the ISR (KIP-966); a single-replica partition is then
+recovered through KIP-966's unclean recovery with this replica's offer (the only copy there
+is), RECOVERING until the KIP-704 recovery completes.
+"""
+from __future__ import annotations
+
+import logging
+import os
+import uuid
+
+from .. import errors
+from ..clock import monotonic_ms
+from ..config import LogConfig
+from ..logdir import LogDir
+from ..replication.controller import Controller
+from ..replication.messages import (
+    NO_LEADER,
+    BrokerHeartbeatRequest,
+    BrokerRegistrationRequest,
+)
+from ..replication.replica import ReplicaManager
+from . import configs as topic_configs
+from .configs import ConfigError
+
+log = logging.getLogger("storage.wire")
+
+OFFSETS_TOPIC = "__consumer_offsets"
+HEARTBEAT_INTERVAL_MS = 2_000
+PRODUCER_ID_BLOCK = 1_000
+
+
+class Node:
+    """A broker and its embedded controller.  Every method runs on one thread (the server's
+    event loop); the log dir's background thread works beside it on its own locks."""
+
+    def __init__(self, data_dir, *, node_id: int = 1, host: str = "127.0.0.1", port: int = 9092,
+                 num_partitions: int = 1, replication_factor: int = 1, auto_create_topics: bool = True,
+                 offsets_partitions: int = 50, min_insync_replicas: int = 1, log_config: LogConfig | None = None,
+                 background: bool = True):
+        self.data_dir = os.fspath(data_dir)
+        self.node_id, self.host, self.port = node_id, host, port
+        self.num_partitions, self.replication_factor = num_partitions, replication_factor
+        self.auto_create_topics = auto_create_topics
+        self.offsets_partitions = offsets_partitions
+        self.log_config = log_config or LogConfig()
+        self.cluster_id = None
+        os.makedirs(self.data_dir, exist_ok=True)
+        self.controller = Controller(os.path.join(self.data_dir, "controller"),
+                                     min_insync_replicas=min_insync_replicas)
+        try:
+            self.logdir = LogDir.open(os.path.join(self.data_dir, "logs"), self.log_config,
+                                      topic_configs=self._log_configs(), background=background)
+        except BaseException:
+            self.controller.close()
+            raise
+        self.manager = ReplicaManager(node_id, self.logdir, min_insync_replicas=min_insync_replicas)
+        self.manager.topic_min_isr = {name: int(t["configs"]["min.insync.replicas"])
+                                      for name, t in self.controller.topics.items()
+                                      if "min.insync.replicas" in t["configs"]}
+        self._producer_ids = (0, 0)
+        self._last_heartbeat = -10**12
+        self._register()
+
+    # ---- start-up ----
+    def _log_configs(self) -> dict[str, LogConfig]:
+        out = {}
+        for name, topic in self.controller.topics.items():
+            try:
+                out[name] = topic_configs.log_config(self.log_config, topic["configs"])
+            except ConfigError as exc:      # validated at creation; a changed engine refuses it here
+                log.error("topic %s keeps the default configs: %s", name, exc)
+        return out
+
+    def _register(self) -> None:
+        incarnation = uuid.uuid4().hex
+        previous = self.logdir.previous_broker_epoch
+        response = self.controller.register_broker(BrokerRegistrationRequest(self.node_id, incarnation, previous))
+        if response.error_code:
+            raise errors.StorageError(f"broker registration failed: error {response.error_code}")
+        epoch = response.broker_epoch
+        self.manager.broker_epoch = self.logdir.broker_epoch = epoch
+        self.controller.heartbeat(BrokerHeartbeatRequest(self.node_id, epoch))     # unfenced
+        self.pump()
+        self._recover_leaderless()
+        meta = self.controller.store.get_document("cluster") or {}
+        if "cluster_id" not in meta:
+            meta = {"cluster_id": uuid.uuid4().hex[:22]}
+            self.controller.store.put_document("cluster", meta)
+        self.cluster_id = meta["cluster_id"]
+        log.info("node %d registered with broker epoch %d (previous %d)", self.node_id, epoch, previous)
+
+    def _recover_leaderless(self) -> None:
+        """KIP-966's unclean recovery for the partitions left with no leader, no ISR and no ELR
+        (this broker's unclean restart took it out of them): elect the live replica with the
+        longest log in the latest epoch -- here, this one."""
+        recovered = []
+        for (topic, partition), s in list(self.controller.partitions.items()):
+            if s.leader != NO_LEADER or s.isr or s.elr or self.node_id not in s.replicas:
+                continue
+            plog = self.logdir.partition(topic, partition)
+            latest = plog.latest_epoch
+            offer = (latest if latest is not None else -1, plog.log_end_offset)
+            if self.controller.recover_partition(topic, partition, {self.node_id: offer}) == errors.Errors.NONE:
+                recovered.append(f"{topic}-{partition}")
+        if recovered:
+            log.warning("%d partitions had no leader after an unclean restart and were recovered here "
+                        "(KIP-966 unclean recovery): %s", len(recovered), ", ".join(recovered[:10])
+                        + (", ..." if len(recovered) > 10 else ""))
+        self.pump()
+
+    # ---- in-process message delivery ----
+    def pump(self) -> None:
+        """Deliver what the controller published to the replica manager and the manager's
+        AlterPartition requests to the controller, until both are quiet."""
+        for _ in range(1000):
+            moved = False
+            for broker_id, message in self.controller.take_outbox():
+                moved = True
+                if broker_id == self.node_id:
+                    self.manager.handle(message)
+            for request in self.manager.take_alter_partition_requests():
+                moved = True
+                self.manager.handle_alter_partition_response(request, self.controller.handle_alter_partition(request))
+            if not moved:
+                return
+        raise RuntimeError("controller and replica manager did not settle")
+
+    def tick(self) -> None:
+        """Periodic work: heartbeats, ISR and delayed-produce expiry, message delivery."""
+        now = monotonic_ms()
+        if now - self._last_heartbeat >= HEARTBEAT_INTERVAL_MS:
+            self._last_heartbeat = now
+            self.controller.heartbeat(BrokerHeartbeatRequest(self.node_id, self.manager.broker_epoch))
+        self.manager.tick()
+        self.pump()
+
+    # ---- topics ----
+    def partitions_of(self, topic: str) -> list:
+        return sorted((s for key, s in self.controller.partitions.items() if key[0] == topic),
+                      key=lambda s: s.partition)
+
+    def topic_names(self) -> list[str]:
+        return sorted({key[0] for key in self.controller.partitions})
+
+    def topic_id(self, topic: str) -> int:
+        record = self.controller.topics.get(topic)
+        return int(record["topic_id"], 16) if record else 0
+
+    def topic_by_id(self, topic_id: int) -> str | None:
+        for name, record in self.controller.topics.items():
+            if int(record["topic_id"], 16) == topic_id:
+                return name
+        return None
+
+    def topic_configs(self, topic: str) -> dict[str, str]:
+        record = self.controller.topics.get(topic)
+        return dict(record["configs"]) if record else {}
+
+    def create_topic(self, name: str, num_partitions: int = -1, replication_factor: int = -1,
+                     configs: dict[str, str] | None = None, *, validate_only: bool = False) -> tuple[int, str | None]:
+        """(error code, message) of creating a topic; -1 takes the broker's defaults."""
+        problem = topic_name_problem(name)
+        if problem:
+            return errors.Errors.INVALID_TOPIC_EXCEPTION, problem
+        configs = dict(configs or {})
+        try:
+            config = topic_configs.log_config(self.log_config, configs)
+        except ConfigError as exc:
+            return errors.Errors.INVALID_CONFIG, str(exc)
+        n = self.num_partitions if num_partitions == -1 else num_partitions
+        rf = self.replication_factor if replication_factor == -1 else replication_factor
+        if validate_only:
+            return errors.Errors.NONE, None
+        code = self.controller.create_topic(name, n, rf, configs)
+        if code == errors.Errors.NONE:
+            self.logdir.topic_configs[name] = config
+            if "min.insync.replicas" in configs:
+                self.manager.topic_min_isr[name] = int(configs["min.insync.replicas"])
+            self.pump()
+            log.info("created topic %s: %d partitions, replication factor %d, configs %s", name, n, rf, configs)
+        return code, None
+
+    def ensure_offsets_topic(self) -> None:
+        if OFFSETS_TOPIC not in self.controller.topics:
+            self.create_topic(OFFSETS_TOPIC, self.offsets_partitions, min(self.replication_factor, 3),
+                              {"cleanup.policy": "compact", "segment.bytes": str(100 << 20)})
+
+    def delete_topic(self, name: str) -> int:
+        code = self.controller.delete_topic(name)
+        if code == errors.Errors.NONE:
+            self.pump()
+            self.logdir.topic_configs.pop(name, None)
+            self.manager.topic_min_isr.pop(name, None)
+            log.info("deleted topic %s", name)
+        return code
+
+    def next_producer_id(self) -> int:
+        first, end = self._producer_ids
+        if first >= end:
+            first = self.controller.allocate_producer_ids(PRODUCER_ID_BLOCK)
+            end = first + PRODUCER_ID_BLOCK
+        self._producer_ids = (first + 1, end)
+        return first
+
+    # ---- shutdown ----
+    def shutdown(self) -> None:
+        """Controlled shutdown (KIP-841): the controller takes this broker out of leadership and
+        the ISRs it can leave, then the log dir closes with its clean-shutdown marker."""
+        try:
+            if not self.logdir.offline:
+                self.controller.heartbeat(BrokerHeartbeatRequest(self.node_id, self.manager.broker_epoch,
+                                                                 want_shut_down=True))
+                self.pump()
+            self.manager.shutdown()
+        finally:
+            self.controller.close()
+
+
+def topic_name_problem(name: str) -> str | None:
+    """Kafka's topic name rules (Topic.validate): None when `name` is legal."""
+    if not name:
+        return "topic name is empty"
+    if name in (".", ".."):
+        return f"topic name cannot be {name!r}"
+    if len(name) > 249:
+        return f"topic name is {len(name)} characters long, more than 249"
+    bad = sorted({c for c in name if not (c.isascii() and (c.isalnum() or c in "._-"))})
+    if bad:
+        return f"topic name {name!r} has characters other than ASCII alphanumerics, '.', '_' and '-': {bad}"
+    return None

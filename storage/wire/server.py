@@ -1,0 +1,145 @@
+"""The broker's network front end on asyncio: Kafka's framing, one request at a time per
+connection in arrival order (Kafka mutes a channel until its response is sent), the client APIs
+of apis.py and groups.py, and the periodic work.
+
+Bad input never reaches a log and never stops the broker: a frame beyond the size limit, a
+negative size, an unknown API or version, or bytes kio cannot parse close that connection with
+the reason logged (Kafka's InvalidRequestException path); an ApiVersions request of a version
+this broker does not know gets Kafka's answer, UNSUPPORTED_VERSION with the supported ranges in
+ApiVersions v0 (KIP-511).  A handler's own failure is logged with its traceback and closes the
+connection; the broker goes on.
+"""
+from __future__ import annotations
+
+import asyncio
+import logging
+import signal
+
+from .. import errors
+from . import codec
+from .apis import ClientApis, Notifier
+from .groups import GroupCoordinator
+from .node import Node
+
+log = logging.getLogger("storage.wire")
+
+TICK_SECONDS = 0.1
+
+
+class BrokerServer:
+    def __init__(self, node: Node, *, initial_rebalance_delay_ms: int = 3_000):
+        self.node = node
+        self.notifier = Notifier()
+        self.apis = ClientApis(node, self.notifier)
+        self.groups: GroupCoordinator | None = None
+        self._initial_rebalance_delay_ms = initial_rebalance_delay_ms
+        self._server: asyncio.AbstractServer | None = None
+        self._ticker: asyncio.Task | None = None
+        self._stopped = asyncio.Event()
+        self._connections: set[asyncio.StreamWriter] = set()
+        a, g = self.apis, None
+        self.handlers = {0: a.produce, 1: a.fetch, 2: a.list_offsets, 3: a.metadata, 18: a.api_versions,
+                         19: a.create_topics, 20: a.delete_topics, 22: a.init_producer_id,
+                         23: a.offset_for_leader_epoch, 32: a.describe_configs}
+        del g
+
+    async def start(self) -> None:
+        self.groups = GroupCoordinator(self.node, initial_rebalance_delay_ms=self._initial_rebalance_delay_ms)
+        g = self.groups
+        self.handlers.update({8: g.offset_commit, 9: g.offset_fetch, 10: g.find_coordinator, 11: g.join_group,
+                              12: g.heartbeat, 13: g.leave_group, 14: g.sync_group, 15: g.describe_groups,
+                              16: g.list_groups})
+        self._server = await asyncio.start_server(self._serve, self.node.host, self.node.port)
+        if self.node.port == 0:
+            self.node.port = self._server.sockets[0].getsockname()[1]
+        self._ticker = asyncio.create_task(self._tick())
+        log.info("node %d listening on %s:%d", self.node.node_id, self.node.host, self.node.port)
+
+    async def _tick(self) -> None:
+        while True:
+            await asyncio.sleep(TICK_SECONDS)
+            try:
+                self.node.tick()
+                self.groups.tick()
+            except errors.LogDirOfflineError as exc:
+                log.error("the log dir is offline: %s", exc)
+            self.notifier.notify()
+            if self.node.logdir.offline:
+                # Kafka halts a broker whose last log dir failed; nothing more is acknowledged.
+                log.critical("log dir %s is offline: the broker stops", self.node.logdir.path)
+                self._stopped.set()
+                return
+
+    async def serve_until_stopped(self) -> None:
+        await self._stopped.wait()
+
+    def request_stop(self) -> None:
+        self._stopped.set()
+
+    async def close(self) -> None:
+        """Stop listening, drop the connections, then the controlled shutdown of the node."""
+        if self._ticker is not None:
+            self._ticker.cancel()
+        if self._server is not None:
+            self._server.close()
+        for writer in list(self._connections):
+            writer.close()
+        self.node.shutdown()
+
+    # ---- connections ----
+    async def _serve(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        peer = writer.get_extra_info("peername")
+        self._connections.add(writer)
+        try:
+            while True:
+                head = await reader.readexactly(4)
+                size = int.from_bytes(head, "big", signed=True)
+                if size < 0 or size > codec.MAX_REQUEST_BYTES:
+                    raise codec.ProtocolError(f"request size {size} is outside 0..{codec.MAX_REQUEST_BYTES}")
+                frame = await reader.readexactly(size)
+                response = await self._dispatch(frame)
+                if response is not None:
+                    writer.write(response)
+                    await writer.drain()
+        except (asyncio.IncompleteReadError, ConnectionError):
+            pass                                            # the client went away
+        except codec.ProtocolError as exc:
+            log.warning("closing connection from %s: %s", peer, exc)
+        except Exception:
+            log.exception("closing connection from %s after an internal error", peer)
+        finally:
+            self._connections.discard(writer)
+            writer.close()
+
+    async def _dispatch(self, frame: bytes) -> bytes | None:
+        key, version, correlation_id = codec.peek_api(frame)
+        if not codec.is_supported(key, version):
+            if key == codec.API_VERSIONS_KEY:
+                body = ClientApis.api_versions_body(codec.UNSUPPORTED_VERSION)
+                return codec.encode_response(key, 0, correlation_id, body)
+            raise codec.ProtocolError(f"unsupported request: {codec.api_name(key)} v{version}")
+        header, request = codec.parse_request(frame)
+        try:
+            body = await self.handlers[key](header, request)
+            if body is None:
+                return None
+            return codec.encode_response(key, version, correlation_id, body)
+        except Exception as exc:
+            exc.add_note(f"while answering {codec.api_name(key)} v{version} (correlation id {correlation_id})")
+            raise
+
+
+async def run(node: Node, *, initial_rebalance_delay_ms: int = 3_000, ready=None) -> None:
+    """Serve until SIGTERM or SIGINT (a controlled shutdown); SIGKILL is a crash."""
+    server = BrokerServer(node, initial_rebalance_delay_ms=initial_rebalance_delay_ms)
+    loop = asyncio.get_running_loop()
+    for sig in (signal.SIGTERM, signal.SIGINT):
+        loop.add_signal_handler(sig, server.request_stop)
+    try:
+        await server.start()
+        if ready is not None:
+            ready(server)
+        await server.serve_until_stopped()
+    finally:
+        log.info("node %d shutting down", node.node_id)
+        await server.close()
