@@ -1,0 +1,105 @@
+"""Start and stop `python -m storage serve` processes for the wire tests: loopback only, a free
+port chosen by the broker (port 0), bounded waits, and every process stopped by its pid."""
+from __future__ import annotations
+
+import os
+import re
+import signal
+import socket
+import struct
+import subprocess
+import sys
+import time
+
+_READY = re.compile(r"node (\d+) listening on ([\d.]+):(\d+) pid (\d+)")
+
+
+class Broker:
+    """One broker process on `data_dir`."""
+
+    def __init__(self, data_dir, *extra: str):
+        self.data_dir = str(data_dir)
+        self.extra = extra
+        self.proc: subprocess.Popen | None = None
+        self.log_path = os.path.join(self.data_dir + ".stderr")
+        self.host, self.port, self.pid = "127.0.0.1", 0, 0
+
+    @property
+    def bootstrap(self) -> str:
+        return f"{self.host}:{self.port}"
+
+    def start(self, timeout: float = 30.0) -> "Broker":
+        listen = f"127.0.0.1:{self.port}"          # the same port again after a restart
+        stderr = open(self.log_path, "ab")
+        self.proc = subprocess.Popen(
+            [sys.executable, "-m", "storage", "serve", "--data-dir", self.data_dir, "--listen", listen,
+             "--group-initial-rebalance-delay-ms", "0", "--offsets-partitions", "5", "--no-fsync", *self.extra],
+            stdout=subprocess.PIPE, stderr=stderr, text=True)
+        stderr.close()
+        deadline = time.monotonic() + timeout
+        line = ""
+        while time.monotonic() < deadline:
+            line = self.proc.stdout.readline()
+            if line or self.proc.poll() is not None:
+                break
+        found = _READY.search(line or "")
+        if not found:
+            self.kill()
+            raise RuntimeError(f"broker did not start ({line!r}); stderr:\n{self.stderr()[-3000:]}")
+        self.host, self.port, self.pid = found.group(2), int(found.group(3)), int(found.group(4))
+        return self
+
+    def stderr(self) -> str:
+        try:
+            with open(self.log_path, encoding="utf-8", errors="replace") as f:
+                return f.read()
+        except FileNotFoundError:
+            return ""
+
+    def stop(self, timeout: float = 20.0) -> int | None:
+        """SIGTERM (a controlled shutdown), then SIGKILL if it does not end in time."""
+        if self.proc is None:
+            return None
+        if self.proc.poll() is None:
+            os.kill(self.proc.pid, signal.SIGTERM)
+            try:
+                self.proc.wait(timeout)
+            except subprocess.TimeoutExpired:
+                self.kill()
+        code = self.proc.returncode
+        self.proc.stdout.close()
+        self.proc = None
+        return code
+
+    def kill(self) -> None:
+        """SIGKILL: a crash."""
+        if self.proc is not None and self.proc.poll() is None:
+            os.kill(self.proc.pid, signal.SIGKILL)
+            self.proc.wait(10)
+        if self.proc is not None:
+            self.proc.stdout.close()
+            self.proc = None
+
+    def alive(self) -> bool:
+        return self.proc is not None and self.proc.poll() is None
+
+
+def raw_exchange(address: tuple[str, int], frame: bytes, timeout: float = 10.0) -> bytes | None:
+    """Send one frame; the response frame (without its size), or None if the broker closed
+    the connection."""
+    with socket.create_connection(address, timeout=timeout) as s:
+        s.sendall(frame)
+        head = _read(s, 4)
+        if head is None:
+            return None
+        return _read(s, struct.unpack(">i", head)[0])
+
+
+def _read(s: socket.socket, n: int) -> bytes | None:
+    out = b""
+    while len(out) < n:
+        chunk = s.recv(n - len(out))
+        if not chunk:
+            return None
+        out += chunk
+    return out
