@@ -12,9 +12,16 @@ import pytest
 
 pytest.importorskip("kio", reason="the wire front end needs kio (pip install kio)")
 
-from tests.wire_support import Broker  # noqa: E402
+from tests.wire_support import README, Broker, readme_table, served_versions  # noqa: E402
 
 N = 200
+def assert_readme_column(client: str, used: dict[str, set[int]]) -> None:
+    """The README's column for `client` says exactly which version of each API it used here."""
+    table = readme_table()
+    column = next(c for c in next(iter(table.values())) if c.startswith(client))
+    claimed = {api: row[column] for api, row in table.items() if row[column] != "-"}
+    actual = {api: ", ".join(f"v{v}" for v in sorted(versions)) for api, versions in used.items()}
+    assert claimed == actual, f"README column {column!r} disagrees with what the client used"
 
 
 @pytest.fixture
@@ -70,6 +77,8 @@ def test_kafka_python_produce_consume_commit_resume(broker):
     _kp_produce(broker.bootstrap, "kp-orders", N, 20)
     resumed = _kp_consume(broker.bootstrap, "kp-orders", "kp-group", 20)
     assert sorted(r.value for r in resumed) == sorted(b"value-%d" % i for i in range(N, N + 20))
+    broker.stop()
+    assert_readme_column("kafka-python", served_versions(broker.stderr()))
 
 
 def test_committed_offsets_and_records_survive_sigkill_and_sigterm(broker):
@@ -143,6 +152,8 @@ def test_confluent_kafka_produce_consume_commit_resume(broker):
         producer.produce("ck-orders", key=b"k", value=b"value-%d" % i)
     assert producer.flush(30) == 0
     assert sorted(consume(10)) == sorted(b"value-%d" % i for i in range(N, N + 10))
+    broker.stop()
+    assert_readme_column("confluent-kafka", served_versions(broker.stderr()))
 
 
 def test_offsets_topic_is_kafka_format_for_kafka_tools(broker, tmp_path):
@@ -161,3 +172,52 @@ def test_offsets_topic_is_kafka_format_for_kafka_tools(broker, tmp_path):
     verify = subprocess.run([sys.executable, "-m", "storage", "verify", str(tmp_path / "data" / "logs")],
                             capture_output=True, text=True, timeout=60)
     assert verify.returncode == 0, verify.stdout + verify.stderr
+
+
+def test_two_consumers_split_the_partitions_and_admin_sees_the_group(broker):
+    ck = pytest.importorskip("confluent_kafka", reason="confluent-kafka is in the [test] extra")
+    from kafka import KafkaAdminClient
+    from kafka.admin import ConfigResource, ConfigResourceType, NewTopic
+    admin = KafkaAdminClient(bootstrap_servers=broker.bootstrap)
+    admin.create_topics([NewTopic("split", 4, 1, topic_configs={"retention.ms": "3600000"})])
+    consumers = [ck.Consumer({"bootstrap.servers": broker.bootstrap, "group.id": "pair", "client.id": f"c{i}",
+                              "auto.offset.reset": "earliest", "enable.auto.commit": False,
+                              "partition.assignment.strategy": "range"}) for i in range(2)]
+    for consumer in consumers:
+        consumer.subscribe(["split"])
+    got: dict[int, list] = {0: [], 1: []}
+    deadline = time.monotonic() + 40
+    while time.monotonic() < deadline and not all(len(c.assignment()) == 2 for c in consumers):
+        for consumer in consumers:
+            msg = consumer.poll(0.1)
+            assert msg is None                              # nothing produced yet
+    assignments = [sorted(p.partition for p in c.assignment()) for c in consumers]
+    assert sorted(assignments[0] + assignments[1]) == [0, 1, 2, 3], assignments
+    _kp_produce(broker.bootstrap, "split", 0, 80)
+    while sum(map(len, got.values())) < 80 and time.monotonic() < deadline + 20:
+        for i, consumer in enumerate(consumers):
+            msg = consumer.poll(0.1)
+            if msg is not None and not msg.error():
+                got[i].append((msg.partition(), msg.value()))
+    values = [value for records in got.values() for _, value in records]
+    assert sorted(values) == sorted(b"value-%d" % i for i in range(80))          # each exactly once
+    for i in (0, 1):
+        assert {partition for partition, _ in got[i]} <= set(assignments[i])
+    listed = str(admin.list_groups())
+    assert "pair" in listed and "Stable" in listed, listed
+    described = str(admin.describe_groups(["pair"]))
+    assert "'c0'" in described and "'c1'" in described and "Stable" in described, described
+    configs = str(admin.describe_configs([ConfigResource(ConfigResourceType.TOPIC, "split")], config_filter="all"))
+    assert "retention.ms" in configs and "3600000" in configs, configs
+    for consumer in consumers:
+        consumer.close()
+    admin.delete_topics(["split"])
+    assert "split" not in admin.list_topics()
+    admin.close()
+
+
+def test_the_readme_client_example_runs(broker, capsys):
+    import re
+    code = re.search(r"```python\n(from kafka import KafkaConsumer.*?)```", README.read_text(), re.S).group(1)
+    exec(compile(code.replace("127.0.0.1:9092", broker.bootstrap), "README.md", "exec"), {})
+    assert capsys.readouterr().out.strip() == str(sorted(b"order %d" % i for i in range(10)))

@@ -14,7 +14,7 @@ from storage.records import build_batch  # noqa: E402
 from storage.wire import codec  # noqa: E402
 from storage.wire.groups import java_string_hash, offsets_partition  # noqa: E402
 from storage.wire.node import topic_name_problem  # noqa: E402
-from tests.wire_support import Broker, raw_exchange  # noqa: E402
+from tests.wire_support import Broker, raw_exchange, readme_table  # noqa: E402
 
 # ---- the codec, without a broker ----------------------------------------------------------------
 
@@ -23,6 +23,12 @@ def test_every_advertised_version_has_kio_schemas():
         for version in range(lo, hi + 1):
             assert codec._request_class(key, version).__api_key__ == key, (name, version)
             assert codec._response_class(key, version).__version__ == version, (name, version)
+
+
+def test_readme_table_lists_what_the_broker_serves():
+    table = readme_table()
+    assert {row["API"]: (int(row["key"]), row["versions served"]) for row in table.values()} == \
+        {name: (key, f"{lo}-{hi}") for key, (name, lo, hi) in codec.SUPPORTED.items()}
 
 
 def test_build_refuses_a_missing_required_field():

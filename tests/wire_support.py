@@ -10,7 +10,9 @@ import struct
 import subprocess
 import sys
 import time
+from pathlib import Path
 
+README = Path(__file__).resolve().parent.parent / "README.md"
 _READY = re.compile(r"node (\d+) listening on ([\d.]+):(\d+) pid (\d+)")
 
 
@@ -33,7 +35,8 @@ class Broker:
         stderr = open(self.log_path, "ab")
         self.proc = subprocess.Popen(
             [sys.executable, "-m", "storage", "serve", "--data-dir", self.data_dir, "--listen", listen,
-             "--group-initial-rebalance-delay-ms", "0", "--offsets-partitions", "5", "--no-fsync", *self.extra],
+             "--group-initial-rebalance-delay-ms", "0", "--offsets-partitions", "5", "--no-fsync",
+             "--log-level", os.environ.get("STORAGE_WIRE_LOG_LEVEL", "INFO"), *self.extra],
             stdout=subprocess.PIPE, stderr=stderr, text=True)
         stderr.close()
         deadline = time.monotonic() + timeout
@@ -103,3 +106,30 @@ def _read(s: socket.socket, n: int) -> bytes | None:
             return None
         out += chunk
     return out
+
+
+def served_versions(stderr: str) -> dict[str, set[int]]:
+    """API name -> versions a broker served, from its shutdown line `served: Produce v9 x3, ...`."""
+    found = re.findall(r"served: (.*)", stderr)
+    out: dict[str, set[int]] = {}
+    for line in found:
+        for name, version in re.findall(r"(\w+) v(\d+) x\d+", line):
+            out.setdefault(name, set()).add(int(version))
+    return out
+
+
+def readme_table() -> dict[str, dict[str, str]]:
+    """The README's compatibility table: API -> column -> cell."""
+    text = README.read_text()
+    start = text.index("| API | key | versions served |")
+    lines = []
+    for line in text[start:].splitlines():
+        if not line.startswith("|"):
+            break
+        lines.append(line)
+    columns = [c.strip() for c in lines[0].strip("|").split("|")]
+    rows = {}
+    for line in lines[2:]:
+        cells = [c.strip() for c in line.strip("|").split("|")]
+        rows[cells[0]] = dict(zip(columns, cells))
+    return rows

@@ -270,9 +270,11 @@ class GroupCoordinator:
         """Expire sessions (members that stopped heartbeating) and unclaimed member ids."""
         now = monotonic_ms()
         for g in list(self.groups.values()):
-            for member_id, expiry in list(g.pending.items()):
-                if expiry <= now:
-                    del g.pending[member_id]
+            expired = [member_id for member_id, expiry in g.pending.items() if expiry <= now]
+            for member_id in expired:
+                del g.pending[member_id]
+            if expired:
+                self._maybe_complete_join(g)
             if g.state in (STABLE, COMPLETING):
                 for mem in list(g.members.values()):
                     if now - mem.last_heartbeat_ms > mem.session_timeout_ms and mem.member_id in g.members:

@@ -12,6 +12,7 @@ connection; the broker goes on.
 from __future__ import annotations
 
 import asyncio
+import collections
 import logging
 import signal
 
@@ -37,6 +38,7 @@ class BrokerServer:
         self._ticker: asyncio.Task | None = None
         self._stopped = asyncio.Event()
         self._connections: set[asyncio.StreamWriter] = set()
+        self.served: collections.Counter = collections.Counter()    # (api key, version) -> requests
         a, g = self.apis, None
         self.handlers = {0: a.produce, 1: a.fetch, 2: a.list_offsets, 3: a.metadata, 18: a.api_versions,
                          19: a.create_topics, 20: a.delete_topics, 22: a.init_producer_id,
@@ -84,7 +86,12 @@ class BrokerServer:
             self._server.close()
         for writer in list(self._connections):
             writer.close()
+        log.info("served: %s", self.served_summary())
         self.node.shutdown()
+
+    def served_summary(self) -> str:
+        """`Produce v9 x12, Fetch v12 x40, ...`: which versions clients used, in API key order."""
+        return ", ".join(f"{codec.api_name(k)} v{v} x{n}" for (k, v), n in sorted(self.served.items())) or "nothing"
 
     # ---- connections ----
     async def _serve(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
@@ -119,8 +126,14 @@ class BrokerServer:
                 return codec.encode_response(key, 0, correlation_id, body)
             raise codec.ProtocolError(f"unsupported request: {codec.api_name(key)} v{version}")
         header, request = codec.parse_request(frame)
+        self.served[(key, version)] += 1
+        if log.isEnabledFor(logging.DEBUG):
+            log.debug("%s v%d #%d from %s: %s", codec.api_name(key), version, correlation_id, header.client_id,
+                      str(request)[:300])
         try:
             body = await self.handlers[key](header, request)
+            if log.isEnabledFor(logging.DEBUG):
+                log.debug("answer to #%d: %s", correlation_id, str(body)[:200])
             if body is None:
                 return None
             return codec.encode_response(key, version, correlation_id, body)
