@@ -223,3 +223,27 @@ def test_create_topics_validates_configs_and_describe_configs_reports_them(broke
                                                   "configuration_keys": None}],
                                   "include_synonyms": False, "include_documentation": False}).results[0]
     assert result.error_code == Errors.UNKNOWN_TOPIC_OR_PARTITION
+
+
+def test_fetch_v16_by_topic_id_and_an_unknown_id(broker):
+    topic = "by-id"
+    _produce(broker, topic, build_batch([b"x", b"y"]))
+    meta = _ask(broker, 3, 12, {"topics": [{"name": topic, "topic_id": 0}], "allow_auto_topic_creation": False,
+                                "include_topic_authorized_operations": False})
+    topic_id = meta.topics[0].topic_id.int
+    assert topic_id != 0
+
+    def fetch(tid):
+        part = {"partition": 0, "current_leader_epoch": -1, "fetch_offset": 0, "last_fetched_epoch": -1,
+                "log_start_offset": -1, "partition_max_bytes": 1 << 20}
+        return _ask(broker, 1, 16, {"replica_state": {"replica_id": -1, "replica_epoch": -1}, "max_wait": 0,
+                                    "min_bytes": 1, "max_bytes": 1 << 20, "isolation_level": 0, "session_id": 0,
+                                    "session_epoch": -1, "rack_id": "", "forgotten_topics_data": [],
+                                    "topics": [{"topic_id": tid, "partitions": [part]}]}).responses[0]
+    known = fetch(topic_id)
+    assert known.topic_id.int == topic_id
+    assert known.partitions[0].error_code == 0 and known.partitions[0].high_watermark == 2
+    assert known.partitions[0].records
+    unknown = fetch(topic_id ^ 1)
+    assert unknown.topic_id.int == topic_id ^ 1
+    assert unknown.partitions[0].error_code == Errors.UNKNOWN_TOPIC_ID and not unknown.partitions[0].records

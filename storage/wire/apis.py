@@ -127,22 +127,30 @@ class ClientApis:
         return {"responses": _grouped(items, "name", "partition_responses")}
 
     # ---- Fetch -------------------------------------------------------------------------------
-    def _fetch_request(self, request) -> m.FetchRequest:
+    def _fetch_request(self, request) -> tuple[m.FetchRequest, dict]:
+        """The replication layer's FetchRequest, and topic name -> topic id of the request's
+        topics (v13+ name topics by id; an id this broker does not know maps to no name)."""
         state = getattr(request, "replica_state", None)
         replica_id = state.replica_id if state is not None else getattr(request, "replica_id", -1)
         replica_epoch = state.replica_epoch if state is not None else -1
-        parts = []
+        parts, ids = [], {}
         for t in request.topics:
-            name = t.topic if getattr(t, "topic", None) is not None else self.node.topic_by_id(int(t.topic_id))
+            if getattr(t, "topic", None) is not None:
+                name = t.topic
+                ids[name] = self.node.topic_id(name)
+            else:
+                topic_id = int(t.topic_id)
+                name = self.node.topic_by_id(topic_id) or f"\0unknown-topic-id-{topic_id}"
+                ids[name] = topic_id
             for p in t.partitions:
-                parts.append(m.FetchPartition(name or "", p.partition, p.fetch_offset,
+                parts.append(m.FetchPartition(name, p.partition, p.fetch_offset,
                                               getattr(p, "current_leader_epoch", -1),
                                               getattr(p, "last_fetched_epoch", -1),
                                               getattr(p, "log_start_offset", -1), p.partition_max_bytes))
-        return m.FetchRequest(replica_id, replica_epoch, parts, getattr(request, "isolation_level", 0))
+        return m.FetchRequest(replica_id, replica_epoch, parts, getattr(request, "isolation_level", 0)), ids
 
     async def fetch(self, header, request) -> dict:
-        internal = self._fetch_request(request)
+        internal, ids = self._fetch_request(request)
         deadline = asyncio.get_running_loop().time() + min(ms(request.max_wait), MAX_WAIT_MS) / 1000
         while True:
             response = self.node.manager.handle(internal)
@@ -158,14 +166,15 @@ class ClientApis:
             aborted = None if p.aborted_transactions is None else \
                 [{"producer_id": a.producer_id, "first_offset": a.first_offset} for a in p.aborted_transactions]
             diverging = p.diverging_epoch or m.EpochEndOffset()
+            code = Errors.UNKNOWN_TOPIC_ID if p.topic.startswith("\0") else p.error_code
             items.append((p.topic, {
-                "partition_index": p.partition, "error_code": p.error_code, "high_watermark": p.high_watermark,
+                "partition_index": p.partition, "error_code": code, "high_watermark": p.high_watermark,
                 "last_stable_offset": p.last_stable_offset, "log_start_offset": p.log_start_offset,
                 "diverging_epoch": {"epoch": diverging.epoch, "end_offset": diverging.end_offset},
                 "aborted_transactions": aborted, "preferred_read_replica": -1, "records": bytes(p.records)}))
         topics = _grouped(items, "topic", "partitions")
         for t in topics:
-            t["topic_id"] = self.node.topic_id(t["topic"])
+            t["topic_id"] = ids.get(t["topic"], 0)
         return {"error_code": Errors.NONE, "session_id": 0, "responses": topics}
 
     # ---- ListOffsets -------------------------------------------------------------------------

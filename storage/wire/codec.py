@@ -35,7 +35,7 @@ API_VERSIONS_KEY = 18
 # What this broker serves: API key -> (name, lowest version, highest version).
 SUPPORTED: dict[int, tuple[str, int, int]] = {
     0: ("Produce", 3, 9),
-    1: ("Fetch", 4, 12),
+    1: ("Fetch", 4, 16),
     2: ("ListOffsets", 1, 7),
     3: ("Metadata", 0, 12),
     8: ("OffsetCommit", 2, 8),
