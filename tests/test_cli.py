@@ -627,3 +627,14 @@ def test_demo_ends_with_a_compacted_topic(capsys):
     assert "31 records -> 5, offsets kept (with gaps)" in chapter
     assert "offset 30: sku-4 = (tombstone" in chapter
     assert "verify: 0 problems, epoch lineage agrees" in chapter
+
+
+def test_demo_ends_with_kafka_clients_over_the_wire(capsys):
+    pytest.importorskip("kafka", reason="the wire chapter needs kafka-python (the [clients] extra)")
+    pytest.importorskip("kio", reason="the wire chapter needs kio")
+    code, out, _err = run(capsys, "demo", "--no-spark")
+    assert code == 0, out
+    chapter = out[out.index("11. Kafka clients over the wire"):]
+    assert "produced 100 keyed payments (idempotent, acks=all): offsets 0..99 acknowledged" in chapter
+    assert "killed with SIGKILL" in chapter and "recovered here (KIP-966 unclean recovery)" in chapter
+    assert "resumed at its committed offset 60 and read the other 40: all 100 acknowledged payments" in chapter

@@ -12,6 +12,8 @@ from ..inspect.compare import local_comparison
 from ..inspect.lineage import _lineage_text
 from ..inspect.progress import _Spinner
 from ..replication.messages import RECOVERED, RECOVERING, error_name
+from .demo_wire import DemoError as WireDemoError
+from .demo_wire import demo_wire
 from .output import OK, PROBLEMS
 
 DEMO_TOPIC = "orders"
@@ -383,7 +385,7 @@ def run_demo(directory: str | None, *, spark: bool = True, master: str = "local[
     owned = directory is None
     root = tempfile.mkdtemp(prefix="storage-demo-") if owned else os.path.abspath(directory)
     os.makedirs(root, exist_ok=True)
-    for name in [f"broker-{b}" for b in DEMO_BROKERS] + ["controller", "audit-out", "compacted"]:
+    for name in [f"broker-{b}" for b in DEMO_BROKERS] + ["controller", "audit-out", "compacted", "wire-broker"]:
         if os.path.exists(os.path.join(root, name)):
             shutil.rmtree(os.path.join(root, name))
     try:
@@ -397,7 +399,8 @@ def run_demo(directory: str | None, *, spark: bool = True, master: str = "local[
         code = _demo_audit(root, log_dirs, spark, master)
         try:
             _demo_compaction(root)
-        except DemoError as exc:
+            demo_wire(root)
+        except (DemoError, WireDemoError) as exc:
             print(f"error: demo: {exc}", file=sys.stderr)
             return PROBLEMS
         kept = " (its temporary directory is removed; keep the log dirs with --dir DIR)" if owned else \
