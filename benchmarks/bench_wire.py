@@ -202,7 +202,7 @@ def test_wire_produce_latency(benchmark, sizes, side):
         for _ in range(200 if sizes.quick else 2_000):
             done = []
             start = time.perf_counter_ns()
-            producer.produce(topic, VALUE, on_delivery=lambda e, m: done.append(e))
+            producer.produce(topic, VALUE, on_delivery=lambda e, m, done=done: done.append(e))
             while not done:
                 producer.poll(0.0005)
             samples.append(time.perf_counter_ns() - start)
