@@ -60,10 +60,10 @@ class ClientApis:
 
     # ---- ApiVersions -------------------------------------------------------------------------
     @staticmethod
-    def api_versions_body(error_code: int = Errors.NONE) -> dict:
+    def api_versions_body(error_code: int = Errors.NONE, table: dict | None = None) -> dict:
         return {"error_code": error_code,
                 "api_keys": [{"api_key": k, "min_version": lo, "max_version": hi}
-                             for k, (_, lo, hi) in sorted(SUPPORTED.items())]}
+                             for k, (_, lo, hi) in sorted((SUPPORTED if table is None else table).items())]}
 
     async def api_versions(self, header, request) -> dict:
         return self.api_versions_body()
@@ -75,12 +75,12 @@ class ClientApis:
                 "leader_epoch": s.leader_epoch, "replica_nodes": list(s.replicas), "isr_nodes": list(s.isr),
                 "offline_replicas": []}
 
-    def _topic_metadata(self, name: str, create: bool) -> dict:
+    async def _topic_metadata(self, name: str, create: bool) -> dict:
         node = self.node
         parts = node.partitions_of(name)
         code = Errors.NONE
         if not parts and create and node.auto_create_topics and not name.startswith("__"):
-            code, _ = node.create_topic(name)
+            code, _ = await node.create_topic(name)
             parts = node.partitions_of(name)
             if code == Errors.TOPIC_ALREADY_EXISTS:
                 code = Errors.NONE
@@ -99,9 +99,9 @@ class ClientApis:
         else:
             names = [t.name if t.name is not None else node.topic_by_id(int(t.topic_id)) or "" for t in wanted]
             create = getattr(request, "allow_auto_topic_creation", True)
-        return {"brokers": [{"node_id": node.node_id, "host": node.host, "port": node.port, "rack": None}],
-                "cluster_id": node.cluster_id, "controller_id": node.node_id,
-                "topics": [self._topic_metadata(n, create) for n in names],
+        return {"brokers": [{"node_id": b, "host": host, "port": port, "rack": None} for b, host, port in node.brokers()],
+                "cluster_id": node.cluster_id, "controller_id": node.controller_id,
+                "topics": [await self._topic_metadata(n, create) for n in names],
                 "cluster_authorized_operations": -2147483648}
 
     # ---- Produce -----------------------------------------------------------------------------
@@ -206,7 +206,8 @@ class ClientApis:
             # Transactions need a transaction coordinator, which this broker does not run yet.
             return {"error_code": Errors.INVALID_REQUEST, "producer_id": -1, "producer_epoch": -1}
         # An idempotent producer gets a new id every time (Kafka's rule for a null transactional id).
-        return {"error_code": Errors.NONE, "producer_id": self.node.next_producer_id(), "producer_epoch": 0}
+        return {"error_code": Errors.NONE, "producer_id": await self.node.next_producer_id(),
+                "producer_epoch": 0}
 
     # ---- CreateTopics / DeleteTopics -----------------------------------------------------------
     async def create_topics(self, header, request) -> dict:
@@ -216,7 +217,7 @@ class ClientApis:
             if t.assignments:
                 code, message = Errors.INVALID_REQUEST, "manual replica assignments are not supported"
             else:
-                code, message = node.create_topic(t.name, t.num_partitions, t.replication_factor, configs,
+                code, message = await node.create_topic(t.name, t.num_partitions, t.replication_factor, configs,
                                                   validate_only=request.validate_only)
             parts = node.partitions_of(t.name) if code == Errors.NONE else []
             described = []
@@ -243,7 +244,7 @@ class ClientApis:
                 out.append({"name": None, "topic_id": topic_id, "error_code": Errors.UNKNOWN_TOPIC_ID})
                 continue
             known_id = node.topic_id(name)
-            code = Errors.INVALID_REQUEST if name.startswith("__") else node.delete_topic(name)
+            code = Errors.INVALID_REQUEST if name.startswith("__") else await node.delete_topic(name)
             out.append({"name": name, "topic_id": known_id, "error_code": code, "error_message": None})
         return {"responses": out}
 

@@ -56,13 +56,26 @@ SUPPORTED: dict[int, tuple[str, int, int]] = {
 }
 
 
+# What the controller process serves: its RPCs, the metadata log's Fetch, topic admin.
+CONTROLLER_SUPPORTED: dict[int, tuple[str, int, int]] = {
+    1: ("Fetch", 12, 16),
+    18: ("ApiVersions", 0, 4),
+    19: ("CreateTopics", 2, 7),
+    20: ("DeleteTopics", 1, 6),
+    56: ("AlterPartition", 2, 3),
+    62: ("BrokerRegistration", 3, 3),
+    63: ("BrokerHeartbeat", 0, 1),
+    67: ("AllocateProducerIds", 0, 0),
+}
+
+
 class ProtocolError(Exception):
     """A frame this broker cannot answer: the connection is closed with this reason logged
     (Kafka's InvalidRequestException path)."""
 
 
 def api_name(key: int) -> str:
-    entry = SUPPORTED.get(key)
+    entry = SUPPORTED.get(key) or CONTROLLER_SUPPORTED.get(key)
     return entry[0] if entry else f"api key {key}"
 
 
@@ -93,8 +106,8 @@ def peek_api(frame: bytes) -> tuple[int, int, int]:
     return struct.unpack_from(">hhi", frame)
 
 
-def is_supported(key: int, version: int) -> bool:
-    entry = SUPPORTED.get(key)
+def is_supported(key: int, version: int, table: dict | None = None) -> bool:
+    entry = (SUPPORTED if table is None else table).get(key)
     return entry is not None and entry[1] <= version <= entry[2]
 
 

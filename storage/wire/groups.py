@@ -100,34 +100,45 @@ class GroupCoordinator:
         self.node = node
         self.initial_rebalance_delay_ms = initial_rebalance_delay_ms
         self.groups: dict[str, Group] = {}
-        self._load()
+        self._loaded: dict[int, int] = {}       # offsets partition -> the leader epoch it was loaded at
 
     # ---- the log ----------------------------------------------------------------------------
     def partition_for(self, group_id: str) -> int:
         return offsets_partition(group_id, self.node.offsets_partitions)
 
-    def _load(self) -> None:
-        """Rebuild committed offsets and group generations from `__consumer_offsets`."""
-        node, loaded = self.node, 0
-        for s in node.partitions_of(OFFSETS_TOPIC):
-            if s.leader != node.node_id:
+    def _coordinator_error(self, group_id: str) -> int:
+        """NOT_COORDINATOR unless this broker leads the group's offsets partition; on the first
+        request after it became leader (a new leader epoch) the partition's groups are loaded
+        from the log, as Kafka's coordinator loads a partition it takes over."""
+        partition = self.partition_for(group_id)
+        state = self.node.partition_state(OFFSETS_TOPIC, partition)
+        if state is None or state.leader != self.node.node_id:
+            return Errors.NOT_COORDINATOR
+        if self._loaded.get(partition) != state.leader_epoch:
+            for gid in [g for g in self.groups if self.partition_for(g) == partition]:
+                del self.groups[gid]
+            self._load_partition(partition)
+            self._loaded[partition] = state.leader_epoch
+        return Errors.NONE
+
+    def _load_partition(self, partition: int) -> None:
+        """Rebuild committed offsets and group generations from a `__consumer_offsets` partition."""
+        plog, loaded = self.node.logdir.partition(OFFSETS_TOPIC, partition), 0
+        for batch in plog.batches():
+            if batch.is_control:
                 continue
-            plog = node.logdir.partition(OFFSETS_TOPIC, s.partition)
-            for batch in plog.batches():
-                if batch.is_control:
+            for record in batch.records():
+                if record.key is None:
                     continue
-                for record in batch.records():
-                    if record.key is None or record.offset >= plog.high_watermark:
-                        continue
-                    try:
-                        self._replay(record.key, record.value)
-                        loaded += 1
-                    except (cr.RecordFormatError, struct.error) as exc:
-                        # Kafka's loader stops at such a record; this one names it and goes on.
-                        log.error("%s-%d offset %d: unreadable record skipped: %s", OFFSETS_TOPIC, s.partition,
-                                  record.offset, exc)
+                try:
+                    self._replay(record.key, record.value)
+                    loaded += 1
+                except (cr.RecordFormatError, struct.error) as exc:
+                    # Kafka's loader stops at such a record; this one names it and goes on.
+                    log.error("%s-%d offset %d: unreadable record skipped: %s", OFFSETS_TOPIC, partition,
+                              record.offset, exc)
         if loaded:
-            log.info("loaded %d records of %s: %d groups", loaded, OFFSETS_TOPIC, len(self.groups))
+            log.info("loaded %d records of %s-%d", loaded, OFFSETS_TOPIC, partition)
 
     def _replay(self, key: bytes, value: bytes | None) -> None:
         kind = struct.unpack_from(">h", key)[0]
@@ -291,12 +302,14 @@ class GroupCoordinator:
             if getattr(request, "key_type", 0) != 0:
                 code, node_id = Errors.COORDINATOR_NOT_AVAILABLE, -1     # no transaction coordinator
             else:
-                node.ensure_offsets_topic()
-                state = node.controller.partitions.get((OFFSETS_TOPIC, self.partition_for(key)))
-                if state is None or state.leader != node.node_id:
-                    code, node_id = Errors.COORDINATOR_NOT_AVAILABLE, -1
-            out.append({"key": key, "node_id": node_id, "host": node.host if node_id >= 0 else "",
-                        "port": node.port if node_id >= 0 else -1, "error_code": code, "error_message": None})
+                await node.ensure_offsets_topic()
+                state = node.partition_state(OFFSETS_TOPIC, self.partition_for(key))
+                node_id = state.leader if state is not None else -1
+                if node_id < 0:
+                    code = Errors.COORDINATOR_NOT_AVAILABLE
+            host, port = node.address_of(node_id)
+            out.append({"key": key, "node_id": node_id, "host": host, "port": port, "error_code": code,
+                        "error_message": None})
         if getattr(request, "coordinator_keys", None):
             return {"coordinators": out}
         first = out[0]
@@ -320,6 +333,8 @@ class GroupCoordinator:
 
         if not request.group_id:
             return fail(Errors.INVALID_GROUP_ID)
+        if self._coordinator_error(request.group_id):
+            return fail(Errors.NOT_COORDINATOR)
         if not MIN_SESSION_TIMEOUT_MS <= session <= MAX_SESSION_TIMEOUT_MS:
             return fail(Errors.INVALID_SESSION_TIMEOUT)
         protocols = [(p.name, bytes(p.metadata)) for p in request.protocols]
@@ -358,8 +373,9 @@ class GroupCoordinator:
         return await future
 
     async def sync_group(self, header, request) -> dict:
+        code = self._coordinator_error(request.group_id)
         g = self.groups.get(request.group_id)
-        code = self._member_error(g, request.member_id, request.generation_id)
+        code = code or self._member_error(g, request.member_id, request.generation_id)
         if code == Errors.NONE and getattr(request, "protocol_name", None) not in (None, g.protocol):
             code = Errors.INCONSISTENT_GROUP_PROTOCOL
         if code == Errors.NONE and g.state == PREPARING:
@@ -391,8 +407,9 @@ class GroupCoordinator:
         return await future
 
     async def heartbeat(self, header, request) -> dict:
+        code = self._coordinator_error(request.group_id)
         g = self.groups.get(request.group_id)
-        code = self._member_error(g, request.member_id, request.generation_id)
+        code = code or self._member_error(g, request.member_id, request.generation_id)
         if code == Errors.NONE:
             g.members[request.member_id].last_heartbeat_ms = monotonic_ms()
             if g.state == PREPARING:
@@ -400,6 +417,8 @@ class GroupCoordinator:
         return {"error_code": code}
 
     async def leave_group(self, header, request) -> dict:
+        if self._coordinator_error(request.group_id):
+            return {"error_code": Errors.NOT_COORDINATOR, "members": []}
         g = self.groups.get(request.group_id)
         leaving = [(x.member_id, getattr(x, "group_instance_id", None)) for x in request.members] \
             if hasattr(request, "members") else [(request.member_id, None)]
@@ -417,9 +436,11 @@ class GroupCoordinator:
 
     async def offset_commit(self, header, request) -> dict:
         generation = getattr(request, "generation_id_or_member_epoch", getattr(request, "generation_id", -1))
+        code = self._coordinator_error(request.group_id)
         g = self.groups.get(request.group_id)
-        code = Errors.NONE
-        if g is None:
+        if code:
+            pass
+        elif g is None:
             if generation >= 0:
                 code = Errors.ILLEGAL_GENERATION
             else:
@@ -472,9 +493,14 @@ class GroupCoordinator:
 
     async def offset_fetch(self, header, request) -> dict:
         if hasattr(request, "groups"):
-            return {"groups": [{"group_id": q.group_id, "topics": self._fetched(q.group_id, q.topics),
-                                "error_code": Errors.NONE} for q in request.groups]}
-        return {"topics": self._fetched(request.group_id, request.topics), "error_code": Errors.NONE}
+            out = []
+            for q in request.groups:
+                code = self._coordinator_error(q.group_id)
+                out.append({"group_id": q.group_id, "error_code": code,
+                            "topics": [] if code else self._fetched(q.group_id, q.topics)})
+            return {"groups": out}
+        code = self._coordinator_error(request.group_id)
+        return {"topics": [] if code else self._fetched(request.group_id, request.topics), "error_code": code}
 
     async def list_groups(self, header, request) -> dict:
         states = set(getattr(request, "states_filter", ()) or ())
@@ -485,6 +511,7 @@ class GroupCoordinator:
     async def describe_groups(self, header, request) -> dict:
         out = []
         for group_id in request.groups:
+            self._coordinator_error(group_id)
             g = self.groups.get(group_id)
             if g is None:
                 out.append({"error_code": Errors.NONE, "group_id": group_id, "group_state": "Dead",

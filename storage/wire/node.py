@@ -137,7 +137,10 @@ class Node:
                 return
         raise RuntimeError("controller and replica manager did not settle")
 
-    def tick(self) -> None:
+    async def start(self, notifier) -> None:
+        """Nothing to start: the embedded controller runs in this process."""
+
+    async def tick(self) -> None:
         """Periodic work: heartbeats, ISR and delayed-produce expiry, message delivery."""
         now = monotonic_ms()
         if now - self._last_heartbeat >= HEARTBEAT_INTERVAL_MS:
@@ -145,6 +148,20 @@ class Node:
             self.controller.heartbeat(BrokerHeartbeatRequest(self.node_id, self.manager.broker_epoch))
         self.manager.tick()
         self.pump()
+
+    # ---- what the Metadata API tells (the same interface as cluster_node.ClusterNode) ----
+    @property
+    def controller_id(self) -> int:
+        return self.node_id
+
+    def brokers(self) -> list[tuple[int, str, int]]:
+        return [(self.node_id, self.host, self.port)]
+
+    def address_of(self, broker_id: int) -> tuple[str, int]:
+        return (self.host, self.port) if broker_id == self.node_id else ("", -1)
+
+    def partition_state(self, topic: str, partition: int):
+        return self.controller.partitions.get((topic, partition))
 
     # ---- topics ----
     def partitions_of(self, topic: str) -> list:
@@ -168,8 +185,9 @@ class Node:
         record = self.controller.topics.get(topic)
         return dict(record["configs"]) if record else {}
 
-    def create_topic(self, name: str, num_partitions: int = -1, replication_factor: int = -1,
-                     configs: dict[str, str] | None = None, *, validate_only: bool = False) -> tuple[int, str | None]:
+    async def create_topic(self, name: str, num_partitions: int = -1, replication_factor: int = -1,
+                           configs: dict[str, str] | None = None, *, validate_only: bool = False
+                           ) -> tuple[int, str | None]:
         """(error code, message) of creating a topic; -1 takes the broker's defaults."""
         problem = topic_name_problem(name)
         if problem:
@@ -192,12 +210,12 @@ class Node:
             log.info("created topic %s: %d partitions, replication factor %d, configs %s", name, n, rf, configs)
         return code, None
 
-    def ensure_offsets_topic(self) -> None:
+    async def ensure_offsets_topic(self) -> None:
         if OFFSETS_TOPIC not in self.controller.topics:
-            self.create_topic(OFFSETS_TOPIC, self.offsets_partitions, min(self.replication_factor, 3),
+            await self.create_topic(OFFSETS_TOPIC, self.offsets_partitions, min(self.replication_factor, 3),
                               {"cleanup.policy": "compact", "segment.bytes": str(100 << 20)})
 
-    def delete_topic(self, name: str) -> int:
+    async def delete_topic(self, name: str) -> int:
         code = self.controller.delete_topic(name)
         if code == errors.Errors.NONE:
             self.pump()
@@ -206,7 +224,7 @@ class Node:
             log.info("deleted topic %s", name)
         return code
 
-    def next_producer_id(self) -> int:
+    async def next_producer_id(self) -> int:
         first, end = self._producer_ids
         if first >= end:
             first = self.controller.allocate_producer_ids(PRODUCER_ID_BLOCK)
@@ -215,7 +233,7 @@ class Node:
         return first
 
     # ---- shutdown ----
-    def shutdown(self) -> None:
+    async def shutdown(self) -> None:
         """Controlled shutdown (KIP-841): the controller takes this broker out of leadership and
         the ISRs it can leave, then the log dir closes with its clean-shutdown marker."""
         try:

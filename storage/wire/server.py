@@ -27,50 +27,21 @@ log = logging.getLogger("storage.wire")
 TICK_SECONDS = 0.1
 
 
-class BrokerServer:
-    def __init__(self, node: Node, *, initial_rebalance_delay_ms: int = 3_000):
-        self.node = node
-        self.notifier = Notifier()
-        self.apis = ClientApis(node, self.notifier)
-        self.groups: GroupCoordinator | None = None
-        self._initial_rebalance_delay_ms = initial_rebalance_delay_ms
+class FrameServer:
+    """Kafka's framing and dispatch over `handlers` (API key -> async handler) for the APIs of
+    `supported` (codec.SUPPORTED for a broker, codec.CONTROLLER_SUPPORTED for the controller)."""
+
+    def __init__(self, supported: dict):
+        self.supported = supported
+        self.handlers: dict = {}
         self._server: asyncio.AbstractServer | None = None
-        self._ticker: asyncio.Task | None = None
         self._stopped = asyncio.Event()
         self._connections: set[asyncio.StreamWriter] = set()
         self.served: collections.Counter = collections.Counter()    # (api key, version) -> requests
-        a, g = self.apis, None
-        self.handlers = {0: a.produce, 1: a.fetch, 2: a.list_offsets, 3: a.metadata, 18: a.api_versions,
-                         19: a.create_topics, 20: a.delete_topics, 22: a.init_producer_id,
-                         23: a.offset_for_leader_epoch, 32: a.describe_configs}
-        del g
 
-    async def start(self) -> None:
-        self.groups = GroupCoordinator(self.node, initial_rebalance_delay_ms=self._initial_rebalance_delay_ms)
-        g = self.groups
-        self.handlers.update({8: g.offset_commit, 9: g.offset_fetch, 10: g.find_coordinator, 11: g.join_group,
-                              12: g.heartbeat, 13: g.leave_group, 14: g.sync_group, 15: g.describe_groups,
-                              16: g.list_groups})
-        self._server = await asyncio.start_server(self._serve, self.node.host, self.node.port)
-        if self.node.port == 0:
-            self.node.port = self._server.sockets[0].getsockname()[1]
-        self._ticker = asyncio.create_task(self._tick())
-        log.info("node %d listening on %s:%d", self.node.node_id, self.node.host, self.node.port)
-
-    async def _tick(self) -> None:
-        while True:
-            await asyncio.sleep(TICK_SECONDS)
-            try:
-                self.node.tick()
-                self.groups.tick()
-            except errors.LogDirOfflineError as exc:
-                log.error("the log dir is offline: %s", exc)
-            self.notifier.notify()
-            if self.node.logdir.offline:
-                # Kafka halts a broker whose last log dir failed; nothing more is acknowledged.
-                log.critical("log dir %s is offline: the broker stops", self.node.logdir.path)
-                self._stopped.set()
-                return
+    async def listen(self, host: str, port: int) -> int:
+        self._server = await asyncio.start_server(self._serve, host, port)
+        return self._server.sockets[0].getsockname()[1]
 
     async def serve_until_stopped(self) -> None:
         await self._stopped.wait()
@@ -78,16 +49,12 @@ class BrokerServer:
     def request_stop(self) -> None:
         self._stopped.set()
 
-    async def close(self) -> None:
-        """Stop listening, drop the connections, then the controlled shutdown of the node."""
-        if self._ticker is not None:
-            self._ticker.cancel()
+    def stop_listening(self) -> None:
         if self._server is not None:
             self._server.close()
         for writer in list(self._connections):
             writer.close()
         log.info("served: %s", self.served_summary())
-        self.node.shutdown()
 
     def served_summary(self) -> str:
         """`Produce v9 x12, Fetch v12 x40, ...`: which versions clients used, in API key order."""
@@ -120,9 +87,9 @@ class BrokerServer:
 
     async def _dispatch(self, frame: bytes) -> bytes | None:
         key, version, correlation_id = codec.peek_api(frame)
-        if not codec.is_supported(key, version):
+        if not codec.is_supported(key, version, self.supported):
             if key == codec.API_VERSIONS_KEY:
-                body = ClientApis.api_versions_body(codec.UNSUPPORTED_VERSION)
+                body = ClientApis.api_versions_body(codec.UNSUPPORTED_VERSION, self.supported)
                 return codec.encode_response(key, 0, correlation_id, body)
             raise codec.ProtocolError(f"unsupported request: {codec.api_name(key)} v{version}")
         header, request = codec.parse_request(frame)
@@ -141,6 +108,53 @@ class BrokerServer:
             exc.add_note(f"while answering {codec.api_name(key)} v{version} (correlation id {correlation_id})")
             raise
 
+
+class BrokerServer(FrameServer):
+    def __init__(self, node, *, initial_rebalance_delay_ms: int = 3_000):
+        super().__init__(codec.SUPPORTED)
+        self.node = node
+        self.notifier = Notifier()
+        self.apis = ClientApis(node, self.notifier)
+        self.groups: GroupCoordinator | None = None
+        self._initial_rebalance_delay_ms = initial_rebalance_delay_ms
+        self._ticker: asyncio.Task | None = None
+        a = self.apis
+        self.handlers = {0: a.produce, 1: a.fetch, 2: a.list_offsets, 3: a.metadata, 18: a.api_versions,
+                         19: a.create_topics, 20: a.delete_topics, 22: a.init_producer_id,
+                         23: a.offset_for_leader_epoch, 32: a.describe_configs}
+
+    async def start(self) -> None:
+        self.groups = GroupCoordinator(self.node, initial_rebalance_delay_ms=self._initial_rebalance_delay_ms)
+        g = self.groups
+        self.handlers.update({8: g.offset_commit, 9: g.offset_fetch, 10: g.find_coordinator, 11: g.join_group,
+                              12: g.heartbeat, 13: g.leave_group, 14: g.sync_group, 15: g.describe_groups,
+                              16: g.list_groups})
+        self.node.port = await self.listen(self.node.host, self.node.port)
+        await self.node.start(self.notifier)
+        self._ticker = asyncio.create_task(self._tick())
+        log.info("node %d listening on %s:%d", self.node.node_id, self.node.host, self.node.port)
+
+    async def _tick(self) -> None:
+        while True:
+            await asyncio.sleep(TICK_SECONDS)
+            try:
+                await self.node.tick()
+                self.groups.tick()
+            except errors.LogDirOfflineError as exc:
+                log.error("the log dir is offline: %s", exc)
+            self.notifier.notify()
+            if self.node.logdir.offline:
+                # Kafka halts a broker whose last log dir failed; nothing more is acknowledged.
+                log.critical("log dir %s is offline: the broker stops", self.node.logdir.path)
+                self._stopped.set()
+                return
+
+    async def close(self) -> None:
+        """Stop listening, drop the connections, then the controlled shutdown of the node."""
+        if self._ticker is not None:
+            self._ticker.cancel()
+        self.stop_listening()
+        await self.node.shutdown()
 
 async def run(node: Node, *, initial_rebalance_delay_ms: int = 3_000, ready=None) -> None:
     """Serve until SIGTERM or SIGINT (a controlled shutdown); SIGKILL is a crash."""

@@ -1,0 +1,114 @@
+"""The cluster metadata as the metadata log carries it (KRaft-style): the controller turns each
+change of its state into records (`records_for`), and every broker replays the records into a
+`MetadataImage` -- brokers with their addresses and registration state, topics with ids and
+configs, partitions with their full leadership record.
+"""
+from __future__ import annotations
+
+import uuid
+from dataclasses import dataclass, field
+
+from .. import metadata_records as mr
+from ..replication.messages import PartitionState
+
+NO_DIR = bytes(16)          # Kafka's unassigned log directory
+
+
+@dataclass
+class BrokerEntry:
+    broker_id: int
+    broker_epoch: int
+    incarnation: bytes
+    host: str
+    port: int
+    fenced: bool = True
+    in_controlled_shutdown: bool = False
+
+
+@dataclass
+class MetadataImage:
+    brokers: dict[int, BrokerEntry] = field(default_factory=dict)
+    topic_ids: dict[str, int] = field(default_factory=dict)
+    configs: dict[str, dict[str, str]] = field(default_factory=dict)
+    partitions: dict[tuple[str, int], PartitionState] = field(default_factory=dict)
+
+    def topic_name(self, topic_id: int) -> str | None:
+        for name, tid in self.topic_ids.items():
+            if tid == topic_id:
+                return name
+        return None
+
+    def apply(self, api_key: int, f: dict) -> tuple:
+        """Replay one record; returns what changed: ("broker", id), ("partition", key),
+        ("topic", name) or ("removed", name, [keys])."""
+        if api_key == 0:
+            endpoint = f["endPoints"][0] if f["endPoints"] else {"host": "", "port": 0}
+            self.brokers[f["brokerId"]] = BrokerEntry(f["brokerId"], f["brokerEpoch"], f["incarnationId"],
+                                                      endpoint["host"], endpoint["port"], f["fenced"],
+                                                      f["inControlledShutdown"])
+            return ("broker", f["brokerId"])
+        if api_key == 2:
+            self.topic_ids[f["name"]] = int.from_bytes(f["topicId"], "big")
+            self.configs.setdefault(f["name"], {})
+            return ("topic", f["name"])
+        if api_key == 4:
+            self.configs.setdefault(f["resourceName"], {})[f["name"]] = f["value"]
+            return ("topic", f["resourceName"])
+        if api_key == 3:
+            name = self.topic_name(int.from_bytes(f["topicId"], "big"))
+            state = PartitionState(name, f["partitionId"], f["leader"], f["leaderEpoch"], f["partitionEpoch"],
+                                   list(f["isr"]), list(f["replicas"]), f["leaderRecoveryState"],
+                                   list(f["eligibleLeaderReplicas"] or []), list(f["lastKnownElr"] or []))
+            self.partitions[(name, state.partition)] = state
+            return ("partition", (name, state.partition))
+        if api_key == 9:
+            name = self.topic_name(int.from_bytes(f["topicId"], "big"))
+            keys = [key for key in self.partitions if key[0] == name]
+            for key in keys:
+                del self.partitions[key]
+            self.topic_ids.pop(name, None)
+            self.configs.pop(name, None)
+            return ("removed", name, keys)
+        raise mr.RecordFormatError(f"metadata record type {api_key} is not replayed")
+
+
+def _partition_fields(topic_id: int, s: PartitionState) -> dict:
+    return {"partitionId": s.partition, "topicId": topic_id.to_bytes(16, "big"), "replicas": list(s.replicas),
+            "isr": list(s.isr), "removingReplicas": [], "addingReplicas": [], "leader": s.leader,
+            "leaderRecoveryState": s.leader_recovery_state, "leaderEpoch": s.leader_epoch,
+            "partitionEpoch": s.partition_epoch, "directories": [NO_DIR] * len(s.replicas),
+            "eligibleLeaderReplicas": list(s.elr) or None, "lastKnownElr": list(s.last_known_elr) or None}
+
+
+def records_for(controller, image: MetadataImage, endpoints: dict[int, tuple[str, int]]) -> list[bytes]:
+    """The records that bring `image` to the controller's state (and applies them to it):
+    full-state records of every broker, topic and partition that differ, removals last."""
+    out: list[tuple[int, dict]] = []
+    for b, r in sorted(controller.brokers.items()):
+        host, port = endpoints.get(b, ("", 0))
+        incarnation = uuid.UUID(hex=r.incarnation_id).bytes if len(r.incarnation_id) == 32 else bytes(16)
+        want = BrokerEntry(b, r.broker_epoch, incarnation, host, port, r.fenced, r.in_controlled_shutdown)
+        if image.brokers.get(b) != want:
+            out.append((0, {"brokerId": b, "incarnationId": incarnation, "brokerEpoch": r.broker_epoch,
+                            "endPoints": [{"name": "PLAINTEXT", "host": host, "port": port, "securityProtocol": 0}],
+                            "features": [], "rack": None, "fenced": r.fenced,
+                            "inControlledShutdown": r.in_controlled_shutdown}))
+    for name, topic in sorted(controller.topics.items()):
+        topic_id = int(topic["topic_id"], 16)
+        if image.topic_ids.get(name) != topic_id:
+            out.append((2, {"name": name, "topicId": topic_id.to_bytes(16, "big")}))
+        for key, value in sorted(topic["configs"].items()):
+            if image.configs.get(name, {}).get(key) != value:
+                out.append((4, {"resourceType": mr.TOPIC_RESOURCE, "resourceName": name, "name": key, "value": value}))
+    for key, s in sorted(controller.partitions.items()):
+        topic_id = int(controller.topics[key[0]]["topic_id"], 16) if key[0] in controller.topics else 0
+        if topic_id and image.partitions.get(key) != s:
+            out.append((3, _partition_fields(topic_id, s)))
+    for name in sorted(set(image.topic_ids) - set(controller.topics)):
+        out.append((9, {"topicId": image.topic_ids[name].to_bytes(16, "big")}))
+    values = []
+    for api_key, fields in out:
+        value = mr.encode(api_key, fields)
+        image.apply(*mr.decode(value)[::2])
+        values.append(value)
+    return values
