@@ -6,7 +6,9 @@
     recover DIR                  offline unclean-shutdown recovery, with what was truncated
     epochs DIR TOPIC-PARTITION   the leader-epoch-checkpoint next to the lineage in the batches
     audit DIR [DIR ...]          the fleet audit on Spark (storage/spark/audit.py)
-    serve --data-dir DIR         a Kafka-protocol broker with an embedded controller
+    serve --data-dir DIR         a Kafka-protocol broker (embedded controller, or --controller)
+    controller --data-dir DIR    the controller of a multi-process cluster
+    cluster --data-dir DIR       a local cluster: a controller and N brokers, supervised
     demo                         a three-broker cluster story ending with the fleet audit
 
 Conventions shared by every subcommand:
@@ -31,8 +33,8 @@ from .dump import cmd_dump_log
 from .epochs import cmd_epochs
 from .output import OK, PROBLEMS, USAGE, UsageError
 from .recover import cmd_recover
-from .serve import add_parser as add_serve_parser
-from .serve import cmd_serve
+from .serve import add_parsers as add_serve_parsers
+from .serve import cmd_cluster, cmd_controller, cmd_serve
 from .verify import cmd_verify
 
 
@@ -111,7 +113,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--no-spark", action="store_true", help="end with the local comparison table, not Spark")
     p.add_argument("--master", default="local[2]", help="Spark master for the audit (default local[2])")
 
-    add_serve_parser(sub)
+    add_serve_parsers(sub)
 
     sub.add_parser("audit", help="audit broker log dirs with Spark (python -m storage audit --help)",
                    add_help=False)
@@ -145,7 +147,7 @@ def main(argv: list[str] | None = None) -> int:
     except SystemExit as exc:          # --help
         return int(exc.code or 0)
     commands = {"dump-log": cmd_dump_log, "verify": cmd_verify, "recover": cmd_recover, "epochs": cmd_epochs,
-                "serve": cmd_serve}
+                "serve": cmd_serve, "controller": cmd_controller, "cluster": cmd_cluster}
     try:
         if args.command == "demo":
             return run_demo(args.dir, spark=not args.no_spark, master=args.master)

@@ -1,58 +1,119 @@
-"""`python -m storage serve`: a broker with an embedded controller on this engine, speaking
-Kafka's protocol (storage/wire).  SIGTERM or SIGINT is a controlled shutdown; SIGKILL a crash."""
+"""`python -m storage serve` (a broker), `python -m storage controller` (the controller of a
+multi-process cluster) and `python -m storage cluster` (a local cluster of such processes), all
+speaking Kafka's protocol (storage/wire).  SIGTERM or SIGINT is a controlled shutdown; SIGKILL a
+crash."""
 from __future__ import annotations
 
 import asyncio
 import logging
+import os
 import sys
 
 from ..config import LogConfig
 from .output import UsageError
 
 
-def add_parser(sub) -> None:
-    p = sub.add_parser("serve", help="run a Kafka-protocol broker (embedded controller) on a data dir",
-                       description="A single broker with an embedded controller: Kafka clients produce, fetch, "
-                                   "use consumer groups and commit offsets.  DIR/logs is the Kafka log dir, "
-                                   "DIR/controller the cluster metadata.  SIGTERM is a controlled shutdown.")
+def add_parsers(sub) -> None:
+    p = sub.add_parser("serve", help="run a Kafka-protocol broker on a data dir (embedded controller by default)",
+                       description="A broker on this engine that Kafka clients use: produce, fetch, consumer groups, "
+                                   "committed offsets.  Alone it runs an embedded controller; with --controller it "
+                                   "joins a cluster whose controller runs as `python -m storage controller`.  "
+                                   "DIR/logs is the Kafka log dir.  SIGTERM is a controlled shutdown.")
     p.add_argument("--data-dir", required=True, help="the broker's data directory (created if missing)")
     p.add_argument("--listen", default="127.0.0.1:9092", help="HOST:PORT to listen on (port 0: any free port)")
     p.add_argument("--node-id", type=int, default=1, help="this broker's node id (default 1)")
+    p.add_argument("--controller", metavar="HOST:PORT", help="the cluster's controller (default: embedded)")
     p.add_argument("--num-partitions", type=int, default=1, help="partitions of an auto-created topic")
     p.add_argument("--replication-factor", type=int, default=1, help="replication factor of an auto-created topic")
     p.add_argument("--no-auto-create-topics", action="store_true", help="Metadata does not create topics")
     p.add_argument("--offsets-partitions", type=int, default=50, help="partitions of __consumer_offsets")
     p.add_argument("--min-insync-replicas", type=int, default=1, help="the broker's min.insync.replicas")
+    p.add_argument("--replica-lag-time-max-ms", type=int, default=10_000,
+                   help="a follower this far behind leaves the ISR (Kafka's replica.lag.time.max.ms)")
     p.add_argument("--group-initial-rebalance-delay-ms", type=int, default=3000,
                    help="how long an empty group's first rebalance waits for more members (Kafka: 3000)")
     p.add_argument("--no-fsync", action="store_true", help="never fsync (tests only: a crash of the machine "
                                                           "loses acknowledged data)")
     p.add_argument("--log-level", default="INFO", help="logging level (default INFO)")
 
+    p = sub.add_parser("controller", help="run the controller of a multi-process cluster",
+                       description="The cluster's controller as its own process: broker registrations and "
+                                   "heartbeats, fencing, elections, AlterPartition, topics, producer ids, and the "
+                                   "metadata log brokers replay.  DIR/controller and DIR/metadata.")
+    p.add_argument("--data-dir", required=True, help="the controller's data directory (created if missing)")
+    p.add_argument("--listen", default="127.0.0.1:9093", help="HOST:PORT to listen on (port 0: any free port)")
+    p.add_argument("--min-insync-replicas", type=int, default=1,
+                   help="min.insync.replicas (KIP-966: ELR is kept above 1)")
+    p.add_argument("--session-timeout-ms", type=int, default=9000,
+                   help="a broker silent this long is fenced (Kafka's broker.session.timeout.ms)")
+    p.add_argument("--log-level", default="INFO", help="logging level (default INFO)")
+
+    p = sub.add_parser("cluster", help="start and supervise a local cluster: a controller and N brokers",
+                       description="Starts `storage controller` and N `storage serve` processes on loopback, "
+                                   "prints each one's node id, address and pid, and stops them all (SIGTERM, by "
+                                   "pid) on SIGTERM or Ctrl-C.")
+    p.add_argument("--brokers", type=int, default=3, help="how many brokers (default 3)")
+    p.add_argument("--data-dir", required=True, help="DIR/controller-data, DIR/broker-N")
+    p.add_argument("--base-port", type=int, default=9092, help="broker N listens on base+N-1, the controller "
+                                                                 "on base+100 (default 9092)")
+    p.add_argument("--min-insync-replicas", type=int, default=2, help="min.insync.replicas (default 2)")
+
 
 def _listen(text: str) -> tuple[str, int]:
     host, sep, port = text.rpartition(":")
     if not sep or not host or not port.isdigit():
-        raise UsageError(f"--listen must be HOST:PORT, not {text!r}")
+        raise UsageError(f"expected HOST:PORT, not {text!r}")
     return host, int(port)
 
 
+def _logging(level: str) -> None:
+    logging.basicConfig(level=level.upper(), stream=sys.stderr,
+                        format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+
+
 def cmd_serve(args) -> int:
-    from ..wire.node import Node
     from ..wire.server import run
 
     host, port = _listen(args.listen)
-    logging.basicConfig(level=args.log_level.upper(), stream=sys.stderr,
-                        format="%(asctime)s %(levelname)s %(name)s: %(message)s")
-    node = Node(args.data_dir, node_id=args.node_id, host=host, port=port, num_partitions=args.num_partitions,
-                replication_factor=args.replication_factor, auto_create_topics=not args.no_auto_create_topics,
-                offsets_partitions=args.offsets_partitions, min_insync_replicas=args.min_insync_replicas,
-                log_config=LogConfig(fsync=not args.no_fsync))
+    _logging(args.log_level)
+    options = dict(node_id=args.node_id, host=host, port=port, num_partitions=args.num_partitions,
+                   replication_factor=args.replication_factor, auto_create_topics=not args.no_auto_create_topics,
+                   offsets_partitions=args.offsets_partitions, min_insync_replicas=args.min_insync_replicas,
+                   log_config=LogConfig(fsync=not args.no_fsync))
+    if args.controller:
+        from ..wire.cluster_node import ClusterNode
+        node = ClusterNode(args.data_dir, controller=_listen(args.controller),
+                           replica_lag_time_max_ms=args.replica_lag_time_max_ms, **options)
+    else:
+        from ..wire.node import Node
+        node = Node(args.data_dir, **options)
 
     def ready(server) -> None:
         # One line on stdout for supervisors and tests: the node, its address and pid.
-        import os
         print(f"node {node.node_id} listening on {node.host}:{node.port} pid {os.getpid()}", flush=True)
 
     asyncio.run(run(node, initial_rebalance_delay_ms=args.group_initial_rebalance_delay_ms, ready=ready))
     return 0
+
+
+def cmd_controller(args) -> int:
+    from ..wire.controller_server import ControllerServer, run_controller
+
+    host, port = _listen(args.listen)
+    _logging(args.log_level)
+
+    async def main() -> None:
+        server = ControllerServer(args.data_dir, host, port, min_insync_replicas=args.min_insync_replicas,
+                                  session_timeout_ms=args.session_timeout_ms)
+
+        def ready(s) -> None:
+            print(f"controller {s.node_id} listening on {s.host}:{s.port} pid {os.getpid()}", flush=True)
+        await run_controller(server, ready)
+
+    asyncio.run(main())
+    return 0
+
+
+def cmd_cluster(args) -> int:
+    from .cluster import run_cluster
+    return run_cluster(args)

@@ -155,6 +155,8 @@ class ClientApis:
         while True:
             response = self.node.manager.handle(internal)
             self.node.pump()
+            if internal.replica_id >= 0:
+                self.notifier.notify()      # a follower's fetch may have moved the high watermark
             size = sum(len(p.records) for p in response.partitions)
             failed = any(p.error_code for p in response.partitions)
             remaining = deadline - asyncio.get_running_loop().time()

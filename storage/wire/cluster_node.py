@@ -1,0 +1,347 @@
+"""`ClusterNode`: a broker process of a multi-process cluster (`python -m storage serve
+--node-id N --controller HOST:PORT`), with the same interface as the embedded `Node`.
+
+As a KRaft broker does, it registers with the controller (BrokerRegistration, with the
+previous broker epoch from its clean-shutdown marker: KIP-966), replays the controller's
+metadata log (Fetch of `__cluster_metadata`) into a `MetadataImage`, and asks to be unfenced
+only once it has caught up with the log's end as of its registration: until then it acts on
+nothing the log says (the log still holds its previous incarnation's leaderships).  From then
+on every partition record naming it goes to the replica manager as it comes.  It heartbeats
+(BrokerHeartbeat), sends the manager's AlterPartition requests to the controller, and runs the
+ReplicaFetcher over TCP: Kafka's Fetch v16 with its broker epoch (KIP-903) and
+LastFetchedEpoch (KIP-320), OffsetForLeaderEpoch v4 and ListOffsets v7 to each partition's
+leader.  SIGTERM is the controlled shutdown of KIP-841: it asks the controller to move its
+leaderships away and waits for should_shut_down before closing the log dir.
+"""
+from __future__ import annotations
+
+import asyncio
+import logging
+import os
+import uuid
+
+from .. import errors
+from .. import metadata_records as mr
+from ..config import LogConfig
+from ..errors import Errors
+from ..logdir import LogDir
+from ..records import iter_batches
+from ..replication import messages as m
+from ..replication.replica import ReplicaManager
+from . import configs as topic_configs
+from .client import Peer, PeerError
+from .codec import UNSUPPORTED_VERSION
+from .configs import ConfigError
+from .controller_server import METADATA_TOPIC
+from .metadata import MetadataImage
+from .node import OFFSETS_TOPIC, topic_name_problem
+
+log = logging.getLogger("storage.wire")
+
+HEARTBEAT_INTERVAL_S = 0.5
+FETCH_MAX_WAIT_MS = 500
+_ = UNSUPPORTED_VERSION
+
+
+class ClusterNode:
+    def __init__(self, data_dir, *, node_id: int, host: str, port: int, controller: tuple[str, int],
+                 num_partitions: int = 1, replication_factor: int = 1, auto_create_topics: bool = True,
+                 offsets_partitions: int = 50, min_insync_replicas: int = 1, log_config: LogConfig | None = None,
+                 replica_lag_time_max_ms: int = 10_000):
+        self.data_dir = os.fspath(data_dir)
+        self.node_id, self.host, self.port = node_id, host, port
+        self.num_partitions, self.replication_factor = num_partitions, replication_factor
+        self.auto_create_topics, self.offsets_partitions = auto_create_topics, offsets_partitions
+        self.log_config = log_config or LogConfig()
+        self.cluster_id = "storage-cluster"
+        self.controller_address = controller
+        os.makedirs(self.data_dir, exist_ok=True)
+        self.logdir = LogDir.open(os.path.join(self.data_dir, "logs"), self.log_config, background=True)
+        self.manager = ReplicaManager(node_id, self.logdir, min_insync_replicas=min_insync_replicas,
+                                      replica_lag_time_max_ms=replica_lag_time_max_ms)
+        self.image = MetadataImage()
+        self.caught_up = False
+        self.metadata_offset = 0
+        self._catch_up_to = None
+        self._peers: dict[tuple[int, str], Peer] = {}
+        self._rpc = Peer(*controller)
+        self._tasks: list[asyncio.Task] = []
+        self._producer_ids = (0, 0)
+        self.notifier = None
+        self._stopping = False
+
+    # ---- the interface apis.py and groups.py use -----------------------------------------------
+    @property
+    def controller_id(self) -> int:
+        return self.node_id     # as KRaft brokers do: admin requests sent here are forwarded
+
+    def brokers(self) -> list[tuple[int, str, int]]:
+        return [(b.broker_id, b.host, b.port) for b in sorted(self.image.brokers.values(), key=lambda b: b.broker_id)
+                if not b.fenced]
+
+    def address_of(self, broker_id: int) -> tuple[str, int]:
+        b = self.image.brokers.get(broker_id)
+        return (b.host, b.port) if b is not None else ("", -1)
+
+    def partition_state(self, topic: str, partition: int):
+        return self.image.partitions.get((topic, partition))
+
+    def partitions_of(self, topic: str) -> list:
+        return sorted((s for key, s in self.image.partitions.items() if key[0] == topic), key=lambda s: s.partition)
+
+    def topic_names(self) -> list[str]:
+        return sorted(self.image.topic_ids)
+
+    def topic_id(self, topic: str) -> int:
+        return self.image.topic_ids.get(topic, 0)
+
+    def topic_by_id(self, topic_id: int) -> str | None:
+        return self.image.topic_name(topic_id)
+
+    def topic_configs(self, topic: str) -> dict[str, str]:
+        return dict(self.image.configs.get(topic, {}))
+
+    async def create_topic(self, name: str, num_partitions: int = -1, replication_factor: int = -1,
+                           configs: dict[str, str] | None = None, *, validate_only: bool = False):
+        problem = topic_name_problem(name)
+        if problem:
+            return Errors.INVALID_TOPIC_EXCEPTION, problem
+        body = {"topics": [{"name": name, "num_partitions": self.num_partitions if num_partitions == -1 else num_partitions,
+                            "replication_factor": self.replication_factor if replication_factor == -1
+                            else replication_factor, "assignments": [],
+                            "configs": [{"name": k, "value": v} for k, v in (configs or {}).items()]}],
+                "timeout": 30_000, "validate_only": validate_only}
+        try:
+            answer = (await self._rpc.call(19, 7, body)).topics[0]
+        except PeerError as exc:
+            log.warning("CreateTopics %s: %s", name, exc)
+            return Errors.REQUEST_TIMED_OUT, str(exc)
+        if answer.error_code == Errors.NONE:
+            await self._await_metadata(lambda: self.partitions_of(name))
+        return int(answer.error_code), answer.error_message
+
+    async def ensure_offsets_topic(self) -> None:
+        if OFFSETS_TOPIC not in self.image.topic_ids:
+            await self.create_topic(OFFSETS_TOPIC, self.offsets_partitions, min(self.replication_factor, 3),
+                                    {"cleanup.policy": "compact", "segment.bytes": str(100 << 20)})
+
+    async def delete_topic(self, name: str) -> int:
+        try:
+            answer = await self._rpc.call(20, 6, {"topics": [{"name": name, "topic_id": 0}], "timeout": 30_000})
+        except PeerError:
+            return Errors.REQUEST_TIMED_OUT
+        await self._await_metadata(lambda: name not in self.image.topic_ids)
+        return int(answer.responses[0].error_code)
+
+    async def next_producer_id(self) -> int:
+        first, end = self._producer_ids
+        if first >= end:
+            answer = await self._rpc.call(67, 0, {"broker_id": self.node_id, "broker_epoch": self.manager.broker_epoch})
+            if answer.error_code:
+                raise errors.StorageError(f"AllocateProducerIds: error {int(answer.error_code)}")
+            first, end = answer.producer_id_start, answer.producer_id_start + answer.producer_id_len
+        self._producer_ids = (first + 1, end)
+        return first
+
+    async def _await_metadata(self, done, timeout_s: float = 10.0) -> None:
+        deadline = asyncio.get_running_loop().time() + timeout_s
+        while not done() and asyncio.get_running_loop().time() < deadline:
+            await asyncio.sleep(0.02)
+
+    # ---- life cycle ----------------------------------------------------------------------------
+    async def start(self, notifier) -> None:
+        self.notifier = notifier
+        await self._register()
+        self._tasks = [asyncio.create_task(self._metadata_loop()), asyncio.create_task(self._heartbeat_loop()),
+                       asyncio.create_task(self._fetcher_loop())]
+        await self._await_metadata(lambda: self.caught_up, timeout_s=30)
+
+    async def _register(self) -> None:
+        previous = self.logdir.previous_broker_epoch
+        body = {"broker_id": self.node_id, "cluster_id": self.cluster_id, "incarnation_id": uuid.uuid4(),
+                "listeners": [{"name": "PLAINTEXT", "host": self.host, "port": self.port, "security_protocol": 0}],
+                "features": [], "rack": None, "is_migrating_zk_broker": False, "log_dirs": [],
+                "previous_broker_epoch": previous}
+        for attempt in range(60):
+            try:
+                answer = await self._rpc.call(62, 3, body)
+                if answer.error_code == Errors.NONE:
+                    break
+                log.warning("registration refused: error %d", int(answer.error_code))
+            except PeerError as exc:
+                log.warning("registration: %s (attempt %d)", exc, attempt + 1)
+            await asyncio.sleep(0.5)
+        else:
+            raise errors.StorageError("the controller did not register this broker")
+        self.manager.broker_epoch = self.logdir.broker_epoch = answer.broker_epoch
+        log.info("node %d registered with broker epoch %d (previous %d)", self.node_id, answer.broker_epoch, previous)
+
+    async def tick(self) -> None:
+        self.manager.tick()
+        self.pump()
+
+    def pump(self) -> None:
+        for request in self.manager.take_alter_partition_requests():
+            asyncio.get_running_loop().create_task(self._alter_partition(request))
+
+    async def shutdown(self) -> None:
+        """Controlled shutdown (KIP-841), bounded: then the log dir closes cleanly."""
+        self._stopping = True
+        deadline = asyncio.get_running_loop().time() + 15
+        while asyncio.get_running_loop().time() < deadline and not self.logdir.offline:
+            try:
+                answer = await self._rpc.call(63, 1, self._heartbeat_body(want_shut_down=True), timeout_s=2)
+                if answer.should_shut_down:
+                    break
+            except PeerError:
+                break
+            await asyncio.sleep(0.2)
+        for task in self._tasks:
+            task.cancel()
+        self.manager.shutdown()
+
+    # ---- the metadata log ----------------------------------------------------------------------
+    async def _metadata_loop(self) -> None:
+        peer = Peer(*self.controller_address, timeout_s=FETCH_MAX_WAIT_MS / 1000 + 10)
+        while True:
+            body = {"replica_id": -1, "max_wait": FETCH_MAX_WAIT_MS, "min_bytes": 1, "max_bytes": 8 << 20,
+                    "isolation_level": 0, "session_id": 0, "session_epoch": -1, "rack_id": "",
+                    "forgotten_topics_data": [], "topics": [{"topic": METADATA_TOPIC, "partitions": [
+                        {"partition": 0, "current_leader_epoch": -1, "fetch_offset": self.metadata_offset,
+                         "last_fetched_epoch": -1, "log_start_offset": -1, "partition_max_bytes": 8 << 20}]}]}
+            try:
+                answer = await peer.call(1, 12, body)
+            except PeerError as exc:
+                log.warning("metadata fetch: %s", exc)
+                await asyncio.sleep(0.5)
+                continue
+            part = answer.responses[0].partitions[0]
+            self._replay(part.records or b"")
+            if self._catch_up_to is None:
+                self._catch_up_to = part.high_watermark
+            if not self.caught_up and self.metadata_offset >= self._catch_up_to:
+                self.caught_up = True
+                log.info("node %d caught up with the metadata log at offset %d", self.node_id, self.metadata_offset)
+                self._apply_all()
+
+    def _replay(self, records: bytes) -> None:
+        for batch in iter_batches(records):
+            for record in batch.records():
+                api_key, _, fields = mr.decode(record.value)
+                change = self.image.apply(api_key, fields)
+                self.metadata_offset = record.offset + 1
+                if self.caught_up:
+                    self._apply(change)
+        if self.caught_up:
+            self.pump()
+            if self.notifier is not None:
+                self.notifier.notify()
+
+    def _apply_all(self) -> None:
+        self._broker_update()
+        for name in self.image.topic_ids:
+            self._apply(("topic", name))
+        for key in list(self.image.partitions):
+            self._apply(("partition", key))
+        self.pump()
+
+    def _broker_update(self) -> None:
+        self.manager.apply_metadata(m.MetadataUpdate(self.manager.controller_epoch, {
+            b.broker_id: m.BrokerInfo(b.broker_id, b.broker_epoch, b.fenced, b.in_controlled_shutdown)
+            for b in self.image.brokers.values()}))
+
+    def _apply(self, change: tuple) -> None:
+        kind = change[0]
+        if kind == "broker":
+            self._broker_update()
+        elif kind == "topic":
+            name, configs = change[1], self.image.configs.get(change[1], {})
+            try:
+                self.logdir.topic_configs[name] = topic_configs.log_config(self.log_config, configs)
+            except ConfigError as exc:
+                log.error("topic %s keeps the default configs: %s", name, exc)
+            if "min.insync.replicas" in configs:
+                self.manager.topic_min_isr[name] = int(configs["min.insync.replicas"])
+        elif kind == "partition":
+            state = self.image.partitions.get(change[1])
+            if state is not None and (self.node_id in state.replicas or change[1] in self.manager.partitions):
+                self.manager.handle(m.LeaderAndIsrRequest(-1, self.manager.controller_epoch, [state.copy()]))
+        elif kind == "removed":
+            self.manager.handle(m.StopReplicaRequest(-1, self.manager.controller_epoch, -1, [
+                m.StopReplicaPartition(t, p, m.EPOCH_DURING_DELETE, True) for t, p in change[2]]))
+            self.logdir.topic_configs.pop(change[1], None)
+
+    # ---- heartbeats and AlterPartition ---------------------------------------------------------
+    def _heartbeat_body(self, *, want_shut_down: bool = False) -> dict:
+        return {"broker_id": self.node_id, "broker_epoch": self.manager.broker_epoch,
+                "current_metadata_offset": self.metadata_offset - 1, "want_fence": not self.caught_up,
+                "want_shut_down": want_shut_down, "offline_log_dirs": []}
+
+    async def _heartbeat_loop(self) -> None:
+        while not self._stopping:
+            try:
+                answer = await self._rpc.call(63, 1, self._heartbeat_body(), timeout_s=5)
+                if answer.error_code:
+                    log.warning("heartbeat refused: error %d", int(answer.error_code))
+            except PeerError as exc:
+                log.warning("heartbeat: %s", exc)
+            await asyncio.sleep(HEARTBEAT_INTERVAL_S)
+
+    async def _alter_partition(self, request: m.AlterPartitionRequest) -> None:
+        topic_id = self.topic_id(request.topic)
+        body = {"broker_id": request.broker_id, "broker_epoch": request.broker_epoch, "topics": [{
+            "topic_id": topic_id, "partitions": [{
+                "partition_index": request.partition, "leader_epoch": request.leader_epoch,
+                "new_isr_with_epochs": [{"broker_id": e.broker_id, "broker_epoch": e.broker_epoch}
+                                        for e in request.new_isr_with_epochs],
+                "leader_recovery_state": request.leader_recovery_state,
+                "partition_epoch": request.partition_epoch}]}]}
+        try:
+            answer = await self._rpc.call(56, 3, body)
+        except PeerError as exc:
+            log.warning("AlterPartition %s-%d: %s", request.topic, request.partition, exc)
+            return          # the request stays in flight; the manager resends it (retry_alter_partition)
+        p = answer.topics[0].partitions[0] if answer.topics else None
+        code = int(answer.error_code) or (int(p.error_code) if p is not None else Errors.UNKNOWN_SERVER_ERROR)
+        response = m.AlterPartitionResponse(code, request.topic, request.partition)
+        if p is not None and not code:
+            response = m.AlterPartitionResponse(Errors.NONE, request.topic, request.partition, p.leader_id,
+                                                p.leader_epoch, list(p.isr), p.leader_recovery_state, p.partition_epoch)
+        self.manager.handle_alter_partition_response(request, response)
+        self.pump()
+
+    # ---- the replica fetcher over TCP ----------------------------------------------------------
+    async def _fetcher_loop(self) -> None:
+        while not self._stopping:
+            if self.caught_up and not self.logdir.offline:
+                for leader, request in self.manager.fetcher.poll():
+                    asyncio.get_running_loop().create_task(self._replicate(leader, request))
+            await asyncio.sleep(0.01)
+
+    def _peer(self, leader: int, purpose: str) -> Peer | None:
+        host, port = self.address_of(leader)
+        if port < 0:
+            return None
+        peer = self._peers.get((leader, purpose))
+        if peer is None or (peer.host, peer.port) != (host, port):
+            peer = self._peers[(leader, purpose)] = Peer(host, port, timeout_s=FETCH_MAX_WAIT_MS / 1000 + 10)
+        return peer
+
+    async def _replicate(self, leader: int, request) -> None:
+        from .replication_rpc import exchange
+        peer = self._peer(leader, type(request).__name__)
+        try:
+            if peer is None:
+                raise PeerError(f"no address for broker {leader}")
+            response = await exchange(self, peer, request)
+        except PeerError as exc:
+            log.debug("replication request to %d failed: %s", leader, exc)
+            self.manager.fetcher.handle_failure(leader, request)
+            return
+        try:
+            self.manager.fetcher.handle_response(leader, request, response)
+        except errors.LogDirOfflineError:
+            self.manager.go_offline()
+        self.pump()
+        if self.notifier is not None:
+            self.notifier.notify()

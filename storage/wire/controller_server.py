@@ -1,0 +1,233 @@
+"""`python -m storage controller`: the cluster's controller as its own process (KRaft-style).
+
+The `Controller` model (storage/replication/controller.py) keeps the metadata in LMDB and
+validates every change; this process serves its RPCs over Kafka's protocol --
+BrokerRegistration, BrokerHeartbeat (fencing, controlled shutdown, KIP-841), AlterPartition
+(KIP-497 validation, KIP-903 broker epochs), CreateTopics, DeleteTopics, AllocateProducerIds --
+and writes every change as Kafka's metadata records to its metadata log, `__cluster_metadata-0`
+(a partition of this engine, flushed before any answer), which brokers replay by fetching it
+(Fetch v12-16).  Brokers that stop heartbeating for the session timeout are fenced and lose
+their leaderships and ISR places.  On start the whole current state is written once more, so
+the log's end always holds the controller's state.
+
+Lay-out of `--data-dir DIR`: DIR/controller (the LMDB store), DIR/metadata (the metadata log's
+log dir).
+"""
+from __future__ import annotations
+
+import asyncio
+import logging
+import os
+import signal
+import uuid
+
+from .. import errors
+from ..clock import monotonic_ms
+from ..config import LogConfig
+from ..errors import Errors
+from ..logdir import LogDir
+from ..records import build_batch
+from ..replication import messages as m
+from ..replication.controller import Controller
+from . import codec
+from . import configs as topic_configs
+from .apis import Notifier
+from .codec import ms
+from .metadata import MetadataImage, records_for
+from .node import topic_name_problem
+from .server import FrameServer
+
+log = logging.getLogger("storage.wire")
+
+METADATA_TOPIC = "__cluster_metadata"
+METADATA_TOPIC_ID = 1                    # Kafka's fixed id of the metadata topic (Uuid.METADATA_TOPIC_ID)
+PRODUCER_ID_BLOCK = 1_000
+
+
+class ControllerServer(FrameServer):
+    def __init__(self, data_dir, host: str, port: int, *, node_id: int = 3000, min_insync_replicas: int = 1,
+                 session_timeout_ms: int = 9_000, unclean_leader_election: bool = False):
+        super().__init__(codec.CONTROLLER_SUPPORTED)
+        self.node_id, self.host, self.port = node_id, host, port
+        self.session_timeout_ms = session_timeout_ms
+        os.makedirs(data_dir, exist_ok=True)
+        self.controller = Controller(os.path.join(data_dir, "controller"), controller_id=node_id,
+                                     min_insync_replicas=min_insync_replicas,
+                                     unclean_leader_election=unclean_leader_election)
+        self.logdir = LogDir.open(os.path.join(data_dir, "metadata"), LogConfig())
+        self.log = self.logdir.partition(METADATA_TOPIC, 0)
+        self.image = MetadataImage()
+        self.endpoints: dict[int, tuple[str, int]] = {
+            int(b): tuple(a) for b, a in (self.controller.store.get_document("endpoints") or {}).items()}
+        self.last_heartbeat: dict[int, int] = {b: monotonic_ms() for b in self.controller.brokers}
+        self.notifier = Notifier()
+        self.handlers = {1: self.fetch, 18: self.api_versions, 19: self.create_topics, 20: self.delete_topics,
+                         56: self.alter_partition, 62: self.register, 63: self.heartbeat,
+                         67: self.allocate_producer_ids}
+        self._ticker: asyncio.Task | None = None
+
+    # ---- the metadata log ----
+    def sync(self) -> None:
+        """Append what changed as one batch of metadata records, flushed, then wake fetchers."""
+        self.controller.take_outbox()           # the log replaces the in-process messages
+        values = records_for(self.controller, self.image, self.endpoints)
+        if not values:
+            return
+        epoch = max(self.controller.controller_epoch, 0)
+        self.log.append_as_leader(build_batch([(None, v) for v in values]), epoch, origin="coordinator")
+        self.log.flush()
+        self.log.update_high_watermark(self.log.log_end_offset)
+        self.notifier.notify()
+
+    async def start(self) -> None:
+        self.port = await self.listen(self.host, self.port)
+        self.sync()
+        self._ticker = asyncio.create_task(self._tick())
+        log.info("controller %d listening on %s:%d (metadata log end %d)", self.node_id, self.host, self.port,
+                 self.log.log_end_offset)
+
+    async def _tick(self) -> None:
+        while True:
+            await asyncio.sleep(0.1)
+            now = monotonic_ms()
+            for b, r in list(self.controller.brokers.items()):
+                if not r.fenced and now - self.last_heartbeat.get(b, now) > self.session_timeout_ms:
+                    log.warning("broker %d missed its heartbeats for %d ms: fenced", b, self.session_timeout_ms)
+                    self.controller.fence_broker(b)
+            self.sync()
+
+    async def close(self) -> None:
+        if self._ticker is not None:
+            self._ticker.cancel()
+        self.stop_listening()
+        self.controller.close()
+        self.logdir.close()
+
+    # ---- APIs ----
+    async def api_versions(self, header, request) -> dict:
+        from .apis import ClientApis
+        return ClientApis.api_versions_body(Errors.NONE, self.supported)
+
+    async def fetch(self, header, request) -> dict:
+        """The metadata log, for brokers replaying it (long poll up to max_wait)."""
+        deadline = asyncio.get_running_loop().time() + min(ms(request.max_wait), 5_000) / 1000
+        parts = [(t, p) for t in request.topics for p in t.partitions]
+        while True:
+            answers, size = [], 0
+            for t, p in parts:
+                name = getattr(t, "topic", None)
+                ok = (name == METADATA_TOPIC or int(getattr(t, "topic_id", 0) or 0) == METADATA_TOPIC_ID) \
+                    and p.partition == 0
+                records = b""
+                if ok and p.fetch_offset < self.log.log_end_offset:
+                    records = bytes(self.log.read(p.fetch_offset, p.partition_max_bytes))
+                size += len(records)
+                answers.append((t, {"partition_index": p.partition,
+                                    "error_code": Errors.NONE if ok else Errors.UNKNOWN_TOPIC_OR_PARTITION,
+                                    "high_watermark": self.log.high_watermark, "last_stable_offset": self.log.high_watermark,
+                                    "log_start_offset": self.log.log_start_offset, "aborted_transactions": None,
+                                    "preferred_read_replica": -1, "records": records}))
+            remaining = deadline - asyncio.get_running_loop().time()
+            if size >= request.min_bytes or remaining <= 0:
+                break
+            await self.notifier.wait(remaining)
+        return {"error_code": Errors.NONE, "session_id": 0, "responses": [
+            {"topic": METADATA_TOPIC, "topic_id": METADATA_TOPIC_ID, "partitions": [a]} for _, a in answers]}
+
+    async def register(self, header, request) -> dict:
+        incarnation = uuid.UUID(int=int(request.incarnation_id)).hex
+        listener = request.listeners[0] if request.listeners else None
+        if listener is not None:
+            self.endpoints[request.broker_id] = (listener.host, listener.port)
+            self.controller.store.put_document("endpoints", {str(b): list(a) for b, a in self.endpoints.items()})
+        response = self.controller.register_broker(m.BrokerRegistrationRequest(
+            request.broker_id, incarnation, getattr(request, "previous_broker_epoch", -1)))
+        self.last_heartbeat[request.broker_id] = monotonic_ms()
+        self.sync()
+        log.info("broker %d registered (epoch %d, previous %d) at %s", request.broker_id, response.broker_epoch,
+                 getattr(request, "previous_broker_epoch", -1), self.endpoints.get(request.broker_id))
+        return {"error_code": response.error_code, "broker_epoch": response.broker_epoch}
+
+    async def heartbeat(self, header, request) -> dict:
+        self.last_heartbeat[request.broker_id] = monotonic_ms()
+        response = self.controller.heartbeat(m.BrokerHeartbeatRequest(
+            request.broker_id, request.broker_epoch, want_fence=request.want_fence,
+            want_shut_down=request.want_shut_down))
+        self.sync()
+        return {"error_code": response.error_code, "is_caught_up": True, "is_fenced": response.is_fenced,
+                "should_shut_down": response.should_shut_down}
+
+    async def alter_partition(self, header, request) -> dict:
+        topics = []
+        for t in request.topics:
+            name = self.image.topic_name(int(t.topic_id))
+            parts = []
+            for p in t.partitions:
+                internal = m.AlterPartitionRequest(
+                    request.broker_id, request.broker_epoch, name or "", p.partition_index, p.leader_epoch,
+                    [m.BrokerEpoch(e.broker_id, e.broker_epoch) for e in p.new_isr_with_epochs],
+                    getattr(p, "leader_recovery_state", 0), p.partition_epoch)
+                r = self.controller.handle_alter_partition(internal)
+                if name is None:
+                    r = m.AlterPartitionResponse(Errors.UNKNOWN_TOPIC_ID, "", p.partition_index)
+                parts.append({"partition_index": p.partition_index, "error_code": r.error_code,
+                              "leader_id": r.leader_id, "leader_epoch": r.leader_epoch, "isr": list(r.isr),
+                              "leader_recovery_state": r.leader_recovery_state, "partition_epoch": r.partition_epoch})
+            topics.append({"topic_id": t.topic_id, "partitions": parts})
+        self.sync()
+        return {"error_code": Errors.NONE, "topics": topics}
+
+    def _create(self, name: str, partitions: int, replication: int, configs: dict) -> tuple[int, str | None]:
+        problem = topic_name_problem(name)
+        if problem:
+            return Errors.INVALID_TOPIC_EXCEPTION, problem
+        try:
+            topic_configs.log_config(LogConfig(), configs)
+        except topic_configs.ConfigError as exc:
+            return Errors.INVALID_CONFIG, str(exc)
+        return self.controller.create_topic(name, partitions, replication, configs), None
+
+    async def create_topics(self, header, request) -> dict:
+        out = []
+        for t in request.topics:
+            configs = {c.name: c.value for c in t.configs}
+            code, message = self._create(t.name, t.num_partitions, t.replication_factor, configs)
+            topic = self.controller.topics.get(t.name)
+            parts = [s for key, s in self.controller.partitions.items() if key[0] == t.name]
+            out.append({"name": t.name, "topic_id": int(topic["topic_id"], 16) if topic else 0, "error_code": code,
+                        "error_message": message, "num_partitions": len(parts) or -1,
+                        "replication_factor": len(parts[0].replicas) if parts else -1, "configs": []})
+        self.sync()
+        return {"topics": out}
+
+    async def delete_topics(self, header, request) -> dict:
+        names = [t.name for t in request.topics] if getattr(request, "topics", None) is not None \
+            else list(request.topic_names)
+        out = [{"name": n, "topic_id": 0, "error_code": self.controller.delete_topic(n), "error_message": None}
+               for n in names]
+        self.sync()
+        return {"responses": out}
+
+    async def allocate_producer_ids(self, header, request) -> dict:
+        r = self.controller.brokers.get(request.broker_id)
+        if r is None or r.broker_epoch != request.broker_epoch:
+            return {"error_code": Errors.STALE_BROKER_EPOCH, "producer_id_start": -1, "producer_id_len": 0}
+        first = self.controller.allocate_producer_ids(PRODUCER_ID_BLOCK)
+        return {"error_code": Errors.NONE, "producer_id_start": first, "producer_id_len": PRODUCER_ID_BLOCK}
+
+
+async def run_controller(server: ControllerServer, ready=None) -> None:
+    loop = asyncio.get_running_loop()
+    for sig in (signal.SIGTERM, signal.SIGINT):
+        loop.add_signal_handler(sig, server.request_stop)
+    try:
+        await server.start()
+        if ready is not None:
+            ready(server)
+        await server.serve_until_stopped()
+    finally:
+        await server.close()
+
+
+def storage_error(exc: BaseException) -> bool:
+    return isinstance(exc, errors.StorageError)
