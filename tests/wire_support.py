@@ -13,15 +13,16 @@ import time
 from pathlib import Path
 
 README = Path(__file__).resolve().parent.parent / "README.md"
-_READY = re.compile(r"node (\d+) listening on ([\d.]+):(\d+) pid (\d+)")
+_READY = re.compile(r"(?:node|controller) (\d+) listening on ([\d.]+):(\d+) pid (\d+)")
 
 
 class Broker:
-    """One broker process on `data_dir`."""
+    """One broker process on `data_dir` (`command` "controller": a controller process)."""
 
-    def __init__(self, data_dir, *extra: str):
+    def __init__(self, data_dir, *extra: str, command: str = "serve"):
         self.data_dir = str(data_dir)
         self.extra = extra
+        self.command = command
         self.proc: subprocess.Popen | None = None
         self.log_path = os.path.join(self.data_dir + ".stderr")
         self.host, self.port, self.pid = "127.0.0.1", 0, 0
@@ -33,10 +34,11 @@ class Broker:
     def start(self, timeout: float = 30.0) -> "Broker":
         listen = f"127.0.0.1:{self.port}"          # the same port again after a restart
         stderr = open(self.log_path, "ab")
+        options = ["--group-initial-rebalance-delay-ms", "0", "--offsets-partitions", "5", "--no-fsync"] \
+            if self.command == "serve" else []
         self.proc = subprocess.Popen(
-            [sys.executable, "-m", "storage", "serve", "--data-dir", self.data_dir, "--listen", listen,
-             "--group-initial-rebalance-delay-ms", "0", "--offsets-partitions", "5", "--no-fsync",
-             "--log-level", os.environ.get("STORAGE_WIRE_LOG_LEVEL", "INFO"), *self.extra],
+            [sys.executable, "-m", "storage", self.command, "--data-dir", self.data_dir, "--listen", listen,
+             *options, "--log-level", os.environ.get("STORAGE_WIRE_LOG_LEVEL", "INFO"), *self.extra],
             stdout=subprocess.PIPE, stderr=stderr, text=True)
         stderr.close()
         deadline = time.monotonic() + timeout

@@ -120,6 +120,8 @@ class ClientApis:
             return None
         items = []
         for r in answers:
+            if r.error_code == Errors.NONE and r.base_offset < 0:
+                log.warning("produce to %s-%d answered without an offset", r.topic, r.partition)
             plog = self.node.logdir.logs().get((r.topic, r.partition))
             items.append((r.topic, {"index": r.partition, "error_code": r.error_code, "base_offset": r.base_offset,
                                     "log_start_offset": plog.log_start_offset if plog is not None else -1,

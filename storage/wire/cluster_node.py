@@ -69,6 +69,7 @@ class ClusterNode:
         self._producer_ids = (0, 0)
         self.notifier = None
         self._stopping = False
+        self._unfenced = False
 
     # ---- the interface apis.py and groups.py use -----------------------------------------------
     @property
@@ -155,6 +156,8 @@ class ClusterNode:
         self._tasks = [asyncio.create_task(self._metadata_loop()), asyncio.create_task(self._heartbeat_loop()),
                        asyncio.create_task(self._fetcher_loop())]
         await self._await_metadata(lambda: self.caught_up, timeout_s=30)
+        # Serving starts unfenced: the heartbeat after catching up asks for it.
+        await self._await_metadata(lambda: self._unfenced, timeout_s=30)
 
     async def _register(self) -> None:
         previous = self.logdir.previous_broker_epoch
@@ -283,9 +286,11 @@ class ClusterNode:
                 answer = await self._rpc.call(63, 1, self._heartbeat_body(), timeout_s=5)
                 if answer.error_code:
                     log.warning("heartbeat refused: error %d", int(answer.error_code))
+                else:
+                    self._unfenced = not answer.is_fenced
             except PeerError as exc:
                 log.warning("heartbeat: %s", exc)
-            await asyncio.sleep(HEARTBEAT_INTERVAL_S)
+            await asyncio.sleep(HEARTBEAT_INTERVAL_S if self._unfenced else 0.05)
 
     async def _alter_partition(self, request: m.AlterPartitionRequest) -> None:
         topic_id = self.topic_id(request.topic)
