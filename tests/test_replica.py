@@ -730,6 +730,24 @@ def test_produce_acks_all_answers_when_high_watermark_passes(make_manager):
     assert (answer.error_code, answer.base_offset) == (Errors.NONE, 0)
 
 
+def test_a_retried_batch_below_the_high_watermark_is_answered_at_once(make_manager):
+    """Kafka's tryCompleteElseWatch: an idempotent producer retries a batch (its answer was
+    lost, e.g. in a leader change); the leader finds the duplicate, and its offsets are already
+    below the high watermark -- the acks=all answer must come now, not when the high watermark
+    next moves (found by the multi-process cluster test: a 30 s stall, then REQUEST_TIMED_OUT)."""
+    leader = make_manager(1)
+    leader.apply_partition_state(state(1, 2, [1, 2], replicas=(1, 2)))
+    batch = build_batch([b"a", b"b"], producer_id=7, producer_epoch=0, base_sequence=0)
+    first = []
+    leader.handle_produce(ProduceRequest(TOPIC, 0, batch, -1), first.append)
+    fetch(leader, 2, 2, current_epoch=2)                       # the follower has it: HW 2
+    assert [(a.error_code, a.base_offset) for a in first] == [(Errors.NONE, 0)]
+    retried = []
+    assert leader.handle_produce(ProduceRequest(TOPIC, 0, batch, -1), retried.append) is None
+    assert [(a.error_code, a.base_offset) for a in retried] == [(Errors.NONE, 0)]
+    assert log_of(leader).log_end_offset == 2                  # nothing written twice
+
+
 def test_produce_acks_all_needs_min_isr(make_manager):
     leader = make_manager(1, min_insync_replicas=2)
     leader.apply_partition_state(state(1, 2, [1], replicas=(1, 2)))

@@ -11,7 +11,9 @@
 Every process is stopped by its pid at the end, whatever happens."""
 from __future__ import annotations
 
+import os
 import random
+import re
 import threading
 import time
 
@@ -212,3 +214,61 @@ def test_jepsen_kill_leaders_and_followers_no_acknowledged_record_lost(cluster):
     cluster.stop()
     cluster.assert_replicas_identical("jepsen")
     assert any(kind == "leader" for _, kind in kills), kills
+
+
+def test_sigterm_moves_leadership_away_before_the_broker_stops(cluster):
+    """KIP-841: a SIGTERM'd broker asks the controller to take its leaderships and waits for
+    should_shut_down; its partitions have another leader before the process exits, and the
+    restarted broker registers with the epoch its clean-shutdown marker kept (KIP-966)."""
+    cluster.create("calm", 3)
+    victim = cluster.partitions("calm")[0].leader
+    producer = Producer(cluster.bootstrap, "calm")
+    producer.start()
+    time.sleep(1.0)
+    assert cluster.brokers[victim].stop() == 0
+    parts = cluster.partitions("calm")
+    assert all(p.leader not in (victim, -1) for p in parts.values()), [(p.id, p.leader) for p in parts.values()]
+    cluster.brokers[victim].start()
+    cluster.wait_in_sync("calm")
+    producer.stopping.set()
+    producer.join(120)
+    assert producer.acked and not producer.failed, producer.failed[:3]
+    check_acked_exactly_once(producer.acked, cluster.read_all("calm"))
+    log = cluster.brokers[victim].stderr()
+    first_epoch = int(re.search(r"registered with broker epoch (\d+) \(previous -1\)", log).group(1))
+    assert f"(previous {first_epoch})" in log                 # the clean shutdown kept its epoch
+    cluster.stop()
+    cluster.assert_replicas_identical("calm")
+
+
+def test_storage_cluster_command_starts_and_stops_every_process(tmp_path):
+    import signal
+    import socket
+    import subprocess
+    import sys
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        base = s.getsockname()[1]
+    if base + 100 > 65535:
+        base -= 200
+    proc = subprocess.Popen([sys.executable, "-m", "storage", "cluster", "--brokers", "2", "--data-dir",
+                             str(tmp_path / "c"), "--base-port", str(base), "--min-insync-replicas", "1"],
+                            stdout=subprocess.PIPE, text=True)
+    try:
+        lines = [proc.stdout.readline() for _ in range(4)]
+        assert lines[0].startswith("controller 3000 at 127.0.0.1:") and " pid " in lines[0], lines
+        assert lines[1].startswith(f"broker 1 at 127.0.0.1:{base} pid"), lines
+        assert lines[2].startswith(f"broker 2 at 127.0.0.1:{base + 1} pid"), lines
+        assert "cluster up: bootstrap.servers=" in lines[3], lines
+        pids = [int(line.rsplit("pid ", 1)[1].split()[0]) for line in lines[:3]]
+        os.kill(proc.pid, signal.SIGTERM)
+        assert proc.wait(60) == 0
+        assert "cluster stopped" in proc.stdout.read()
+        for pid in pids:
+            with pytest.raises(ProcessLookupError):
+                os.kill(pid, 0)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait(10)
+        proc.stdout.close()

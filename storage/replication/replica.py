@@ -578,7 +578,10 @@ class ReplicaManager:
             raise ValueError("acks=-1 needs a callback: the answer comes when the high watermark moves")
         self._delayed.append(_DelayedProduce(p.topic, p.partition, info.last_offset + 1, info.first_offset, callback,
                                              self.clock() + self.produce_timeout_ms))
-        self._maybe_increment_high_watermark(p)
+        if not self._maybe_increment_high_watermark(p):
+            # Kafka's tryCompleteElseWatch: a retried batch (a duplicate, answered with its first
+            # offsets) may already be below the high watermark, which then need not move again.
+            self._complete_delayed(p)
         return None
 
     # ---- WriteTxnMarkers (from a transaction coordinator) ------------------------------------------
@@ -615,7 +618,8 @@ class ReplicaManager:
         if waiting[0] == 0:
             callback(response)
         for p in touched.values():
-            self._maybe_increment_high_watermark(p)
+            if not self._maybe_increment_high_watermark(p):
+                self._complete_delayed(p)
         return None
 
     def _append_marker(self, marker: TxnMarker, topic: str, partition: int):

@@ -187,8 +187,9 @@ class ClusterNode:
         for request in self.manager.take_alter_partition_requests():
             asyncio.get_running_loop().create_task(self._alter_partition(request))
 
-    async def shutdown(self) -> None:
-        """Controlled shutdown (KIP-841), bounded: then the log dir closes cleanly."""
+    async def controlled_shutdown(self) -> None:
+        """KIP-841, bounded: ask the controller to move this broker's leaderships away and wait
+        for should_shut_down; the metadata log brings the new leaders meanwhile."""
         self._stopping = True
         deadline = asyncio.get_running_loop().time() + 15
         while asyncio.get_running_loop().time() < deadline and not self.logdir.offline:
@@ -198,7 +199,10 @@ class ClusterNode:
                     break
             except PeerError:
                 break
-            await asyncio.sleep(0.2)
+            await asyncio.sleep(0.1)
+        await asyncio.sleep(FETCH_MAX_WAIT_MS / 1000)     # the last metadata fetch lands
+
+    async def shutdown(self) -> None:
         for task in self._tasks:
             task.cancel()
         self.manager.shutdown()
@@ -343,10 +347,19 @@ class ClusterNode:
             log.debug("replication request to %d failed: %s", leader, exc)
             self.manager.fetcher.handle_failure(leader, request)
             return
+        except Exception:
+            log.exception("replication request to %d failed", leader)
+            self.manager.fetcher.handle_failure(leader, request)
+            return
         try:
             self.manager.fetcher.handle_response(leader, request, response)
         except errors.LogDirOfflineError:
             self.manager.go_offline()
+        except Exception:
+            # The fetcher's state must not stay "in flight" (it would stall for the request
+            # timeout): the partitions back off and fetch again.
+            log.exception("applying the answer of broker %d failed", leader)
+            self.manager.fetcher.handle_failure(leader, request)
         self.pump()
         if self.notifier is not None:
             self.notifier.notify()

@@ -233,14 +233,16 @@ class Node:
         return first
 
     # ---- shutdown ----
+    async def controlled_shutdown(self) -> None:
+        """KIP-841: the controller takes this broker out of leadership and the ISRs it can leave."""
+        if not self.logdir.offline:
+            self.controller.heartbeat(BrokerHeartbeatRequest(self.node_id, self.manager.broker_epoch,
+                                                             want_shut_down=True))
+            self.pump()
+
     async def shutdown(self) -> None:
-        """Controlled shutdown (KIP-841): the controller takes this broker out of leadership and
-        the ISRs it can leave, then the log dir closes with its clean-shutdown marker."""
+        """The log dir closes with its clean-shutdown marker, then the controller's store."""
         try:
-            if not self.logdir.offline:
-                self.controller.heartbeat(BrokerHeartbeatRequest(self.node_id, self.manager.broker_epoch,
-                                                                 want_shut_down=True))
-                self.pump()
             self.manager.shutdown()
         finally:
             self.controller.close()

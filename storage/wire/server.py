@@ -150,11 +150,15 @@ class BrokerServer(FrameServer):
                 return
 
     async def close(self) -> None:
-        """Stop listening, drop the connections, then the controlled shutdown of the node."""
+        """The controlled shutdown while still serving (KIP-841: leaderships move away and the
+        requests waiting on them are answered NOT_LEADER_OR_FOLLOWER, so clients go to the new
+        leaders), then stop listening and close the node."""
+        await self.node.controlled_shutdown()
         if self._ticker is not None:
             self._ticker.cancel()
         self.stop_listening()
         await self.node.shutdown()
+
 
 async def run(node: Node, *, initial_rebalance_delay_ms: int = 3_000, ready=None) -> None:
     """Serve until SIGTERM or SIGINT (a controlled shutdown); SIGKILL is a crash."""
