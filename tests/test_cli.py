@@ -638,3 +638,8 @@ def test_demo_ends_with_kafka_clients_over_the_wire(capsys):
     assert "produced 100 keyed payments (idempotent, acks=all): offsets 0..99 acknowledged" in chapter
     assert "killed with SIGKILL" in chapter and "recovered here (KIP-966 unclean recovery)" in chapter
     assert "resumed at its committed offset 60 and read the other 40: all 100 acknowledged payments" in chapter
+    cluster = out[out.index("12. A cluster of processes"):]
+    assert "the leader, was killed with SIGKILL" in cluster
+    assert re.search(r"The producer followed the new leader, broker \d \(leader epoch 1\)", cluster), cluster
+    assert "All 300 acknowledged entries are there, each once, in order." in cluster
+    assert "finds the replicas of ledger-0 consistent" in cluster

@@ -13,7 +13,7 @@ from ..inspect.lineage import _lineage_text
 from ..inspect.progress import _Spinner
 from ..replication.messages import RECOVERED, RECOVERING, error_name
 from .demo_wire import DemoError as WireDemoError
-from .demo_wire import demo_wire
+from .demo_wire import demo_cluster, demo_wire
 from .output import OK, PROBLEMS
 
 DEMO_TOPIC = "orders"
@@ -385,7 +385,7 @@ def run_demo(directory: str | None, *, spark: bool = True, master: str = "local[
     owned = directory is None
     root = tempfile.mkdtemp(prefix="storage-demo-") if owned else os.path.abspath(directory)
     os.makedirs(root, exist_ok=True)
-    for name in [f"broker-{b}" for b in DEMO_BROKERS] + ["controller", "audit-out", "compacted", "wire-broker"]:
+    for name in [f"broker-{b}" for b in DEMO_BROKERS] + ["controller", "audit-out", "compacted", "wire-broker", "cluster"]:
         if os.path.exists(os.path.join(root, name)):
             shutil.rmtree(os.path.join(root, name))
     try:
@@ -400,6 +400,7 @@ def run_demo(directory: str | None, *, spark: bool = True, master: str = "local[
         try:
             _demo_compaction(root)
             demo_wire(root)
+            demo_cluster(root)
         except (DemoError, WireDemoError) as exc:
             print(f"error: demo: {exc}", file=sys.stderr)
             return PROBLEMS

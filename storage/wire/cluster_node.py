@@ -351,8 +351,12 @@ class ClusterNode:
             log.exception("replication request to %d failed", leader)
             self.manager.fetcher.handle_failure(leader, request)
             return
+        truncations = len(self.manager.fetcher.truncations)
         try:
             self.manager.fetcher.handle_response(leader, request, response)
+            for topic, partition, offset in self.manager.fetcher.truncations[truncations:]:
+                log.info("%s-%d truncated to offset %d: its log diverged from leader %d's (KIP-320)",
+                         topic, partition, offset, leader)
         except errors.LogDirOfflineError:
             self.manager.go_offline()
         except Exception:
