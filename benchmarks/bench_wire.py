@@ -18,6 +18,11 @@ Ratios: throughput(wire) / throughput(peer).
 "wire-fetch-paired": a consumer (assigned, no group) reads the workload from offset 0, timed
 to the last record; against PartitionLog.read of the same log's bytes and the loopback limit.
 
+"wire-cluster-paired": the same producer with acks=all against a replication-factor-3 topic
+(min.insync.replicas 2) on three broker processes and a controller process, against acks=all
+on the single broker and against three engine appends of the same batches (what three
+replicas must write at least).
+
 "wire-produce-latency": one record at a time (linger.ms 0, acks=1), produce() to its delivery
 report, p50 and p99 -- the round trip a client waits for.
 """
@@ -38,7 +43,7 @@ ck = pytest.importorskip("confluent_kafka", reason="the wire benchmarks need con
 pytest.importorskip("kio", reason="the wire front end needs kio")
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
-from tests.wire_support import Broker  # noqa: E402
+from tests.wire_support import Broker, Cluster  # noqa: E402
 
 VALUE = b"v" * KiB
 PRODUCER = {"acks": "1", "batch.size": 16 * KiB, "linger.ms": 5, "compression.type": "none",
@@ -211,3 +216,47 @@ def test_wire_produce_latency(benchmark, sizes, side):
     benchmark.group = "wire-produce-latency"
     benchmark.pedantic(one_by_one, rounds=1, iterations=1)
     benchmark.extra_info.update(unit="latency", **{k: v for k, v in percentiles(samples).items()})
+
+
+@pytest.fixture(scope="module")
+def cluster3(tmp_path_factory):
+    c = Cluster(tmp_path_factory.mktemp("wire-cluster"))
+    yield c
+    c.kill()
+
+
+def test_wire_cluster_paired(benchmark, sizes, side, cluster3):
+    counter = [0]
+
+    def produce_rf3() -> float:
+        counter[0] += 1
+        topic = f"rf3-{counter[0]}"
+        cluster3.create(topic, 1)
+        producer = ck.Producer({"bootstrap.servers": cluster3.bootstrap, **PRODUCER, "acks": "all"})
+        producer.produce(topic, b"warm")
+        producer.flush(30)
+        start = time.perf_counter()
+        for _ in range(side.count):
+            while True:
+                try:
+                    producer.produce(topic, VALUE)
+                    break
+                except BufferError:
+                    producer.poll(0.001)
+        assert producer.flush(120) == 0
+        return time.perf_counter() - start
+
+    def engine_x3() -> float:
+        return side.engine_append() + side.engine_append() + side.engine_append()
+
+    contenders = [
+        Contender("rf3", "confluent-kafka acks=all, 3 brokers, RF 3", "ours", produce_rf3,
+                  "min.insync.replicas 2, 1 KiB values, batch.size 16 KiB"),
+        Contender("single", "confluent-kafka acks=all, 1 broker", "peer", lambda: side.produce("all")),
+        Contender("engine3", "three engine appends of the same batches", "peer", engine_x3),
+    ]
+    benchmark.group = "wire-cluster-paired"
+    result = benchmark.pedantic(paired, args=(contenders, [("rf3", "single"), ("rf3", "engine3")],
+                                              max(sizes.paired_rounds // 3, 1)),
+                                kwargs={"warmup": False, "amount": side.bytes}, rounds=1, iterations=1)
+    benchmark.extra_info.update(records=side.count, bytes=side.bytes, **result)

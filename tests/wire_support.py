@@ -12,6 +12,8 @@ import sys
 import time
 from pathlib import Path
 
+from storage.inspect.compare import local_comparison
+
 README = Path(__file__).resolve().parent.parent / "README.md"
 _READY = re.compile(r"(?:node|controller) (\d+) listening on ([\d.]+):(\d+) pid (\d+)")
 
@@ -135,3 +137,89 @@ def readme_table() -> dict[str, dict[str, str]]:
         cells = [c.strip() for c in line.strip("|").split("|")]
         rows[cells[0]] = dict(zip(columns, cells))
     return rows
+
+
+SESSION_MS = 3000
+
+
+class Cluster:
+    """A controller and `brokers` broker processes on loopback (confluent-kafka drives them)."""
+
+    def __init__(self, root, brokers: int = 3, min_isr: int = 2):
+        self.root = root
+        self.controller = Broker(root / "controller", "--min-insync-replicas", str(min_isr),
+                                 "--session-timeout-ms", str(SESSION_MS), command="controller").start()
+        address = f"127.0.0.1:{self.controller.port}"
+        self.brokers = {n: Broker(root / f"broker-{n}", "--node-id", str(n), "--controller", address,
+                                  "--replication-factor", "3", "--min-insync-replicas", str(min_isr),
+                                  "--replica-lag-time-max-ms", "3000") for n in range(1, brokers + 1)}
+        for b in self.brokers.values():
+            b.start()
+
+    @property
+    def bootstrap(self) -> str:
+        return ",".join(b.bootstrap for b in self.brokers.values() if b.alive())
+
+    def admin(self):
+        from confluent_kafka.admin import AdminClient
+        return AdminClient({"bootstrap.servers": self.bootstrap})
+
+    def create(self, topic: str, partitions: int) -> None:
+        from confluent_kafka.admin import NewTopic
+        admin = self.admin()          # kept alive until the futures resolve
+        futures = admin.create_topics([NewTopic(topic, num_partitions=partitions, replication_factor=3,
+                                                       config={"min.insync.replicas": "2"})])
+        for future in futures.values():
+            future.result(30)
+
+    def partitions(self, topic: str) -> dict:
+        return self.admin().list_topics(topic, timeout=10).topics[topic].partitions
+
+    def wait_in_sync(self, topic: str, timeout_s: float = 60) -> None:
+        deadline = time.monotonic() + timeout_s
+        while time.monotonic() < deadline:
+            try:
+                parts = self.partitions(topic)
+                if parts and all(len(p.isrs) == 3 and p.leader >= 0 for p in parts.values()):
+                    return
+            except Exception:           # a broker restarting: ask again
+                pass
+            time.sleep(0.3)
+        raise AssertionError(f"{topic}: replicas not back in sync: "
+                             f"{[(p.id, p.leader, p.isrs) for p in self.partitions(topic).values()]}")
+
+    def read_all(self, topic: str) -> dict[int, list[tuple[int, bytes]]]:
+        import confluent_kafka as ck
+        out = {}
+        for pid in self.partitions(topic):
+            consumer = ck.Consumer({"bootstrap.servers": self.bootstrap, "group.id": "audit",
+                                    "enable.auto.commit": False, "isolation.level": "read_uncommitted"})
+            tp = ck.TopicPartition(topic, pid, 0)
+            _, high = consumer.get_watermark_offsets(tp, timeout=10)
+            consumer.assign([tp])
+            got, deadline = [], time.monotonic() + 30
+            while (not got or got[-1][0] < high - 1) and time.monotonic() < deadline:
+                for msg in consumer.consume(500, 1.0):
+                    if not msg.error():
+                        got.append((msg.offset(), msg.value()))
+            consumer.close()
+            out[pid] = got
+        return out
+
+    def stop(self) -> None:
+        for b in self.brokers.values():
+            b.stop()
+        self.controller.stop()
+
+    def kill(self) -> None:
+        for b in self.brokers.values():
+            b.kill()
+        self.controller.kill()
+
+    def assert_replicas_identical(self, topic: str) -> None:
+        text, rows = local_comparison([str(b.data_dir) + "/logs" for b in self.brokers.values()])
+        mine = [r for r in rows if r["topic"] == topic]
+        assert mine and all(len(r["replicas"]) == 3 for r in mine), text
+        assert all(r["verdict"] == "consistent" for r in mine), text
+
+
