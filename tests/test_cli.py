@@ -84,7 +84,7 @@ def flip_inside_batch(log_path, batch_index) -> tuple[int, int]:
 def demo_root(tmp_path_factory):
     """The demo's three broker log dirs, kept (run once for the module)."""
     root = tmp_path_factory.mktemp("demo")
-    assert main(["demo", "--no-spark", "--dir", str(root)]) == 0
+    assert main(["demo", "--no-spark", "--no-wire", "--dir", str(root)]) == 0
     return root
 
 
@@ -98,7 +98,7 @@ def broker(demo_root, tmp_path) -> Path:
 
 def test_demo_tells_the_whole_story_without_spark(capsys):
     started = time.monotonic()
-    code, out, _err = run(capsys, "demo", "--no-spark")
+    code, out, _err = run(capsys, "demo", "--no-spark", "--no-wire")
     assert code == 0
     assert time.monotonic() - started < 30
     steps = [line.split(".")[0] for line in out.splitlines() if re.match(r"^\d\. ", line)]
@@ -135,7 +135,7 @@ def test_demo_with_spark_ends_with_the_audit_table(capsys):
     if problem:
         pytest.skip(problem)
     started = time.monotonic()
-    code, out, _err = run(capsys, "demo")
+    code, out, _err = run(capsys, "demo", "--no-wire")
     assert code == 0, out
     assert time.monotonic() - started < 120
     assert "Spark" in out and "started in" in out
@@ -621,7 +621,7 @@ def test_dump_log_of_a_transaction_index(tmp_path, capsys):
 
 
 def test_demo_ends_with_a_compacted_topic(capsys):
-    code, out, _err = run(capsys, "demo", "--no-spark")
+    code, out, _err = run(capsys, "demo", "--no-spark", "--no-wire")
     assert code == 0
     chapter = out[out.index("10. A compacted topic"):]
     assert "31 records -> 5, offsets kept (with gaps)" in chapter

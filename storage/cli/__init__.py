@@ -111,6 +111,7 @@ def build_parser() -> argparse.ArgumentParser:
                                    "fleet audit over the three log dirs (Spark, or a local table).")
     p.add_argument("--dir", help="keep the cluster's files under this directory (default: a temporary one)")
     p.add_argument("--no-spark", action="store_true", help="end with the local comparison table, not Spark")
+    p.add_argument("--no-wire", action="store_true", help="skip the chapters with Kafka clients and broker processes")
     p.add_argument("--master", default="local[2]", help="Spark master for the audit (default local[2])")
 
     add_serve_parsers(sub)
@@ -150,7 +151,7 @@ def main(argv: list[str] | None = None) -> int:
                 "serve": cmd_serve, "controller": cmd_controller, "cluster": cmd_cluster}
     try:
         if args.command == "demo":
-            return run_demo(args.dir, spark=not args.no_spark, master=args.master)
+            return run_demo(args.dir, spark=not args.no_spark, master=args.master, wire=not args.no_wire)
         return commands[args.command](args)
     except UsageError as exc:
         print(f"usage error: {exc}", file=sys.stderr)

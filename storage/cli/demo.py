@@ -380,7 +380,7 @@ def _demo_compaction(root: str) -> None:
          f"{'agrees' if scan.agrees else 'DISAGREES'} with the checkpoint.")
 
 
-def run_demo(directory: str | None, *, spark: bool = True, master: str = "local[2]") -> int:
+def run_demo(directory: str | None, *, spark: bool = True, master: str = "local[2]", wire: bool = True) -> int:
     started = time.monotonic()
     owned = directory is None
     root = tempfile.mkdtemp(prefix="storage-demo-") if owned else os.path.abspath(directory)
@@ -399,8 +399,9 @@ def run_demo(directory: str | None, *, spark: bool = True, master: str = "local[
         code = _demo_audit(root, log_dirs, spark, master)
         try:
             _demo_compaction(root)
-            demo_wire(root)
-            demo_cluster(root)
+            if wire:
+                demo_wire(root)
+                demo_cluster(root)
         except (DemoError, WireDemoError) as exc:
             print(f"error: demo: {exc}", file=sys.stderr)
             return PROBLEMS

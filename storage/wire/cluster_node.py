@@ -70,6 +70,7 @@ class ClusterNode:
         self.notifier = None
         self._stopping = False
         self._unfenced = False
+        self._fetch_wakeup: asyncio.Event | None = None
 
     # ---- the interface apis.py and groups.py use -----------------------------------------------
     @property
@@ -241,6 +242,8 @@ class ClusterNode:
                     self._apply(change)
         if self.caught_up:
             self.pump()
+            if self._fetch_wakeup is not None:
+                self._fetch_wakeup.set()
             if self.notifier is not None:
                 self.notifier.notify()
 
@@ -321,11 +324,19 @@ class ClusterNode:
 
     # ---- the replica fetcher over TCP ----------------------------------------------------------
     async def _fetcher_loop(self) -> None:
+        """Send what the fetcher has ready at once whenever an answer came back (the next fetch
+        must not wait for a timer: the leader's high watermark, and so every acks=all producer,
+        waits for it), and every 50 ms for back-offs and new partitions."""
+        wakeup = self._fetch_wakeup = asyncio.Event()
         while not self._stopping:
+            wakeup.clear()
             if self.caught_up and not self.logdir.offline:
                 for leader, request in self.manager.fetcher.poll():
                     asyncio.get_running_loop().create_task(self._replicate(leader, request))
-            await asyncio.sleep(0.01)
+            try:
+                await asyncio.wait_for(wakeup.wait(), 0.05)
+            except TimeoutError:
+                pass
 
     def _peer(self, leader: int, purpose: str) -> Peer | None:
         host, port = self.address_of(leader)
@@ -365,5 +376,7 @@ class ClusterNode:
             log.exception("applying the answer of broker %d failed", leader)
             self.manager.fetcher.handle_failure(leader, request)
         self.pump()
+        if self._fetch_wakeup is not None:
+            self._fetch_wakeup.set()
         if self.notifier is not None:
             self.notifier.notify()
