@@ -192,3 +192,50 @@ def test_storage_cluster_command_starts_and_stops_every_process(tmp_path):
             proc.kill()
             proc.wait(10)
         proc.stdout.close()
+
+
+def test_kip320_a_restarted_leader_truncates_its_unreplicated_tail(cluster):
+    """KIP-101/279/320 across processes: the followers are frozen (SIGSTOP) while the leader
+    takes acks=1 writes, then the leader is killed; a follower becomes leader in a new epoch
+    without those writes. The old leader restarts, fetches with its last epoch, is told where
+    that epoch ended on the new leader (DivergingEpoch) and truncates the tail it alone had;
+    the acks=all records all stay, and the three logs end identical."""
+    import signal
+    cluster.create("kip320", 1)
+    leader = cluster.partitions("kip320")[0].leader
+    followers = [b for b in cluster.brokers if b != leader]
+    producer = ck.Producer({"bootstrap.servers": cluster.bootstrap, "acks": "all", "enable.idempotence": True})
+    for i in range(20):
+        producer.produce("kip320", value=b"committed-%d" % i)
+    assert producer.flush(30) == 0
+    for b in followers:
+        os.kill(cluster.brokers[b].pid, signal.SIGSTOP)
+    try:
+        # The followers' fetches already waiting at the leader end (empty) after their 500 ms
+        # long poll; only then does the leader take writes no follower can ask for.
+        time.sleep(0.8)
+        lone = ck.Producer({"bootstrap.servers": cluster.brokers[leader].bootstrap, "acks": "1",
+                            "enable.idempotence": False})
+        for i in range(5):
+            lone.produce("kip320", value=b"unreplicated-%d" % i)
+        assert lone.flush(10) == 0                            # acknowledged by the leader alone
+        cluster.brokers[leader].kill()
+    finally:
+        for b in followers:
+            os.kill(cluster.brokers[b].pid, signal.SIGCONT)
+    deadline = time.monotonic() + 30
+    while time.monotonic() < deadline and cluster.partitions("kip320")[0].leader in (leader, -1):
+        time.sleep(0.2)
+    new_leader = cluster.partitions("kip320")[0].leader
+    assert new_leader in followers
+    for i in range(20, 30):
+        producer.produce("kip320", value=b"committed-%d" % i)
+    assert producer.flush(30) == 0
+    cluster.brokers[leader].start()
+    cluster.wait_in_sync("kip320")
+    assert re.search(r"kip320-0 truncated to offset 20: its log diverged from leader \d's \(KIP-320\)",
+                     cluster.brokers[leader].stderr()), cluster.brokers[leader].stderr()[-2000:]
+    values = [v for _, v in cluster.read_all("kip320")[0]]
+    assert values == [b"committed-%d" % i for i in range(30)]
+    cluster.stop()
+    cluster.assert_replicas_identical("kip320")
