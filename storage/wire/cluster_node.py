@@ -40,6 +40,7 @@ log = logging.getLogger("storage.wire")
 
 HEARTBEAT_INTERVAL_S = 0.5
 FETCH_MAX_WAIT_MS = 500
+ALTER_RETRY_S = 0.2
 _ = UNSUPPORTED_VERSION
 
 
@@ -311,10 +312,17 @@ class ClusterNode:
         try:
             answer = await self._rpc.call(56, 3, body)
         except PeerError as exc:
-            log.warning("AlterPartition %s-%d: %s", request.topic, request.partition, exc)
-            return          # the request stays in flight; the manager resends it (retry_alter_partition)
+            # Lost on the way or unanswered: the change stays in flight and is sent again (the
+            # controller answers a duplicate of an applied request consistently).
+            log.warning("AlterPartition %s-%d: %s; retrying", request.topic, request.partition, exc)
+            await asyncio.sleep(ALTER_RETRY_S)
+            self.manager.retry_alter_partition(request.topic, request.partition)
+            self.pump()
+            return
         p = answer.topics[0].partitions[0] if answer.topics else None
         code = int(answer.error_code) or (int(p.error_code) if p is not None else Errors.UNKNOWN_SERVER_ERROR)
+        if code:
+            await asyncio.sleep(ALTER_RETRY_S)      # a retriable error is resent, but not in a hot loop
         response = m.AlterPartitionResponse(code, request.topic, request.partition)
         if p is not None and not code:
             response = m.AlterPartitionResponse(Errors.NONE, request.topic, request.partition, p.leader_id,
