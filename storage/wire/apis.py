@@ -21,22 +21,37 @@ MAX_WAIT_MS = 30_000        # a fetch's wait is capped (a client asking more is 
 
 
 class Notifier:
-    """Wakes waiting fetches when data or a high watermark moved."""
+    """Wakes waiting fetches when data or a high watermark moved: `notify(keys)` wakes the
+    fetches waiting on those (topic, partition) keys, `notify()` every one.  A fetch waits only
+    on its own partitions, so a write to one partition does not re-run every idle long poll."""
 
     def __init__(self):
-        self._event = asyncio.Event()
+        self._events: dict = {}
+        self._any = asyncio.Event()
 
-    def notify(self) -> None:
-        self._event.set()
-        self._event = asyncio.Event()
+    def notify(self, keys=None) -> None:
+        if keys is None:
+            events, self._events = list(self._events.values()), {}
+            events.append(self._any)
+            self._any = asyncio.Event()
+        else:
+            events = [e for e in (self._events.pop(k, None) for k in keys) if e is not None]
+        for event in events:
+            event.set()
 
-    async def wait(self, seconds: float) -> None:
+    async def wait(self, seconds: float, keys=None) -> None:
         if seconds <= 0:
             return
+        if keys is None:
+            events = [self._any]
+        else:
+            events = [self._events.setdefault(k, asyncio.Event()) for k in set(keys)]
+        waiters = [asyncio.ensure_future(e.wait()) for e in events]
         try:
-            await asyncio.wait_for(self._event.wait(), seconds)
-        except TimeoutError:
-            pass
+            await asyncio.wait(waiters, timeout=seconds, return_when=asyncio.FIRST_COMPLETED)
+        finally:
+            for w in waiters:
+                w.cancel()
 
 
 def _partition_keys(topics, name_attr: str = "name", parts_attr: str = "partitions", index_attr: str = "partition_index"):
@@ -114,7 +129,8 @@ class ClientApis:
                                    callback=lambda r, done=done: done.done() or done.set_result(r))
             waits.append(done)
         self.node.pump()
-        self.notifier.notify()
+        self.notifier.notify({(t, i) for t, i, _ in _partition_keys(request.topic_data, parts_attr="partition_data",
+                                                                    index_attr="index")})
         answers = await asyncio.gather(*waits)
         if request.acks == 0:
             return None
@@ -157,14 +173,15 @@ class ClientApis:
         while True:
             response = self.node.manager.handle(internal)
             self.node.pump()
+            keys = {(p.topic, p.partition) for p in internal.partitions}
             if internal.replica_id >= 0:
-                self.notifier.notify()      # a follower's fetch may have moved the high watermark
+                self.notifier.notify(keys)  # a follower's fetch may have moved the high watermark
             size = sum(len(p.records) for p in response.partitions)
             failed = any(p.error_code for p in response.partitions)
             remaining = deadline - asyncio.get_running_loop().time()
             if size >= request.min_bytes or failed or remaining <= 0 or not internal.partitions:
                 break
-            await self.notifier.wait(remaining)
+            await self.notifier.wait(remaining, keys)
         items = []
         for p in response.partitions:
             aborted = None if p.aborted_transactions is None else \

@@ -25,6 +25,10 @@ class Peer:
         self._lock = asyncio.Lock()
         self._ids = itertools.count(1)
 
+    @property
+    def busy(self) -> bool:
+        return self._lock.locked()
+
     async def call(self, key: int, version: int, body: dict, *, timeout_s: float | None = None):
         """Send a request and return the decoded response entity."""
         async with self._lock:

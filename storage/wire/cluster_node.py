@@ -64,7 +64,7 @@ class ClusterNode:
         self.caught_up = False
         self.metadata_offset = 0
         self._catch_up_to = None
-        self._peers: dict[tuple[int, str], Peer] = {}
+        self._peers: dict[tuple[int, str], list[Peer]] = {}
         self._rpc = Peer(*controller)
         self._tasks: list[asyncio.Task] = []
         self._producer_ids = (0, 0)
@@ -347,12 +347,18 @@ class ClusterNode:
                 pass
 
     def _peer(self, leader: int, purpose: str) -> Peer | None:
+        """A free connection to `leader` for `purpose`: a fetch waits at the leader (long poll)
+        for up to 500 ms, and a partition that joins later must not queue behind it on the same
+        connection (that held one partition's replication to two fetches a second)."""
         host, port = self.address_of(leader)
         if port < 0:
             return None
-        peer = self._peers.get((leader, purpose))
-        if peer is None or (peer.host, peer.port) != (host, port):
-            peer = self._peers[(leader, purpose)] = Peer(host, port, timeout_s=FETCH_MAX_WAIT_MS / 1000 + 10)
+        pool = [p for p in self._peers.get((leader, purpose), []) if (p.host, p.port) == (host, port)]
+        for peer in pool:
+            if not peer.busy:
+                return peer
+        peer = Peer(host, port, timeout_s=FETCH_MAX_WAIT_MS / 1000 + 10)
+        self._peers[(leader, purpose)] = pool[-7:] + [peer]
         return peer
 
     async def _replicate(self, leader: int, request) -> None:
