@@ -166,11 +166,18 @@ def test_storage_cluster_command_starts_and_stops_every_process(tmp_path):
     import socket
     import subprocess
     import sys
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        base = s.getsockname()[1]
-    if base + 100 > 65535:
-        base -= 200
+    def free(port):
+        with socket.socket() as s:
+            try:
+                s.bind(("127.0.0.1", port))
+                return True
+            except OSError:
+                return False
+    # Below Linux's ephemeral range (32768+), where the other tests' sockets live: a base whose
+    # three ports (brokers base, base+1; the controller base+100) are free now.
+    rng = random.Random()
+    base = next(b for b in (rng.randrange(20_000, 30_000) for _ in range(200))
+                if all(free(b + d) for d in (0, 1, 100)))
     proc = subprocess.Popen([sys.executable, "-m", "storage", "cluster", "--brokers", "2", "--data-dir",
                              str(tmp_path / "c"), "--base-port", str(base), "--min-insync-replicas", "1"],
                             stdout=subprocess.PIPE, text=True)
