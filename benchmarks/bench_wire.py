@@ -53,6 +53,17 @@ _SINK = "import socket,sys\ns=socket.socket();s.bind(('127.0.0.1',0));s.listen(1
         " while c.recv_into(b):pass\n c.sendall(b'k');c.close()\n"
 
 
+def _produce_all(producer, topic: str, count: int, on_delivery=None) -> None:
+    """`count` values into librdkafka's queue, waiting for room when it is full."""
+    for _ in range(count):
+        while True:
+            try:
+                producer.produce(topic, VALUE, on_delivery=on_delivery)
+                break
+            except BufferError:
+                producer.poll(0.001)
+
+
 def _records(sizes) -> int:
     return max((64 * MiB if not sizes.quick else 4 * MiB) // len(VALUE), 100)
 
@@ -81,13 +92,7 @@ class Side:
         producer.flush(30)
         failed = []
         start = time.perf_counter()
-        for _ in range(self.count):
-            while True:
-                try:
-                    producer.produce(topic, VALUE, on_delivery=lambda e, m: e and failed.append(e))
-                    break
-                except BufferError:
-                    producer.poll(0.001)
+        _produce_all(producer, topic, self.count, lambda e, m: e and failed.append(e))
         assert producer.flush(120) == 0 and not failed, failed[:3]
         elapsed = time.perf_counter() - start
         self.last_topic = topic
@@ -174,13 +179,7 @@ def test_wire_fetch_paired(benchmark, sizes, side):
     topic = side.topic()
     producer = ck.Producer({"bootstrap.servers": side.bootstrap, **PRODUCER})
     producer.produce(topic, b"warm")
-    for _ in range(side.count):
-        while True:
-            try:
-                producer.produce(topic, VALUE)
-                break
-            except BufferError:
-                producer.poll(0.001)
+    _produce_all(producer, topic, side.count)
     assert producer.flush(120) == 0
     path = side.tmp / "broker" / "logs" / f"{topic}-0"
     data = b"".join(side.batches)
@@ -236,13 +235,7 @@ def test_wire_cluster_paired(benchmark, sizes, side, cluster3):
         producer.produce(topic, b"warm")
         producer.flush(30)
         start = time.perf_counter()
-        for _ in range(side.count):
-            while True:
-                try:
-                    producer.produce(topic, VALUE)
-                    break
-                except BufferError:
-                    producer.poll(0.001)
+        _produce_all(producer, topic, side.count)
         assert producer.flush(120) == 0
         return time.perf_counter() - start
 

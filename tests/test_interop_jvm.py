@@ -116,23 +116,29 @@ class Checker:
         return files
 
 
-@pytest.fixture(scope="session")
-def kafka(tmp_path_factory) -> Checker:
+def jvm_classpath(tmp_path_factory, source: Path, purpose: str) -> str:
+    """`source` compiled against the Kafka jars: the classpath to run it with.  Skips (with the
+    reason) without a JDK 17+ or the jars."""
     for tool in ("java", "javac"):
         if shutil.which(tool) is None:
-            pytest.skip(f"{tool} not on PATH: the Kafka JVM interop test needs a JDK 17+")
+            pytest.skip(f"{tool} not on PATH: {purpose} needs a JDK 17+")
         if java_major(tool) < 17:
-            pytest.skip(f"{tool} is older than 17: the Kafka JVM interop test needs a JDK 17+")
+            pytest.skip(f"{tool} is older than 17: {purpose} needs a JDK 17+")
     try:
         jars = ensure_jars(jar_cache())
     except RuntimeError as exc:
         pytest.skip(f"Kafka jars unavailable: {exc}")
-    classes = tmp_path_factory.mktemp("kafka-records-check")
+    classes = tmp_path_factory.mktemp(source.stem)
     jar_path = os.pathsep.join(map(str, jars))
-    proc = subprocess.run(["javac", "-d", str(classes), "-cp", jar_path, str(JAVA_SOURCE)],
+    proc = subprocess.run(["javac", "-d", str(classes), "-cp", jar_path, str(source)],
                           capture_output=True, text=True, timeout=300)
     assert proc.returncode == 0, f"javac failed:\n{proc.stdout}{proc.stderr}"
-    return Checker(os.pathsep.join([str(classes), jar_path]))
+    return os.pathsep.join([str(classes), jar_path])
+
+
+@pytest.fixture(scope="session")
+def kafka(tmp_path_factory) -> Checker:
+    return Checker(jvm_classpath(tmp_path_factory, JAVA_SOURCE, "the Kafka JVM interop test"))
 
 
 # ---- parsing the checker's output --------------------------------------------------------------

@@ -4,15 +4,13 @@ produces keyed records idempotently with acks=all, consumes in a group, commits,
 the committed offsets.  Skips with the reason when java/javac or the jars are missing."""
 from __future__ import annotations
 
-import os
-import shutil
 import subprocess
 from pathlib import Path
 
 import pytest
 
-from tests.test_interop_jvm import ensure_jars, jar_cache, java_major
-from tests.wire_support import Broker, readme_table, served_versions
+from tests.test_interop_jvm import jvm_classpath
+from tests.wire_support import Broker, assert_readme_column
 
 pytestmark = pytest.mark.slow
 pytest.importorskip("kio", reason="the wire front end needs kio")
@@ -22,19 +20,7 @@ SOURCE = Path(__file__).resolve().parent / "jvm" / "WireClientCheck.java"
 
 @pytest.fixture(scope="module")
 def java_classpath(tmp_path_factory) -> str:
-    for tool in ("java", "javac"):
-        if shutil.which(tool) is None or java_major(tool) < 17:
-            pytest.skip(f"{tool} 17+ not on PATH: the Java client test needs a JDK 17+")
-    try:
-        jars = ensure_jars(jar_cache())
-    except RuntimeError as exc:
-        pytest.skip(f"Kafka jars unavailable: {exc}")
-    classes = tmp_path_factory.mktemp("wire-client-check")
-    jar_path = os.pathsep.join(map(str, jars))
-    proc = subprocess.run(["javac", "-d", str(classes), "-cp", jar_path, str(SOURCE)],
-                          capture_output=True, text=True, timeout=300)
-    assert proc.returncode == 0, f"javac failed:\n{proc.stdout}{proc.stderr}"
-    return os.pathsep.join([str(classes), jar_path])
+    return jvm_classpath(tmp_path_factory, SOURCE, "the Java client test")
 
 
 def test_java_client_produce_consume_commit_resume(tmp_path, java_classpath):
@@ -47,8 +33,4 @@ def test_java_client_produce_consume_commit_resume(tmp_path, java_classpath):
     assert proc.returncode == 0, proc.stdout + proc.stderr + broker.stderr()[-3000:]
     assert proc.stdout.splitlines() == ["created java-orders 3", "produced 200", "consumed 200", "produced 10",
                                         "consumed 10", "ok 200 10"]
-    used = served_versions(broker.stderr())
-    table = readme_table()
-    column = next(c for c in next(iter(table.values())) if c.startswith("Java kafka-clients"))
-    claimed = {api: row[column] for api, row in table.items() if row[column] != "-"}
-    assert claimed == {api: ", ".join(f"v{v}" for v in sorted(vs)) for api, vs in used.items()}
+    assert_readme_column("Java kafka-clients", broker.stderr())

@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.wire_support import Broker, readme_table, served_versions
+from tests.wire_support import Broker, assert_readme_column
 
 pytestmark = pytest.mark.slow
 pytest.importorskip("kio", reason="the wire front end needs kio")
@@ -47,8 +47,4 @@ def test_kafkajs_produce_consume_commit_resume(tmp_path, node_path):
     assert proc.returncode == 0, proc.stdout + proc.stderr + broker.stderr()[-3000:]
     assert proc.stdout.splitlines() == ["created js-orders 3", "produced 200", "consumed 200", "produced 10",
                                         "consumed 10", "ok 200 10"]
-    used = served_versions(broker.stderr())
-    table = readme_table()
-    column = next(c for c in next(iter(table.values())) if c.startswith("kafkajs"))
-    claimed = {api: row[column] for api, row in table.items() if row[column] != "-"}
-    assert claimed == {api: ", ".join(f"v{v}" for v in sorted(vs)) for api, vs in used.items()}
+    assert_readme_column("kafkajs", broker.stderr())

@@ -223,3 +223,14 @@ class Cluster:
         assert all(r["verdict"] == "consistent" for r in mine), text
 
 
+
+
+def assert_readme_column(client: str, stderr: str) -> None:
+    """The README's compatibility column for `client` says exactly which version of each API the
+    broker (its stderr: the `served:` line) answered for it."""
+    used = served_versions(stderr)
+    table = readme_table()
+    column = next(c for c in next(iter(table.values())) if c.startswith(client))
+    claimed = {api: row[column] for api, row in table.items() if row[column] != "-"}
+    actual = {api: ", ".join(f"v{v}" for v in sorted(versions)) for api, versions in used.items()}
+    assert claimed == actual, f"README column {column!r} disagrees with what the client used"

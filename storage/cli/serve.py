@@ -97,7 +97,8 @@ def cmd_serve(args) -> int:
 
 
 def cmd_controller(args) -> int:
-    from ..wire.controller_server import ControllerServer, run_controller
+    from ..wire.controller_server import ControllerServer
+    from ..wire.server import serve
 
     host, port = _listen(args.listen)
     _logging(args.log_level)
@@ -108,7 +109,7 @@ def cmd_controller(args) -> int:
 
         def ready(s) -> None:
             print(f"controller {s.node_id} listening on {s.host}:{s.port} pid {os.getpid()}", flush=True)
-        await run_controller(server, ready)
+        await serve(server, ready)
 
     asyncio.run(main())
     return 0

@@ -18,10 +18,8 @@ from __future__ import annotations
 import asyncio
 import logging
 import os
-import signal
 import uuid
 
-from .. import errors
 from ..clock import monotonic_ms
 from ..config import LogConfig
 from ..errors import Errors
@@ -214,20 +212,3 @@ class ControllerServer(FrameServer):
             return {"error_code": Errors.STALE_BROKER_EPOCH, "producer_id_start": -1, "producer_id_len": 0}
         first = self.controller.allocate_producer_ids(PRODUCER_ID_BLOCK)
         return {"error_code": Errors.NONE, "producer_id_start": first, "producer_id_len": PRODUCER_ID_BLOCK}
-
-
-async def run_controller(server: ControllerServer, ready=None) -> None:
-    loop = asyncio.get_running_loop()
-    for sig in (signal.SIGTERM, signal.SIGINT):
-        loop.add_signal_handler(sig, server.request_stop)
-    try:
-        await server.start()
-        if ready is not None:
-            ready(server)
-        await server.serve_until_stopped()
-    finally:
-        await server.close()
-
-
-def storage_error(exc: BaseException) -> bool:
-    return isinstance(exc, errors.StorageError)

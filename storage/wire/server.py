@@ -160,9 +160,9 @@ class BrokerServer(FrameServer):
         await self.node.shutdown()
 
 
-async def run(node: Node, *, initial_rebalance_delay_ms: int = 3_000, ready=None) -> None:
-    """Serve until SIGTERM or SIGINT (a controlled shutdown); SIGKILL is a crash."""
-    server = BrokerServer(node, initial_rebalance_delay_ms=initial_rebalance_delay_ms)
+async def serve(server: "FrameServer", ready=None) -> None:
+    """Start `server`, call `ready(server)`, serve until SIGTERM or SIGINT (a controlled
+    shutdown), then close it; SIGKILL is a crash."""
     loop = asyncio.get_running_loop()
     for sig in (signal.SIGTERM, signal.SIGINT):
         loop.add_signal_handler(sig, server.request_stop)
@@ -172,5 +172,10 @@ async def run(node: Node, *, initial_rebalance_delay_ms: int = 3_000, ready=None
             ready(server)
         await server.serve_until_stopped()
     finally:
-        log.info("node %d shutting down", node.node_id)
+        log.info("shutting down")
         await server.close()
+
+
+async def run(node: Node, *, initial_rebalance_delay_ms: int = 3_000, ready=None) -> None:
+    """A broker on `node` until SIGTERM or SIGINT."""
+    await serve(BrokerServer(node, initial_rebalance_delay_ms=initial_rebalance_delay_ms), ready)
