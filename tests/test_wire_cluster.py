@@ -246,3 +246,68 @@ def test_kip320_a_restarted_leader_truncates_its_unreplicated_tail(cluster):
     assert values == [b"committed-%d" % i for i in range(30)]
     cluster.stop()
     cluster.assert_replicas_identical("kip320")
+
+
+def _partition_records(controller_dir, topic: str) -> list[dict]:
+    """The PartitionRecords of `topic` in the controller's metadata log, in order."""
+    from storage import LogConfig, PartitionLog
+    from storage import metadata_records as mr
+    log = PartitionLog.open(controller_dir / "metadata" / "__cluster_metadata-0", LogConfig(fsync=False))
+    try:
+        decoded = [mr.decode(r.value) for b in log.batches() for r in b.records()]
+    finally:
+        log.close()
+    ids = {f["name"]: f["topicId"] for key, _, f in decoded if key == 2}
+    return [f for key, _, f in decoded if key == 3 and f["topicId"] == ids[topic]]
+
+
+def test_kip704_unclean_election_across_processes(tmp_path):
+    """KIP-704 across processes (`storage controller --unclean-leader-election`): broker B is
+    frozen until the controller fences it (ISR [A]); A takes writes B never sees and is killed;
+    B returns, and with no ISR member left the controller elects it uncleanly -- RECOVERING in
+    the metadata log, then RECOVERED once its recovery completes. The old leader A restarts and
+    truncates the writes only it had (the price of an unclean election, by design); the two
+    logs end identical."""
+    import signal
+    cluster = Cluster(tmp_path, brokers=2, min_isr=1, controller_args=("--unclean-leader-election",))
+    try:
+        cluster.create("kip704", 1, replication_factor=2)
+        a = cluster.partitions("kip704")[0].leader
+        b = next(n for n in cluster.brokers if n != a)
+        producer = ck.Producer({"bootstrap.servers": cluster.bootstrap, "acks": "all", "enable.idempotence": True})
+        for i in range(10):
+            producer.produce("kip704", value=b"both-%d" % i)
+        assert producer.flush(30) == 0
+        os.kill(cluster.brokers[b].pid, signal.SIGSTOP)
+        try:
+            deadline = time.monotonic() + 20
+            while time.monotonic() < deadline and len(cluster.partitions("kip704")[0].isrs) > 1:
+                time.sleep(0.2)                              # fenced after the session timeout
+            assert cluster.partitions("kip704")[0].isrs == [a]
+            lone = ck.Producer({"bootstrap.servers": cluster.brokers[a].bootstrap, "acks": "all"})
+            for i in range(5):
+                lone.produce("kip704", value=b"only-a-%d" % i)
+            assert lone.flush(10) == 0                        # acknowledged: the ISR was [A]
+            cluster.brokers[a].kill()
+        finally:
+            os.kill(cluster.brokers[b].pid, signal.SIGCONT)
+        deadline = time.monotonic() + 30
+        while time.monotonic() < deadline and cluster.partitions("kip704")[0].leader != b:
+            time.sleep(0.2)
+        assert cluster.partitions("kip704")[0].leader == b
+        for i in range(10, 15):
+            producer.produce("kip704", value=b"both-%d" % i)
+        assert producer.flush(30) == 0
+        cluster.brokers[a].start()
+        cluster.wait_in_sync("kip704")
+        assert "kip704-0 truncated to offset 10" in cluster.brokers[a].stderr()
+        values = [v for _, v in cluster.read_all("kip704")[0]]
+        assert values == [b"both-%d" % i for i in range(15)]
+        cluster.stop()
+        states = [(f["leader"], f["leaderRecoveryState"]) for f in _partition_records(tmp_path / "controller",
+                                                                                      "kip704")]
+        recovering = states.index((b, 1))                   # elected uncleanly: RECOVERING ...
+        assert (b, 0) in states[recovering + 1:]            # ... then RECOVERED
+        cluster.assert_replicas_identical("kip704")
+    finally:
+        cluster.kill()

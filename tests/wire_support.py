@@ -145,10 +145,11 @@ SESSION_MS = 3000
 class Cluster:
     """A controller and `brokers` broker processes on loopback (confluent-kafka drives them)."""
 
-    def __init__(self, root, brokers: int = 3, min_isr: int = 2):
+    def __init__(self, root, brokers: int = 3, min_isr: int = 2, controller_args=()):
         self.root = root
+        self.min_isr = min_isr
         self.controller = Broker(root / "controller", "--min-insync-replicas", str(min_isr),
-                                 "--session-timeout-ms", str(SESSION_MS), command="controller").start()
+                                 "--session-timeout-ms", str(SESSION_MS), *controller_args, command="controller").start()
         address = f"127.0.0.1:{self.controller.port}"
         self.brokers = {n: Broker(root / f"broker-{n}", "--node-id", str(n), "--controller", address,
                                   "--replication-factor", "3", "--min-insync-replicas", str(min_isr),
@@ -164,11 +165,11 @@ class Cluster:
         from confluent_kafka.admin import AdminClient
         return AdminClient({"bootstrap.servers": self.bootstrap})
 
-    def create(self, topic: str, partitions: int) -> None:
+    def create(self, topic: str, partitions: int, replication_factor: int = 3) -> None:
         from confluent_kafka.admin import NewTopic
         admin = self.admin()          # kept alive until the futures resolve
-        futures = admin.create_topics([NewTopic(topic, num_partitions=partitions, replication_factor=3,
-                                                       config={"min.insync.replicas": "2"})])
+        futures = admin.create_topics([NewTopic(topic, num_partitions=partitions, replication_factor=replication_factor,
+                                                config={"min.insync.replicas": str(self.min_isr)})])
         for future in futures.values():
             future.result(30)
 
@@ -180,7 +181,7 @@ class Cluster:
         while time.monotonic() < deadline:
             try:
                 parts = self.partitions(topic)
-                if parts and all(len(p.isrs) == 3 and p.leader >= 0 for p in parts.values()):
+                if parts and all(len(p.isrs) == len(p.replicas) and p.leader >= 0 for p in parts.values()):
                     return
             except Exception:           # a broker restarting: ask again
                 pass
@@ -219,7 +220,7 @@ class Cluster:
     def assert_replicas_identical(self, topic: str) -> None:
         text, rows = local_comparison([str(b.data_dir) + "/logs" for b in self.brokers.values()])
         mine = [r for r in rows if r["topic"] == topic]
-        assert mine and all(len(r["replicas"]) == 3 for r in mine), text
+        assert mine and all(len(r["replicas"]) == len(self.brokers) for r in mine), text
         assert all(r["verdict"] == "consistent" for r in mine), text
 
 

@@ -46,6 +46,9 @@ def add_parsers(sub) -> None:
                    help="min.insync.replicas (KIP-966: ELR is kept above 1)")
     p.add_argument("--session-timeout-ms", type=int, default=9000,
                    help="a broker silent this long is fenced (Kafka's broker.session.timeout.ms)")
+    p.add_argument("--unclean-leader-election", action="store_true",
+                   help="elect a replica outside the ISR when no ISR member is left (KIP-704: it leads as "
+                        "RECOVERING until its recovery completes; acknowledged records it lacks are lost)")
     p.add_argument("--log-level", default="INFO", help="logging level (default INFO)")
 
     p = sub.add_parser("cluster", help="start and supervise a local cluster: a controller and N brokers",
@@ -105,7 +108,8 @@ def cmd_controller(args) -> int:
 
     async def main() -> None:
         server = ControllerServer(args.data_dir, host, port, min_insync_replicas=args.min_insync_replicas,
-                                  session_timeout_ms=args.session_timeout_ms)
+                                  session_timeout_ms=args.session_timeout_ms,
+                                  unclean_leader_election=args.unclean_leader_election)
 
         def ready(s) -> None:
             print(f"controller {s.node_id} listening on {s.host}:{s.port} pid {os.getpid()}", flush=True)
