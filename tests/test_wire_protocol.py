@@ -211,6 +211,8 @@ def test_create_topics_validates_configs_and_describe_configs_reports_them(broke
     refused = create("misconfigured", {"no.such.config": "1"})
     assert refused.error_code == Errors.INVALID_CONFIG and "no.such.config" in refused.error_message
     assert create("zero", {}, partitions=0).error_code == Errors.INVALID_PARTITIONS
+    huge = create("huge", {}, partitions=16_777_217)          # one request must not open millions of logs
+    assert huge.error_code == Errors.INVALID_PARTITIONS and "10000" in huge.error_message
     result = _ask(broker, 32, 4, {"resources": [{"resource_type": 2, "resource_name": "configured",
                                                   "configuration_keys": None}],
                                   "include_synonyms": False, "include_documentation": False}).results[0]

@@ -29,6 +29,20 @@ TOPIC_CONFIGS: dict[str, tuple[str | None, type]] = {
 }
 
 
+# A CreateTopics (or an auto-creation) asking for more partitions than this is refused with
+# INVALID_PARTITIONS: every partition opens a log on every replica, so one request for millions
+# would hold a broker for hours.  Kafka has no such cap; 10,000 is far above any real topic.
+MAX_PARTITIONS_PER_TOPIC = 10_000
+
+
+def partition_count_problem(count: int) -> str | None:
+    if count < 1:
+        return f"number of partitions must be at least 1, not {count}"
+    if count > MAX_PARTITIONS_PER_TOPIC:
+        return f"{count} partitions is more than this broker creates in one topic ({MAX_PARTITIONS_PER_TOPIC})"
+    return None
+
+
 class ConfigError(ValueError):
     """A config name the engine does not serve or a value it refuses."""
 

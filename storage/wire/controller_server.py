@@ -183,6 +183,9 @@ class ControllerServer(FrameServer):
             topic_configs.log_config(LogConfig(), configs)
         except topic_configs.ConfigError as exc:
             return Errors.INVALID_CONFIG, str(exc)
+        problem = topic_configs.partition_count_problem(partitions)
+        if problem:
+            return Errors.INVALID_PARTITIONS, problem
         return self.controller.create_topic(name, partitions, replication, configs), None
 
     async def create_topics(self, header, request) -> dict:

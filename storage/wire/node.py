@@ -199,6 +199,9 @@ class Node:
             return errors.Errors.INVALID_CONFIG, str(exc)
         n = self.num_partitions if num_partitions == -1 else num_partitions
         rf = self.replication_factor if replication_factor == -1 else replication_factor
+        problem = topic_configs.partition_count_problem(n)
+        if problem:
+            return errors.Errors.INVALID_PARTITIONS, problem
         if validate_only:
             return errors.Errors.NONE, None
         code = self.controller.create_topic(name, n, rf, configs)
