@@ -13,29 +13,38 @@ import time
 _READY = re.compile(r"(node|controller) (\d+) listening on ([\d.]+):(\d+) pid (\d+)")
 
 
-def _start(argv: list[str], log_path: str) -> tuple[subprocess.Popen, re.Match]:
+def start_process(argv: list[str], log_path: str, *, timeout_s: float = 60) -> tuple[subprocess.Popen, re.Match]:
+    """`python -m storage ARGV...` with stderr appended to `log_path`; returns once it printed its
+    ready line (node or controller id, address, pid), which the match holds.  RuntimeError (and
+    the process killed) when it does not within `timeout_s`."""
     with open(log_path, "ab") as err:
         proc = subprocess.Popen([sys.executable, "-m", "storage", *argv], stdout=subprocess.PIPE, stderr=err,
                                 text=True)
-    deadline, line = time.monotonic() + 60, ""
+    deadline, line = time.monotonic() + timeout_s, ""
     while time.monotonic() < deadline and not line and proc.poll() is None:
         line = proc.stdout.readline()
     found = _READY.search(line)
     if not found:
-        _stop([proc])
+        stop_process(proc, signal.SIGKILL)
+        proc.stdout.close()
         raise RuntimeError(f"`storage {argv[0]}` did not start; see {log_path}")
     return proc, found
 
 
+def stop_process(proc: subprocess.Popen, sig: int = signal.SIGTERM, timeout_s: float = 30) -> None:
+    """Send `sig` by pid and wait; SIGKILL when it does not end in `timeout_s`."""
+    if proc.poll() is None:
+        os.kill(proc.pid, sig)
+        try:
+            proc.wait(timeout_s)
+        except subprocess.TimeoutExpired:
+            os.kill(proc.pid, signal.SIGKILL)
+            proc.wait(10)
+
+
 def _stop(procs: list[subprocess.Popen]) -> None:
     for proc in reversed(procs):                    # brokers first, the controller last
-        if proc.poll() is None:
-            os.kill(proc.pid, signal.SIGTERM)
-            try:
-                proc.wait(30)
-            except subprocess.TimeoutExpired:
-                os.kill(proc.pid, signal.SIGKILL)
-                proc.wait(10)
+        stop_process(proc)
 
 
 def run_cluster(args) -> int:
@@ -46,13 +55,13 @@ def run_cluster(args) -> int:
     signal.signal(signal.SIGTERM, lambda *_: stopping.append(True))
     try:
         controller_port = args.base_port + 100
-        proc, found = _start(["controller", "--data-dir", os.path.join(root, "controller-data"), "--listen",
+        proc, found = start_process(["controller", "--data-dir", os.path.join(root, "controller-data"), "--listen",
                               f"127.0.0.1:{controller_port}", "--min-insync-replicas",
                               str(args.min_insync_replicas)], os.path.join(root, "controller.log"))
         procs.append(proc)
         print(f"controller {found.group(2)} at {found.group(3)}:{found.group(4)} pid {found.group(5)}", flush=True)
         for n in range(1, args.brokers + 1):
-            proc, found = _start(["serve", "--data-dir", os.path.join(root, f"broker-{n}"), "--node-id", str(n),
+            proc, found = start_process(["serve", "--data-dir", os.path.join(root, f"broker-{n}"), "--node-id", str(n),
                                   "--listen", f"127.0.0.1:{args.base_port + n - 1}", "--controller",
                                   f"127.0.0.1:{controller_port}", "--replication-factor",
                                   str(min(3, args.brokers)), "--min-insync-replicas", str(args.min_insync_replicas)],

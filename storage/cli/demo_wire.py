@@ -4,13 +4,11 @@ SIGKILL and restarted, and every acknowledged record and the committed offset ar
 from __future__ import annotations
 
 import os
-import re
 import signal
-import subprocess
-import sys
 import time
 
-_READY = re.compile(r"listening on ([\d.]+):(\d+) pid (\d+)")
+from .cluster import start_process, stop_process
+
 CLUSTER_TOPIC, SESSION_MS = "ledger", 3000
 TOPIC, GROUP, RECORDS, FIRST_READ = "payments", "ledger", 100, 60
 
@@ -32,28 +30,16 @@ class _BrokerProcess:
             ("--group-initial-rebalance-delay-ms", "0", "--offsets-partitions", "5", *extra)
 
     def start(self) -> None:
-        with open(self.stderr_path, "ab") as err:
-            self.proc = subprocess.Popen(
-                [sys.executable, "-m", "storage", self.command, "--data-dir", self.data_dir,
-                 "--listen", f"127.0.0.1:{self.port}", *self.extra], stdout=subprocess.PIPE, stderr=err, text=True)
-        deadline, line = time.monotonic() + 30, ""
-        while time.monotonic() < deadline and not line and self.proc.poll() is None:
-            line = self.proc.stdout.readline()
-        found = _READY.search(line)
-        if not found:
-            self.stop(signal.SIGKILL)
-            raise DemoError(f"the broker did not start; see {self.stderr_path}")
-        self.port = int(found.group(2))
+        try:
+            self.proc, found = start_process([self.command, "--data-dir", self.data_dir, "--listen",
+                                              f"127.0.0.1:{self.port}", *self.extra], self.stderr_path, timeout_s=30)
+        except RuntimeError as exc:
+            raise DemoError(str(exc)) from None
+        self.port = int(found.group(4))
 
     def stop(self, sig: int) -> None:
-        if self.proc is not None and self.proc.poll() is None:
-            os.kill(self.proc.pid, sig)
-            try:
-                self.proc.wait(20)
-            except subprocess.TimeoutExpired:
-                os.kill(self.proc.pid, signal.SIGKILL)
-                self.proc.wait(10)
         if self.proc is not None:
+            stop_process(self.proc, sig, timeout_s=20)
             self.proc.stdout.close()
         self.proc = None
 

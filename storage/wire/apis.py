@@ -138,9 +138,9 @@ class ClientApis:
         for r in answers:
             if r.error_code == Errors.NONE and r.base_offset < 0:
                 log.warning("produce to %s-%d answered without an offset", r.topic, r.partition)
-            plog = self.node.logdir.logs().get((r.topic, r.partition))
+            hosted = self.node.manager.partitions.get((r.topic, r.partition))    # no copy of every log
             items.append((r.topic, {"index": r.partition, "error_code": r.error_code, "base_offset": r.base_offset,
-                                    "log_start_offset": plog.log_start_offset if plog is not None else -1,
+                                    "log_start_offset": hosted.log.log_start_offset if hosted is not None else -1,
                                     "record_errors": [], "error_message": None}))
         return {"responses": _grouped(items, "name", "partition_responses")}
 

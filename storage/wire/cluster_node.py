@@ -31,10 +31,9 @@ from ..replication.replica import ReplicaManager
 from . import configs as topic_configs
 from .client import Peer, PeerError
 from .codec import UNSUPPORTED_VERSION
-from .configs import ConfigError
 from .controller_server import METADATA_TOPIC
 from .metadata import MetadataImage
-from .node import OFFSETS_TOPIC, topic_name_problem
+from .node import OFFSETS_TOPIC
 
 log = logging.getLogger("storage.wire")
 
@@ -106,9 +105,6 @@ class ClusterNode:
 
     async def create_topic(self, name: str, num_partitions: int = -1, replication_factor: int = -1,
                            configs: dict[str, str] | None = None, *, validate_only: bool = False):
-        problem = topic_name_problem(name)
-        if problem:
-            return Errors.INVALID_TOPIC_EXCEPTION, problem
         body = {"topics": [{"name": name, "num_partitions": self.num_partitions if num_partitions == -1 else num_partitions,
                             "replication_factor": self.replication_factor if replication_factor == -1
                             else replication_factor, "assignments": [],
@@ -266,13 +262,8 @@ class ClusterNode:
         if kind == "broker":
             self._broker_update()
         elif kind == "topic":
-            name, configs = change[1], self.image.configs.get(change[1], {})
-            try:
-                self.logdir.topic_configs[name] = topic_configs.log_config(self.log_config, configs)
-            except ConfigError as exc:
-                log.error("topic %s keeps the default configs: %s", name, exc)
-            if "min.insync.replicas" in configs:
-                self.manager.topic_min_isr[name] = int(configs["min.insync.replicas"])
+            topic_configs.install(self.logdir, self.manager, self.log_config, change[1],
+                                  self.image.configs.get(change[1], {}))
         elif kind == "partition":
             state = self.image.partitions.get(change[1])
             if state is not None and (self.node_id in state.replicas or change[1] in self.manager.partitions):
@@ -280,7 +271,7 @@ class ClusterNode:
         elif kind == "removed":
             self.manager.handle(m.StopReplicaRequest(-1, self.manager.controller_epoch, -1, [
                 m.StopReplicaPartition(t, p, m.EPOCH_DURING_DELETE, True) for t, p in change[2]]))
-            self.logdir.topic_configs.pop(change[1], None)
+            topic_configs.uninstall(self.logdir, self.manager, change[1])
 
     # ---- heartbeats and AlterPartition ---------------------------------------------------------
     def _heartbeat_body(self, *, want_shut_down: bool = False) -> dict:

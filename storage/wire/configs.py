@@ -7,8 +7,12 @@ accepted and ignored.
 from __future__ import annotations
 
 import dataclasses
+import logging
 
 from ..config import LogConfig
+from ..errors import Errors
+
+log = logging.getLogger("storage.wire")
 
 # Kafka name -> (LogConfig field, parser).  min.insync.replicas has no LogConfig field.
 TOPIC_CONFIGS: dict[str, tuple[str | None, type]] = {
@@ -76,3 +80,62 @@ def describe(base: LogConfig, configs: dict[str, str], min_isr: int) -> list[tup
         value = getattr(effective, field) if field is not None else int(configs.get(name, min_isr))
         out.append((name, str(value), name in configs))
     return out
+
+
+def topic_name_problem(name: str) -> str | None:
+    """Kafka's topic name rules (Topic.validate): None when `name` is legal."""
+    if not name:
+        return "topic name is empty"
+    if name in (".", ".."):
+        return f"topic name cannot be {name!r}"
+    if len(name) > 249:
+        return f"topic name is {len(name)} characters long, more than 249"
+    bad = sorted({c for c in name if not (c.isascii() and (c.isalnum() or c in "._-"))})
+    if bad:
+        return f"topic name {name!r} has characters other than ASCII alphanumerics, '.', '_' and '-': {bad}"
+    return None
+
+
+def topic_problem(base: LogConfig, name: str, partitions: int, configs: dict[str, str]) -> tuple[int, str] | None:
+    """(error code, message) when a topic of that name, partition count and configs cannot be
+    created here (Kafka's name rules, the configs the engine serves, the partition cap)."""
+    problem = topic_name_problem(name)
+    if problem:
+        return Errors.INVALID_TOPIC_EXCEPTION, problem
+    try:
+        log_config(base, configs)
+    except ConfigError as exc:
+        return Errors.INVALID_CONFIG, str(exc)
+    problem = partition_count_problem(partitions)
+    if problem:
+        return Errors.INVALID_PARTITIONS, problem
+    return None
+
+
+def log_configs(base: LogConfig, topics: dict[str, dict[str, str]]) -> dict[str, LogConfig]:
+    """Topic name -> the LogConfig its partitions open with.  Configs the engine refuses
+    (validated at creation; a later engine may refuse them) keep the defaults, logged."""
+    out = {}
+    for name, configs in topics.items():
+        try:
+            out[name] = log_config(base, configs)
+        except ConfigError as exc:
+            log.error("topic %s keeps the default configs: %s", name, exc)
+    return out
+
+
+def min_isrs(topics: dict[str, dict[str, str]]) -> dict[str, int]:
+    """Topic name -> its min.insync.replicas, for the topics that set one."""
+    return {name: int(c["min.insync.replicas"]) for name, c in topics.items() if "min.insync.replicas" in c}
+
+
+def install(logdir, manager, base: LogConfig, name: str, configs: dict[str, str]) -> None:
+    """A new topic's configs where they act: its LogConfig for its partitions' logs (LogDir
+    reads it when a partition opens) and its min.insync.replicas for the replica manager."""
+    logdir.topic_configs.update(log_configs(base, {name: configs}))
+    manager.topic_min_isr.update(min_isrs({name: configs}))
+
+
+def uninstall(logdir, manager, name: str) -> None:
+    logdir.topic_configs.pop(name, None)
+    manager.topic_min_isr.pop(name, None)

@@ -32,7 +32,6 @@ from . import configs as topic_configs
 from .apis import Notifier
 from .codec import ms
 from .metadata import MetadataImage, records_for
-from .node import topic_name_problem
 from .server import FrameServer
 
 log = logging.getLogger("storage.wire")
@@ -176,16 +175,9 @@ class ControllerServer(FrameServer):
         return {"error_code": Errors.NONE, "topics": topics}
 
     def _create(self, name: str, partitions: int, replication: int, configs: dict) -> tuple[int, str | None]:
-        problem = topic_name_problem(name)
+        problem = topic_configs.topic_problem(LogConfig(), name, partitions, configs)
         if problem:
-            return Errors.INVALID_TOPIC_EXCEPTION, problem
-        try:
-            topic_configs.log_config(LogConfig(), configs)
-        except topic_configs.ConfigError as exc:
-            return Errors.INVALID_CONFIG, str(exc)
-        problem = topic_configs.partition_count_problem(partitions)
-        if problem:
-            return Errors.INVALID_PARTITIONS, problem
+            return problem
         return self.controller.create_topic(name, partitions, replication, configs), None
 
     async def create_topics(self, header, request) -> dict:

@@ -32,7 +32,7 @@ from ..replication.messages import (
 )
 from ..replication.replica import ReplicaManager
 from . import configs as topic_configs
-from .configs import ConfigError
+from .configs import topic_name_problem  # noqa: F401  (the name rules' old home)
 
 log = logging.getLogger("storage.wire")
 
@@ -59,30 +59,20 @@ class Node:
         os.makedirs(self.data_dir, exist_ok=True)
         self.controller = Controller(os.path.join(self.data_dir, "controller"),
                                      min_insync_replicas=min_insync_replicas)
+        topics = {name: t["configs"] for name, t in self.controller.topics.items()}
         try:
-            self.logdir = LogDir.open(os.path.join(self.data_dir, "logs"), self.log_config,
-                                      topic_configs=self._log_configs(), background=background)
+            self.logdir = LogDir.open(os.path.join(self.data_dir, "logs"), self.log_config, background=background,
+                                      topic_configs=topic_configs.log_configs(self.log_config, topics))
         except BaseException:
             self.controller.close()
             raise
         self.manager = ReplicaManager(node_id, self.logdir, min_insync_replicas=min_insync_replicas)
-        self.manager.topic_min_isr = {name: int(t["configs"]["min.insync.replicas"])
-                                      for name, t in self.controller.topics.items()
-                                      if "min.insync.replicas" in t["configs"]}
+        self.manager.topic_min_isr = topic_configs.min_isrs(topics)
         self._producer_ids = (0, 0)
         self._last_heartbeat = -10**12
         self._register()
 
     # ---- start-up ----
-    def _log_configs(self) -> dict[str, LogConfig]:
-        out = {}
-        for name, topic in self.controller.topics.items():
-            try:
-                out[name] = topic_configs.log_config(self.log_config, topic["configs"])
-            except ConfigError as exc:      # validated at creation; a changed engine refuses it here
-                log.error("topic %s keeps the default configs: %s", name, exc)
-        return out
-
     def _register(self) -> None:
         incarnation = uuid.uuid4().hex
         previous = self.logdir.previous_broker_epoch
@@ -189,26 +179,17 @@ class Node:
                            configs: dict[str, str] | None = None, *, validate_only: bool = False
                            ) -> tuple[int, str | None]:
         """(error code, message) of creating a topic; -1 takes the broker's defaults."""
-        problem = topic_name_problem(name)
-        if problem:
-            return errors.Errors.INVALID_TOPIC_EXCEPTION, problem
         configs = dict(configs or {})
-        try:
-            config = topic_configs.log_config(self.log_config, configs)
-        except ConfigError as exc:
-            return errors.Errors.INVALID_CONFIG, str(exc)
         n = self.num_partitions if num_partitions == -1 else num_partitions
         rf = self.replication_factor if replication_factor == -1 else replication_factor
-        problem = topic_configs.partition_count_problem(n)
+        problem = topic_configs.topic_problem(self.log_config, name, n, configs)
         if problem:
-            return errors.Errors.INVALID_PARTITIONS, problem
+            return problem
         if validate_only:
             return errors.Errors.NONE, None
         code = self.controller.create_topic(name, n, rf, configs)
         if code == errors.Errors.NONE:
-            self.logdir.topic_configs[name] = config
-            if "min.insync.replicas" in configs:
-                self.manager.topic_min_isr[name] = int(configs["min.insync.replicas"])
+            topic_configs.install(self.logdir, self.manager, self.log_config, name, configs)
             self.pump()
             log.info("created topic %s: %d partitions, replication factor %d, configs %s", name, n, rf, configs)
         return code, None
@@ -222,8 +203,7 @@ class Node:
         code = self.controller.delete_topic(name)
         if code == errors.Errors.NONE:
             self.pump()
-            self.logdir.topic_configs.pop(name, None)
-            self.manager.topic_min_isr.pop(name, None)
+            topic_configs.uninstall(self.logdir, self.manager, name)
             log.info("deleted topic %s", name)
         return code
 
@@ -249,17 +229,3 @@ class Node:
             self.manager.shutdown()
         finally:
             self.controller.close()
-
-
-def topic_name_problem(name: str) -> str | None:
-    """Kafka's topic name rules (Topic.validate): None when `name` is legal."""
-    if not name:
-        return "topic name is empty"
-    if name in (".", ".."):
-        return f"topic name cannot be {name!r}"
-    if len(name) > 249:
-        return f"topic name is {len(name)} characters long, more than 249"
-    bad = sorted({c for c in name if not (c.isascii() and (c.isalnum() or c in "._-"))})
-    if bad:
-        return f"topic name {name!r} has characters other than ASCII alphanumerics, '.', '_' and '-': {bad}"
-    return None
