@@ -61,13 +61,7 @@ def broker(tmp_path_factory):
     server = BrokerServer(node, initial_rebalance_delay_ms=0)
 
     async def start():
-        # The handlers, without listening: what start() wires, minus the socket.
-        from storage.wire.groups import GroupCoordinator
-        server.groups = GroupCoordinator(node, initial_rebalance_delay_ms=0)
-        g = server.groups
-        server.handlers.update({8: g.offset_commit, 9: g.offset_fetch, 10: g.find_coordinator, 11: g.join_group,
-                                12: g.heartbeat, 13: g.leave_group, 14: g.sync_group, 15: g.describe_groups,
-                                16: g.list_groups})
+        server.serve_groups()                         # what start() wires, minus the socket
         for frame in FRAMES:                          # every valid frame is answered
             await server._dispatch(frame)
     loop.run_until_complete(start())

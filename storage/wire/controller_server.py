@@ -20,6 +20,7 @@ import logging
 import os
 import uuid
 
+from .. import errors
 from ..clock import monotonic_ms
 from ..config import LogConfig
 from ..errors import Errors
@@ -65,14 +66,26 @@ class ControllerServer(FrameServer):
 
     # ---- the metadata log ----
     def sync(self) -> None:
-        """Append what changed as one batch of metadata records, flushed, then wake fetchers."""
+        """Append what changed as one batch of metadata records, flushed, then wake fetchers.
+        Once the metadata log is offline every call raises (the image already counted the
+        records of the failed batch: nothing may look published after the failure)."""
+        self.logdir.failure_channel.check()
         self.controller.take_outbox()           # the log replaces the in-process messages
         values = records_for(self.controller, self.image, self.endpoints)
         if not values:
             return
         epoch = max(self.controller.controller_epoch, 0)
-        self.log.append_as_leader(build_batch([(None, v) for v in values]), epoch, origin="coordinator")
-        self.log.flush()
+        try:
+            self.log.append_as_leader(build_batch([(None, v) for v in values]), epoch, origin="coordinator")
+            self.log.flush()
+        except errors.StorageError:
+            # The metadata log's dir is offline (an I/O failure): nothing more can be published,
+            # and a failed flush is never retried into success -- the controller stops, as Kafka
+            # halts a controller whose metadata log fails.  The LMDB state stays; a restart
+            # writes the whole state to the log again.
+            log.critical("the metadata log %s is offline: the controller stops", self.log.path)
+            self.request_stop()
+            raise
         self.log.update_high_watermark(self.log.log_end_offset)
         self.notifier.notify()
 
@@ -91,7 +104,10 @@ class ControllerServer(FrameServer):
                 if not r.fenced and now - self.last_heartbeat.get(b, now) > self.session_timeout_ms:
                     log.warning("broker %d missed its heartbeats for %d ms: fenced", b, self.session_timeout_ms)
                     self.controller.fence_broker(b)
-            self.sync()
+            try:
+                self.sync()
+            except errors.StorageError:
+                return
 
     async def close(self) -> None:
         if self._ticker is not None:

@@ -123,12 +123,16 @@ class BrokerServer(FrameServer):
                          19: a.create_topics, 20: a.delete_topics, 22: a.init_producer_id,
                          23: a.offset_for_leader_epoch, 32: a.describe_configs}
 
-    async def start(self) -> None:
+    def serve_groups(self) -> None:
+        """The group coordinator and its APIs (it needs a running event loop for its timers)."""
         self.groups = GroupCoordinator(self.node, initial_rebalance_delay_ms=self._initial_rebalance_delay_ms)
         g = self.groups
         self.handlers.update({8: g.offset_commit, 9: g.offset_fetch, 10: g.find_coordinator, 11: g.join_group,
                               12: g.heartbeat, 13: g.leave_group, 14: g.sync_group, 15: g.describe_groups,
                               16: g.list_groups})
+
+    async def start(self) -> None:
+        self.serve_groups()
         self.node.port = await self.listen(self.node.host, self.node.port)
         await self.node.start(self.notifier)
         self._ticker = asyncio.create_task(self._tick())
