@@ -111,6 +111,19 @@ def parse_partition_dir(name: str) -> tuple[str, int] | None:
     return (match["topic"], int(match["partition"])) if match else None
 
 
+def read_clean_shutdown_epoch(path, seam=None) -> int:
+    """The broker epoch the dir's clean-shutdown marker recorded, -1 without a (readable)
+    marker; reads only, so a broker can register (KIP-966) before it opens the dir."""
+    seam = seam or _io.current()
+    marker = os.path.join(os.fspath(path), CLEAN_SHUTDOWN_FILE)
+    if not seam.exists(marker):
+        return -1
+    try:
+        return int(json.loads(seam.read_file(marker)).get("brokerEpoch", -1))
+    except (ValueError, AttributeError, OSError):
+        return -1
+
+
 class LogDir:
     """A broker log directory.  Use `LogDir.open(path, config)` (a context manager)."""
 
@@ -161,12 +174,8 @@ class LogDir:
     def _load(self, seam) -> None:
         marker = os.path.join(self.path, CLEAN_SHUTDOWN_FILE)
         self.had_clean_shutdown = seam.exists(marker)
-        self.previous_broker_epoch = -1       # the epoch the clean shutdown recorded (KIP-966)
-        if self.had_clean_shutdown:
-            try:
-                self.previous_broker_epoch = int(json.loads(seam.read_file(marker)).get("brokerEpoch", -1))
-            except (ValueError, AttributeError, OSError):
-                self.previous_broker_epoch = -1
+        # The epoch the clean shutdown recorded (KIP-966).
+        self.previous_broker_epoch = read_clean_shutdown_epoch(self.path, seam)
         if self.had_clean_shutdown and guards.on("M23"):
             seam.unlink(marker)
         # The dir is fsynced at every open, not only after removing a marker: a previous

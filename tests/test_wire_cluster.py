@@ -141,6 +141,7 @@ def test_sigterm_moves_leadership_away_before_the_broker_stops(cluster):
     should_shut_down; its partitions have another leader before the process exits, and the
     restarted broker registers with the epoch its clean-shutdown marker kept (KIP-966)."""
     cluster.create("calm", 3)
+    cluster.create("tables", 1, config={"cleanup.policy": "compact", "retention.ms": "3600000"})
     victim = cluster.partitions("calm")[0].leader
     producer = Producer(cluster.bootstrap, "calm")
     producer.start()
@@ -157,6 +158,11 @@ def test_sigterm_moves_leadership_away_before_the_broker_stops(cluster):
     log = cluster.brokers[victim].stderr()
     first_epoch = int(re.search(r"registered with broker epoch (\d+) \(previous -1\)", log).group(1))
     assert f"(previous {first_epoch})" in log                 # the clean shutdown kept its epoch
+    # The restarted broker opened its existing partitions with their topics' configs from the
+    # metadata log (not the defaults: a compacted topic must never open under delete retention).
+    reopened = re.findall(r"opened \d+ partitions; topic overrides in force: (.*)", log)
+    assert len(reopened) == 2 and "tables: {'cleanup_policy': 'compact', 'retention_ms': 3600000}" in reopened[1], \
+        reopened
     cluster.stop()
     cluster.assert_replicas_identical("calm")
 

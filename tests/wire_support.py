@@ -165,11 +165,11 @@ class Cluster:
         from confluent_kafka.admin import AdminClient
         return AdminClient({"bootstrap.servers": self.bootstrap})
 
-    def create(self, topic: str, partitions: int, replication_factor: int = 3) -> None:
+    def create(self, topic: str, partitions: int, replication_factor: int = 3, config: dict | None = None) -> None:
         from confluent_kafka.admin import NewTopic
         admin = self.admin()          # kept alive until the futures resolve
         futures = admin.create_topics([NewTopic(topic, num_partitions=partitions, replication_factor=replication_factor,
-                                                config={"min.insync.replicas": str(self.min_isr)})])
+                                                config={"min.insync.replicas": str(self.min_isr), **(config or {})})])
         for future in futures.values():
             future.result(30)
 

@@ -16,6 +16,7 @@ leaderships away and waits for should_shut_down before closing the log dir.
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import logging
 import os
 import uuid
@@ -24,7 +25,7 @@ from .. import errors
 from .. import metadata_records as mr
 from ..config import LogConfig
 from ..errors import Errors
-from ..logdir import LogDir
+from ..logdir import LogDir, read_clean_shutdown_epoch
 from ..records import iter_batches
 from ..replication import messages as m
 from ..replication.replica import ReplicaManager
@@ -56,9 +57,16 @@ class ClusterNode:
         self.cluster_id = "storage-cluster"
         self.controller_address = controller
         os.makedirs(self.data_dir, exist_ok=True)
-        self.logdir = LogDir.open(os.path.join(self.data_dir, "logs"), self.log_config, background=True)
-        self.manager = ReplicaManager(node_id, self.logdir, min_insync_replicas=min_insync_replicas,
-                                      replica_lag_time_max_ms=replica_lag_time_max_ms)
+        # The log dir opens once the metadata log is replayed (`_open_logs`): its partitions
+        # open with their topics' configs, which only that log holds (a compacted
+        # __consumer_offsets must never open under the default delete retention).
+        self.logs_path = os.path.join(self.data_dir, "logs")
+        self.previous_broker_epoch = read_clean_shutdown_epoch(self.logs_path)
+        self.broker_epoch = -1
+        self.logdir: LogDir | None = None
+        self.manager: ReplicaManager | None = None
+        self._manager_options = {"min_insync_replicas": min_insync_replicas,
+                                 "replica_lag_time_max_ms": replica_lag_time_max_ms}
         self.image = MetadataImage()
         self.caught_up = False
         self.metadata_offset = 0
@@ -135,7 +143,7 @@ class ClusterNode:
     async def next_producer_id(self) -> int:
         first, end = self._producer_ids
         if first >= end:
-            answer = await self._rpc.call(67, 0, {"broker_id": self.node_id, "broker_epoch": self.manager.broker_epoch})
+            answer = await self._rpc.call(67, 0, {"broker_id": self.node_id, "broker_epoch": self.broker_epoch})
             if answer.error_code:
                 raise errors.StorageError(f"AllocateProducerIds: error {int(answer.error_code)}")
             first, end = answer.producer_id_start, answer.producer_id_start + answer.producer_id_len
@@ -153,12 +161,15 @@ class ClusterNode:
         await self._register()
         self._tasks = [asyncio.create_task(self._metadata_loop()), asyncio.create_task(self._heartbeat_loop()),
                        asyncio.create_task(self._fetcher_loop())]
-        await self._await_metadata(lambda: self.caught_up, timeout_s=30)
+        await self._await_metadata(lambda: self.caught_up, timeout_s=60)
+        if not self.caught_up:
+            raise errors.StorageError(f"node {self.node_id} did not catch up with the controller's metadata log "
+                                      f"(at offset {self.metadata_offset} of {self._catch_up_to}) within 60 s")
         # Serving starts unfenced: the heartbeat after catching up asks for it.
         await self._await_metadata(lambda: self._unfenced, timeout_s=30)
 
     async def _register(self) -> None:
-        previous = self.logdir.previous_broker_epoch
+        previous = self.previous_broker_epoch
         body = {"broker_id": self.node_id, "cluster_id": self.cluster_id, "incarnation_id": uuid.uuid4(),
                 "listeners": [{"name": "PLAINTEXT", "host": self.host, "port": self.port, "security_protocol": 0}],
                 "features": [], "rack": None, "is_migrating_zk_broker": False, "log_dirs": [],
@@ -174,7 +185,7 @@ class ClusterNode:
             await asyncio.sleep(0.5)
         else:
             raise errors.StorageError("the controller did not register this broker")
-        self.manager.broker_epoch = self.logdir.broker_epoch = answer.broker_epoch
+        self.broker_epoch = answer.broker_epoch
         log.info("node %d registered with broker epoch %d (previous %d)", self.node_id, answer.broker_epoch, previous)
 
     async def tick(self) -> None:
@@ -190,7 +201,7 @@ class ClusterNode:
         for should_shut_down; the metadata log brings the new leaders meanwhile."""
         self._stopping = True
         deadline = asyncio.get_running_loop().time() + 15
-        while asyncio.get_running_loop().time() < deadline and not self.logdir.offline:
+        while asyncio.get_running_loop().time() < deadline and not (self.logdir and self.logdir.offline):
             try:
                 answer = await self._rpc.call(63, 1, self._heartbeat_body(want_shut_down=True), timeout_s=2)
                 if answer.should_shut_down:
@@ -203,7 +214,8 @@ class ClusterNode:
     async def shutdown(self) -> None:
         for task in self._tasks:
             task.cancel()
-        self.manager.shutdown()
+        if self.manager is not None:
+            self.manager.shutdown()
 
     # ---- the metadata log ----------------------------------------------------------------------
     async def _metadata_loop(self) -> None:
@@ -225,9 +237,27 @@ class ClusterNode:
             if self._catch_up_to is None:
                 self._catch_up_to = part.high_watermark
             if not self.caught_up and self.metadata_offset >= self._catch_up_to:
-                self.caught_up = True
                 log.info("node %d caught up with the metadata log at offset %d", self.node_id, self.metadata_offset)
+                self._open_logs()
+                self.caught_up = True
                 self._apply_all()
+
+    def _open_logs(self) -> None:
+        """Open the log dir with every topic's configs from the replayed image, then the
+        replica manager over it (as Kafka's broker loads its logs after its metadata)."""
+        self.logdir = LogDir.open(self.logs_path, self.log_config, background=True, broker_epoch=self.broker_epoch,
+                                  topic_configs=topic_configs.log_configs(self.log_config, self.image.configs))
+        self.manager = ReplicaManager(self.node_id, self.logdir, **self._manager_options)
+        self.manager.broker_epoch = self.broker_epoch
+        self.manager.topic_min_isr.update(topic_configs.min_isrs(self.image.configs))
+        overrides = {}
+        for (topic, _), opened in self.logdir.logs().items():
+            config = opened.config
+            overrides.setdefault(topic, {f.name: getattr(config, f.name) for f in dataclasses.fields(config)
+                                         if getattr(config, f.name) != getattr(self.log_config, f.name)})
+        log.info("node %d opened %d partitions; topic overrides in force: %s", self.node_id,
+                 len(self.logdir.partitions()), "; ".join(f"{t}: {o}" for t, o in sorted(overrides.items()) if o)
+                 or "none")
 
     def _replay(self, records: bytes) -> None:
         for batch in iter_batches(records):
@@ -275,7 +305,7 @@ class ClusterNode:
 
     # ---- heartbeats and AlterPartition ---------------------------------------------------------
     def _heartbeat_body(self, *, want_shut_down: bool = False) -> dict:
-        return {"broker_id": self.node_id, "broker_epoch": self.manager.broker_epoch,
+        return {"broker_id": self.node_id, "broker_epoch": self.broker_epoch,
                 "current_metadata_offset": self.metadata_offset - 1, "want_fence": not self.caught_up,
                 "want_shut_down": want_shut_down, "offline_log_dirs": []}
 

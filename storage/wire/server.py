@@ -38,6 +38,10 @@ class FrameServer:
         self._stopped = asyncio.Event()
         self._connections: set[asyncio.StreamWriter] = set()
         self.served: collections.Counter = collections.Counter()    # (api key, version) -> requests
+        # Requests other than ApiVersions wait while the node starts (a cluster broker opens its
+        # log dir only once it has replayed the metadata log: the topics' configs come from it).
+        self.ready = asyncio.Event()
+        self.ready.set()
 
     async def listen(self, host: str, port: int) -> int:
         self._server = await asyncio.start_server(self._serve, host, port)
@@ -93,6 +97,8 @@ class FrameServer:
                 return codec.encode_response(key, 0, correlation_id, body)
             raise codec.ProtocolError(f"unsupported request: {codec.api_name(key)} v{version}")
         header, request = codec.parse_request(frame)
+        if not self.ready.is_set() and key != codec.API_VERSIONS_KEY:
+            await self.ready.wait()
         self.served[(key, version)] += 1
         if log.isEnabledFor(logging.DEBUG):
             log.debug("%s v%d #%d from %s: %s", codec.api_name(key), version, correlation_id, header.client_id,
@@ -133,8 +139,10 @@ class BrokerServer(FrameServer):
 
     async def start(self) -> None:
         self.serve_groups()
+        self.ready.clear()
         self.node.port = await self.listen(self.node.host, self.node.port)
         await self.node.start(self.notifier)
+        self.ready.set()
         self._ticker = asyncio.create_task(self._tick())
         log.info("node %d listening on %s:%d", self.node.node_id, self.node.host, self.node.port)
 
