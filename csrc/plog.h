@@ -149,16 +149,14 @@ void plog_batch_stamp(uint8_t *batch, int64_t base_offset, int32_t partition_lea
 
 /* ---- records (v2) -------------------------------------------------------------------- */
 
-/* Upper bound of the encoded size of n records with the given payload totals. */
-size_t plog_records_bound(int32_t n, size_t keys_bytes, size_t values_bytes, size_t headers_bytes);
-
 /* Encode n records back to back into out.  keys/values are concatenated payloads with
  * per-record lengths (-1 = null; key_lengths NULL = every key null).  timestamps NULL means
  * every record carries base_timestamp.  headers: per-record pre-encoded header sections
  * (count varint + headers), header_lengths NULL = no headers (encoded as count 0).
  * Writes the encoded size to *written and the largest timestamp to *max_timestamp.
  * PLOG_EARG when the lengths do not add up to keys_bytes / values_bytes / headers_bytes
- * exactly (nothing is read past a payload). */
+ * exactly (nothing is read past a payload).  out NULL is the sizing pass: *written gets
+ * the exact encoded size (capacity ignored), so the caller allocates no more than needed. */
 int plog_records_encode(uint8_t *out, size_t capacity, size_t *written, int32_t n,
                         const uint8_t *keys, size_t keys_bytes, const int32_t *key_lengths,
                         const uint8_t *values, size_t values_bytes, const int32_t *value_lengths,

@@ -68,11 +68,6 @@ static inline int get_varint(const uint8_t *p, size_t avail, int max_bytes, int6
     return -1;
 }
 
-size_t plog_records_bound(int32_t n, size_t keys_bytes, size_t values_bytes, size_t headers_bytes) {
-    /* length 5 + attributes 1 + timestamp 10 + offset 5 + key len 5 + value len 5 + count 5 */
-    return (size_t)n * 36 + keys_bytes + values_bytes + headers_bytes;
-}
-
 static int lengths_match(const int32_t *lengths, int32_t n, size_t total) {
     size_t sum = 0;
     if (!lengths) return total == 0;
@@ -107,7 +102,11 @@ int plog_records_encode(uint8_t *out, size_t capacity, size_t *written, int32_t 
                       (size_t)varint_size(value_length) + (value_length > 0 ? (size_t)value_length : 0) +
                       (header_length > 0 ? (size_t)header_length : 1);
         if (body > INT32_MAX) return PLOG_ETOOLARGE;
-        if (pos + body + 5 > capacity) return PLOG_ESPACE;
+        if (!out) {                 /* sizing pass: the exact length, nothing written */
+            pos += (size_t)varint_size((int64_t)body) + body;
+            continue;
+        }
+        if (pos + (size_t)varint_size((int64_t)body) + body > capacity) return PLOG_ESPACE;
         pos += (size_t)put_varint(out + pos, (int64_t)body);
         out[pos++] = 0;
         pos += (size_t)put_varint(out + pos, ts_delta);

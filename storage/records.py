@@ -323,6 +323,11 @@ def _lengths_and_blob(items):
     return lengths, b"".join(v for v in items if v)
 
 
+def _int32s(values: list):
+    """A C int32 array of `values` (struct packs a list about 4x faster than ffi.new)."""
+    return ffi.from_buffer("int32_t[]", struct.pack(f"={len(values)}i", *values))
+
+
 def _encode_section(n, keys, values, timestamps, headers, base_timestamp):
     """Encode the records section; returns (bytearray with 61 free header bytes, size, max ts)
     or None when the payload lengths do not add up (a non-byte memoryview value)."""
@@ -335,22 +340,26 @@ def _encode_section(n, keys, values, timestamps, headers, base_timestamp):
     key_blob, key_lengths = b"", ffi.NULL
     if keys is not None:
         lengths, key_blob = _lengths_and_blob(keys)
-        key_lengths = ffi.new("int32_t[]", lengths)
+        key_lengths = _int32s(lengths)
     header_blob, header_lengths = b"", ffi.NULL
     if headers is not None:
-        header_lengths = ffi.new("int32_t[]", [len(h) for h in headers])
+        header_lengths = _int32s([len(h) for h in headers])
         header_blob = b"".join(headers)
-    bound = lib.plog_records_bound(n, len(key_blob), len(value_blob), len(header_blob))
-    out = bytearray(BATCH_OVERHEAD + bound)
     written = ffi.new("size_t *")
     max_ts = ffi.new("int64_t *")
-    with ffi.from_buffer(out) as out_ptr:
-        rc = lib.plog_records_encode(
-            out_ptr + BATCH_OVERHEAD, bound, written, n,
-            ffi.from_buffer(key_blob), len(key_blob), key_lengths,
-            ffi.from_buffer(value_blob), len(value_blob), ffi.new("int32_t[]", value_lengths),
-            ffi.new("int64_t[]", timestamps) if timestamps is not None else ffi.NULL, base_timestamp,
+    # Two passes in C: the exact size, then the encoding into a buffer of that size (a
+    # worst-case buffer, zeroed and then trimmed, cost more than the encoding itself).
+    args = (n, ffi.from_buffer(key_blob), len(key_blob), key_lengths,
+            ffi.from_buffer(value_blob), len(value_blob), _int32s(value_lengths),
+            ffi.from_buffer("int64_t[]", struct.pack(f"={n}q", *timestamps)) if timestamps is not None else ffi.NULL,
+            base_timestamp,
             ffi.from_buffer(header_blob), len(header_blob), header_lengths, max_ts)
+    rc = lib.plog_records_encode(ffi.NULL, 0, written, *args)
+    if rc == 0:
+        size = written[0]
+        out = bytearray(BATCH_OVERHEAD + size)
+        with ffi.from_buffer(out) as out_ptr:
+            rc = lib.plog_records_encode(out_ptr + BATCH_OVERHEAD, size, written, *args)
     if rc == lib.PLOG_EARG:
         return None
     if rc:
@@ -394,8 +403,7 @@ def _build(records, *, base_offset, partition_leader_epoch, compression, base_ti
         out_ptr = ffi.from_buffer(out)
         size = len(out)
     else:
-        del out[size:]
-        out_ptr = ffi.from_buffer(out)
+        out_ptr = ffi.from_buffer(out)          # exactly `size` bytes (_encode_section's sizing pass)
     info = ffi.new("plog_batch_info *")
     info.base_offset = base_offset
     info.partition_leader_epoch = partition_leader_epoch
