@@ -260,3 +260,54 @@ int64_t plog_batches_span(const uint8_t *log, int64_t size, int64_t position, in
     }
     return pos - position;
 }
+
+static void put_row(plog_batch_columns *c, int64_t row, int64_t pos, const plog_batch_info *in, int8_t valid) {
+    c->position[row] = pos;
+    c->base_offset[row] = in->base_offset;
+    c->last_offset[row] = in->last_offset;
+    c->size_bytes[row] = in->size_bytes;
+    c->magic[row] = in->magic;
+    c->crc[row] = in->crc;
+    c->crc_valid[row] = valid;
+    c->attributes[row] = in->attributes;
+    c->partition_leader_epoch[row] = in->partition_leader_epoch;   /* parse_legacy: -1 for v0/v1 */
+    c->base_timestamp[row] = in->base_timestamp;
+    c->max_timestamp[row] = in->max_timestamp;
+    c->producer_id[row] = in->producer_id;
+    c->producer_epoch[row] = in->producer_epoch;
+    c->base_sequence[row] = in->base_sequence;
+    c->record_count[row] = in->record_count;
+}
+
+int plog_batch_columns_scan(const uint8_t *buf, size_t length, int32_t max_batch_bytes, int check_crc,
+                            plog_batch_columns *c) {
+    int64_t pos = 0, row = 0;
+    int counting = c->capacity == 0;
+    c->first_invalid = -1;
+    c->stop = 0;
+    while ((size_t)pos < length) {
+        plog_batch_info info;
+        int rc = plog_batch_parse(buf, length, (size_t)pos, max_batch_bytes, &info);
+        if (rc) {
+            c->stop = rc;
+            break;
+        }
+        if (!counting) {
+            if (row >= c->capacity) {
+                c->stop = PLOG_ESPACE;
+                break;
+            }
+            int8_t valid = -1;
+            if (check_crc) {
+                valid = (int8_t)plog_batch_crc_ok(buf + pos, &info);
+                if (!valid && c->first_invalid < 0) c->first_invalid = row;
+            }
+            put_row(c, row, pos, &info, valid);
+        }
+        row++;
+        pos += info.size_bytes;
+    }
+    c->count = row;
+    c->end = pos;
+    return 0;
+}

@@ -147,6 +147,30 @@ int plog_batch_finish(uint8_t *batch, size_t size_bytes, const plog_batch_info *
 /* Rewrite base offset and partition leader epoch in place (both outside the CRC). */
 void plog_batch_stamp(uint8_t *batch, int64_t base_offset, int32_t partition_leader_epoch);
 
+/* The header fields of every batch of a buffer, as columns, in one call (reads in bulk: a
+ * fetch's validation, the Spark source).  Rows are filled for each batch that parses, in
+ * order, until the buffer ends (stop = 0), a partial batch ends it (stop = PLOG_EPARTIAL),
+ * a batch cannot be delimited (stop = its plog_batch_parse error, at `end`), or the arrays
+ * are full (stop = PLOG_ESPACE).  With check_crc, crc_valid[i] is 1 or 0 and
+ * first_invalid is the row of the first mismatch (-1: none); without, crc_valid[i] = -1.
+ * capacity 0 with NULL arrays counts the rows only (no CRC).  `end` is the position after
+ * the last row's batch. */
+typedef struct plog_batch_columns {
+    int64_t capacity;               /* in: rows the arrays hold */
+    int64_t count;                  /* out */
+    int64_t end;                    /* out */
+    int64_t first_invalid;          /* out */
+    int stop;                       /* out */
+    int64_t *position, *base_offset, *last_offset, *base_timestamp, *max_timestamp, *producer_id, *size_bytes;
+    int32_t *partition_leader_epoch, *record_count, *base_sequence;
+    uint32_t *crc;
+    int16_t *attributes, *producer_epoch;
+    int8_t *magic, *crc_valid;
+} plog_batch_columns;
+
+int plog_batch_columns_scan(const uint8_t *buf, size_t length, int32_t max_batch_bytes, int check_crc,
+                            plog_batch_columns *c);
+
 /* ---- records (v2) -------------------------------------------------------------------- */
 
 /* Encode n records back to back into out.  keys/values are concatenated payloads with

@@ -20,7 +20,6 @@ from __future__ import annotations
 
 import os
 import threading
-from typing import NamedTuple
 
 from . import cleaner as _cleaner
 from . import errors, guards, validator
@@ -29,6 +28,14 @@ from . import producer as _producer
 from . import producer_check as _producer_check
 from . import retention as _retention
 from ._native import ffi, lib
+from .appends import (
+    _EPOCH_MIXED,
+    AppendInfo,
+    _AppendState,
+    _new_append_info,
+    _ProducerCheck,
+    _Recheck,
+)
 from .clock import wall_ms as _now_ms
 from .config import LogConfig
 from .epoch import CHECKPOINT_FILE, LeaderEpochCache
@@ -42,53 +49,12 @@ from .txnindex import AbortedTxn
 _INT32_MAX = 2**31 - 1
 
 
-class AppendInfo(NamedTuple):
-    first_offset: int
-    last_offset: int
-    max_timestamp: int
-    offset_of_max_timestamp: int
-    batch_count: int
-    record_count: int
-    size_bytes: int
-    duplicate: bool = False     # a retried idempotent batch: its first offsets, nothing written
-
-
 # The chunk refusals that name their failing batch (the classes come from records.error_class).
 _REFUSALS = frozenset((lib.PLOG_ECRC, lib.PLOG_ECORRUPT, lib.PLOG_EMAGIC, lib.PLOG_EPARTIAL, lib.PLOG_EEMPTY,
                        lib.PLOG_ETOOLARGE, lib.PLOG_EORDER, lib.PLOG_EAPPENDOFFSET))
 
 
 _ORIGINS = ("client", "coordinator")
-
-
-class _Recheck(Exception):
-    """PLOG_ERECHECK: validator.recheck must see the chunk before C can append it."""
-
-
-class _ProducerCheck(Exception):
-    """PLOG_EPRODUCER: the producer state must check the chunk before C can append it."""
-
-
-_EPOCH_MIXED = lib.PLOG_EPOCH_MIXED
-# AppendInfo from the seven int64 fields plog_validate leads with (plog.h): what
-# NamedTuple._make does, without its length check (the C layout fixes the length).
-_new_append_info = tuple.__new__
-_C_APPEND_FIELDS = 7
-
-
-class _AppendState:
-    """The plog_validate struct of one kind of append, with its limits set, and an int64 view
-    of its leading AppendInfo fields."""
-
-    __slots__ = ("v", "out")
-
-    def __init__(self, config: LogConfig, flags: int, max_batch_bytes: int):
-        self.v = ffi.new("plog_validate *")
-        self.v.flags = flags
-        self.v.max_batch_bytes = max_batch_bytes
-        self.v.segment_bytes = config.segment_bytes
-        self.v.segment_ms = config.segment_ms
-        self.out = memoryview(ffi.buffer(self.v)).cast("B")[:_C_APPEND_FIELDS * 8].cast("q")
 
 
 class PartitionLog(LogReads):
@@ -274,15 +240,35 @@ class PartitionLog(LogReads):
             raise ValueError(f"origin must be one of {_ORIGINS}")
         prebuilt = isinstance(records_or_batches, (bytes, bytearray, memoryview))
         if prebuilt:
-            buf = bytearray(records_or_batches)
-            if not buf:
-                return self._nothing_appended()
-        else:
-            if isinstance(records_or_batches, (list, tuple)) and not records_or_batches:
-                return self._nothing_appended()
-            buf = _build(records_or_batches, base_offset=0, partition_leader_epoch=leader_epoch,
-                         compression=compression, base_timestamp=None, producer_id=-1, producer_epoch=-1,
-                         base_sequence=-1, is_transactional=False, is_control=False)
+            return self._leader_chunk(bytearray(records_or_batches), leader_epoch, origin)
+        if isinstance(records_or_batches, (list, tuple)) and not records_or_batches:
+            return self._nothing_appended()
+        buf = _build(records_or_batches, base_offset=0, partition_leader_epoch=leader_epoch,
+                     compression=compression, base_timestamp=None, producer_id=-1, producer_epoch=-1,
+                     base_sequence=-1, is_transactional=False, is_control=False)
+        return self._leader_chunk(buf, leader_epoch, origin, prebuilt=False)
+
+    @guarded
+    def append_batches(self, batches, *, as_leader: bool, leader_epoch: int = -1,
+                       origin: str = "client") -> AppendInfo:
+        """Append a list of separate batch buffers (bytes-like, each holding whole v2
+        batches) as one chunk: gathered by one copy, validated and written by one C call
+        and one write, all or nothing -- the rules of append_as_leader (as_leader=True,
+        offsets assigned and `leader_epoch` stamped) or of append_as_follower, except that
+        a partial batch at the end is refused, never cut off."""
+        chunk = bytearray().join(batches)
+        if as_leader:
+            if leader_epoch < 0:
+                raise ValueError("leader_epoch must be >= 0")
+            if origin not in _ORIGINS:
+                raise ValueError(f"origin must be one of {_ORIGINS}")
+            return self._leader_chunk(chunk, leader_epoch, origin)
+        return self._follower_chunk(chunk, partial_tail=False)
+
+    def _leader_chunk(self, buf: bytearray, leader_epoch: int, origin: str, prebuilt: bool = True) -> AppendInfo:
+        """A leader's chunk this log owns (it is rewritten in place: offsets, epoch)."""
+        if prebuilt and not buf:
+            return self._nothing_appended()
         state = self._leader_append[origin]
         if origin == "client" and self.config.compacts:
             _cleaner.require_keys(buf, self.path)      # Kafka's LogValidator for compacted topics
@@ -372,6 +358,9 @@ class PartitionLog(LogReads):
     def append_as_follower(self, batches) -> AppendInfo:
         """Append batches fetched from the leader as they are: CRC checked, offsets strictly
         increasing, the first at or after the log end offset (gaps allowed)."""
+        return self._follower_chunk(batches, partial_tail=True)
+
+    def _follower_chunk(self, batches, partial_tail: bool) -> AppendInfo:
         with self._lock:
             self._ensure_open()
             with ffi.from_buffer(batches) as pointer:
@@ -380,7 +369,7 @@ class PartitionLog(LogReads):
                     return self._nothing_appended()
                 if self.log_end_offset == self.log_start_offset:
                     self._maybe_restart_empty_log(pointer, length)
-                whole = lib.plog_batches_span(pointer, length, 0, length, -1) if length else 0
+                whole = lib.plog_batches_span(pointer, length, 0, length, -1) if partial_tail else length
                 if 0 < whole < length and self._ends_in_partial_batch(pointer, length, whole):
                     # A fetch response may end inside a batch (Kafka's FileRecords slices by
                     # bytes): the whole batches before it are appended, AppendInfo.size_bytes
