@@ -6,8 +6,8 @@ stale build) on import.
 """
 from . import errors
 from ._native import NativeBuildError
-from .columns import BatchColumns, batch_columns
 from ._version import __version__
+from .columns import BatchColumns, batch_columns
 from .config import LogConfig
 from .epoch import EpochEntry, LeaderEpochCache
 from .log import AppendInfo, PartitionLog
