@@ -236,6 +236,38 @@ void plog_index_truncate_to(plog_segment *s, int64_t target) {
     if (s->time_written > s->time_entries) s->time_written = s->time_entries;
 }
 
+int plog_segment_index_check(const plog_segment *seg, int thorough, int64_t *bad) {
+    int32_t first = thorough || seg->offset_entries < 2 ? 0 : seg->offset_entries - 2;
+    int64_t prev_rel = -1, prev_pos = -1;
+    for (int32_t i = first; i < seg->offset_entries; i++) {
+        const uint8_t *e = seg->offset_index + (size_t)i * PLOG_OFFSET_ENTRY_BYTES;
+        int64_t rel = be32(e), pos = be32(e + 4);
+        if (rel <= prev_rel || pos <= prev_pos || pos >= seg->size) {
+            bad[0] = seg->base_offset + rel;
+            bad[1] = pos;
+            return PLOG_INDEX_BAD_OFFSET_ENTRY;
+        }
+        prev_rel = rel;
+        prev_pos = pos;
+    }
+    if (seg->offset_entries > 0 && prev_rel < 0) return PLOG_INDEX_BELOW_BASE;
+    first = thorough || seg->time_entries < 2 ? 0 : seg->time_entries - 2;
+    int64_t prev_ts = INT64_MIN;
+    prev_rel = -1;
+    for (int32_t i = first; i < seg->time_entries; i++) {
+        const uint8_t *e = seg->time_index + (size_t)i * PLOG_TIME_ENTRY_BYTES;
+        int64_t ts = be64(e), rel = be32(e + 8);
+        if (ts < prev_ts || rel < prev_rel || rel < 0) {
+            bad[0] = ts;
+            bad[1] = seg->base_offset + rel;
+            return PLOG_INDEX_BAD_TIME_ENTRY;
+        }
+        prev_ts = ts;
+        prev_rel = rel;
+    }
+    return 0;
+}
+
 #ifdef PLOG_ASSERTS
 void plog_segment_assert_invariants(const plog_segment *seg) {
     PLOG_ASSERT(seg != NULL);

@@ -466,3 +466,24 @@ def test_after_a_crash_every_index_entry_is_checked(tmp_path):
     logdir = LogDir.open(tmp_path, config)
     assert "out of order" in logdir.recovery_report[("t", 0)][0][2]
     assert [o for o, _ in logdir.partition("t", 0).segments[0].offset_index_entries()] == [3, 6, 9, 12, 15]
+
+
+def test_after_a_crash_every_time_index_entry_is_checked(tmp_path):
+    # The time index's torn middle entry (a timestamp going back) is found by the same
+    # thorough check (in C: plog_segment_index_check), and only after an unclean shutdown.
+    config = LogConfig(segment_bytes=2048, index_interval_bytes=256, segment_index_bytes=4096, fsync=False)
+    with LogDir.open(tmp_path, config) as logdir:
+        log = logdir.partition("t", 0)
+        for i in range(40):
+            log.append_as_leader(build_batch([b"x" * 50], base_timestamp=1_000 + i), 0)
+        entries = log.segments[0].time_index_entries()
+        assert len(log.segments) == 3 and len(entries) >= 4
+    with open(tmp_path / "t-0" / "00000000000000000000.timeindex", "r+b") as f:
+        f.seek(12)
+        f.write(b"\0" * 8)                       # the second entry's timestamp becomes 0
+    with LogDir.open(tmp_path, config) as clean:
+        assert clean.recovery_report == {}       # a clean open looks at the last two only
+    os.unlink(tmp_path / CLEAN_SHUTDOWN_FILE)
+    logdir = LogDir.open(tmp_path, config)
+    assert logdir.recovery_report[("t", 0)][0][2].startswith(f"rebuilt: time index entry (0, {entries[1][1]}) is out of order")
+    assert logdir.partition("t", 0).segments[0].time_index_entries() == entries
