@@ -58,7 +58,10 @@ class LeaderEpochCache:
     # ---- file ----
     def _load(self) -> None:
         if not checkpoint.exists(self.path):
-            self._write()   # Kafka creates the file (empty) when the cache is created
+            # Kafka creates the file (empty) when the cache is created; a deferred cache writes
+            # it at its first flush (a missing file is an empty cache), so creating a partition
+            # costs no fsync.
+            self._changed()
             return
         try:
             lines = checkpoint.read(self.path, 2)

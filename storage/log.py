@@ -74,6 +74,7 @@ class PartitionLog(LogReads):
         self.segments: list[Segment] = []
         self._bases: list[int] = []
         self._dir_dirty = False
+        self.parent_dir_dirty = False       # set by LogDir for a partition it created lazily
         self._pending_deletes: list[tuple[int, list[str]]] = []   # (due ms, *.deleted paths): retention
         self.first_dirty_offset: int | None = None   # the cleaner's checkpoint (LogDir keeps it)
         self._truncations = 0                         # a cleaner round aborts when this moved
@@ -708,6 +709,9 @@ class PartitionLog(LogReads):
         log end offset."""
         with self._lock:
             self._ensure_open()
+            if self.parent_dir_dirty:       # a partition LogDir created lazily (epoch_flush="deferred")
+                _io.current().fsync_dir(os.path.dirname(self.path), 0 if self.config.fsync else _io.SYNC_NOOP)
+                self.parent_dir_dirty = False
             self.epoch_cache.flush()
             for segment in self.segments:
                 if segment.next_offset > self.recovery_point or segment is self.segments[-1]:

@@ -297,7 +297,10 @@ class LogDir:
         if not topic or "/" in topic or "\0" in topic:
             raise ValueError(f"invalid topic name {topic!r}")
         log = self._open_partition(key, None)
-        _io.current().fsync_dir(self.path, self._sync_flags)
+        if log.config.epoch_flush == "deferred":
+            log.parent_dir_dirty = True     # the new dir's name is made durable by its first flush
+        else:
+            _io.current().fsync_dir(self.path, self._sync_flags)
         return log
 
     def partitions(self) -> list[tuple[str, int]]:

@@ -228,14 +228,50 @@ def test_reads_checkpoints_written_by_kafka(relative, expected):
 def test_deferred_mode_writes_at_flush(tmp_path):
     path = tmp_path / "cp"
     cache = LeaderEpochCache(path, epoch_flush="deferred")
+    assert not path.exists() and cache.dirty and cache.writes == 0   # created at the first flush
     cache.assign(1, 0)
     cache.assign(2, 10)
-    assert path.read_bytes() == b"0\n0\n" and cache.dirty
+    assert not path.exists() and cache.dirty
     cache.flush()
     assert path.read_bytes() == b"0\n2\n1 0\n2 10\n" and not cache.dirty
     writes = cache.writes
     cache.flush()
-    assert cache.writes == writes
+    assert cache.writes == writes == 1
+
+
+def test_a_deferred_partition_costs_no_fsync_until_its_first_flush(tmp_path):
+    """Creating a partition and its first append write nothing durable with
+    epoch_flush="deferred" (issue 18: no fsync per new partition); its first flush writes the
+    epoch file, then makes the new dir's name durable in the log dir (Kafka flushes the parent
+    dir lazily too), and a crash before that flush loses nothing that was flushed."""
+    from storage import LogConfig, LogDir
+    from storage import io as sio
+    from tests.test_failure_state import FaultyIO
+
+    class Counting(FaultyIO):
+        def __init__(self):
+            super().__init__()
+            self.syncs = []
+
+        def fsync(self, fd, flags=0):
+            self.syncs.append("fsync")
+            return super().fsync(fd, flags)
+
+        def fsync_dir(self, path, flags=0):
+            self.syncs.append(("dir", os.path.basename(path)))
+            return super().fsync_dir(path, flags)
+
+    seam = Counting()
+    with sio.using(seam):
+        logdir = LogDir.open(tmp_path / "d", LogConfig(fsync=True, epoch_flush="deferred"))
+        seam.syncs.clear()
+        log = logdir.partition("t", 0)
+        log.append_as_leader([b"a"], 3)
+        assert seam.syncs == [] and not (tmp_path / "d" / "t-0" / "leader-epoch-checkpoint").exists()
+        log.flush()
+        assert ("dir", "d") in seam.syncs and log.epoch_cache.entries == [(3, 0)]
+        assert (tmp_path / "d" / "t-0" / "leader-epoch-checkpoint").read_bytes() == b"0\n1\n3 0\n"
+        logdir.close()
 
 
 def test_unknown_flush_mode():
