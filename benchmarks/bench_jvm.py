@@ -36,7 +36,7 @@ import time
 from pathlib import Path
 
 import pytest
-from bench_append import FileWrite, Lmdb, OursFollower, Peer, _State, _log_config, timed_run
+from bench_append import FileWrite, Lmdb, OursFollower, Peer, _log_config, _State, timed_run
 from benchlib import Contender, make_values, paired
 
 import storage
@@ -111,7 +111,7 @@ def _warm(run, count: int = 5) -> None:
 
 class OursBatches(OursFollower):
     name, label, role = "ours-batches64", "ours (append_batches, 64 per call)", "ours"
-    setting = f"LogConfig(segment_bytes=1<<30, fsync=False); append_batches(64 batches, as_leader=False)"
+    setting = "LogConfig(segment_bytes=1<<30, fsync=False); append_batches(64 batches, as_leader=False)"
 
     def open(self, directory, wl):
         batches = wl.follower

@@ -274,3 +274,95 @@ def test_replication_diverge_paired(benchmark, sizes, diverge):
               f"(epoch 2) refetched, leader in epoch {side.EPOCH}")
     benchmark.extra_info.update(size="divergent follower", detail=detail, bytes=side.info["tail_bytes"], **side.info,
                                 **result)
+
+
+# ---- acks=all on three replicas ------------------------------------------------------------
+
+class AcksAll:
+    """"replication-acks-all-paired": a leader and two followers (three ReplicaManagers, three
+    log dirs, in process), replication factor 3, every follower in the ISR.  `acks-all` sends
+    the stamped 16 KiB batches as produce requests of `per_request` batches with acks=-1; after
+    each request every follower runs one fetch round (its fetch reports its log end, which moves
+    the leader's high watermark, and takes the new data: Kafka's pipelining), and the run ends
+    when every request has been answered.  `3x-append` is the same bytes appended three times
+    with no replication: append_as_leader on one log, append_as_follower on two more.  Ratio
+    t(3x-append) / t(acks-all): 1.0 would mean replication costs nothing beyond the writes."""
+
+    REPLICAS = (1, 2, 3)
+
+    def __init__(self, fresh_dirs, stamped, total_bytes: int, per_request: int):
+        self.fresh_dirs = fresh_dirs
+        self.per_request = per_request
+        size = stamped.batch_size
+        self.batches = []
+        for chunk, _ in stamped.chunks(stamped.batches_for(total_bytes)):      # producer batches (offset 0 each)
+            self.batches += [bytes(chunk[i:i + size]) for i in range(0, len(chunk), size)]
+        self.requests = [b"".join(self.batches[i:i + per_request]) for i in range(0, len(self.batches), per_request)]
+        self.bytes = sum(map(len, self.requests))
+
+    def _state(self) -> m.PartitionState:
+        return m.PartitionState(TOPIC, PARTITION, 1, 1, 1, list(self.REPLICAS), list(self.REPLICAS))
+
+    def acks_all(self) -> float:
+        dirs = {b: self.fresh_dirs.new(f"acks-all-{b}") for b in self.REPLICAS}
+        try:
+            managers = {b: manager(b, dirs[b]) for b in self.REPLICAS}
+            for mgr in managers.values():
+                mgr.apply_partition_state(self._state())
+            leader, followers = managers[1], [managers[2], managers[3]]
+            answered = []
+            start = time.perf_counter()
+            for records in self.requests:
+                leader.handle_produce(m.ProduceRequest(TOPIC, PARTITION, records, -1), answered.append)
+                for f in followers:
+                    for leader_id, request in f.fetcher.poll():
+                        f.fetcher.handle_response(leader_id, request, deliver(leader, request))
+            for _ in range(4):
+                if len(answered) == len(self.requests):
+                    break
+                for f in followers:
+                    for leader_id, request in f.fetcher.poll():
+                        f.fetcher.handle_response(leader_id, request, deliver(leader, request))
+            elapsed = time.perf_counter() - start
+            assert len(answered) == len(self.requests) and all(a.error_code == 0 for a in answered), answered[-1:]
+            for mgr in managers.values():
+                mgr.shutdown()
+            return elapsed
+        finally:
+            for d in dirs.values():
+                self.fresh_dirs.discard(d)
+
+    def three_appends(self) -> float:
+        dirs = [self.fresh_dirs.new(f"raw-{i}") for i in range(3)]
+        try:
+            logs = [storage.PartitionLog.open(os.path.join(d, "t-0"), CONFIG) for d in dirs]
+            start = time.perf_counter()
+            leader = logs[0]
+            for records in self.requests:
+                info = leader.append_as_leader(records, 1)
+                chunk = leader.read(info.first_offset, len(records))
+                logs[1].append_as_follower(chunk)
+                logs[2].append_as_follower(chunk)
+            elapsed = time.perf_counter() - start
+            assert all(log.size_bytes == self.bytes for log in logs)
+            for log in logs:
+                log.close()
+            return elapsed
+        finally:
+            for d in dirs:
+                self.fresh_dirs.discard(d)
+
+
+@pytest.mark.parametrize("per_request", [1, 64])
+def test_replication_acks_all_paired(benchmark, sizes, fresh_dirs, stamped, per_request):
+    side = AcksAll(fresh_dirs, stamped, min(sizes.append_total_bytes, 128 << 20), per_request)
+    label = f"{per_request} batch{'es' if per_request > 1 else ''} of 16 KiB a request"
+    contenders = [
+        Contender("acks-all", f"ours, 3 replicas, acks=all ({label})", "ours", side.acks_all,
+                  "three ReplicaManagers in process; one fetch round per follower after each produce request"),
+        Contender("3x-append", "3 raw appends (no replication)", "peer", side.three_appends,
+                  "append_as_leader on one log, append_as_follower of the same chunk on two more")]
+    benchmark.group = "replication-acks-all-paired"
+    result = benchmark.pedantic(paired, args=(contenders, [("acks-all", "3x-append")], sizes.paired_rounds),
+                                kwargs={"amount": 3 * side.bytes}, rounds=1, iterations=1)
+    benchmark.extra_info.update(size=label, bytes=side.bytes, requests=len(side.requests), **result)
