@@ -93,13 +93,35 @@ class PosixIO:
             os.close(fd)
 
     def mkdir(self, path) -> None:
-        os.makedirs(path, exist_ok=True)
+        """Create the directory (and missing parents); an existing directory is fine."""
+        try:
+            os.mkdir(path)
+        except FileExistsError:
+            if not os.path.isdir(path):
+                raise
+        except FileNotFoundError:
+            os.makedirs(path, exist_ok=True)
 
     def rmdir(self, path) -> None:
         os.rmdir(path)
 
     def listdir(self, path) -> list[str]:
         return os.listdir(path)
+
+    def list_entries(self, path) -> tuple[list[str], set[str]]:
+        """(the names in a directory, those of them that are directories): listdir and isdir
+        of each name -- one scandir without a stat per name when neither is overridden."""
+        cls = type(self)
+        if cls.listdir is PosixIO.listdir and cls.isdir is PosixIO.isdir:
+            names, dirs = [], set()
+            with os.scandir(path) as entries:
+                for entry in entries:
+                    names.append(entry.name)
+                    if entry.is_dir():
+                        dirs.add(entry.name)
+            return names, dirs
+        names = self.listdir(path)
+        return names, {n for n in names if self.isdir(os.path.join(path, n))}
 
     def exists(self, path) -> bool:
         return os.path.exists(path)

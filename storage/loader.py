@@ -104,8 +104,8 @@ def remove_leftovers(seam, path: str) -> tuple[list[int], set[str]]:
     `.swap` file at or above the lowest of them -- that round is undone; the other `.swap`
     files replace the segment files in their range and take their final names); return the
     `.log` base offsets in order and the names left in the dir."""
-    names = seam.listdir(path)
-    files = [n for n in names if not seam.isdir(os.path.join(path, n))]
+    names, dirs = seam.list_entries(path)
+    files = [n for n in names if n not in dirs]
     lowest_cleaned = min((segment_base(n) for n in files if n.endswith(CLEANED_SUFFIX)
                           and segment_base(n) is not None), default=None)
     removed = False
@@ -116,21 +116,20 @@ def remove_leftovers(seam, path: str) -> tuple[list[int], set[str]]:
             seam.unlink(os.path.join(path, name))
             removed = True
     if removed:
-        names = seam.listdir(path)
-    swaps = [n for n in names if n.endswith(SWAP_SUFFIX) and not seam.isdir(os.path.join(path, n))]
+        names, dirs = seam.list_entries(path)
+    swaps = [n for n in names if n.endswith(SWAP_SUFFIX) and n not in dirs]
     if swaps:
         _finish_swap(seam, path, swaps, names)
-        names = seam.listdir(path)
+        names, dirs = seam.list_entries(path)
         removed = True
-    logs = sorted(b for n in names if (b := segment_base(n, LOG_SUFFIX)) is not None
-                  and not seam.isdir(os.path.join(path, n)))
+    logs = sorted(b for n in names if (b := segment_base(n, LOG_SUFFIX)) is not None and n not in dirs)
     log_set = set(logs)
     for name in names:   # index files without their .log
-        base = segment_base(name)
-        full = os.path.join(path, name)
-        if base is not None and name.endswith(_INDEX_SUFFIXES) and base not in log_set and not seam.isdir(full):
-            seam.unlink(full)
-            removed = True
+        if name.endswith(_INDEX_SUFFIXES) and name not in dirs:
+            base = segment_base(name)
+            if base is not None and base not in log_set:
+                seam.unlink(os.path.join(path, name))
+                removed = True
     return logs, set(seam.listdir(path)) if removed else set(names)
 
 

@@ -118,3 +118,11 @@ def test_compaction_example_runs(tmp_path):
     stats = namespace["stats"]
     assert stats.first_dirty_offset == 0 and stats.end_offset == 0     # the active segment is not cleaned
     assert namespace["log"].config.compacts
+
+
+def test_batch_columns_example_runs(tmp_path):
+    example = block("batch_columns(log.read(0").replace('"/data/', f'"{tmp_path}/')
+    namespace = {}
+    exec(compile(example, "README.md", "exec"), namespace)
+    assert namespace["next_offset"] == 1000 and list(namespace["cols"].record_count) == [100] * 10
+    assert list(namespace["audit"].crc_valid) == [1] * 9 + [0]
