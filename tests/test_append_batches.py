@@ -5,11 +5,11 @@ from __future__ import annotations
 import errno
 
 import pytest
+from test_failure_state import FaultyIO
 
 import storage
 from storage import LogConfig, LogDir, PartitionLog, errors
 from storage import io as sio
-from tests.test_failure_state import FaultyIO
 
 CONFIG = LogConfig(segment_bytes=4096, index_interval_bytes=256, fsync=False)
 

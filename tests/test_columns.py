@@ -6,6 +6,7 @@ legacy v0/v1 message sets, and on generated buffers with flipped bytes and cut t
 from __future__ import annotations
 
 import pytest
+from conftest import TESTDATA
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -13,7 +14,6 @@ import storage
 from storage import errors
 from storage.columns import batch_columns
 from storage.records import iter_batches
-from tests.conftest import TESTDATA
 
 FIELDS = ("base_offset", "last_offset", "size_bytes", "partition_leader_epoch", "magic", "crc", "attributes",
           "max_timestamp", "producer_id", "producer_epoch", "base_sequence", "record_count")

@@ -244,9 +244,10 @@ def test_a_deferred_partition_costs_no_fsync_until_its_first_flush(tmp_path):
     epoch_flush="deferred" (issue 18: no fsync per new partition); its first flush writes the
     epoch file, then makes the new dir's name durable in the log dir (Kafka flushes the parent
     dir lazily too), and a crash before that flush loses nothing that was flushed."""
+    from test_failure_state import FaultyIO
+
     from storage import LogConfig, LogDir
     from storage import io as sio
-    from tests.test_failure_state import FaultyIO
 
     class Counting(FaultyIO):
         def __init__(self):

@@ -10,7 +10,7 @@ import random
 
 import pytest
 
-from storage import LogConfig, PartitionLog, build_batch, errors, iter_batches
+from storage import LogConfig, PartitionLog, batch_columns, build_batch, errors, iter_batches
 from storage._native import ffi, lib
 
 pytestmark = pytest.mark.sanitize
@@ -91,6 +91,8 @@ def _through_every_entry_point(data: bytearray, tmp_path, n: int) -> None:
         v.flags, v.next_offset, v.max_batch_bytes = flags, 0, 1 << 20
         with ffi.from_buffer(copy) as pointer:
             lib.plog_validate_chunk(pointer, len(copy), v)
+    for crc in ("flag", "skip"):            # the bulk header scan (two passes: count, then fill)
+        batch_columns(data, crc=crc, strict=False)
     try:
         for batch in iter_batches(bytes(data), verify=False):
             batch.is_valid()
@@ -101,7 +103,9 @@ def _through_every_entry_point(data: bytearray, tmp_path, n: int) -> None:
         directory = tmp_path / f"p{n}" / "t-0"
         log = PartitionLog.open(directory, LogConfig(segment_bytes=4096, index_interval_bytes=64, fsync=False))
         try:
-            for append in (log.append_as_follower, lambda chunk: log.append_as_leader(chunk, 1)):
+            for append in (log.append_as_follower, lambda chunk: log.append_as_leader(chunk, 1),
+                           lambda chunk: log.append_batches([chunk[:len(chunk) // 2], chunk[len(chunk) // 2:]],
+                                                            as_leader=False)):
                 try:
                     append(bytes(data))
                 except errors.StorageError:
@@ -117,6 +121,16 @@ def _through_every_entry_point(data: bytearray, tmp_path, n: int) -> None:
         try:
             PartitionLog.open(directory, LogConfig(segment_bytes=4096, index_interval_bytes=64, fsync=False),
                               recovery_point=0).close()
+        except errors.StorageError:
+            pass
+        with open(directory / f"{0:020d}.index", "r+b") as f:      # the index check over damaged entries
+            f.write(bytes(data[:64]))
+        try:
+            reopened = PartitionLog.open(directory, LogConfig(segment_bytes=4096, index_interval_bytes=64,
+                                                              fsync=False), clean_shutdown=True)
+            for segment in reopened.segments:
+                segment.index_problem(thorough=True)
+            reopened.close()
         except errors.StorageError:
             pass
 
