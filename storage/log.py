@@ -587,7 +587,7 @@ class PartitionLog(LogReads):
                 self._store_lowered_recovery_point()
             self.log_start_offset = min(self.log_start_offset, offset)
             self._after_truncate(offset)
-            _producer.rebuild(self.producer_state, self, _now_ms())
+            _producer.rebuild(self.producer_state, self, _now_ms(), truncation=True)
             return True
 
     def _after_truncate(self, offset: int) -> None:

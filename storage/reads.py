@@ -8,6 +8,7 @@ import bisect
 from typing import NamedTuple
 
 from . import errors
+from .columns import batch_columns
 from .failure import guarded
 from .records import iter_batches
 from .segment import Segment
@@ -106,6 +107,17 @@ class LogReads:
         deleted meanwhile (retention, truncation) is skipped, and a view the writer truncated
         under keeps the bytes it had (segment.py).  The batches are those of some moment of
         the log, never torn or zeroed ones."""
+        for segment, view, position in self._segment_views(start_offset):
+            yield from iter_batches(view, source=segment.log_path, start_position=position, verify=False)
+
+    def segment_columns(self, start_offset: int | None = None):
+        """(BatchColumns, view) of every segment from the batch holding start_offset (default
+        the log start) to the log end: the headers of each segment's batches from one C call
+        (storage.columns; CRCs not checked), with the same snapshot rules as `batches`."""
+        for segment, view, position in self._segment_views(start_offset):
+            yield batch_columns(view, crc="skip", source=segment.log_path, start_position=position), view
+
+    def _segment_views(self, start_offset: int | None):
         self.failure_channel.check()
         with self._lock:
             offset = self.log_start_offset if start_offset is None else start_offset
@@ -120,7 +132,7 @@ class LogReads:
                 if position < 0:
                     continue
                 view = segment.view(position)
-            yield from iter_batches(view, source=segment.log_path, start_position=position, verify=False)
+            yield segment, view, position
 
     @guarded
     def offset_for_timestamp(self, timestamp: int) -> TimestampAndOffset | None:

@@ -461,3 +461,27 @@ def test_real_kafka_snapshots_load_and_match_our_empty_snapshot():
     for path in found:
         assert read_snapshot(path) == []
         assert open(path, "rb").read() == encode_snapshot([])
+
+
+def test_truncation_skips_the_replay_when_no_producer_was_known(tmp_path, monkeypatch):
+    """Kafka's UnifiedLogTest.testSkipLoadingIfEmptyProducerStateBeforeTruncation, in our words:
+    truncating a log whose producer state is empty (and up to date) does not rescan the log;
+    with a producer in it, the truncation replays and the producer's last batch is the one
+    below the cut."""
+    from storage import LogConfig, PartitionLog, build_batch
+    from storage import producer as producer_module
+
+    replays = []
+    real_replay = producer_module.replay
+    monkeypatch.setattr(producer_module, "replay", lambda *a, **k: (replays.append(a[2]), real_replay(*a, **k)))
+    config = LogConfig(fsync=False)
+    with PartitionLog.open(tmp_path / "plain-0", config) as log:
+        for _ in range(5):
+            log.append_as_leader([b"v"] * 3, 0)
+        assert log.truncate_to(6) and replays == []
+        assert log.producer_state.is_empty() and log.producer_state.map_end_offset == 6
+    with PartitionLog.open(tmp_path / "idem-0", config) as log:
+        for i in range(5):
+            log.append_as_leader(build_batch([b"v"] * 3, producer_id=7, producer_epoch=0, base_sequence=3 * i), 0)
+        assert log.truncate_to(6) and replays == [0]       # no snapshot: replayed from the log start
+        assert log.producer_state.last_entry(7).last_sequence == 5
