@@ -27,8 +27,10 @@ is written only after every log was closed (flushed) and the store committed.
 """
 from __future__ import annotations
 
+import contextlib
 import errno
 import fcntl
+import gc
 import json
 import os
 import re
@@ -111,6 +113,21 @@ def parse_partition_dir(name: str) -> tuple[str, int] | None:
     return (match["topic"], int(match["partition"])) if match else None
 
 
+@contextlib.contextmanager
+def _collector_paused():
+    """The cyclic garbage collector off while the dir's partitions open: the open makes tens of
+    long-lived objects a partition and no garbage cycles, and each collection the allocations
+    trigger walks every object made so far (about 30 % of a 2,000-partition open).  Restored
+    to what it was, even on failure; a collection can run when it is back on."""
+    enabled = gc.isenabled()
+    gc.disable()
+    try:
+        yield
+    finally:
+        if enabled:
+            gc.enable()
+
+
 def read_clean_shutdown_epoch(path, seam=None) -> int:
     """The broker epoch the dir's clean-shutdown marker recorded, -1 without a (readable)
     marker; reads only, so a broker can register (KIP-966) before it opens the dir."""
@@ -154,7 +171,8 @@ class LogDir:
         seam.mkdir(self.path)
         self._lock_fd = _lock_dir(self)
         try:
-            self._load(seam)
+            with _collector_paused():
+                self._load(seam)
         except BaseException as exc:
             # A failed open releases what it opened: logs, the metadata store, the lock.
             for log in self._logs.values():

@@ -487,3 +487,25 @@ def test_after_a_crash_every_time_index_entry_is_checked(tmp_path):
     logdir = LogDir.open(tmp_path, config)
     assert logdir.recovery_report[("t", 0)][0][2].startswith(f"rebuilt: time index entry (0, {entries[1][1]}) is out of order")
     assert logdir.partition("t", 0).segments[0].time_index_entries() == entries
+
+
+def test_the_open_pauses_the_collector_and_restores_it(tmp_path, monkeypatch):
+    # The bulk open runs with the cyclic collector off (30 % of a 2,000-partition open) and
+    # leaves it as it found it -- on, off, and after a failed open.
+    import gc
+
+    seen = []
+    real = LogDir._load
+    monkeypatch.setattr(LogDir, "_load", lambda self, seam: (seen.append(gc.isenabled()), real(self, seam)))
+    LogDir.open(tmp_path / "a", LogConfig(fsync=False)).close()
+    assert seen == [False] and gc.isenabled()
+    gc.disable()
+    try:
+        LogDir.open(tmp_path / "b", LogConfig(fsync=False)).close()
+        assert not gc.isenabled()
+    finally:
+        gc.enable()
+    monkeypatch.setattr(LogDir, "_load", lambda self, seam: 1 / 0)
+    with pytest.raises(ZeroDivisionError):
+        LogDir.open(tmp_path / "c", LogConfig(fsync=False))
+    assert gc.isenabled()
