@@ -601,3 +601,37 @@ def test_producer_columns(spark, tmp_path):
     ).orderBy("base_offset").collect()
     assert [tuple(r) for r in rows] == [(0, 5, 1, 0, True, False), (1, 5, 1, -1, True, True),
                                         (2, -1, -1, -1, False, False)]
+
+
+def test_batch_rows_from_header_columns_equal_the_row_path(tmp_path, monkeypatch):
+    """The batch level's Arrow batches come from storage.columns (one C call a segment, no Python
+    object a batch); on every real segment, and on flipped, torn and broken ones, they hold
+    exactly what the per-batch row path (scan.scan_batches) gives -- every column, payload
+    included, also when a batch is cut at maxRecordsPerBatch."""
+    from storage.spark import scan
+    from storage.spark.source import _ArrowWriter, schema_of
+
+    good = b"".join(build_batch([b"v%d" % i], base_offset=i, partition_leader_epoch=0, base_timestamp=T0)
+                    for i in range(4))
+    flipped = bytearray(good)
+    flipped[-2] ^= 1
+    for name, data in (("flipped-0", flipped), ("torn-0", good + good[:30]),
+                       ("broken-0", good[:len(good) // 2] + b"\x00" * 12 + b"\xff" * 40)):
+        os.makedirs(tmp_path / name)
+        (tmp_path / name / ("0" * 20 + ".log")).write_bytes(bytes(data))
+    segments = list(discovery.segments(real_kafka_paths() + [str(tmp_path)]))
+    schema = schema_of("batches", payload=True)
+
+    def table(rows_max: int) -> list[dict]:
+        writer = _ArrowWriter(schema, rows_max)
+        out = []
+        for segment in segments:
+            for batch in writer.rows(segment, "batches", "FAILFAST"):
+                out += batch.to_pylist()
+        return out
+
+    columnar, columnar_cut = table(8192), table(3)
+    used = [s for s in segments if scan.header_columns(s, scan.read_segment(s)) is not None]
+    assert len(used) > len(segments) // 2            # most segments take the column path
+    monkeypatch.setattr(scan, "header_columns", lambda segment, data: None)
+    assert columnar == columnar_cut == table(8192)

@@ -23,11 +23,13 @@ unsigned long): the unsigned digest minus 2**64 when it is >= 2**63.
 """
 from __future__ import annotations
 
+import struct
 from typing import Iterator, NamedTuple
 
 import xxhash
 
 from .. import errors
+from ..columns import BatchColumns, batch_columns
 from ..inspect.discovery import SegmentRef
 from ..records import iter_batches
 
@@ -43,8 +45,11 @@ UNREADABLE = "unreadable"
 
 def fingerprint(batch) -> int:
     """xxh3-64 of the CRC-covered bytes of a batch, as a signed 64-bit integer."""
-    start = 21 if batch.magic >= 2 else 16
-    digest = xxhash.xxh3_64_intdigest(batch.view[start:])
+    return signed_xxh3(batch.view[21 if batch.magic >= 2 else 16:])
+
+
+def signed_xxh3(covered) -> int:
+    digest = xxhash.xxh3_64_intdigest(covered)
     return digest - _UINT64 if digest > _INT64_MAX else digest
 
 
@@ -106,6 +111,34 @@ def scan_batches(segment: SegmentRef, data: bytes | None = None) -> Iterator[Bat
         where = "the newest segment" if segment.is_last else "a sealed segment"
         yield BatchRow(end, None, None, None, None, None, None, None, None, None, None, None, None,
                        f"{PARTIAL_TAIL}: {tail} bytes after the last whole batch of {where}")
+
+
+def header_columns(segment: SegmentRef, data: bytes) -> BatchColumns | None:
+    """The batch rows of one segment as columns (storage.columns: one C call, CRCs flagged,
+    not raised), for the source to turn into Arrow arrays without a Python object a batch; the
+    rows after them come from `tail_row`.  None when a compressed v0/v1 wrapper is among them:
+    its base offset and record count need its inner messages (scan_batches decodes them)."""
+    cols = batch_columns(data, crc="flag", strict=False, source=segment.path)
+    magic = cols.magic
+    if len(cols) and min(magic) < 2:
+        attributes = cols.attributes
+        if any(magic[i] < 2 and attributes[i] & 7 for i in range(len(cols))):
+            return None
+    return cols
+
+
+def tail_row(segment: SegmentRef, data: bytes, cols: BatchColumns) -> BatchRow | None:
+    """The error row scan_batches ends the same segment with, or None."""
+    end = cols.end
+    if cols.stop not in (None, "partial"):
+        offset = struct.unpack_from(">q", data, end)[0] if len(data) - end >= 8 else None
+        return BatchRow(end, offset, None, None, None, None, None, None, None, None, None, None, None,
+                        f"{CORRUPT}: {cols.stop}")
+    if end < len(data):
+        where = "the newest segment" if segment.is_last else "a sealed segment"
+        return BatchRow(end, None, None, None, None, None, None, None, None, None, None, None, None,
+                        f"{PARTIAL_TAIL}: {len(data) - end} bytes after the last whole batch of {where}")
+    return None
 
 
 def scan_records(segment: SegmentRef, *, strict: bool = True, data: bytes | None = None):

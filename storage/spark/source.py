@@ -40,6 +40,7 @@ from pyspark.sql.types import (
 )
 
 from ..inspect import discovery
+from ..records import CODEC_NAMES
 from . import scan
 
 NAME = "partitionlog"
@@ -199,7 +200,15 @@ class _ArrowWriter:
         constants = {"log_dir": segment.log_dir, "topic": segment.topic, "partition": segment.partition,
                      "segment_base_offset": segment.base_offset}
         if level == "batches":
-            source = scan.scan_batches(segment)
+            data = _read_or_none(segment)
+            cols = None if data is None else scan.header_columns(segment, data)
+            if cols is not None:
+                yield from self._header_batches(cols, data, constants)
+                tail = scan.tail_row(segment, data, cols)
+                if tail is not None:
+                    yield self._batch(_batch_columns([tail], self.names, constants), 1)
+                return
+            source = scan.scan_batches(segment, data)
             columns = _batch_columns
             payload = (lambda row: row.size_bytes or 0) if "data" in self.names else None
         else:
@@ -219,6 +228,25 @@ class _ArrowWriter:
         if buffered:
             yield self._batch(columns(buffered, self.names, constants), len(buffered))
 
+    def _header_batches(self, cols, data: bytes, constants: dict):
+        """Arrow record batches straight from the segment's header columns (scan.header_columns):
+        numeric columns are the C arrays themselves, cast to the schema's types; only the
+        fingerprint (and the payload, when asked for) is computed a batch at a time."""
+        count, sizes = len(cols), cols.size_bytes
+        start = 0
+        while start < count:
+            end = min(count, start + self.rows_max)
+            if "data" in self.names:        # cut at ~32 MiB of payload, at least one row
+                total, stop = 0, start
+                while stop < end and (stop == start or total + sizes[stop] <= _PAYLOAD_FLUSH_BYTES):
+                    total += sizes[stop]
+                    stop += 1
+                end = stop
+            arrays = [_header_array(self.pa, name, field.type, cols, start, end, data, constants)
+                      for name, field in zip(self.names, self.arrow_schema)]
+            yield self.pa.RecordBatch.from_arrays(arrays, schema=self.arrow_schema)
+            start = end
+
     def _batch(self, columns: list, count: int):
         pa = self.pa
         arrays = [pa.array(column, type=field.type) for column, field in zip(columns, self.arrow_schema)]
@@ -226,6 +254,49 @@ class _ArrowWriter:
 
 
 _BATCH_INDEX = {name: i for i, name in enumerate(scan.BatchRow._fields)}
+_ARROW_TYPES = {"q": lambda pa: pa.int64(), "i": lambda pa: pa.int32(), "I": lambda pa: pa.uint32(),
+                "h": lambda pa: pa.int16(), "b": lambda pa: pa.int8()}
+_ATTRIBUTE_FLAGS = {"is_transactional": 0x10, "is_control": 0x20}
+
+
+def _read_or_none(segment: discovery.SegmentRef) -> bytes | None:
+    try:
+        return scan.read_segment(segment)
+    except OSError:
+        return None            # scan_batches gives the "unreadable" row
+
+
+def _header_array(pa, name: str, arrow_type, cols, start: int, end: int, data: bytes, constants: dict):
+    """One column of rows [start, end) of a segment's header columns, as the schema's Arrow type
+    (the C arrays wrapped without a copy, then cast; pyarrow.compute for the derived ones)."""
+    import pyarrow.compute as pc
+
+    count = end - start
+
+    def numbers(field: str):
+        column = getattr(cols, field)
+        return pa.Array.from_buffers(_ARROW_TYPES[column.format](pa), count,
+                                     [None, pa.py_buffer(column[start:end])])
+
+    if name in constants:
+        return pa.array([constants[name]] * count, type=arrow_type)
+    if name == "error":
+        return pa.nulls(count, type=arrow_type)
+    if name == "crc_valid":
+        return pc.equal(numbers("crc_valid"), 1)
+    if name in _ATTRIBUTE_FLAGS:
+        return pc.not_equal(pc.bit_wise_and(numbers("attributes"), _ATTRIBUTE_FLAGS[name]), 0)
+    if name == "compression":
+        return pc.take(pa.array(CODEC_NAMES, type=arrow_type), pc.bit_wise_and(numbers("attributes"), 7))
+    if name in ("fingerprint", "data"):
+        view, positions, sizes = memoryview(data), cols.position, cols.size_bytes
+        if name == "data":
+            return pa.array([bytes(view[positions[i]:positions[i] + sizes[i]]) for i in range(start, end)],
+                            type=arrow_type)
+        magic = cols.magic
+        return pa.array([scan.signed_xxh3(view[positions[i] + (21 if magic[i] >= 2 else 16):positions[i] + sizes[i]])
+                         for i in range(start, end)], type=arrow_type)
+    return numbers(name).cast(arrow_type)           # int8/int16/uint32 widen to the schema's type
 
 
 def _batch_columns(rows: list, names: list[str], constants: dict) -> list:
