@@ -85,9 +85,10 @@ class PartitionLog(LogReads):
             "client": _AppendState(self.config, leader | lib.PLOG_VALIDATE_CLIENT |
                                    (lib.PLOG_VALIDATE_PRODUCERS if _producer_check.ENABLED else 0),
                                    self.config.max_message_bytes),
-            "coordinator": _AppendState(self.config, leader, self.config.max_message_bytes),
         }
-        self._follower_append = _AppendState(self.config, lib.PLOG_VALIDATE_REQUIRE_FIRST, 0)
+        # The coordinator's and the follower's are made on their first append (~380 bytes each
+        # an open partition, most of which never append in one of the two roles).
+        self._follower_append: _AppendState | None = None
         self.on_recovery_point_lowered = None   # LogDir persists the lowered recovery point
         self._recovered: list[tuple[int, int, list]] = []   # (base, end, epoch changes) per recovered segment
         self.recovery_report: list[tuple[int, int, str]] = []
@@ -270,7 +271,9 @@ class PartitionLog(LogReads):
         """A leader's chunk this log owns (it is rewritten in place: offsets, epoch)."""
         if prebuilt and not buf:
             return self._nothing_appended()
-        state = self._leader_append[origin]
+        state = self._leader_append.get(origin) or self._leader_append.setdefault(
+            origin, _AppendState(self.config, lib.PLOG_VALIDATE_ASSIGN_OFFSETS | lib.PLOG_VALIDATE_STAMP_EPOCH,
+                                 self.config.max_message_bytes))
         if origin == "client" and self.config.compacts:
             _cleaner.require_keys(buf, self.path)      # Kafka's LogValidator for compacted topics
         with self._lock:
@@ -376,11 +379,16 @@ class PartitionLog(LogReads):
                     # bytes): the whole batches before it are appended, AppendInfo.size_bytes
                     # says how many bytes were taken.
                     length = whole
-                info = self._append(self._follower_append, pointer, length, -1)
-                if self._follower_append.v.producer_batch_count:
+                state = self._follower_append or self._make_follower_state()
+                info = self._append(state, pointer, length, -1)
+                if state.v.producer_batch_count:
                     self._record_completed(_producer.apply_replicated(self.producer_state,
                                                                       ffi.buffer(pointer, info.size_bytes)))
                 return info
+
+    def _make_follower_state(self) -> _AppendState:
+        self._follower_append = _AppendState(self.config, lib.PLOG_VALIDATE_REQUIRE_FIRST, 0)
+        return self._follower_append
 
     @staticmethod
     def _ends_in_partial_batch(pointer, length: int, whole: int) -> bool:

@@ -183,6 +183,11 @@ class Segment:
     """A segment of a `PartitionLog`.  Not thread-safe: the log serialises access (its lock is
     `owner_lock`, which the open-segment cache takes before suspending this segment)."""
 
+    # Slots, and the read scratch made on the first read: a partition holds one of these per
+    # sealed segment for as long as it is open (bench_partitions_memory measures it).
+    __slots__ = ("directory", "config", "log_path", "index_path", "time_index_path", "txn_index", "_c",
+                 "_reads", "_mapping", "closed", "suspended", "owner_lock", "created_ms")
+
     def __init__(self, directory: str, base_offset: int, config, *, create: bool, active: bool,
                  owner_lock=None, suffix: str = ""):
         self.directory = directory
@@ -194,10 +199,7 @@ class Segment:
         self.time_index_path = prefix + TIME_INDEX_SUFFIX + suffix
         self.txn_index = TransactionIndex(prefix + TXN_INDEX_SUFFIX + suffix, sync=config.fsync)
         self._c = ffi.new("plog_segment *")
-        self._find_position = ffi.new("int64_t *")
-        self._find_info = ffi.new("plog_batch_info *")
-        self._span = ffi.new("int64_t[2]")          # plog_segment_read's (position, bytes)
-        self._span_view = memoryview(ffi.buffer(self._span)).cast("q")
+        self._reads = None                          # _read_scratch(), made on the first find or read
         self._mapping: _Mapping | None = None
         self.closed = False
         self.suspended = False
@@ -334,12 +336,20 @@ class Segment:
         self._use()
         if self._c.size == 0:
             return -1
-        position, info = self._find_position, self._find_info   # reused: the log serialises calls
+        position, info, _, _ = self._reads or self._read_scratch()   # reused: the log serialises calls
         rc = lib.plog_segment_find(self._c, self.log_pointer(), offset, position, info)
         if rc:
             raise errors.CorruptRecordError(f"cannot read batch header: {describe_error(rc)}",
                                             file=self.log_path, position=position[0], offset=offset)
         return position[0]
+
+    def _read_scratch(self) -> tuple:
+        """The out-arguments of find and read: (position, batch info, (position, bytes) of
+        plog_segment_read, an int64 view of that pair)."""
+        span = ffi.new("int64_t[2]")
+        self._reads = (ffi.new("int64_t *"), ffi.new("plog_batch_info *"), span,
+                       memoryview(ffi.buffer(span)).cast("q"))
+        return self._reads
 
     def read(self, offset: int, max_bytes: int, max_offset: int = -1) -> memoryview | None:
         """Whole batches from the one holding `offset` (None when nothing here holds it): one
@@ -351,11 +361,12 @@ class Segment:
         m = self._mapping
         if m is None or m.length < size:
             m = self.mapping()
-        rc = lib.plog_segment_read(self._c, m.pointer, offset, max_bytes, max_offset, self._span)
+        _, _, span, span_view = self._reads or self._read_scratch()
+        rc = lib.plog_segment_read(self._c, m.pointer, offset, max_bytes, max_offset, span)
         if rc:
             raise errors.CorruptRecordError(f"cannot read batch header: {describe_error(rc)}",
                                             file=self.log_path, position=-1, offset=offset)
-        position, length = self._span_view
+        position, length = span_view
         if position < 0:
             return None
         return m.view[position:position + length]
@@ -457,6 +468,10 @@ class Segment:
         rc = lib.plog_segment_load(self._c, self.log_pointer())
         if rc:
             raise errors.CorruptRecordError(f"cannot load segment: {describe_error(rc)}", file=self.log_path)
+        if not self.active:
+            # A sealed segment is mapped again when first read: an open partition does not keep
+            # a mapping (and its bookkeeping, ~3 KiB) per sealed segment it may never read.
+            self._mapping = None
 
     def attach_indexes(self) -> bool:
         """Create the index files of a new segment (Kafka's LazyIndex: a segment's index files

@@ -33,6 +33,8 @@ class AbortedTxn(NamedTuple):
 
 
 class TransactionIndex:
+    __slots__ = ("path", "sync", "_entries", "_dirty")     # one per segment, for as long as it is open
+
     def __init__(self, path: str, *, sync: bool = True):
         self.path = path
         self.sync = sync
