@@ -110,12 +110,24 @@ class LogReads:
         for segment, view, position in self._segment_views(start_offset):
             yield from iter_batches(view, source=segment.log_path, start_position=position, verify=False)
 
-    def segment_columns(self, start_offset: int | None = None):
-        """(BatchColumns, view) of every segment from the batch holding start_offset (default
-        the log start) to the log end: the headers of each segment's batches from one C call
-        (storage.columns; CRCs not checked), with the same snapshot rules as `batches`."""
+    def segment_columns(self, start_offset: int | None = None, window: int = 1 << 20):
+        """(BatchColumns, view) for the batches from the one holding start_offset (default the
+        log start) to the log end, a window of about `window` bytes at a time: the headers of a
+        window's batches from one C call (storage.columns; CRCs not checked), so that memory
+        stays bounded whatever the segment's size; the same snapshot rules as `batches`."""
         for segment, view, position in self._segment_views(start_offset):
-            yield batch_columns(view, crc="skip", source=segment.log_path, start_position=position), view
+            start, size = 0, len(view)
+            while start < size:
+                end = min(size, start + window)
+                cols = batch_columns(view[start:end], crc="skip", source=segment.log_path,
+                                     start_position=position + start)
+                if not len(cols):
+                    if end == size or cols.stop != "partial":
+                        break       # a partial batch at the segment's end: nothing more to read
+                    window *= 2     # one batch larger than the window
+                    continue
+                yield cols, view[start:end]
+                start += cols.end
 
     def _segment_views(self, start_offset: int | None):
         self.failure_channel.check()

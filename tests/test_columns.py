@@ -147,3 +147,22 @@ def test_generated_buffers_with_damage_match_the_per_batch_reader(shapes, flips,
     if buf and cut % 3 == 0:
         del buf[cut % len(buf):]
     assert columnar(buf) == per_batch(buf)
+
+
+def test_segment_columns_read_in_bounded_windows(tmp_path):
+    """PartitionLog.segment_columns (the producer-state replay's reader) covers every batch
+    from the one holding the start offset, a window at a time -- batches larger than the
+    window included -- so its memory does not grow with the segment."""
+    config = storage.LogConfig(fsync=False, segment_bytes=64 * 1024)
+    with storage.PartitionLog.open(tmp_path / "t-0", config) as log:
+        for i in range(60):
+            log.append_as_leader([b"x" * (3000 if i % 7 == 0 else 40)] * (1 + i % 3), leader_epoch=1)
+        everything = [(b.base_offset, b.last_offset) for b in log.batches()]
+        for window in (200, 4096, 1 << 20):
+            got = [(c.base_offset[i], c.last_offset[i]) for c, view in log.segment_columns(0, window=window)
+                   for i in range(len(c))]
+            assert got == everything, window
+            start = everything[10][0] + 1
+            got = [c.base_offset[i] for c, _ in log.segment_columns(start, window=window) for i in range(len(c))]
+            assert got == [b for b, _ in everything[10:]]
+        assert all(len(c) <= 4096 // 61 + 1 for c, _ in log.segment_columns(0, window=4096))
