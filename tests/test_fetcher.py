@@ -574,3 +574,16 @@ def test_zz_every_listed_transition_is_taken_by_these_tests(request):
     if here != {name for name in dir(request.module) if name.startswith("test_")} or request.session.testsfailed:
         pytest.skip("only meaningful when the whole module ran")
     assert _TAKEN == set(TRANSITIONS)
+
+
+def test_the_truncation_record_is_bounded():
+    """ReplicaFetcher.truncations keeps the latest `limit` (a broker truncates at every leader
+    change for months); `total` and `since` still say what came after a point."""
+    from storage.replication.fetcher import RecentTruncations
+
+    recent = RecentTruncations(limit=5)
+    for i in range(12):
+        recent.append(("t", 0, i))
+    assert recent == [("t", 0, i) for i in range(7, 12)] and recent.total == 12
+    assert recent.since(10) == [("t", 0, 10), ("t", 0, 11)] and recent.since(12) == []
+    assert recent.since(0) == list(recent)              # more than were kept: the kept ones

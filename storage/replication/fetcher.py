@@ -40,6 +40,27 @@ from .messages import (
 )
 
 
+class RecentTruncations(list):
+    """The latest `limit` truncations, oldest first (a list: compare and index it as one), and
+    `total`, the number made since the fetcher started: a broker running for months truncates
+    at every leader change, and keeping every one would grow without bound."""
+
+    def __init__(self, limit: int = 1000):
+        super().__init__()
+        self.limit = limit
+        self.total = 0
+
+    def append(self, item) -> None:
+        super().append(item)
+        self.total += 1
+        if len(self) > self.limit:
+            del self[:len(self) - self.limit]
+
+    def since(self, total: int) -> list:
+        """The truncations made after `total` had been reached (at most the `limit` latest)."""
+        new = self.total - total
+        return list(self[-new:]) if new > 0 else []
+
 class FetchState(enum.StrEnum):
     """Where a followed partition is (Kafka's names: ReplicaState in AbstractFetcherThread)."""
 
@@ -98,7 +119,8 @@ class ReplicaFetcher:
         self.request_timeout_ms = request_timeout_ms
         self.max_bytes = max_bytes
         self.partitions: dict[tuple[str, int], PartitionFetchState] = {}
-        self.truncations: list[tuple[str, int, int]] = []   # (topic, partition, offset), for tests and tools
+        # (topic, partition, offset) of the latest truncations, for tests, tools and the broker's log.
+        self.truncations = RecentTruncations()
 
     # ---- membership ----
     def has_partition(self, key) -> bool:

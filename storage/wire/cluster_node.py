@@ -397,10 +397,10 @@ class ClusterNode:
             log.exception("replication request to %d failed", leader)
             self.manager.fetcher.handle_failure(leader, request)
             return
-        truncations = len(self.manager.fetcher.truncations)
+        truncations = self.manager.fetcher.truncations.total
         try:
             self.manager.fetcher.handle_response(leader, request, response)
-            for topic, partition, offset in self.manager.fetcher.truncations[truncations:]:
+            for topic, partition, offset in self.manager.fetcher.truncations.since(truncations):
                 log.info("%s-%d truncated to offset %d: its log diverged from leader %d's (KIP-320)",
                          topic, partition, offset, leader)
         except errors.LogDirOfflineError:
