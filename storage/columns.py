@@ -46,7 +46,7 @@ class BatchColumns:
     last inner message's) as base and last offset, and record_count 1; `batch(i)` decodes
     its inner messages when they are wanted (RecordBatch does)."""
 
-    __slots__ = ("data", "end", "stop", "source", "start_position", "_block", "_columns") + \
+    __slots__ = ("data", "end", "stop", "source", "start_position", "_block") + \
         tuple(name for name, _ in _COLUMNS)
 
     def __len__(self) -> int:
@@ -65,16 +65,18 @@ class BatchColumns:
     def compression(self, i: int) -> str:
         return CODEC_NAMES[self.attributes[i] & 0x7]
 
+    def arrow(self, name: str, start: int = 0, end: int | None = None):
+        """Rows [start, end) of one column as a pyarrow array of its C type, sharing its memory."""
+        import pyarrow as pa
+        column = getattr(self, name)[start:end]
+        return pa.Array.from_buffers(getattr(pa, _ARROW_TYPES[column.format])(), len(column),
+                                     [None, pa.py_buffer(column)])
+
     def to_arrow(self):
         """A pyarrow.RecordBatch of the columns, sharing their memory (kept alive by it)."""
         import pyarrow as pa
-        arrays, names = [], []
-        for name, fmt in _COLUMNS:
-            column = getattr(self, name)
-            arrays.append(pa.Array.from_buffers(getattr(pa, _ARROW_TYPES[fmt])(), len(column),
-                                                [None, pa.py_buffer(column)]))
-            names.append(name)
-        return pa.RecordBatch.from_arrays(arrays, names=names)
+        return pa.RecordBatch.from_arrays([self.arrow(name) for name, _ in _COLUMNS],
+                                          names=[name for name, _ in _COLUMNS])
 
     def __repr__(self) -> str:
         return f"BatchColumns({len(self)} batches, end={self.end}, stop={self.stop!r})"

@@ -45,11 +45,12 @@ UNREADABLE = "unreadable"
 
 def fingerprint(batch) -> int:
     """xxh3-64 of the CRC-covered bytes of a batch, as a signed 64-bit integer."""
-    return signed_xxh3(batch.view[21 if batch.magic >= 2 else 16:])
+    return fingerprint_of(batch.view, batch.magic)
 
 
-def signed_xxh3(covered) -> int:
-    digest = xxhash.xxh3_64_intdigest(covered)
+def fingerprint_of(view, magic: int) -> int:
+    """The fingerprint of the batch in `view` (its bytes, whatever holds them)."""
+    digest = xxhash.xxh3_64_intdigest(view[21 if magic >= 2 else 16:])
     return digest - _UINT64 if digest > _INT64_MAX else digest
 
 

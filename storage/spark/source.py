@@ -254,8 +254,6 @@ class _ArrowWriter:
 
 
 _BATCH_INDEX = {name: i for i, name in enumerate(scan.BatchRow._fields)}
-_ARROW_TYPES = {"q": lambda pa: pa.int64(), "i": lambda pa: pa.int32(), "I": lambda pa: pa.uint32(),
-                "h": lambda pa: pa.int16(), "b": lambda pa: pa.int8()}
 _ATTRIBUTE_FLAGS = {"is_transactional": 0x10, "is_control": 0x20}
 
 
@@ -274,9 +272,7 @@ def _header_array(pa, name: str, arrow_type, cols, start: int, end: int, data: b
     count = end - start
 
     def numbers(field: str):
-        column = getattr(cols, field)
-        return pa.Array.from_buffers(_ARROW_TYPES[column.format](pa), count,
-                                     [None, pa.py_buffer(column[start:end])])
+        return cols.arrow(field, start, end)
 
     if name in constants:
         return pa.array([constants[name]] * count, type=arrow_type)
@@ -294,7 +290,7 @@ def _header_array(pa, name: str, arrow_type, cols, start: int, end: int, data: b
             return pa.array([bytes(view[positions[i]:positions[i] + sizes[i]]) for i in range(start, end)],
                             type=arrow_type)
         magic = cols.magic
-        return pa.array([scan.signed_xxh3(view[positions[i] + (21 if magic[i] >= 2 else 16):positions[i] + sizes[i]])
+        return pa.array([scan.fingerprint_of(view[positions[i]:positions[i] + sizes[i]], magic[i])
                          for i in range(start, end)], type=arrow_type)
     return numbers(name).cast(arrow_type)           # int8/int16/uint32 widen to the schema's type
 
