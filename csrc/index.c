@@ -250,7 +250,8 @@ int plog_segment_index_check(const plog_segment *seg, int thorough, int64_t *bad
         prev_rel = rel;
         prev_pos = pos;
     }
-    if (seg->offset_entries > 0 && prev_rel < 0) return PLOG_INDEX_BELOW_BASE;
+    /* An entry below the base offset needs no check of its own: the first entry checked is
+     * compared with -1, so a negative relative offset is already out of order. */
     first = thorough || seg->time_entries < 2 ? 0 : seg->time_entries - 2;
     int64_t prev_ts = INT64_MIN;
     prev_rel = -1;

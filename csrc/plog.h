@@ -423,16 +423,15 @@ void plog_time_index_lookup(const plog_segment *seg, int64_t target,
                             int64_t *timestamp_out, int64_t *offset_out);
 /* Entry i of each index (for tools and tests). */
 int plog_offset_index_entry(const plog_segment *seg, int32_t i, int64_t *offset, int64_t *position);
+int plog_time_index_entry(const plog_segment *seg, int32_t i, int64_t *timestamp, int64_t *offset);
 
 /* Kafka's index sanity check (LogSegment.sanityCheck), stricter: the last two entries of
  * each index (every entry with `thorough`) must be in order, the offset entries' positions
  * inside the segment.  0, or which check failed, the entry in bad[0..1]: (absolute offset,
  * position) for the offset index, (timestamp, absolute offset) for the time index. */
 #define PLOG_INDEX_BAD_OFFSET_ENTRY 1
-#define PLOG_INDEX_BELOW_BASE 2
 #define PLOG_INDEX_BAD_TIME_ENTRY 3
 int plog_segment_index_check(const plog_segment *seg, int thorough, int64_t *bad);
-int plog_time_index_entry(const plog_segment *seg, int32_t i, int64_t *timestamp, int64_t *offset);
 
 /* Find, in the segment image `log` (seg->size bytes), the first batch whose last offset is
  * >= target, starting from the offset index hint.  *position_out = its position or -1.  The

@@ -55,6 +55,14 @@ _REFUSALS = frozenset((lib.PLOG_ECRC, lib.PLOG_ECORRUPT, lib.PLOG_EMAGIC, lib.PL
 
 
 _ORIGINS = ("client", "coordinator")
+_LEADER_FLAGS = lib.PLOG_VALIDATE_ASSIGN_OFFSETS | lib.PLOG_VALIDATE_STAMP_EPOCH
+
+
+def _check_leader_append(leader_epoch: int, origin: str) -> None:
+    if leader_epoch < 0:
+        raise ValueError("leader_epoch must be >= 0")
+    if origin not in _ORIGINS:
+        raise ValueError(f"origin must be one of {_ORIGINS}")
 
 
 class PartitionLog(LogReads):
@@ -80,9 +88,8 @@ class PartitionLog(LogReads):
         self._truncations = 0                         # a cleaner round aborts when this moved
         # One preallocated in/out struct per kind of append, reused (under the lock); the
         # limits are set once (the config is frozen), and `out` views its AppendInfo fields.
-        leader = lib.PLOG_VALIDATE_ASSIGN_OFFSETS | lib.PLOG_VALIDATE_STAMP_EPOCH
         self._leader_append = {
-            "client": _AppendState(self.config, leader | lib.PLOG_VALIDATE_CLIENT |
+            "client": _AppendState(self.config, _LEADER_FLAGS | lib.PLOG_VALIDATE_CLIENT |
                                    (lib.PLOG_VALIDATE_PRODUCERS if _producer_check.ENABLED else 0),
                                    self.config.max_message_bytes),
         }
@@ -236,10 +243,7 @@ class PartitionLog(LogReads):
         storage/validator.py) or "coordinator" (the broker's own batches, such as
         transaction markers: control batches allowed, records not walked).
         """
-        if leader_epoch < 0:
-            raise ValueError("leader_epoch must be >= 0")
-        if origin not in _ORIGINS:
-            raise ValueError(f"origin must be one of {_ORIGINS}")
+        _check_leader_append(leader_epoch, origin)
         prebuilt = isinstance(records_or_batches, (bytes, bytearray, memoryview))
         if prebuilt:
             return self._leader_chunk(bytearray(records_or_batches), leader_epoch, origin)
@@ -260,10 +264,7 @@ class PartitionLog(LogReads):
         a partial batch at the end is refused, never cut off."""
         chunk = bytearray().join(batches)
         if as_leader:
-            if leader_epoch < 0:
-                raise ValueError("leader_epoch must be >= 0")
-            if origin not in _ORIGINS:
-                raise ValueError(f"origin must be one of {_ORIGINS}")
+            _check_leader_append(leader_epoch, origin)
             return self._leader_chunk(chunk, leader_epoch, origin)
         return self._follower_chunk(chunk, partial_tail=False)
 
@@ -272,8 +273,7 @@ class PartitionLog(LogReads):
         if prebuilt and not buf:
             return self._nothing_appended()
         state = self._leader_append.get(origin) or self._leader_append.setdefault(
-            origin, _AppendState(self.config, lib.PLOG_VALIDATE_ASSIGN_OFFSETS | lib.PLOG_VALIDATE_STAMP_EPOCH,
-                                 self.config.max_message_bytes))
+            origin, _AppendState(self.config, _LEADER_FLAGS, self.config.max_message_bytes))
         if origin == "client" and self.config.compacts:
             _cleaner.require_keys(buf, self.path)      # Kafka's LogValidator for compacted topics
         with self._lock:
@@ -706,8 +706,12 @@ class PartitionLog(LogReads):
             return _retention.delete_pending_files(self, _now_ms() if now_ms is None else now_ms)
 
     # ---- durability ----
+    @property
+    def _sync_flags(self) -> int:
+        return 0 if self.config.fsync else _io.SYNC_NOOP
+
     def _flush_dir(self) -> None:
-        _io.current().fsync_dir(self.path, 0 if self.config.fsync else _io.SYNC_NOOP)
+        _io.current().fsync_dir(self.path, self._sync_flags)
         self._dir_dirty = False
 
     @guarded
@@ -718,7 +722,7 @@ class PartitionLog(LogReads):
         with self._lock:
             self._ensure_open()
             if self.parent_dir_dirty:       # a partition LogDir created lazily (epoch_flush="deferred")
-                _io.current().fsync_dir(os.path.dirname(self.path), 0 if self.config.fsync else _io.SYNC_NOOP)
+                _io.current().fsync_dir(os.path.dirname(self.path), self._sync_flags)
                 self.parent_dir_dirty = False
             self.epoch_cache.flush()
             for segment in self.segments:

@@ -133,11 +133,9 @@ def read_clean_shutdown_epoch(path, seam=None) -> int:
     marker; reads only, so a broker can register (KIP-966) before it opens the dir."""
     seam = seam or _io.current()
     marker = os.path.join(os.fspath(path), CLEAN_SHUTDOWN_FILE)
-    if not seam.exists(marker):
-        return -1
     try:
         return int(json.loads(seam.read_file(marker)).get("brokerEpoch", -1))
-    except (ValueError, AttributeError, OSError):
+    except (ValueError, AttributeError, OSError):      # also the marker's absence
         return -1
 
 
@@ -193,7 +191,7 @@ class LogDir:
         marker = os.path.join(self.path, CLEAN_SHUTDOWN_FILE)
         self.had_clean_shutdown = seam.exists(marker)
         # The epoch the clean shutdown recorded (KIP-966).
-        self.previous_broker_epoch = read_clean_shutdown_epoch(self.path, seam)
+        self.previous_broker_epoch = read_clean_shutdown_epoch(self.path, seam) if self.had_clean_shutdown else -1
         if self.had_clean_shutdown and guards.on("M23"):
             seam.unlink(marker)
         # The dir is fsynced at every open, not only after removing a marker: a previous

@@ -439,8 +439,6 @@ class Segment:
         rc = lib.plog_segment_index_check(self._c, thorough, bad)    # every entry: ~1 ms a GiB
         if rc == lib.PLOG_INDEX_BAD_OFFSET_ENTRY:
             return f"offset index entry ({bad[0]}, {bad[1]}) is out of order or outside the segment"
-        if rc == lib.PLOG_INDEX_BELOW_BASE:
-            return "offset index entry below the segment's base offset"
         if rc == lib.PLOG_INDEX_BAD_TIME_ENTRY:
             return f"time index entry ({bad[0]}, {bad[1]}) is out of order"
         return None

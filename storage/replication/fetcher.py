@@ -61,6 +61,7 @@ class RecentTruncations(list):
         new = self.total - total
         return list(self[-new:]) if new > 0 else []
 
+
 class FetchState(enum.StrEnum):
     """Where a followed partition is (Kafka's names: ReplicaState in AbstractFetcherThread)."""
 

@@ -248,13 +248,13 @@ class ClusterNode:
         self.logdir = LogDir.open(self.logs_path, self.log_config, background=True, broker_epoch=self.broker_epoch,
                                   topic_configs=topic_configs.log_configs(self.log_config, self.image.configs))
         self.manager = ReplicaManager(self.node_id, self.logdir, **self._manager_options)
-        self.manager.broker_epoch = self.broker_epoch
-        self.manager.topic_min_isr.update(topic_configs.min_isrs(self.image.configs))
+        self.manager.broker_epoch = self.broker_epoch       # min.insync.replicas: _apply_all installs it
         overrides = {}
         for (topic, _), opened in self.logdir.logs().items():
-            config = opened.config
-            overrides.setdefault(topic, {f.name: getattr(config, f.name) for f in dataclasses.fields(config)
-                                         if getattr(config, f.name) != getattr(self.log_config, f.name)})
+            if topic not in overrides:
+                config = opened.config
+                overrides[topic] = {f.name: getattr(config, f.name) for f in dataclasses.fields(config)
+                                    if getattr(config, f.name) != getattr(self.log_config, f.name)}
         log.info("node %d opened %d partitions; topic overrides in force: %s", self.node_id,
                  len(self.logdir.partitions()), "; ".join(f"{t}: {o}" for t, o in sorted(overrides.items()) if o)
                  or "none")
