@@ -28,7 +28,6 @@ Skips with its reason without java/javac 17+ or the jars.
 from __future__ import annotations
 
 import os
-import shutil
 import signal
 import subprocess
 import sys
@@ -85,20 +84,8 @@ class Jvm:
 @pytest.fixture(scope="session")
 def jvm(tmp_path_factory):
     sys.path.insert(0, str(ROOT))
-    from tests.test_interop_jvm import ensure_jars, jar_cache, java_major
-    for tool in ("java", "javac"):
-        if shutil.which(tool) is None or java_major(tool) < 17:
-            pytest.skip(f"{tool} 17+ not on PATH: the JVM peer needs a JDK")
-    try:
-        jars = ensure_jars(jar_cache())
-    except RuntimeError as exc:
-        pytest.skip(f"Kafka jars unavailable: {exc}")
-    classes = tmp_path_factory.mktemp("kafka-peer")
-    jar_path = os.pathsep.join(map(str, jars))
-    proc = subprocess.run(["javac", "-d", str(classes), "-cp", jar_path, str(SOURCE)],
-                          capture_output=True, text=True, timeout=300)
-    assert proc.returncode == 0, f"javac failed:\n{proc.stdout}{proc.stderr}"
-    peer = Jvm(os.pathsep.join([str(classes), jar_path]))
+    from tests.test_interop_jvm import jvm_classpath
+    peer = Jvm(jvm_classpath(tmp_path_factory, SOURCE, "the JVM peer"))   # skips without a JDK 17+ or the jars
     yield peer
     peer.close()
 

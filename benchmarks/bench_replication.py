@@ -68,6 +68,13 @@ def deliver(leader: ReplicaManager, request):
     return leader.handle_list_offsets(request)
 
 
+def fetch_round(leader: ReplicaManager, follower: ReplicaManager) -> None:
+    """Whatever the follower's fetcher has ready, answered by the leader at once."""
+    fetcher = follower.fetcher
+    for leader_id, request in fetcher.poll():
+        fetcher.handle_response(leader_id, request, deliver(leader, request))
+
+
 def replicate_until_caught_up(leader: ReplicaManager, follower: ReplicaManager, max_rounds: int) -> int:
     """Fetch rounds until the follower holds the leader's log: the same log end offset, the
     same epoch at its last batch, and fetching; returns the rounds."""
@@ -82,8 +89,7 @@ def replicate_until_caught_up(leader: ReplicaManager, follower: ReplicaManager, 
         rounds += 1
         if rounds > max_rounds:
             raise AssertionError(f"no progress: follower at {log.log_end_offset}, leader at {target}")
-        for leader_id, request in fetcher.poll():
-            fetcher.handle_response(leader_id, request, deliver(leader, request))
+        fetch_round(leader, follower)
     return rounds
 
 
@@ -315,14 +321,12 @@ class AcksAll:
             for records in self.requests:
                 leader.handle_produce(m.ProduceRequest(TOPIC, PARTITION, records, -1), answered.append)
                 for f in followers:
-                    for leader_id, request in f.fetcher.poll():
-                        f.fetcher.handle_response(leader_id, request, deliver(leader, request))
+                    fetch_round(leader, f)
             for _ in range(4):
                 if len(answered) == len(self.requests):
                     break
                 for f in followers:
-                    for leader_id, request in f.fetcher.poll():
-                        f.fetcher.handle_response(leader_id, request, deliver(leader, request))
+                    fetch_round(leader, f)
             elapsed = time.perf_counter() - start
             assert len(answered) == len(self.requests) and all(a.error_code == 0 for a in answered), answered[-1:]
             for mgr in managers.values():
