@@ -1,5 +1,6 @@
 """LeaderEpochCache: Kafka's LeaderEpochFileCacheTest behaviours in our words, the checkpoint
 file, the deferred flush, and a model check against a literal reading of kafka-reference 4."""
+import errno
 import os
 
 import pytest
@@ -365,3 +366,27 @@ def test_matches_a_literal_reading_of_the_reference(tmp_path_factory, operations
     for offset in offsets:
         assert cache.epoch_for_offset(offset) == model.epoch_for_offset(offset)
     assert pairs(LeaderEpochCache(path)) == model.entries     # what is on disk is what is in memory
+
+
+@pytest.mark.parametrize("operation", ["fsync_dir", "fsync"])
+def test_a_failed_first_flush_of_a_deferred_partition_takes_the_dir_offline(tmp_path, operation):
+    """The deferred first flush (the parent dir's entry, the epoch file) is an I/O path like
+    any other: its failure is the failure state (error 56), never retried into success."""
+    from test_failure_state import FaultyIO
+
+    from storage import LogConfig, LogDir, errors
+    from storage import io as sio
+
+    seam = FaultyIO()
+    with sio.using(seam):
+        logdir = LogDir.open(tmp_path / "d", LogConfig(fsync=True, epoch_flush="deferred"))
+        log = logdir.partition("t", 0)
+        log.append_as_leader([b"a"], 3)
+        seam.fail[operation] = (errno.EIO, 0)
+        with pytest.raises(errors.LogDirOfflineError) as info:
+            log.flush()
+        assert info.value.error_code == 56 and seam.fired == [operation]
+        with pytest.raises(errors.LogDirOfflineError):
+            log.flush()
+        with pytest.raises(errors.LogDirOfflineError):
+            logdir.close()
