@@ -109,7 +109,7 @@ def test_recovery_paired(benchmark, sizes, recovery_side):
         Contender("crc32c-fresh-mmap", "crc32c package (fresh mmap)", "peer", side.crc32c_fresh,
                   "mmap.mmap(fd, 0) + crc32c.crc32c(mm), both timed"),
         Contender("plog_crc32c", "raw CRC-32C, plog_crc32c (limit)", "limit", side.plog_crc32c,
-                  f"lib.plog_crc32c(0, pointer, length) over the warm mmap (hardware path: {lib.plog_crc32c_hardware()})"),
+                  f"lib.plog_crc32c(0, pointer, length) over the warm mmap (CRC path: {lib.plog_crc32c_path()})"),
     ]
     pairs = [("ours", "crc32c"), ("ours", "crc32c-fresh-mmap"), ("ours", "plog_crc32c")]
     benchmark.group = "recovery-paired"

@@ -96,10 +96,11 @@ const char *plog_strerror(int rc);
 /* CRC-32C (Castagnoli), conditioned: plog_crc32c(0, "123456789", 9) == 0xE3069283.
  * Pass the previous result as crc to continue a running CRC. */
 uint32_t plog_crc32c(uint32_t crc, const uint8_t *data, size_t length);
-/* 1 when the SSE4.2 path is in use, 0 for the portable path. */
-int plog_crc32c_hardware(void);
-/* Force the portable path (1) or return to run-time detection (0); for tests and benchmarks. */
-void plog_crc32c_force_portable(int on);
+/* The path in use: 0 portable tables, 1 the SSE4.2 crc32 instruction, 2 VPCLMULQDQ folding
+ * (AVX-512) for buffers of 256 bytes or more, the crc32 instruction below that. */
+int plog_crc32c_path(void);
+/* Cap the path at `path` (0, 1 or 2); 2 restores run-time detection.  For tests and benchmarks. */
+void plog_crc32c_limit(int path);
 /* Legacy (magic 0/1) messages use CRC-32 (IEEE). */
 uint32_t plog_crc32_ieee(uint32_t crc, const uint8_t *data, size_t length);
 
