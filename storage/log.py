@@ -373,14 +373,8 @@ class PartitionLog(LogReads):
                     return self._nothing_appended()
                 if self.log_end_offset == self.log_start_offset:
                     self._maybe_restart_empty_log(pointer, length)
-                whole = lib.plog_batches_span(pointer, length, 0, length, -1) if partial_tail else length
-                if 0 < whole < length and self._ends_in_partial_batch(pointer, length, whole):
-                    # A fetch response may end inside a batch (Kafka's FileRecords slices by
-                    # bytes): the whole batches before it are appended, AppendInfo.size_bytes
-                    # says how many bytes were taken.
-                    length = whole
                 state = self._follower_append or self._make_follower_state()
-                info = self._append(state, pointer, length, -1)
+                info = self._append(state, pointer, length, -1, partial_tail)
                 if state.v.producer_batch_count:
                     self._record_completed(_producer.apply_replicated(self.producer_state,
                                                                       ffi.buffer(pointer, info.size_bytes)))
@@ -389,11 +383,6 @@ class PartitionLog(LogReads):
     def _make_follower_state(self) -> _AppendState:
         self._follower_append = _AppendState(self.config, lib.PLOG_VALIDATE_REQUIRE_FIRST, 0)
         return self._follower_append
-
-    @staticmethod
-    def _ends_in_partial_batch(pointer, length: int, whole: int) -> bool:
-        info = ffi.new("plog_batch_info *")
-        return lib.plog_batch_parse(pointer, length, whole, 0, info) == lib.PLOG_EPARTIAL
 
     def _nothing_appended(self) -> AppendInfo:
         """Kafka's UnifiedLog.append returns early for an empty record set: nothing changes.
@@ -412,13 +401,22 @@ class PartitionLog(LogReads):
                 info.base_offset < self.log_end_offset <= info.last_offset:
             self._truncate_fully(info.base_offset)
 
-    def _append(self, state: "_AppendState", pointer, length: int, leader_epoch: int) -> AppendInfo:
+    def _append(self, state: "_AppendState", pointer, length: int, leader_epoch: int,
+                partial_tail: bool = False) -> AppendInfo:
         """Validate, roll if Kafka would, write and index the chunk: one C call in the common
-        case (plog_segment_append_chunk, which checks the CRCs as it writes)."""
+        case (plog_segment_append_chunk, which checks the CRCs as it writes).  partial_tail:
+        a chunk ending inside a batch appends the whole batches before it (a follower's fetch
+        response: Kafka's FileRecords slices by bytes); AppendInfo.size_bytes says how many
+        bytes were taken.  C refuses such a chunk before writing anything, naming where the
+        cut batch starts, so the common whole chunk pays no separate walk of its headers."""
         v = state.v
-        if self.segments[-1].rolls_by_age(self.config.segment_ms, _now_ms):
-            self._roll_to(self.log_end_offset)
-        rc = self.segments[-1].append_chunk(pointer, length, self.log_end_offset, leader_epoch, v)
+        segment = self.segments[-1]
+        if segment.rolls_by_age(self.config.segment_ms, _now_ms):
+            segment = self._roll_to(self.log_end_offset)
+        rc = segment.append_chunk(pointer, length, self.log_end_offset, leader_epoch, v)
+        if rc == lib.PLOG_EPARTIAL and partial_tail and v.error_position > 0:
+            length = v.error_position
+            rc = segment.append_chunk(pointer, length, self.log_end_offset, leader_epoch, v)
         if rc:
             self._append_uncommon(rc, v, pointer, length, leader_epoch)
         out = state.out.tolist()

@@ -78,6 +78,33 @@ def test_append_is_all_or_nothing(make_log):
     assert log.log_end_offset == 3
 
 
+def test_follower_partial_tail_edges(tmp_path):
+    """The follower's partial tail is found by the append's own header walk (C refuses the
+    chunk, nothing written, naming the cut batch): every other verdict on the chunk wins,
+    and the whole batches still roll when the segment is full."""
+    log = PartitionLog.open(tmp_path / "t-0", LogConfig(segment_bytes=400, fsync=False))
+    first = build_batch([b"a" * 100], base_offset=0)
+    log.append_as_follower(first)
+    two = build_batch([b"b" * 100], base_offset=1) + build_batch([b"c" * 100], base_offset=2)
+    tail = build_batch([b"d"], base_offset=3)[:20]
+    bad = bytearray(two)
+    bad[-1] ^= 0xFF                         # a CRC error before the cut batch
+    with pytest.raises(errors.CorruptRecordError, match="CRC"):
+        log.append_as_follower(bytes(bad) + tail)
+    legacy = bytearray(build_batch([b"e"], base_offset=1))
+    legacy[16] = 1                          # a wrong magic before the cut batch
+    with pytest.raises(errors.CorruptRecordError):
+        log.append_as_follower(bytes(legacy) + tail)
+    with pytest.raises(errors.CorruptRecordError):
+        log.append_as_follower(tail)        # nothing whole at all
+    assert (log.log_end_offset, len(log.segments)) == (1, 1)
+    # The whole part does not fit the active segment: it rolls, then goes in whole.
+    info = log.append_as_follower(two + tail)
+    assert info.size_bytes == len(two) and (info.first_offset, info.last_offset) == (1, 2)
+    assert log.log_end_offset == 3 and [s.base_offset for s in log.segments] == [0, 1]
+    log.close()
+
+
 def test_wrong_magic_and_legacy_appends_rejected(make_log):
     log = make_log()
     data = bytearray(build_batch([b"m"]))
