@@ -183,21 +183,19 @@ class Segment:
     """A segment of a `PartitionLog`.  Not thread-safe: the log serialises access (its lock is
     `owner_lock`, which the open-segment cache takes before suspending this segment)."""
 
-    # Slots, and the read scratch made on the first read: a partition holds one of these per
-    # sealed segment for as long as it is open (bench_partitions_memory measures it).
-    __slots__ = ("directory", "config", "log_path", "index_path", "time_index_path", "txn_index", "_c",
+    # Slots, file paths derived when asked, the transaction index and the read scratch made on
+    # first use: a partition holds one of these per sealed segment for as long as it is open
+    # (bench_partitions_memory measures it).
+    __slots__ = ("directory", "config", "_suffix", "_txn", "_c",
                  "_reads", "_mapping", "closed", "suspended", "owner_lock", "created_ms")
 
     def __init__(self, directory: str, base_offset: int, config, *, create: bool, active: bool,
                  owner_lock=None, suffix: str = ""):
         self.directory = directory
         self.config = config
-        prefix = os.path.join(directory, segment_name(base_offset))
         # suffix: the cleaner's segments are written as `.cleaned` files (change_suffix moves them on)
-        self.log_path = prefix + LOG_SUFFIX + suffix
-        self.index_path = prefix + INDEX_SUFFIX + suffix
-        self.time_index_path = prefix + TIME_INDEX_SUFFIX + suffix
-        self.txn_index = TransactionIndex(prefix + TXN_INDEX_SUFFIX + suffix, sync=config.fsync)
+        self._suffix = suffix
+        self._txn: TransactionIndex | None = None
         self._c = ffi.new("plog_segment *")
         self._reads = None                          # _read_scratch(), made on the first find or read
         self._mapping: _Mapping | None = None
@@ -207,9 +205,10 @@ class Segment:
         # Kafka's LogSegment.created: the time-based roll falls back to it when the first batch
         # carries no timestamp (for a segment opened from disk: this open, as in Kafka).
         self.created_ms = time.time_ns() // 1_000_000
+        prefix = os.path.join(directory, segment_name(base_offset))
         rc = lib.plog_segment_open(
-            self._c, os.fsencode(self.log_path), os.fsencode(self.index_path),
-            os.fsencode(self.time_index_path), base_offset, config.index_interval_bytes,
+            self._c, os.fsencode(prefix + LOG_SUFFIX + suffix), os.fsencode(prefix + INDEX_SUFFIX + suffix),
+            os.fsencode(prefix + TIME_INDEX_SUFFIX + suffix), base_offset, config.index_interval_bytes,
             config.segment_index_bytes, 1 if create else 0, 1 if active else 0,
             0 if config.fsync else lib.PLOG_SYNC_NOOP)
         self._check(rc, "open")
@@ -233,6 +232,29 @@ class Segment:
         self._mapping = None            # a view a reader holds keeps its own mapping alive
         lib.plog_segment_suspend(self._c)
         self.suspended = True
+
+    # ---- files ----
+    def _path(self, kind: str) -> str:
+        return os.path.join(self.directory, segment_name(self._c.base_offset)) + kind + self._suffix
+
+    @property
+    def log_path(self) -> str:
+        return self._path(LOG_SUFFIX)
+
+    @property
+    def index_path(self) -> str:
+        return self._path(INDEX_SUFFIX)
+
+    @property
+    def time_index_path(self) -> str:
+        return self._path(TIME_INDEX_SUFFIX)
+
+    @property
+    def txn_index(self) -> TransactionIndex:
+        """Kafka's transaction index of this segment (its file is read on first use)."""
+        if self._txn is None:
+            self._txn = TransactionIndex(self._path(TXN_INDEX_SUFFIX), sync=self.config.fsync)
+        return self._txn
 
     # ---- fields ----
     @property
@@ -501,7 +523,8 @@ class Segment:
         created now (see attach_indexes)."""
         self._use()
         created = self.attach_indexes()
-        self.txn_index.flush()
+        if self._txn is not None:      # never made: nothing of it to write
+            self._txn.flush()
         self._check(lib.plog_segment_flush(self._c), "flush")
         return created
 
@@ -547,16 +570,17 @@ class Segment:
     def change_suffix(self, old: str, new: str) -> None:
         """Rename the files that exist from `<name><old>` to `<name><new>` (Kafka's
         changeFileSuffixes: log, offset index, time index, transaction index, in that order)."""
+        if not self._suffix.endswith(old):
+            raise ValueError(f"{self.log_path} does not end in {old!r}")
         seam = _io.current()
-        paths = []
-        for path in (self.log_path, self.index_path, self.time_index_path, self.txn_index.path):
-            if not path.endswith(old):
-                raise ValueError(f"{path} does not end in {old!r}")
-            target = path[:len(path) - len(old)] + new if old else path + new
+        suffix = self._suffix[:len(self._suffix) - len(old)] + new
+        for kind in (LOG_SUFFIX, INDEX_SUFFIX, TIME_INDEX_SUFFIX, TXN_INDEX_SUFFIX):
+            path = self._path(kind)
             if seam.exists(path):
-                seam.rename(path, target)
-            paths.append(target)
-        self.log_path, self.index_path, self.time_index_path, self.txn_index.path = paths
+                seam.rename(path, path[:len(path) - len(self._suffix)] + suffix)
+        self._suffix = suffix
+        if self._txn is not None:
+            self._txn.path = self._path(TXN_INDEX_SUFFIX)
 
     def retire(self) -> list[str]:
         """Close and rename the files to `*.deleted` (gone for every reader of the log from now
@@ -568,7 +592,7 @@ class Segment:
         # not zeros taken for corruption.
         seam = _io.current()
         renamed = []
-        for path in (self.log_path, self.index_path, self.time_index_path, self.txn_index.path):
+        for path in (self.log_path, self.index_path, self.time_index_path, self._path(TXN_INDEX_SUFFIX)):
             if seam.exists(path):
                 seam.rename(path, path + DELETED_SUFFIX)
                 renamed.append(path + DELETED_SUFFIX)
