@@ -20,6 +20,7 @@ extern "Python+C" int _plog_py_open(const char *path, int flags, int *fd_out);
 extern "Python+C" int _plog_py_close(int fd);
 extern "Python+C" int _plog_py_pread(int fd, uint8_t *buf, size_t length, int64_t offset, size_t *read_out);
 extern "Python+C" int _plog_py_pwrite(int fd, const uint8_t *buf, size_t length, int64_t offset);
+extern "Python+C" int _plog_py_pwritev(int fd, const plog_iovec *iov, int count, int64_t offset);
 extern "Python+C" int _plog_py_fsync(int fd, int flags);
 extern "Python+C" int _plog_py_ftruncate(int fd, int64_t size);
 extern "Python+C" int _plog_py_fsize(int fd, int64_t *size_out);

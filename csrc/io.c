@@ -18,6 +18,8 @@
 #include <fcntl.h>
 #include <sys/mman.h>
 #include <sys/stat.h>
+#include <stddef.h>
+#include <sys/uio.h>
 #include <unistd.h>
 #include <string.h>
 
@@ -26,6 +28,7 @@ extern int _plog_py_open(const char *path, int flags, int *fd_out);
 extern int _plog_py_close(int fd);
 extern int _plog_py_pread(int fd, uint8_t *buf, size_t length, int64_t offset, size_t *read_out);
 extern int _plog_py_pwrite(int fd, const uint8_t *buf, size_t length, int64_t offset);
+extern int _plog_py_pwritev(int fd, const plog_iovec *iov, int count, int64_t offset);
 extern int _plog_py_fsync(int fd, int flags);
 extern int _plog_py_ftruncate(int fd, int64_t size);
 extern int _plog_py_fsize(int fd, int64_t *size_out);
@@ -78,6 +81,37 @@ int plog_posix_pwrite(int fd, const uint8_t *buf, size_t length, int64_t offset)
             return errno;
         }
         done += (size_t)n;
+    }
+    return 0;
+}
+
+_Static_assert(sizeof(plog_iovec) == sizeof(struct iovec) &&
+               offsetof(plog_iovec, base) == offsetof(struct iovec, iov_base) &&
+               offsetof(plog_iovec, length) == offsetof(struct iovec, iov_len),
+               "plog_iovec must have the layout of struct iovec");
+
+/* Short writes resume where they stopped: the written buffers are skipped, the one cut
+ * short continues from its first unwritten byte (in a local copy; iov is not changed). */
+int plog_posix_pwritev(int fd, const plog_iovec *iov, int count, int64_t offset) {
+    if (count < 0 || count > PLOG_IOV_MAX) return EINVAL;
+    struct iovec local[PLOG_IOV_MAX];
+    memcpy(local, iov, (size_t)count * sizeof *local);
+    int first = 0;
+    while (first < count && local[first].iov_len == 0) first++;
+    while (first < count) {
+        ssize_t n = pwritev(fd, local + first, count - first, (off_t)offset);
+        if (n < 0) {
+            if (errno == EINTR) continue;
+            return errno;
+        }
+        if (n == 0) return EIO;             /* no progress on a non-empty write */
+        offset += n;
+        while (first < count && (size_t)n >= local[first].iov_len) n -= (ssize_t)local[first++].iov_len;
+        if (first < count) {
+            local[first].iov_base = (uint8_t *)local[first].iov_base + n;
+            local[first].iov_len -= (size_t)n;
+        }
+        while (first < count && local[first].iov_len == 0) first++;
     }
     return 0;
 }
@@ -135,6 +169,9 @@ int plog_io_pread(int fd, uint8_t *buf, size_t length, int64_t offset, size_t *r
 }
 int plog_io_pwrite(int fd, const uint8_t *buf, size_t length, int64_t offset) {
     return DISPATCH(pwrite, fd, buf, length, offset);
+}
+int plog_io_pwritev(int fd, const plog_iovec *iov, int count, int64_t offset) {
+    return DISPATCH(pwritev, fd, iov, count, offset);
 }
 int plog_io_fsync(int fd, int flags) { return DISPATCH(fsync, fd, flags); }
 int plog_io_ftruncate(int fd, int64_t size) { return DISPATCH(ftruncate, fd, size); }

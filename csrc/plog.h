@@ -234,6 +234,7 @@ int plog_varint_encode(int64_t value, uint8_t *out);
 #define PLOG_VALIDATE_RECHECKED 32       /* the caller checked the compressed batches' records */
 #define PLOG_VALIDATE_MAX_EPOCHS 64
 #define PLOG_VALIDATE_PRODUCERS 128      /* leader, producer origin: the producer check below */
+#define PLOG_APPEND_READONLY 256         /* plog_segment_append_chunk: buf is never written (below) */
 #define PLOG_EXPECTED_PRODUCERS 32
 #define PLOG_EPOCH_MIXED -2147483649     /* sole_epoch when the batches carry different epochs */
 
@@ -405,8 +406,16 @@ int plog_segment_append(plog_segment *seg, const uint8_t *buf, size_t length,
  * while writing names the batch's base offset as stamped.  Every other outcome is decided
  * before the first write, and the error is the one plog_validate_chunk would report (the
  * first failing batch, CRC included); nothing is stamped then.  On success, v holds what
- * plog_validate_chunk reports, and size_bytes. */
+ * plog_validate_chunk reports, and size_bytes.
+ *
+ * PLOG_APPEND_READONLY: buf is not written to, not even stamped (a caller's immutable bytes
+ * need no private copy).  Each batch's first PLOG_STAMPED_BYTES bytes (base offset, length,
+ * partition leader epoch) are stamped into a scratch copy instead, and the file gets the
+ * scratch headers and the rest of each batch from buf by vectored writes (plog_io_pwritev),
+ * whole batches at a time, each group hashed right after its write as above.  The stamped
+ * bytes lie before the CRC'd range, so the CRCs are checked on buf itself. */
 #define PLOG_APPEND_PIECE_BYTES 1048576
+#define PLOG_STAMPED_BYTES 16
 int plog_segment_append_chunk(plog_segment *seg, uint8_t *buf, size_t length, int64_t next_offset,
                               int32_t leader_epoch, plog_validate *v);
 
@@ -499,6 +508,14 @@ int plog_io_open(const char *path, int flags, int *fd_out);
 int plog_io_close(int fd);
 int plog_io_pread(int fd, uint8_t *buf, size_t length, int64_t offset, size_t *read_out);
 int plog_io_pwrite(int fd, const uint8_t *buf, size_t length, int64_t offset);
+/* One buffer of a vectored write (the layout of struct iovec). */
+typedef struct plog_iovec {
+    const uint8_t *base;
+    size_t length;
+} plog_iovec;
+/* Write count buffers (at most PLOG_IOV_MAX) one after another from offset: everything or an error. */
+#define PLOG_IOV_MAX 256
+int plog_io_pwritev(int fd, const plog_iovec *iov, int count, int64_t offset);
 int plog_io_fsync(int fd, int flags);
 int plog_io_ftruncate(int fd, int64_t size);
 int plog_io_fsize(int fd, int64_t *size_out);
@@ -519,6 +536,7 @@ int plog_posix_open(const char *path, int flags, int *fd_out);
 int plog_posix_close(int fd);
 int plog_posix_pread(int fd, uint8_t *buf, size_t length, int64_t offset, size_t *read_out);
 int plog_posix_pwrite(int fd, const uint8_t *buf, size_t length, int64_t offset);
+int plog_posix_pwritev(int fd, const plog_iovec *iov, int count, int64_t offset);
 int plog_posix_fsync(int fd, int flags);
 int plog_posix_ftruncate(int fd, int64_t size);
 int plog_posix_fsize(int fd, int64_t *size_out);

@@ -299,6 +299,63 @@ fail:
     return rc;
 }
 
+/* Stamp each batch's first PLOG_STAMPED_BYTES into heads (a leader's offsets and epoch, as
+ * write_verified stamps buf); batches are whole and valid (plog_validate_headers passed). */
+static void stamp_heads(const uint8_t *buf, size_t length, const plog_validate *v, uint8_t (*heads)[PLOG_STAMPED_BYTES]) {
+    int64_t next = v->next_offset;
+    for (size_t pos = 0, i = 0; pos < length; pos += (size_t)be32(buf + pos + POS_LENGTH) + PLOG_LOG_OVERHEAD, i++) {
+        int64_t base = v->flags & PLOG_VALIDATE_ASSIGN_OFFSETS ? next : be64(buf + pos + POS_BASE_OFFSET);
+        int32_t epoch = v->flags & PLOG_VALIDATE_STAMP_EPOCH ? v->leader_epoch : be32(buf + pos + POS_PLE);
+        memcpy(heads[i], buf + pos, PLOG_STAMPED_BYTES);
+        plog_batch_stamp(heads[i], base, epoch);
+        next = base + be32(buf + pos + POS_LAST_OFFSET_DELTA) + 1;
+    }
+}
+
+/* write_verified for PLOG_APPEND_READONLY (see plog.h): groups of whole batches, each batch
+ * as its stamped head from `heads` and its rest from buf, one vectored write a group of at
+ * most PLOG_APPEND_PIECE_BYTES (or one batch), then every batch of the group hashed. */
+static int write_stamped(plog_segment *seg, const uint8_t *buf, size_t length, plog_validate *v) {
+    uint8_t (*heads)[PLOG_STAMPED_BYTES] = malloc((size_t)v->batch_count * PLOG_STAMPED_BYTES);
+    if (!heads) return ENOMEM;
+    stamp_heads(buf, length, v, heads);
+    plog_iovec iov[PLOG_IOV_MAX];
+    size_t pos = 0, written = 0, batch = 0;
+    int rc = 0;
+    while (pos < length) {
+        size_t start = pos, first = batch;
+        int n = 0;
+        while (pos < length && n + 2 <= PLOG_IOV_MAX) {
+            size_t size = (size_t)be32(buf + pos + POS_LENGTH) + PLOG_LOG_OVERHEAD;
+            if (n > 0 && pos - start + size > PLOG_APPEND_PIECE_BYTES) break;
+            iov[n++] = (plog_iovec){heads[batch++], PLOG_STAMPED_BYTES};
+            iov[n++] = (plog_iovec){buf + pos + PLOG_STAMPED_BYTES, size - PLOG_STAMPED_BYTES};
+            pos += size;
+        }
+        if ((rc = plog_io_pwritev(seg->log_fd, iov, n, seg->size + (int64_t)written))) goto fail;
+        written = pos;
+        for (size_t at = start, i = first; at < pos; i++) {
+            size_t size = (size_t)be32(buf + at + POS_LENGTH) + PLOG_LOG_OVERHEAD;
+            if (plog_crc32c(0, buf + at + POS_ATTRIBUTES, size - POS_ATTRIBUTES) != (uint32_t)be32(buf + at + POS_CRC)) {
+                v->error_position = (int64_t)at;
+                v->error_offset = be64(heads[i]);
+                rc = PLOG_ECRC;
+                goto fail;
+            }
+            at += size;
+        }
+    }
+    free(heads);
+    return 0;
+fail:
+    free(heads);
+    {
+        int cut = plog_io_ftruncate(seg->log_fd, seg->size);     /* all or nothing, as write_verified */
+        if (cut && rc == PLOG_ECRC) rc = cut;
+    }
+    return rc;
+}
+
 /* PLOG_VALIDATE_PRODUCERS: is the chunk (valid, with a producer id) the next batch of an
  * expected producer?  Sets v->expected_hit to its slot. */
 static int expected_producer(const uint8_t *buf, size_t length, plog_validate *v) {
@@ -347,7 +404,10 @@ int plog_segment_append_chunk(plog_segment *seg, uint8_t *buf, size_t length, in
         v->expected_hit = -1;
         return crc_rc ? crc_rc : rc;
     }
-    if ((rc = write_verified(seg, buf, length, v)) || (rc = append_done(seg, length, v))) {
+    int stamped_aside = (v->flags & PLOG_APPEND_READONLY) &&
+                        (v->flags & (PLOG_VALIDATE_ASSIGN_OFFSETS | PLOG_VALIDATE_STAMP_EPOCH));
+    rc = stamped_aside ? write_stamped(seg, buf, length, v) : write_verified(seg, buf, length, v);
+    if (rc || (rc = append_done(seg, length, v))) {
         v->expected_hit = -1;
         return rc;
     }

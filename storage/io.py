@@ -53,6 +53,13 @@ class PosixIO:
     def pwrite(self, fd: int, data, offset: int) -> None:
         _raise(lib.plog_posix_pwrite(fd, ffi.from_buffer(data), len(data), offset), "pwrite")
 
+    def pwritev(self, fd: int, buffers: list, offset: int) -> None:
+        """Write the buffers one after another from offset, everything or an error.  Through
+        one pwrite of their concatenation: a seam that overrides pwrite (a simulator, a fault
+        injector) sees the vectored write as the one write of those bytes it is.  (Without an
+        installed seam the C core calls writev itself and never comes here.)"""
+        self.pwrite(fd, b"".join(buffers), offset)
+
     def fsync(self, fd: int, flags: int = 0) -> None:
         _raise(lib.plog_posix_fsync(fd, flags), "fsync")
 
@@ -240,6 +247,13 @@ def _py_pread(fd, buf, length, offset, read_out):
 @_guard
 def _py_pwrite(fd, buf, length, offset):
     _current.pwrite(fd, ffi.buffer(buf, length), offset)
+    return 0
+
+
+@ffi.def_extern(name="_plog_py_pwritev")
+@_guard
+def _py_pwritev(fd, iov, count, offset):
+    _current.pwritev(fd, [ffi.buffer(iov[i].base, iov[i].length) for i in range(count)], offset)
     return 0
 
 

@@ -246,7 +246,8 @@ class PartitionLog(LogReads):
         _check_leader_append(leader_epoch, origin)
         prebuilt = isinstance(records_or_batches, (bytes, bytearray, memoryview))
         if prebuilt:
-            return self._leader_chunk(bytearray(records_or_batches), leader_epoch, origin)
+            chunk = records_or_batches      # copied unless immutable (bytes: C stamps header copies)
+            return self._leader_chunk(chunk if chunk.__class__ is bytes else bytearray(chunk), leader_epoch, origin)
         if isinstance(records_or_batches, (list, tuple)) and not records_or_batches:
             return self._nothing_appended()
         buf = _build(records_or_batches, base_offset=0, partition_leader_epoch=leader_epoch,
@@ -268,8 +269,9 @@ class PartitionLog(LogReads):
             return self._leader_chunk(chunk, leader_epoch, origin)
         return self._follower_chunk(chunk, partial_tail=False)
 
-    def _leader_chunk(self, buf: bytearray, leader_epoch: int, origin: str, prebuilt: bool = True) -> AppendInfo:
-        """A leader's chunk this log owns (it is rewritten in place: offsets, epoch)."""
+    def _leader_chunk(self, buf, leader_epoch: int, origin: str, prebuilt: bool = True) -> AppendInfo:
+        """A leader's chunk: a bytearray this log owns (rewritten in place: offsets, epoch), or
+        immutable bytes (written with stamped copies of the headers, PLOG_APPEND_READONLY)."""
         if prebuilt and not buf:
             return self._nothing_appended()
         state = self._leader_append.get(origin) or self._leader_append.setdefault(
@@ -342,14 +344,17 @@ class PartitionLog(LogReads):
             if not prebuilt:
                 # Our own builder's batch: its records and max timestamp are right.
                 state.v.flags |= lib.PLOG_VALIDATE_RECHECKED
+            if buf.__class__ is bytes:
+                state.v.flags |= lib.PLOG_APPEND_READONLY
             with ffi.from_buffer(buf) as pointer:
                 return self._append(state, pointer, len(buf), leader_epoch)
         except _Recheck:
             pass
         finally:
-            state.v.flags &= ~lib.PLOG_VALIDATE_RECHECKED
+            state.v.flags &= ~(lib.PLOG_VALIDATE_RECHECKED | lib.PLOG_APPEND_READONLY)
         # A compressed batch, or a max timestamp to set from the records: nothing was
         # written; the validator checks (and may rewrite) the chunk, then C appends it.
+        buf = bytearray(buf) if buf.__class__ is bytes else buf
         validator.recheck(buf, file=f"{self.path} (appended data)")
         state.v.flags |= lib.PLOG_VALIDATE_RECHECKED
         try:

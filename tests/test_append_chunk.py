@@ -3,11 +3,12 @@ CRCs checked piece by piece, index).  What it must keep of the two-step path it 
 (plog_validate_chunk, then plog_segment_append): the same errors for the same chunks, and
 all or nothing -- a CRC mismatch found after a piece was written leaves neither the file
 nor the segment nor the log changed."""
+import errno
 import os
 
 import pytest
 
-from storage import LogConfig, PartitionLog, build_batch, errors, iter_batches
+from storage import LogConfig, LogDir, PartitionLog, build_batch, errors, iter_batches
 from storage import io as sio
 from storage._native import ffi, lib
 from storage.segment import Segment
@@ -187,3 +188,117 @@ def test_append_chunk_at_the_c_level(tmp_path):
     assert seg.size == os.path.getsize(seg.log_path)
     assert [b.base_offset for b in iter_batches(seg.view())] == [0, 1, 2, 3]
     seg.close()
+
+
+# ---- a leader's immutable bytes (PLOG_APPEND_READONLY) --------------------------------------
+
+def small_batches(count: int, epoch: int = 0) -> bytes:
+    return b"".join(build_batch([b"v%d" % i, b"w%d" % i], base_offset=0, partition_leader_epoch=epoch)
+                    for i in range(count))
+
+
+class LogWritesIO(RecordingIO):
+    """RecordingIO keeping only the writes into .log files."""
+
+    def __init__(self):
+        super().__init__()
+        self.log_fds = set()
+
+    def open(self, path, flags):
+        fd = super().open(path, flags)
+        if str(path).endswith(".log"):
+            self.log_fds.add(fd)
+        return fd
+
+    def pwrite(self, fd, data, offset):
+        if fd in self.log_fds:
+            self.writes.append((offset, len(data)))
+        return sio.PosixIO.pwrite(self, fd, data, offset)
+
+
+def test_leader_bytes_are_never_written_and_land_as_a_private_copy_would(tmp_path):
+    """bytes go to the file as stamped header copies and the rest of each batch (vectored
+    writes of at most PLOG_IOV_MAX / 2 batches); a bytearray is copied and stamped in place.
+    Both make the same file, and the caller's bytes stay as they were."""
+    chunk = small_batches(300, epoch=3) + big_batch(0, 300_000, epoch=3)
+    before = bytes(bytearray(chunk))
+    logs, seams = [], []
+    first = build_batch([b"first"])            # one batch for both logs: the same bytes
+    for i, data in enumerate((chunk, bytearray(chunk))):
+        seam = LogWritesIO()
+        with sio.using(seam):
+            log = PartitionLog.open(tmp_path / f"t-{i}", config(max_message_bytes=1 << 30))
+            log.append_as_leader(first, 4)
+            seam.writes.clear()
+            info = log.append_as_leader(data, 7)
+            assert (info.first_offset, info.last_offset, info.batch_count) == (1, 601, 301)
+        logs.append(log)
+        seams.append(seam)
+    assert chunk == before
+    files = [open(log.active_segment.log_path, "rb").read() for log in logs]
+    assert files[0] == files[1]
+    got = list(logs[0].batches())
+    assert [(b.base_offset, b.partition_leader_epoch) for b in got][:3] == [(0, 4), (1, 7), (3, 7)]
+    assert all(b.is_valid() for b in got) and got[-1].base_offset == 601
+    # 301 batches: groups of 128, 128 and 45 batches (the seam sees each vectored write as one
+    # write of its bytes); the copied bytearray goes in one piece.
+    per_group = lib.PLOG_IOV_MAX // 2
+    sizes = [n for _, n in seams[0].writes]
+    assert len(sizes) == 3 and sum(sizes) == len(chunk)
+    assert sizes[0] == len(small_batches(per_group)) and [n for _, n in seams[1].writes] == [len(chunk)]
+    for log in logs:
+        log.close()
+
+
+def test_leader_bytes_with_a_bad_crc_in_a_later_group_cut_the_file_back(tmp_path):
+    good = small_batches(200)
+    # A flipped value byte: the records still parse, only the CRC check after the write sees it.
+    chunk = good + corrupt(build_batch([b"bad"], base_offset=0), -2) + good
+    seam = RecordingIO()
+    with sio.using(seam):
+        log = PartitionLog.open(tmp_path / "t-0", config())
+        log.append_as_leader([b"x"], 1)
+        size = log.size_bytes
+        with pytest.raises(errors.CorruptRecordError, match="CRC") as info:
+            log.append_as_leader(chunk, 2)
+    assert info.value.position == len(good) and info.value.offset == 1 + 400    # as stamped
+    assert seam.writes[-1][1] > 0 and seam.truncates[-1] == size               # the first group went out
+    assert log.size_bytes == size and os.path.getsize(log.active_segment.log_path) == size
+    assert log.log_end_offset == 1
+    log.close()
+
+
+def test_posix_pwritev_writes_every_buffer_in_order(tmp_path):
+    path = tmp_path / "f"
+    fd = os.open(path, os.O_RDWR | os.O_CREAT)
+    try:
+        parts = [b"abc", b"", os.urandom(70_000), b"z"]
+        keep = [ffi.from_buffer(p) for p in parts]
+        iov = ffi.new("plog_iovec[]", [(k, len(p)) for k, p in zip(keep, parts)])
+        assert lib.plog_posix_pwritev(fd, iov, len(parts), 5) == 0
+        assert lib.plog_posix_pwritev(fd, iov, lib.PLOG_IOV_MAX + 1, 0) == errno.EINVAL
+    finally:
+        os.close(fd)
+    assert path.read_bytes() == b"\0" * 5 + b"".join(parts)
+
+
+@pytest.mark.parametrize("operation", ["pwrite", "ftruncate"])
+def test_leader_bytes_io_failure_takes_the_dir_offline_and_keeps_what_was_there(tmp_path, operation):
+    from test_failure_state import FaultyIO
+
+    seam = FaultyIO()
+    with sio.using(seam):
+        logdir = LogDir.open(tmp_path / "d", LogConfig(fsync=True))
+        log = logdir.partition("t", 0)
+        log.append_as_leader(small_batches(3), 0)
+        log.flush()
+        seam.fail["pwrite"] = (errno.EIO, 0)
+        if operation == "ftruncate":            # the cut-back after the failed write fails too
+            seam.fail["ftruncate"] = (errno.EIO, 0)
+        with pytest.raises(errors.LogDirOfflineError):
+            log.append_as_leader(small_batches(200), 0)
+        assert seam.fired[0] == "pwrite"
+        with pytest.raises(errors.LogDirOfflineError):
+            logdir.close()
+    with LogDir.open(tmp_path / "d", LogConfig(fsync=True)) as reopened:
+        assert [b.base_offset for b in reopened.partition("t", 0).batches()][:3] == [0, 2, 4]
