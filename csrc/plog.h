@@ -317,6 +317,9 @@ typedef struct plog_scan {
     int32_t epoch_capacity;         /* in: size of the arrays below */
     int32_t *epochs;                /* in/out */
     int64_t *epoch_offsets;         /* in/out */
+    int64_t producer_batch_count;   /* out: v2 batches with a producer id (idempotent,
+                                       transactional, control): none, and a replay of the
+                                       producer state has nothing to read here */
 } plog_scan;
 
 struct plog_segment;

@@ -18,6 +18,7 @@ static void scan_reset(plog_scan *s) {
     s->stop_position = -1;
     s->stop_offset = -1;
     s->epoch_count = 0;
+    s->producer_batch_count = 0;
 }
 
 /* The batch at pos, as recovery judges it: parsed, its CRC (when asked), an offset inside the
@@ -78,6 +79,7 @@ int plog_scan_buffer(const uint8_t *buf, size_t length, plog_scan *s, plog_segme
             s->epoch_count++;
             last_epoch_seen = info.partition_leader_epoch;
         }
+        if (info.magic >= 2 && info.producer_id >= 0) s->producer_batch_count++;
         if (info.magic < s->min_magic) s->min_magic = info.magic;
         if (info.magic > s->max_magic) s->max_magic = info.magic;
         s->last_offset = info.last_offset;

@@ -325,7 +325,7 @@ class Loader:
 def assign_recovered_epochs(log, segment: Segment, report) -> None:
     """Collect the epoch changes of a recovered segment (applied by _reconcile_epochs)."""
     epochs = report.epochs if report.epoch_count <= len(report.epochs) else segment.scan_epochs()
-    log._recovered.append((segment.base_offset, segment.next_offset, list(epochs)))
+    log._recovered.append((segment.base_offset, segment.next_offset, list(epochs), report.producer_batch_count))
 
 def _reconcile_epochs(log) -> None:
     """LogSegment.recover assigns a batch's epoch when it is newer than the cache's latest.
@@ -346,7 +346,7 @@ def _reconcile_epochs(log) -> None:
                 latest = epoch
         return out
 
-    for base, end, epochs in log._recovered:
+    for base, end, epochs, _producers in log._recovered:
         before = cache.epoch_for_offset(base - 1) if base > 0 else None
         expected = changes_of(epochs, before)
         cached = [tuple(e) for e in cache.entries if base <= e.start_offset < min(end, log.log_end_offset)]
@@ -357,7 +357,7 @@ def _reconcile_epochs(log) -> None:
                     for epoch, offset in changes_of(segment.scan_epochs(), cache.latest_epoch):
                         cache.assign(epoch, offset)
             break
-    for _base, _end, epochs in log._recovered:   # Kafka's rule for the rest
+    for _base, _end, epochs, _producers in log._recovered:   # Kafka's rule for the rest
         for epoch, offset in changes_of(epochs, cache.latest_epoch):
             cache.assign(epoch, offset)
 

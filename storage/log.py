@@ -97,7 +97,7 @@ class PartitionLog(LogReads):
         # an open partition, most of which never append in one of the two roles).
         self._follower_append: _AppendState | None = None
         self.on_recovery_point_lowered = None   # LogDir persists the lowered recovery point
-        self._recovered: list[tuple[int, int, list]] = []   # (base, end, epoch changes) per recovered segment
+        self._recovered: list[tuple] = []   # (base, end, epoch changes, producer batches) a recovered segment
         self.recovery_report: list[tuple[int, int, str]] = []
         try:
             seam = _io.current()

@@ -738,10 +738,11 @@ def commit_append(manager: ProducerStateManager, plan, first_offset: int = -1) -
     return out
 
 
-def replay(manager: ProducerStateManager, log, start_offset: int) -> None:
+def replay(manager: ProducerStateManager, log, start_offset: int, producer_free=frozenset()) -> None:
     """Apply the log's batches from `start_offset` to its end without validation (Kafka's
-    loadProducersFromRecords: REPLICATION origin)."""
-    for cols, view in log.segment_columns(start_offset):
+    loadProducersFromRecords: REPLICATION origin), except in the segments based at
+    `producer_free` (known to hold no batch with a producer id)."""
+    for cols, view in log.segment_columns(start_offset, skip_bases=producer_free):
         # Headers from one C call per segment; only the batches with a producer id are
         # visited in Python (a log without producers is replayed in milliseconds a GiB).
         magic, last, positions, sizes = cols.magic, cols.last_offset, cols.position, cols.size_bytes
@@ -753,7 +754,7 @@ def replay(manager: ProducerStateManager, log, start_offset: int) -> None:
 
 
 def rebuild(manager: ProducerStateManager, log, now_ms: int, *, at_most: int | None = None,
-            truncation: bool = False) -> None:
+            truncation: bool = False, producer_free: frozenset | set = frozenset()) -> None:
     """After a load or a truncation: snapshots outside (log start, log end] go, the newest one
     left is loaded (or none: the state starts at the log start) and the batches above it are
     replayed (Kafka's rebuildProducerState).  Kafka then writes a snapshot at the log end; we
@@ -762,7 +763,9 @@ def rebuild(manager: ProducerStateManager, log, now_ms: int, *, at_most: int | N
 
     A truncation of a log whose producer state was empty and up to date skips the replay, as
     Kafka's does (isEmptyBeforeTruncation: truncating cannot add producers; a log without
-    idempotent producers is not rescanned at every follower truncation)."""
+    idempotent producers is not rescanned at every follower truncation).  producer_free: the
+    bases of segments the load's recovery scan just read whole and found without a batch
+    carrying a producer id -- the replay has nothing to apply there and skips them."""
     empty_before = truncation and manager.is_empty() and manager.map_end_offset >= log.log_end_offset
     manager.truncate_and_reload(log.log_start_offset, log.log_end_offset, now_ms, at_most=at_most)
     start = max(manager.map_end_offset, log.log_start_offset)
@@ -770,7 +773,7 @@ def rebuild(manager: ProducerStateManager, log, now_ms: int, *, at_most: int | N
     for segment in log.segments[max(log._segment_index(start), 0):]:
         segment.txn_index.truncate_to(start, segment_base=segment.base_offset)
     if manager.map_end_offset < log.log_end_offset and not empty_before:
-        replay(manager, log, start)
+        replay(manager, log, start, producer_free)
     manager.update_map_end_offset(log.log_end_offset)
 
 
@@ -780,4 +783,5 @@ def remove_stray_and_rebuild(manager: ProducerStateManager, log, now_ms: int) ->
     manager.remove_stray_snapshots(log._bases)
     # A recovered segment's transaction index is derived again, as Kafka's segment recovery
     # does: replay from a snapshot at or below the first recovered segment.
-    rebuild(manager, log, now_ms, at_most=min((base for base, _end, _e in log._recovered), default=None))
+    rebuild(manager, log, now_ms, at_most=min((base for base, *_ in log._recovered), default=None),
+            producer_free={base for base, _end, _e, producers in log._recovered if producers == 0})

@@ -110,12 +110,15 @@ class LogReads:
         for segment, view, position in self._segment_views(start_offset):
             yield from iter_batches(view, source=segment.log_path, start_position=position, verify=False)
 
-    def segment_columns(self, start_offset: int | None = None, window: int = 1 << 20):
+    def segment_columns(self, start_offset: int | None = None, window: int = 1 << 20, *, skip_bases=()):
         """(BatchColumns, view) for the batches from the one holding start_offset (default the
         log start) to the log end, a window of about `window` bytes at a time: the headers of a
         window's batches from one C call (storage.columns; CRCs not checked), so that memory
-        stays bounded whatever the segment's size; the same snapshot rules as `batches`."""
+        stays bounded whatever the segment's size; the same snapshot rules as `batches`.
+        Segments whose base offset is in skip_bases are passed over."""
         for segment, view, position in self._segment_views(start_offset):
+            if segment.base_offset in skip_bases:
+                continue
             start, size = 0, len(view)
             while start < size:
                 end = min(size, start + window)

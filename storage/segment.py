@@ -621,6 +621,7 @@ class ScanReport:
         self.stop_offset = scan.stop_offset
         self.epoch_count = scan.epoch_count
         self.epochs = epochs
+        self.producer_batch_count = scan.producer_batch_count
         self.stop_reason = describe_error(scan.stop) if scan.stop else None
 
     def __repr__(self) -> str:

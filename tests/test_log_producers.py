@@ -149,6 +149,44 @@ def test_with_no_snapshot_at_all_the_whole_log_is_replayed(tmp_path):
         assert log.producer_state.active_producers[PID].last_sequence == 19
 
 
+def test_recovered_segments_without_producer_ids_are_not_replayed(tmp_path, monkeypatch):
+    """The recovery scan counts the batches with a producer id of each segment it reads; the
+    replay that follows skips the segments where it found none (it would read every header of
+    them for nothing) and still replays the others, from the beginning."""
+    with PartitionLog.open(tmp_path / "t-0", CONFIG) as log:
+        for _ in range(12):                                         # plain batches: 3 segments
+            log.append_as_leader([b"p" * 900], 0)
+        plain_bases = [s.base_offset for s in log.segments]
+        for seq in range(6):                                        # then an idempotent producer
+            log.append_as_leader(batch(seq, size=900), 0)
+        producer_bases = [s.base_offset for s in log.segments if s.base_offset not in plain_bases]
+        expected = log.producer_state.active_producers[PID].last_sequence
+    for name in os.listdir(tmp_path / "t-0"):
+        if name.endswith(".snapshot"):
+            os.unlink(tmp_path / "t-0" / name)
+    read = []
+    segment_columns = PartitionLog.segment_columns
+
+    def recording(self, start_offset=None, window=1 << 20, *, skip_bases=()):
+        for cols, view in segment_columns(self, start_offset, window, skip_bases=skip_bases):
+            read.append(int(cols.base_offset[0]))
+            yield cols, view
+
+    monkeypatch.setattr(PartitionLog, "segment_columns", recording)
+    with PartitionLog.open(tmp_path / "t-0", CONFIG, recovery_point=0) as log:   # every segment recovered
+        assert log.producer_state.active_producers[PID].last_sequence == expected
+        assert read and all(o >= min(producer_bases) for o in read)
+        skipped = set(plain_bases[:-1])     # the last plain one ends where the producer's start
+        assert not skipped & {log.segments[log._segment_index(o)].base_offset for o in read}
+    read.clear()
+    for name in os.listdir(tmp_path / "t-0"):
+        if name.endswith(".snapshot"):
+            os.unlink(tmp_path / "t-0" / name)
+    with PartitionLog.open(tmp_path / "t-0", CONFIG, clean_shutdown=True) as log:  # no scan: all read
+        assert log.producer_state.active_producers[PID].last_sequence == expected
+        assert read[0] == 0
+
+
 def test_truncation_drops_snapshots_above_and_rebuilds_the_state(tmp_path):
     # testTruncateAndReloadRemovesOutOfRangeSnapshots on the log; UnifiedLogTest's producer truncation cases
     with PartitionLog.open(tmp_path / "t-0", CONFIG) as log:
