@@ -32,6 +32,9 @@ from .appends import (
     _EPOCH_MIXED,
     AppendInfo,
     _AppendState,
+    _client_flags,
+    _follower_state,
+    _leader_state,
     _new_append_info,
     _ProducerCheck,
     _Recheck,
@@ -55,7 +58,6 @@ _REFUSALS = frozenset((lib.PLOG_ECRC, lib.PLOG_ECORRUPT, lib.PLOG_EMAGIC, lib.PL
 
 
 _ORIGINS = ("client", "coordinator")
-_LEADER_FLAGS = lib.PLOG_VALIDATE_ASSIGN_OFFSETS | lib.PLOG_VALIDATE_STAMP_EPOCH
 
 
 def _check_leader_append(leader_epoch: int, origin: str) -> None:
@@ -86,15 +88,10 @@ class PartitionLog(LogReads):
         self._pending_deletes: list[tuple[int, list[str]]] = []   # (due ms, *.deleted paths): retention
         self.first_dirty_offset: int | None = None   # the cleaner's checkpoint (LogDir keeps it)
         self._truncations = 0                         # a cleaner round aborts when this moved
-        # One preallocated in/out struct per kind of append, reused (under the lock); the
-        # limits are set once (the config is frozen), and `out` views its AppendInfo fields.
-        self._leader_append = {
-            "client": _AppendState(self.config, _LEADER_FLAGS | lib.PLOG_VALIDATE_CLIENT |
-                                   (lib.PLOG_VALIDATE_PRODUCERS if _producer_check.ENABLED else 0),
-                                   self.config.max_message_bytes),
-        }
-        # The coordinator's and the follower's are made on their first append (~380 bytes each
-        # an open partition, most of which never append in one of the two roles).
+        # The in/out struct of each kind of append, made on its first append (appends.py).
+        self._leader_append: dict[str, _AppendState] = {}
+        self._client_flags = _client_flags()        # producer_check.ENABLED, read at the open
+        self._expected: _producer_check.ExpectedProducers | None = None     # with the client's
         self._follower_append: _AppendState | None = None
         self.on_recovery_point_lowered = None   # LogDir persists the lowered recovery point
         self._recovered: list[tuple] = []   # (base, end, epoch changes, producer batches) a recovered segment
@@ -104,7 +101,6 @@ class PartitionLog(LogReads):
             seam.mkdir(self.path)
             self.producer_state = _producer.ProducerStateManager(
                 self.path, self.config.producer_id_expiration_ms, sync=self.config.fsync, list_snapshots=False)
-            self._expected = _producer_check.ExpectedProducers(self.producer_state, self._leader_append["client"].v)
             self.epoch_cache = LeaderEpochCache(os.path.join(self.path, CHECKPOINT_FILE), fsync=self.config.fsync,
                                                 epoch_flush=self.config.epoch_flush)
             self._load(seam, recovery_point or 0, log_start_offset, clean_shutdown, recover_mode)
@@ -274,8 +270,7 @@ class PartitionLog(LogReads):
         immutable bytes (written with stamped copies of the headers, PLOG_APPEND_READONLY)."""
         if prebuilt and not buf:
             return self._nothing_appended()
-        state = self._leader_append.get(origin) or self._leader_append.setdefault(
-            origin, _AppendState(self.config, _LEADER_FLAGS, self.config.max_message_bytes))
+        state = self._leader_append.get(origin) or _leader_state(self, origin)
         if origin == "client" and self.config.compacts:
             _cleaner.require_keys(buf, self.path)      # Kafka's LogValidator for compacted topics
         with self._lock:
@@ -378,16 +373,12 @@ class PartitionLog(LogReads):
                     return self._nothing_appended()
                 if self.log_end_offset == self.log_start_offset:
                     self._maybe_restart_empty_log(pointer, length)
-                state = self._follower_append or self._make_follower_state()
+                state = self._follower_append or _follower_state(self)
                 info = self._append(state, pointer, length, -1, partial_tail)
                 if state.v.producer_batch_count:
                     self._record_completed(_producer.apply_replicated(self.producer_state,
                                                                       ffi.buffer(pointer, info.size_bytes)))
                 return info
-
-    def _make_follower_state(self) -> _AppendState:
-        self._follower_append = _AppendState(self.config, lib.PLOG_VALIDATE_REQUIRE_FIRST, 0)
-        return self._follower_append
 
     def _nothing_appended(self) -> AppendInfo:
         """Kafka's UnifiedLog.append returns early for an empty record set: nothing changes.
