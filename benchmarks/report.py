@@ -444,7 +444,24 @@ def memory_by_mode(benches: list[dict]) -> dict[str, list[tuple[int, dict]]]:
     return out
 
 
-CUSTOM_GROUPS = {"truncate-paired": truncate_group, "epoch-end-offset": end_offset_group, "memory": memory_group}
+def _partition_memory_rows(extra: dict) -> list[list[str]]:
+    one, sealed = extra["one_segment"], extra["per_sealed_segment"]
+    return [[f"state per open partition at {extra['partitions']:,} partitions, one segment: anon / fds / maps",
+             f"{one['anon_bytes']:,.0f} B / {one['fds']:.2f} / {one['maps']:.2f}"],
+            ["added by each sealed segment (4 segments vs 1): anon / fds / maps",
+             f"{sealed['anon_bytes']:,.0f} B / {sealed['fds']:.2f} / {sealed['maps']:.2f}"]]
+
+
+def partition_memory_group(name: str, benches: list[dict]) -> list[str]:
+    out = [f"### {name}", "", "Anonymous memory, descriptors and mappings a `LogDir.open` adds per partition "
+           "(a child process; `benchmarks/bench_partitions_memory.py`).", ""]
+    for b in benches:
+        out += table(["measure", "per partition"], _partition_memory_rows(b["extra_info"]))
+    return out + [""]
+
+
+CUSTOM_GROUPS = {"truncate-paired": truncate_group, "epoch-end-offset": end_offset_group, "memory": memory_group,
+                 "partition-memory": partition_memory_group}
 
 
 # ---- summary -----------------------------------------------------------------------------
@@ -572,6 +589,8 @@ def summary_new_groups(groups: dict[str, list[dict]]) -> list[list[str]]:
                      f"({fmt_time(extra['per_partition_s']['ours'])} a partition)", "–", "–"])
         for pair in extra["pairs"].values():
             rows.append(["clean reopen, ours / syscall floor", fmt_ratio(pair["median"]), "–", "–"])
+    for b in groups.get("partition-memory", []):
+        rows += [row + ["–", "–"] for row in _partition_memory_rows(b["extra_info"])]
     for b in groups.get("elections-paired", []):
         extra = b["extra_info"]
         per = extra["per_election_s"]
