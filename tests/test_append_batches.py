@@ -73,8 +73,11 @@ def test_a_partial_batch_at_the_end_is_refused_not_cut(tmp_path):
         assert info.last_offset == 2 and log.append_batches([], as_leader=False).batch_count == 0
 
 
+@pytest.mark.parametrize("write", ["append_batches", "leader bytes"])
 @pytest.mark.parametrize("operation", ["pwrite", "ftruncate"])
-def test_an_io_failure_takes_the_dir_offline_and_keeps_what_was_there(tmp_path, operation):
+def test_an_io_failure_takes_the_dir_offline_and_keeps_what_was_there(tmp_path, operation, write):
+    """Through the gathering copy (append_batches) and through the vectored write of a
+    leader's immutable bytes (PLOG_APPEND_READONLY, test_append_chunk.py)."""
     seam = FaultyIO()
     with sio.using(seam):
         logdir = LogDir.open(tmp_path / "d", LogConfig(fsync=True))
@@ -85,7 +88,11 @@ def test_an_io_failure_takes_the_dir_offline_and_keeps_what_was_there(tmp_path, 
         if operation == "ftruncate":            # the cut-back after the failed write fails too
             seam.fail["ftruncate"] = (errno.EIO, 0)
         with pytest.raises(errors.LogDirOfflineError):
-            log.append_batches(batches(4), as_leader=True, leader_epoch=0)
+            if write == "append_batches":
+                log.append_batches(batches(4), as_leader=True, leader_epoch=0)
+            else:
+                log.append_as_leader(b"".join(batches(4)), 0)
+        assert seam.fired[0] == "pwrite"
         with pytest.raises(errors.LogDirOfflineError):
             log.append_batches(batches(1), as_leader=False)
         with pytest.raises(errors.LogDirOfflineError):

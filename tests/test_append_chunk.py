@@ -8,7 +8,7 @@ import os
 
 import pytest
 
-from storage import LogConfig, LogDir, PartitionLog, build_batch, errors, iter_batches
+from storage import LogConfig, PartitionLog, build_batch, errors, iter_batches
 from storage import io as sio
 from storage._native import ffi, lib
 from storage.segment import Segment
@@ -280,25 +280,3 @@ def test_posix_pwritev_writes_every_buffer_in_order(tmp_path):
     finally:
         os.close(fd)
     assert path.read_bytes() == b"\0" * 5 + b"".join(parts)
-
-
-@pytest.mark.parametrize("operation", ["pwrite", "ftruncate"])
-def test_leader_bytes_io_failure_takes_the_dir_offline_and_keeps_what_was_there(tmp_path, operation):
-    from test_failure_state import FaultyIO
-
-    seam = FaultyIO()
-    with sio.using(seam):
-        logdir = LogDir.open(tmp_path / "d", LogConfig(fsync=True))
-        log = logdir.partition("t", 0)
-        log.append_as_leader(small_batches(3), 0)
-        log.flush()
-        seam.fail["pwrite"] = (errno.EIO, 0)
-        if operation == "ftruncate":            # the cut-back after the failed write fails too
-            seam.fail["ftruncate"] = (errno.EIO, 0)
-        with pytest.raises(errors.LogDirOfflineError):
-            log.append_as_leader(small_batches(200), 0)
-        assert seam.fired[0] == "pwrite"
-        with pytest.raises(errors.LogDirOfflineError):
-            logdir.close()
-    with LogDir.open(tmp_path / "d", LogConfig(fsync=True)) as reopened:
-        assert [b.base_offset for b in reopened.partition("t", 0).batches()][:3] == [0, 2, 4]
