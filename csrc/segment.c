@@ -19,6 +19,7 @@
  */
 #include "internal.h"
 #include <errno.h>
+#include <stdlib.h>
 
 static int map_index(int fd, int64_t bytes, int writable, uint8_t **addr) {
     *addr = NULL;
@@ -235,16 +236,33 @@ static int append_done(plog_segment *seg, size_t length, const plog_validate *v)
     return 0;
 }
 
+/* All or nothing after a failed append write: cut off whatever part of the chunk reached the
+ * file, and return the append's error.  When even the cut fails, the file holds bytes past
+ * seg->size: a CRC mismatch then gives way to that I/O error, which the caller must see. */
+static int cut_back(plog_segment *seg, int rc) {
+    int cut = plog_io_ftruncate(seg->log_fd, seg->size);
+    return cut && rc == PLOG_ECRC ? cut : rc;
+}
+
 int plog_segment_append(plog_segment *seg, const uint8_t *buf, size_t length, const plog_validate *v) {
     plog_segment_assert_invariants(seg);
     int rc = append_check(seg, length, v);
     if (rc) return rc;
-    if ((rc = plog_io_pwrite(seg->log_fd, buf, length, seg->size))) {
-        /* All or nothing: drop whatever part of the chunk reached the file. */
-        plog_io_ftruncate(seg->log_fd, seg->size);
-        return rc;
-    }
+    if ((rc = plog_io_pwrite(seg->log_fd, buf, length, seg->size))) return cut_back(seg, rc);
     return append_done(seg, length, v);
+}
+
+/* Stamp each batch of a chunk that passed plog_validate_headers with a leader's offsets and
+ * epoch (ASSIGN_OFFSETS / STAMP_EPOCH): in buf itself, or, given heads, in copies of each
+ * batch's first PLOG_STAMPED_BYTES (buf is then not written). */
+static void stamp_chunk(uint8_t *buf, size_t length, const plog_validate *v, uint8_t (*heads)[PLOG_STAMPED_BYTES]) {
+    int64_t next = v->next_offset;
+    for (size_t pos = 0, i = 0; pos < length; pos += (size_t)be32(buf + pos + POS_LENGTH) + PLOG_LOG_OVERHEAD, i++) {
+        int64_t base = v->flags & PLOG_VALIDATE_ASSIGN_OFFSETS ? next : be64(buf + pos + POS_BASE_OFFSET);
+        int32_t epoch = v->flags & PLOG_VALIDATE_STAMP_EPOCH ? v->leader_epoch : be32(buf + pos + POS_PLE);
+        plog_batch_stamp(heads ? memcpy(heads[i], buf + pos, PLOG_STAMPED_BYTES) : buf + pos, base, epoch);
+        next = base + be32(buf + pos + POS_LAST_OFFSET_DELTA) + 1;
+    }
 }
 
 /* The write half of plog_segment_append_chunk, for a chunk that passed plog_validate_headers:
@@ -255,15 +273,7 @@ int plog_segment_append(plog_segment *seg, const uint8_t *buf, size_t length, co
  * takes one large write much faster than several small ones (large folios), and a 1 MiB
  * piece still fits the caches it is hashed from. */
 static int write_verified(plog_segment *seg, uint8_t *buf, size_t length, plog_validate *v) {
-    if (v->flags & (PLOG_VALIDATE_ASSIGN_OFFSETS | PLOG_VALIDATE_STAMP_EPOCH)) {
-        int64_t next = v->next_offset;
-        for (size_t pos = 0; pos < length; pos += (size_t)be32(buf + pos + POS_LENGTH) + PLOG_LOG_OVERHEAD) {
-            int64_t base = v->flags & PLOG_VALIDATE_ASSIGN_OFFSETS ? next : be64(buf + pos + POS_BASE_OFFSET);
-            int32_t epoch = v->flags & PLOG_VALIDATE_STAMP_EPOCH ? v->leader_epoch : be32(buf + pos + POS_PLE);
-            plog_batch_stamp(buf + pos, base, epoch);
-            next = base + be32(buf + pos + POS_LAST_OFFSET_DELTA) + 1;
-        }
-    }
+    if (v->flags & (PLOG_VALIDATE_ASSIGN_OFFSETS | PLOG_VALIDATE_STAMP_EPOCH)) stamp_chunk(buf, length, v, NULL);
     size_t written = 0, pos = 0, hashed = POS_ATTRIBUTES;
     uint32_t crc = 0;
     int rc;
@@ -290,35 +300,16 @@ static int write_verified(plog_segment *seg, uint8_t *buf, size_t length, plog_v
     }
     return 0;
 fail:
-    /* All or nothing: cut off whatever reached the file.  When even that fails, the file
-     * holds bytes past seg->size, and that I/O error is what the caller must see. */
-    {
-        int cut = plog_io_ftruncate(seg->log_fd, seg->size);
-        if (cut && rc == PLOG_ECRC) rc = cut;
-    }
-    return rc;
-}
-
-/* Stamp each batch's first PLOG_STAMPED_BYTES into heads (a leader's offsets and epoch, as
- * write_verified stamps buf); batches are whole and valid (plog_validate_headers passed). */
-static void stamp_heads(const uint8_t *buf, size_t length, const plog_validate *v, uint8_t (*heads)[PLOG_STAMPED_BYTES]) {
-    int64_t next = v->next_offset;
-    for (size_t pos = 0, i = 0; pos < length; pos += (size_t)be32(buf + pos + POS_LENGTH) + PLOG_LOG_OVERHEAD, i++) {
-        int64_t base = v->flags & PLOG_VALIDATE_ASSIGN_OFFSETS ? next : be64(buf + pos + POS_BASE_OFFSET);
-        int32_t epoch = v->flags & PLOG_VALIDATE_STAMP_EPOCH ? v->leader_epoch : be32(buf + pos + POS_PLE);
-        memcpy(heads[i], buf + pos, PLOG_STAMPED_BYTES);
-        plog_batch_stamp(heads[i], base, epoch);
-        next = base + be32(buf + pos + POS_LAST_OFFSET_DELTA) + 1;
-    }
+    return cut_back(seg, rc);
 }
 
 /* write_verified for PLOG_APPEND_READONLY (see plog.h): groups of whole batches, each batch
  * as its stamped head from `heads` and its rest from buf, one vectored write a group of at
  * most PLOG_APPEND_PIECE_BYTES (or one batch), then every batch of the group hashed. */
-static int write_stamped(plog_segment *seg, const uint8_t *buf, size_t length, plog_validate *v) {
+static int write_stamped(plog_segment *seg, uint8_t *buf, size_t length, plog_validate *v) {
     uint8_t (*heads)[PLOG_STAMPED_BYTES] = malloc((size_t)v->batch_count * PLOG_STAMPED_BYTES);
     if (!heads) return ENOMEM;
-    stamp_heads(buf, length, v, heads);
+    stamp_chunk(buf, length, v, heads);
     plog_iovec iov[PLOG_IOV_MAX];
     size_t pos = 0, written = 0, batch = 0;
     int rc = 0;
@@ -349,11 +340,7 @@ static int write_stamped(plog_segment *seg, const uint8_t *buf, size_t length, p
     return 0;
 fail:
     free(heads);
-    {
-        int cut = plog_io_ftruncate(seg->log_fd, seg->size);     /* all or nothing, as write_verified */
-        if (cut && rc == PLOG_ECRC) rc = cut;
-    }
-    return rc;
+    return cut_back(seg, rc);
 }
 
 /* PLOG_VALIDATE_PRODUCERS: is the chunk (valid, with a producer id) the next batch of an

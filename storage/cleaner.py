@@ -395,7 +395,7 @@ def _clean_group(log, group: list, group_end: int, offset_map: OffsetMap, now_ms
 
 def _discard(cleaned: Segment, seam) -> None:
     cleaned.close()
-    for path in (cleaned.log_path, cleaned.index_path, cleaned.time_index_path, cleaned.txn_index.path):
+    for path in cleaned.paths():
         if seam.exists(path):
             seam.unlink(path)
 

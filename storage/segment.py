@@ -33,6 +33,7 @@ from .txnindex import TXN_INDEX_SUFFIX, TransactionIndex
 PAGE_BYTES = os.sysconf("SC_PAGE_SIZE")
 LOG_SUFFIX, INDEX_SUFFIX, TIME_INDEX_SUFFIX = ".log", ".index", ".timeindex"
 DELETED_SUFFIX = ".deleted"
+_FILE_KINDS = (LOG_SUFFIX, INDEX_SUFFIX, TIME_INDEX_SUFFIX, TXN_INDEX_SUFFIX)     # Kafka's order
 _INT64_MAX = 2**63 - 1
 _INT32_MAX = 2**31 - 1
 
@@ -236,6 +237,10 @@ class Segment:
     # ---- files ----
     def _path(self, kind: str) -> str:
         return os.path.join(self.directory, segment_name(self._c.base_offset)) + kind + self._suffix
+
+    def paths(self) -> tuple[str, str, str, str]:
+        """The four files, in Kafka's order: log, offset index, time index, transaction index."""
+        return tuple(self._path(kind) for kind in _FILE_KINDS)
 
     @property
     def log_path(self) -> str:
@@ -574,8 +579,7 @@ class Segment:
             raise ValueError(f"{self.log_path} does not end in {old!r}")
         seam = _io.current()
         suffix = self._suffix[:len(self._suffix) - len(old)] + new
-        for kind in (LOG_SUFFIX, INDEX_SUFFIX, TIME_INDEX_SUFFIX, TXN_INDEX_SUFFIX):
-            path = self._path(kind)
+        for path in self.paths():
             if seam.exists(path):
                 seam.rename(path, path[:len(path) - len(self._suffix)] + suffix)
         self._suffix = suffix
@@ -592,7 +596,7 @@ class Segment:
         # not zeros taken for corruption.
         seam = _io.current()
         renamed = []
-        for path in (self.log_path, self.index_path, self.time_index_path, self._path(TXN_INDEX_SUFFIX)):
+        for path in self.paths():
             if seam.exists(path):
                 seam.rename(path, path + DELETED_SUFFIX)
                 renamed.append(path + DELETED_SUFFIX)
