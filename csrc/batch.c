@@ -33,7 +33,7 @@ static int parse_legacy(const uint8_t *b, size_t avail, plog_batch_info *out) {
     (void)avail;
     out->magic = magic;
     out->crc = (uint32_t)be32(b + 12);
-    out->attributes = b[17];
+    out->attributes = (int8_t)b[17];      /* a signed byte, as Kafka's LegacyRecord.attributes() */      /* a signed byte, as Kafka's LegacyRecord.attributes() */
     out->partition_leader_epoch = -1;
     out->last_offset_delta = 0;
     out->base_timestamp = -1;

@@ -5,6 +5,9 @@ files and kafka-python) on real broker-written segments, Kafka's own JVM-written
 legacy v0/v1 message sets, and on generated buffers with flipped bytes and cut tails."""
 from __future__ import annotations
 
+import struct
+import zlib
+
 import pytest
 from conftest import TESTDATA
 from hypothesis import given, settings
@@ -73,6 +76,17 @@ def test_legacy_message_sets_keep_kafka_no_value_fields():
             if c.magic[i] < 2:
                 assert c.producer_id[i] == -1 and c.partition_leader_epoch[i] == -1 and c.record_count[i] == 1
                 assert c.base_offset[i] == c.last_offset[i]
+
+
+def test_a_legacy_attributes_byte_is_signed_as_in_the_per_batch_reader():
+    """Kafka's LegacyRecord.attributes() is a signed byte: a v0/v1 message whose attributes
+    have the high bit set (damage, or a flip of a v2 batch's magic byte) reads the same negative
+    number from the columns as from iter_batches (hypothesis found 129 against -127)."""
+    for magic, attributes in ((0, 0x81), (1, 0xF0), (0, 0x7F)):
+        body = bytes([magic, attributes]) + (b"\0" * 8 if magic else b"") + struct.pack(">ii", -1, 3) + b"abc"
+        message = struct.pack(">qiI", 7, 4 + len(body), zlib.crc32(body)) + body
+        assert columnar(message) == per_batch(message)
+        assert batch_columns(message, crc="raise").attributes[0] == attributes - (256 if attributes > 127 else 0)
 
 
 def test_a_crc_mismatch_raises_naming_file_position_and_offset():
