@@ -42,7 +42,7 @@ def read_cdef() -> str:
 def source_digest() -> str:
     """Digest of everything the native module is built from; storage/_native.py compares it."""
     digest = hashlib.sha256()
-    for name in sorted(SOURCES + ["plog.h", "internal.h", "build_plog.py"]):
+    for name in sorted(SOURCES + ["plog.h", "internal.h", "build_plog.py", "pyrecords.c"]):
         with open(os.path.join(HERE, name), "rb") as f:
             digest.update(name.encode() + b"\0" + f.read())
     return digest.hexdigest()[:16]

@@ -37,7 +37,7 @@
 /* CDEF-BEGIN */
 
 /* Version of the C ABI; storage/_native.py refuses a module built from other sources. */
-#define PLOG_ABI_VERSION 7
+#define PLOG_ABI_VERSION 8
 
 /* Error codes (negative, private range). */
 #define PLOG_EPARTIAL      -1001  /* data ends inside a batch (not an error during iteration) */
@@ -188,6 +188,20 @@ int plog_records_encode(uint8_t *out, size_t capacity, size_t *written, int32_t 
                         const int64_t *timestamps, int64_t base_timestamp,
                         const uint8_t *headers, size_t headers_bytes, const int32_t *header_lengths,
                         int64_t *max_timestamp);
+
+/* A payload given by address: length -1 is null (data ignored), 0 is empty. */
+typedef struct plog_span {
+    const uint8_t *data;
+    int32_t length;
+} plog_span;
+
+/* The records section of n records whose keys (NULL: every key null) and values are spans,
+ * every timestamp the batch's base timestamp (delta 0) and no headers -- the shape of a
+ * producer's list of values or (key, value) pairs, which storage/_pyrecords walks without
+ * joining the payloads first.  Sizing pass, PLOG_ESPACE and PLOG_ETOOLARGE as
+ * plog_records_encode; PLOG_EARG for a length below -1. */
+int plog_records_encode_spans(uint8_t *out, size_t capacity, size_t *written, int32_t n,
+                              const plog_span *keys, const plog_span *values);
 
 /* One decoded record: positions are relative to the records buffer. */
 typedef struct plog_record_view {

@@ -28,13 +28,9 @@ static inline int put_varint(uint8_t *out, int64_t value) {
 }
 
 static inline int varint_size(int64_t value) {
-    uint64_t v = zigzag(value);
-    int n = 1;
-    while (v >= 0x80) {
-        v >>= 7;
-        n++;
-    }
-    return n;
+    /* 7 bits a byte: ceil(significant bits / 7), one byte for zero -- no loop, no branch */
+    int bits = 64 - __builtin_clzll(zigzag(value) | 1);
+    return (bits + 6) / 7;
 }
 
 int plog_varint_encode(int64_t value, uint8_t *out) { return put_varint(out, value); }
@@ -78,6 +74,43 @@ static int lengths_match(const int32_t *lengths, int32_t n, size_t total) {
     return sum == total;
 }
 
+/* The body of one record (everything after its Length varint); header_length 0 stands for
+ * the single zero-count byte. */
+static inline size_t record_body(int64_t ts_delta, int32_t offset_delta, int32_t key_length,
+                                 int32_t value_length, int32_t header_length) {
+    return 1 + (size_t)varint_size(ts_delta) + (size_t)varint_size(offset_delta) +
+           (size_t)varint_size(key_length) + (key_length > 0 ? (size_t)key_length : 0) +
+           (size_t)varint_size(value_length) + (value_length > 0 ? (size_t)value_length : 0) +
+           (header_length > 0 ? (size_t)header_length : 1);
+}
+
+/* Write one record of `body` bytes (record_body) at out; returns the bytes written. */
+static inline size_t record_put(uint8_t *out, size_t body, int64_t ts_delta, int32_t offset_delta,
+                                const uint8_t *key, int32_t key_length, const uint8_t *value,
+                                int32_t value_length, const uint8_t *headers, int32_t header_length) {
+    size_t pos = (size_t)put_varint(out, (int64_t)body);
+    out[pos++] = 0;
+    pos += (size_t)put_varint(out + pos, ts_delta);
+    pos += (size_t)put_varint(out + pos, offset_delta);
+    pos += (size_t)put_varint(out + pos, key_length);
+    if (key_length > 0) {
+        memcpy(out + pos, key, (size_t)key_length);
+        pos += (size_t)key_length;
+    }
+    pos += (size_t)put_varint(out + pos, value_length);
+    if (value_length > 0) {
+        memcpy(out + pos, value, (size_t)value_length);
+        pos += (size_t)value_length;
+    }
+    if (header_length > 0) {
+        memcpy(out + pos, headers, (size_t)header_length);
+        pos += (size_t)header_length;
+    } else {
+        out[pos++] = 0;     /* zero headers */
+    }
+    return pos;
+}
+
 int plog_records_encode(uint8_t *out, size_t capacity, size_t *written, int32_t n,
                         const uint8_t *keys, size_t keys_bytes, const int32_t *key_lengths,
                         const uint8_t *values, size_t values_bytes, const int32_t *value_lengths,
@@ -97,42 +130,42 @@ int plog_records_encode(uint8_t *out, size_t capacity, size_t *written, int32_t 
         int64_t ts = timestamps ? timestamps[i] : base_timestamp;
         int64_t ts_delta = ts - base_timestamp;
         if (ts > max_ts) max_ts = ts;
-        size_t body = 1 + (size_t)varint_size(ts_delta) + (size_t)varint_size(i) +
-                      (size_t)varint_size(key_length) + (key_length > 0 ? (size_t)key_length : 0) +
-                      (size_t)varint_size(value_length) + (value_length > 0 ? (size_t)value_length : 0) +
-                      (header_length > 0 ? (size_t)header_length : 1);
+        size_t body = record_body(ts_delta, i, key_length, value_length, header_length);
         if (body > INT32_MAX) return PLOG_ETOOLARGE;
         if (!out) {                 /* sizing pass: the exact length, nothing written */
             pos += (size_t)varint_size((int64_t)body) + body;
             continue;
         }
         if (pos + (size_t)varint_size((int64_t)body) + body > capacity) return PLOG_ESPACE;
-        pos += (size_t)put_varint(out + pos, (int64_t)body);
-        out[pos++] = 0;
-        pos += (size_t)put_varint(out + pos, ts_delta);
-        pos += (size_t)put_varint(out + pos, i);
-        pos += (size_t)put_varint(out + pos, key_length);
-        if (key_length > 0) {
-            memcpy(out + pos, k, (size_t)key_length);
-            pos += (size_t)key_length;
-            k += key_length;
-        }
-        pos += (size_t)put_varint(out + pos, value_length);
-        if (value_length > 0) {
-            memcpy(out + pos, v, (size_t)value_length);
-            pos += (size_t)value_length;
-            v += value_length;
-        }
-        if (header_length > 0) {
-            memcpy(out + pos, h, (size_t)header_length);
-            pos += (size_t)header_length;
-            h += header_length;
-        } else {
-            out[pos++] = 0;     /* zero headers */
-        }
+        pos += record_put(out + pos, body, ts_delta, i, k, key_length, v, value_length, h, header_length);
+        if (key_length > 0) k += key_length;
+        if (value_length > 0) v += value_length;
+        if (header_length > 0) h += header_length;
     }
     *written = pos;
     *max_timestamp = max_ts;
+    return 0;
+}
+
+int plog_records_encode_spans(uint8_t *out, size_t capacity, size_t *written, int32_t n,
+                              const plog_span *keys, const plog_span *values) {
+    size_t pos = 0;
+    if (n < 0) return PLOG_EARG;
+    for (int32_t i = 0; i < n; i++) {
+        int32_t key_length = keys ? keys[i].length : -1;
+        int32_t value_length = values[i].length;
+        if (key_length < -1 || value_length < -1) return PLOG_EARG;
+        size_t body = record_body(0, i, key_length, value_length, 0);
+        if (body > INT32_MAX) return PLOG_ETOOLARGE;
+        size_t need = (size_t)varint_size((int64_t)body) + body;
+        if (out) {
+            if (pos + need > capacity) return PLOG_ESPACE;
+            record_put(out + pos, body, 0, i, keys ? keys[i].data : NULL, key_length, values[i].data,
+                       value_length, NULL, 0);
+        }
+        pos += need;
+    }
+    *written = pos;
     return 0;
 }
 

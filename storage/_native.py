@@ -12,7 +12,7 @@ import os
 from ._version import __version__
 
 _REBUILD = "rebuild it with `pip install -e .` (or `pip install .`) from the project root"
-EXPECTED_ABI = 7
+EXPECTED_ABI = 8
 
 
 class NativeBuildError(ImportError):
@@ -50,13 +50,21 @@ def _source_digest(csrc: str) -> str:
     with open(os.path.join(csrc, "build_plog.py"), encoding="utf-8") as f:
         sources = ast.literal_eval(re.search(r"SOURCES = (\[[^\]]*\])", f.read()).group(1))
     digest = hashlib.sha256()
-    for name in sorted(sources + ["plog.h", "internal.h", "build_plog.py"]):
+    for name in sorted(sources + ["plog.h", "internal.h", "build_plog.py", "pyrecords.c"]):
         with open(os.path.join(csrc, name), "rb") as f:
             digest.update(name.encode() + b"\0" + f.read())
     return digest.hexdigest()[:16]
 
 
 _check()
+
+try:
+    from ._pyrecords import bind as _bind_pyrecords
+    from ._pyrecords import build as build_listed  # noqa: F401 -- build_batch's walk over a list (csrc/pyrecords.c)
+except ImportError as exc:  # pragma: no cover - a partial build
+    raise NativeBuildError(f"storage: the native module storage._pyrecords is not built ({exc}); {_REBUILD}") from exc
+_bind_pyrecords(int(ffi.cast("uintptr_t", ffi.addressof(lib, "plog_records_encode_spans"))),
+                int(ffi.cast("uintptr_t", ffi.addressof(lib, "plog_batch_finish"))))
 
 
 def check(rc: int) -> int:

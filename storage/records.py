@@ -23,7 +23,7 @@ import zlib
 from typing import Iterable, Iterator, NamedTuple
 
 from . import errors
-from ._native import ffi, lib
+from ._native import build_listed, ffi, lib
 
 CODEC_NAMES = ("none", "gzip", "snappy", "lz4", "zstd")
 CODEC_IDS = {name: i for i, name in enumerate(CODEC_NAMES)}
@@ -368,7 +368,7 @@ def _encode_section(n, keys, values, timestamps, headers, base_timestamp):
 
 
 def _build(records, *, base_offset, partition_leader_epoch, compression, base_timestamp,
-           producer_id, producer_epoch, base_sequence, is_transactional, is_control) -> bytearray:
+           producer_id, producer_epoch, base_sequence, is_transactional, is_control) -> bytes | bytearray:
     if not isinstance(records, list):
         records = list(records)
     n = len(records)
@@ -376,50 +376,67 @@ def _build(records, *, base_offset, partition_leader_epoch, compression, base_ti
         raise ValueError("a batch needs at least one record")
     if compression not in CODEC_IDS:
         raise ValueError(f"unknown compression {compression!r}; expected one of {', '.join(CODEC_NAMES)}")
-    encoded = None
-    try:                                    # fast path: every record is a bytes-like value
+    attributes = (CODEC_IDS[compression] | (lib.PLOG_ATTR_TRANSACTIONAL if is_transactional else 0)
+                  | (lib.PLOG_ATTR_CONTROL if is_control else 0))
+    # Values or (key, value) pairs carry no timestamps: every record stands at the base one.
+    stamp = int(time.time() * 1000) if base_timestamp is None else base_timestamp
+    plain = compression == "none"
+    built = build_listed(records, plain, base_offset, partition_leader_epoch, attributes, stamp,
+                         producer_id, producer_epoch, base_sequence)
+    if built.__class__ is bytes:            # the list walked in C (csrc/pyrecords.c)
+        if plain:
+            return built
+        encoded = built, len(built), stamp
+    elif built is not None:
+        raise ValueError(f"cannot encode records: {ffi.string(lib.plog_strerror(built)).decode()}")
+    else:
+        encoded = _encode_general(records, base_timestamp)
+        stamp = encoded[3]
+    out, size, max_timestamp = encoded[:3]
+    if not plain:
+        with memoryview(out) as whole:
+            payload = compress(compression, whole[BATCH_OVERHEAD:size])
+        out = bytearray(BATCH_OVERHEAD + len(payload))
+        out[BATCH_OVERHEAD:] = payload
+        size = len(out)
+    info = ffi.new("plog_batch_info *")
+    info.base_offset = base_offset
+    info.partition_leader_epoch = partition_leader_epoch
+    info.attributes = attributes
+    info.last_offset_delta = n - 1
+    info.base_timestamp = stamp
+    info.max_timestamp = max_timestamp
+    info.producer_id = producer_id
+    info.producer_epoch = producer_epoch
+    info.base_sequence = base_sequence
+    info.record_count = n
+    rc = lib.plog_batch_finish(ffi.from_buffer(out), size, info)   # `out` is exactly `size` bytes
+    if rc:
+        raise ValueError(f"cannot build batch: {ffi.string(lib.plog_strerror(rc)).decode()}")
+    return out
+
+
+def _encode_general(records: list, base_timestamp):
+    """Any other shape of records (bytes-likes, Records, headers, timestamps): the records
+    section as (bytearray, size, max timestamp, base timestamp)."""
+    n = len(records)
+    try:                                    # every record a bytes-like value
         blob = b"".join(records)
     except TypeError:
         blob = None
     if blob is not None:
         if base_timestamp is None:
             base_timestamp = int(time.time() * 1000)
-        encoded = _encode_section(n, None, (list(map(len, records)), blob), None, None, base_timestamp)
+        return *_encode_section(n, None, (list(map(len, records)), blob), None, None, base_timestamp), base_timestamp
+    keys, values, timestamps, headers = _normalise(records)
+    if base_timestamp is None:
+        base_timestamp = timestamps[0] if timestamps and timestamps[0] is not None else int(time.time() * 1000)
+    if timestamps is not None:
+        timestamps = [base_timestamp if t is None else t for t in timestamps]
+    encoded = _encode_section(n, keys, values, timestamps, headers, base_timestamp)
     if encoded is None:
-        keys, values, timestamps, headers = _normalise(records)
-        if base_timestamp is None:
-            base_timestamp = timestamps[0] if timestamps and timestamps[0] is not None else int(time.time() * 1000)
-        if timestamps is not None:
-            timestamps = [base_timestamp if t is None else t for t in timestamps]
-        encoded = _encode_section(n, keys, values, timestamps, headers, base_timestamp)
-        if encoded is None:
-            raise ValueError("record payload lengths do not match their bytes")
-    out, size, max_timestamp = encoded
-    if compression != "none":
-        with memoryview(out) as whole:
-            payload = compress(compression, whole[BATCH_OVERHEAD:size])
-        out = bytearray(BATCH_OVERHEAD + len(payload))
-        out[BATCH_OVERHEAD:] = payload
-        out_ptr = ffi.from_buffer(out)
-        size = len(out)
-    else:
-        out_ptr = ffi.from_buffer(out)          # exactly `size` bytes (_encode_section's sizing pass)
-    info = ffi.new("plog_batch_info *")
-    info.base_offset = base_offset
-    info.partition_leader_epoch = partition_leader_epoch
-    info.attributes = (CODEC_IDS[compression] | (lib.PLOG_ATTR_TRANSACTIONAL if is_transactional else 0)
-                       | (lib.PLOG_ATTR_CONTROL if is_control else 0))
-    info.last_offset_delta = n - 1
-    info.base_timestamp = base_timestamp
-    info.max_timestamp = max_timestamp
-    info.producer_id = producer_id
-    info.producer_epoch = producer_epoch
-    info.base_sequence = base_sequence
-    info.record_count = n
-    rc = lib.plog_batch_finish(out_ptr, size, info)
-    if rc:
-        raise ValueError(f"cannot build batch: {ffi.string(lib.plog_strerror(rc)).decode()}")
-    return out
+        raise ValueError("record payload lengths do not match their bytes")
+    return *encoded, base_timestamp
 
 
 def build_batch(records: Iterable, *, base_offset: int = 0, partition_leader_epoch: int = -1,
