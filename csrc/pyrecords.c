@@ -1,16 +1,18 @@
 /*
- * pyrecords.c -- storage._pyrecords: build_batch's walk over a Python list of records.
+ * pyrecords.c -- storage._pyrecords: the records of a batch to and from Python objects.
  *
- * cffi cannot hand C a Python list, so a producer's list of values went through b"".join,
- * map(len) and struct.pack before the one C call: about 45 ns of Python per record, more than
- * the encoding itself.  This small module (Python's limited API, so one abi3 build serves
- * every CPython >= 3.11) walks the list in C, reads each payload where it lies, and calls the
- * core through function pointers handed over once by storage/_native.py -- the encoder and
- * the CRC stay in the one cffi module, compiled once.
+ * cffi cannot hand C a Python list, nor build one, so both directions paid Python per record:
+ * build_batch joined, measured and packed the values (about 45 ns a record, more than the
+ * encoding), and RecordBatch.records() read a cffi struct and sliced the payloads (about
+ * 1 us a record).  This small module (Python's limited API, so one abi3 build serves every
+ * CPython >= 3.11) does that walk in C and calls the core through function pointers handed
+ * over once by storage/_native.py: the encoder, the decoder and the CRC stay in the one cffi
+ * module, compiled once, with their checks.
  *
- * Shapes it takes: values, or 2-tuples (key, value), each bytes or None (null).  Anything else
+ * build: values, or 2-tuples (key, value), each bytes or None (null).  Anything else
  * (bytearray, memoryview, Record, headers, timestamps) returns None and the caller takes the
  * general path, which gives the same bytes.
+ * decode: every v2 records section, as Record(offset, timestamp, key, value, headers).
  */
 #define PY_SSIZE_T_CLEAN   /* Py_LIMITED_API 0x030B0000 comes from setup.py */
 #include <Python.h>
@@ -21,9 +23,15 @@
 
 typedef int (*encode_spans_fn)(uint8_t *, size_t, size_t *, int32_t, const plog_span *, const plog_span *);
 typedef int (*finish_fn)(uint8_t *, size_t, const plog_batch_info *);
+typedef int (*records_decode_fn)(const uint8_t *, size_t, int32_t, plog_record_view *, int64_t *);
+typedef int (*headers_decode_fn)(const uint8_t *, size_t, int32_t, int32_t, int32_t *, int32_t *, int32_t *,
+                                 int32_t *);
 
 static encode_spans_fn encode_spans;
 static finish_fn batch_finish;
+static records_decode_fn records_decode;
+static headers_decode_fn headers_decode;
+static newfunc tuple_new;          /* tuple.__new__: makes a Record (a tuple subclass) from a tuple */
 
 /* One payload: bytes, or None (null).  0 ok, 1 not this shape, PLOG_ETOOLARGE. */
 static int span_of(PyObject *item, plog_span *out) {
@@ -98,7 +106,7 @@ static PyObject *build(PyObject *self, PyObject *args) {
                           &info.partition_leader_epoch, &info.attributes, &info.base_timestamp,
                           &info.producer_id, &info.producer_epoch, &info.base_sequence))
         return NULL;
-    if (!encode_spans || !batch_finish) {
+    if (!encode_spans) {
         PyErr_SetString(PyExc_RuntimeError, "storage._pyrecords: bind() was not called");
         return NULL;
     }
@@ -125,25 +133,158 @@ static PyObject *build(PyObject *self, PyObject *args) {
     return result;
 }
 
-PyDoc_STRVAR(bind_doc, "bind(encode_spans, batch_finish): the core's functions, as addresses.");
+/* ---- decode ------------------------------------------------------------------------- */
+
+static PyObject *payload(const uint8_t *data, int32_t position, int32_t length) {
+    if (length < 0) return Py_NewRef(Py_None);
+    return PyBytes_FromStringAndSize((const char *)data + position, length);
+}
+
+/* base + delta as a Python int; a crafted header may take it past int64, which Python holds. */
+static PyObject *sum_of(int64_t base, int64_t delta) {
+    int64_t total;
+    if (!__builtin_add_overflow(base, delta, &total)) return PyLong_FromLongLong(total);
+    PyObject *a = PyLong_FromLongLong(base), *b = PyLong_FromLongLong(delta), *out = NULL;
+    if (a && b) out = PyNumber_Add(a, b);
+    Py_XDECREF(a);
+    Py_XDECREF(b);
+    return out;
+}
+
+/* The headers of one record as a list of (str, bytes | None); *bad set (and NULL returned
+ * without an exception) when the core refuses them. */
+static PyObject *headers_of(const uint8_t *data, size_t length, const plog_record_view *v, int *bad) {
+    int32_t n = v->headers_count;
+    PyObject *list = PyList_New(n);
+    if (!list || n == 0) return list;
+    int32_t *at = PyMem_Malloc(4 * (size_t)n * sizeof *at);
+    if (!at) {
+        Py_DECREF(list);
+        return PyErr_NoMemory();
+    }
+    int32_t *kp = at, *kl = at + n, *vp = at + 2 * n, *vl = at + 3 * n;
+    if (headers_decode(data, length, v->headers_position, n, kp, kl, vp, vl)) {
+        *bad = 1;
+        Py_CLEAR(list);
+    }
+    for (int32_t i = 0; list && i < n; i++) {
+        PyObject *key = PyUnicode_DecodeUTF8((const char *)data + kp[i], kl[i], "replace");
+        PyObject *value = key ? payload(data, vp[i], vl[i]) : NULL;
+        PyObject *pair = value ? PyTuple_Pack(2, key, value) : NULL;
+        Py_XDECREF(key);
+        Py_XDECREF(value);
+        if (!pair) Py_CLEAR(list);
+        else PyList_SetItem(list, i, pair);
+    }
+    PyMem_Free(at);
+    return list;
+}
+
+typedef struct batch_fields {
+    long long base_offset, base_timestamp, max_timestamp;     /* PyArg_ParseTuple's "L" */
+    int log_append_time;            /* every record's timestamp is the batch's max timestamp */
+} batch_fields;
+
+/* One Record; NULL with *bad set when its headers are refused, NULL with an exception else.
+ * `pack` is (fields,), reused for every record: tuple.__new__ copies the five fields into the
+ * new Record and lets go of `fields` again, so it is ours alone (reference count 1) and
+ * PyTuple_SetItem may refill it -- which refuses, with SystemError, should that not hold.
+ * Two tuples fewer a record, and fewer runs of the cyclic collector. */
+static PyObject *record_of(PyObject *record_type, PyObject *pack, const uint8_t *data, size_t length,
+                           const plog_record_view *v, const batch_fields *b, int *bad) {
+    PyObject *fields = PyTuple_GetItem(pack, 0);
+    PyObject *items[5] = {
+        sum_of(b->base_offset, v->offset_delta),
+        b->log_append_time ? PyLong_FromLongLong(b->max_timestamp) : sum_of(b->base_timestamp, v->timestamp_delta),
+        payload(data, v->key_position, v->key_length),
+        payload(data, v->value_position, v->value_length),
+        headers_of(data, length, v, bad),
+    };
+    int complete = 1;
+    for (int i = 0; i < 5; i++) {
+        if (!items[i]) complete = 0;
+        if (PyTuple_SetItem(fields, i, items[i] ? items[i] : Py_NewRef(Py_None))) complete = 0;
+    }
+    return complete ? tuple_new((PyTypeObject *)record_type, pack, NULL) : NULL;
+}
+
+PyDoc_STRVAR(decode_doc,
+"decode(records_section, count, base_offset, base_timestamp, log_append_time, max_timestamp,\n"
+"       record_type) -> list | (code, error_position, in_headers)\n\n"
+"The `count` records of a v2 records section (any buffer), checked as plog_records_decode\n"
+"checks them.  Each timestamp is max_timestamp under log-append time, else base_timestamp\n"
+"plus its delta.  A refusal comes back as a tuple for the caller to explain.");
+
+static PyObject *decode(PyObject *self, PyObject *args) {
+    Py_buffer view;
+    int count;
+    batch_fields b;
+    PyObject *record_type;
+    if (!PyArg_ParseTuple(args, "y*iLLpLO!", &view, &count, &b.base_offset, &b.base_timestamp,
+                          &b.log_append_time, &b.max_timestamp, &PyType_Type, &record_type))
+        return NULL;
+    PyObject *result = NULL;
+    plog_record_view *views = PyMem_Malloc((size_t)(count > 0 ? count : 1) * sizeof *views);
+    if (!views) {
+        PyBuffer_Release(&view);
+        return PyErr_NoMemory();
+    }
+    int64_t error_position = -1;
+    const uint8_t *data = view.buf;
+    size_t length = (size_t)view.len;
+    int rc = records_decode(data, length, count, views, &error_position);
+    if (rc) {
+        result = Py_BuildValue("iLO", rc, (long long)error_position, Py_False);
+    } else if ((result = PyList_New(count))) {
+        PyObject *fields = PyTuple_New(5), *pack = NULL;
+        for (int i = 0; fields && i < 5; i++) PyTuple_SetItem(fields, i, Py_NewRef(Py_None));
+        if (fields) pack = PyTuple_Pack(1, fields);
+        Py_XDECREF(fields);             /* pack holds it alone now */
+        if (!pack) Py_CLEAR(result);
+        for (int i = 0; result && i < count; i++) {
+            int bad = 0;
+            PyObject *record = record_of(record_type, pack, data, length, &views[i], &b, &bad);
+            if (!record) {
+                Py_CLEAR(result);
+                if (bad && !PyErr_Occurred()) result = Py_BuildValue("iLO", PLOG_ERECORD, -1LL, Py_True);
+                break;
+            }
+            PyList_SetItem(result, i, record);
+        }
+        Py_XDECREF(pack);
+    }
+    PyMem_Free(views);
+    PyBuffer_Release(&view);
+    return result;
+}
+
+/* ---- binding ------------------------------------------------------------------------ */
+
+PyDoc_STRVAR(bind_doc,
+"bind(encode_spans, batch_finish, records_decode, headers_decode): the core's functions,\n"
+"as addresses (storage/_native.py, once at import).");
 
 static PyObject *bind(PyObject *self, PyObject *args) {
-    unsigned long long encode, finish;
-    if (!PyArg_ParseTuple(args, "KK", &encode, &finish)) return NULL;
+    unsigned long long encode, finish, records, headers;
+    if (!PyArg_ParseTuple(args, "KKKK", &encode, &finish, &records, &headers)) return NULL;
     encode_spans = (encode_spans_fn)(uintptr_t)encode;
     batch_finish = (finish_fn)(uintptr_t)finish;
+    records_decode = (records_decode_fn)(uintptr_t)records;
+    headers_decode = (headers_decode_fn)(uintptr_t)headers;
+    tuple_new = (newfunc)PyType_GetSlot(&PyTuple_Type, Py_tp_new);
     Py_RETURN_NONE;
 }
 
 static PyMethodDef methods[] = {
     {"build", build, METH_VARARGS, build_doc},
+    {"decode", decode, METH_VARARGS, decode_doc},
     {"bind", bind, METH_VARARGS, bind_doc},
     {NULL, NULL, 0, NULL},
 };
 
 static struct PyModuleDef module = {
     PyModuleDef_HEAD_INIT, "storage._pyrecords",
-    "build_batch's walk over a list of records (csrc/pyrecords.c).", -1, methods,
+    "The records of a batch to and from Python objects (csrc/pyrecords.c).", -1, methods,
     NULL, NULL, NULL, NULL,
 };
 

@@ -23,7 +23,7 @@ import zlib
 from typing import Iterable, Iterator, NamedTuple
 
 from . import errors
-from ._native import build_listed, ffi, lib
+from ._native import build_listed, decode_records, ffi, lib
 
 CODEC_NAMES = ("none", "gzip", "snappy", "lz4", "zstd")
 CODEC_IDS = {name: i for i, name in enumerate(CODEC_NAMES)}
@@ -638,43 +638,17 @@ class RecordBatch:
 
 
 def _decode_records(payload, count: int, batch: RecordBatch, _compressed: bool) -> list[Record]:
-    views = ffi.new("plog_record_view[]", max(count, 1))
-    error_position = ffi.new("int64_t *")
-    data = payload if isinstance(payload, bytes) else bytes(payload)
-    buf = ffi.from_buffer(data)
-    rc = lib.plog_records_decode(buf, len(data), count, views, error_position)
-    if rc:
-        raise errors.InvalidRecordError(
-            f"malformed record at byte {error_position[0]} of the records section "
-            f"({ffi.string(lib.plog_strerror(rc)).decode()})", **batch._where())
-    base_offset = batch.base_offset
-    log_append = batch.attributes & lib.PLOG_ATTR_LOG_APPEND_TIME
-    base_ts, max_ts = batch.base_timestamp, batch.max_timestamp
-    out = []
-    for i in range(count):
-        v = views[i]
-        kp, kl, vp, vl = v.key_position, v.key_length, v.value_position, v.value_length
-        headers = []
-        if v.headers_count:
-            headers = _decode_headers(data, buf, v.headers_position, v.headers_count, batch)
-        out.append(Record(
-            base_offset + v.offset_delta,
-            max_ts if log_append else base_ts + v.timestamp_delta,
-            None if kl < 0 else data[kp:kp + kl],
-            None if vl < 0 else data[vp:vp + vl],
-            headers))
-    return out
-
-
-def _decode_headers(data: bytes, buf, position: int, count: int, batch: RecordBatch) -> list:
-    kp = ffi.new("int32_t[]", count)
-    kl = ffi.new("int32_t[]", count)
-    vp = ffi.new("int32_t[]", count)
-    vl = ffi.new("int32_t[]", count)
-    if lib.plog_headers_decode(buf, len(data), position, count, kp, kl, vp, vl):
+    """The records of a records section (any buffer), decoded and checked in C (csrc/pyrecords.c)."""
+    decoded = decode_records(payload, count, batch.base_offset, batch.base_timestamp,
+                             batch.attributes & lib.PLOG_ATTR_LOG_APPEND_TIME, batch.max_timestamp, Record)
+    if decoded.__class__ is list:
+        return decoded
+    rc, position, in_headers = decoded
+    if in_headers:
         raise errors.InvalidRecordError("malformed record header", **batch._where())
-    return [(data[kp[i]:kp[i] + kl[i]].decode("utf-8", "replace"),
-             None if vl[i] < 0 else data[vp[i]:vp[i] + vl[i]]) for i in range(count)]
+    raise errors.InvalidRecordError(
+        f"malformed record at byte {position} of the records section "
+        f"({ffi.string(lib.plog_strerror(rc)).decode()})", **batch._where())
 
 
 # The read mappings of segment files (storage/segment.py registers and forgets them): a view
