@@ -149,68 +149,86 @@ static int check_client_batch(const uint8_t *b, const plog_batch_info *info, int
     return max_timestamp == info->max_timestamp ? 0 : PLOG_ERECHECK;
 }
 
-/* The checks of plog_validate_chunk.  check_crc = 0 is the structural pass of
- * plog_segment_append_chunk: nothing is stamped, offsets are computed as ASSIGN_OFFSETS
- * would write them, and the CRCs are left to the caller -- but a batch failing an offset
- * check has its own CRC checked first, because plog_validate_chunk checks a batch's CRC
- * before its offsets (the caller then checks the batch_count batches before it). */
-static int validate(uint8_t *buf, size_t length, plog_validate *v, int check_crc) {
-    size_t pos = 0;
+/* The checks of plog_validate_chunk for one batch, at pos of its piece buf (length bytes);
+ * `at` is where the piece starts in the whole chunk (error positions count from the chunk's
+ * start), *next and *previous_last carry the walk from batch to batch, *size gets the
+ * batch's size.  check_crc = 0 is the structural pass of plog_segment_append_chunk: nothing
+ * is stamped, offsets are computed as ASSIGN_OFFSETS would write them, and the CRCs are left
+ * to the caller -- but a batch failing an offset check has its own CRC checked first,
+ * because plog_validate_chunk checks a batch's CRC before its offsets (the caller then
+ * checks the batch_count batches before it). */
+static int validate_batch(uint8_t *buf, size_t length, size_t pos, size_t at, plog_validate *v,
+                          int64_t *next, int64_t *previous_last, int check_crc, size_t *size) {
+    plog_batch_info info;
+    int rc = plog_batch_parse(buf, length, pos, v->max_batch_bytes, &info);
+    v->error_position = (int64_t)(at + pos);
+    v->error_offset = length - pos >= 8 ? be64(buf + pos) : -1;
+    if (rc) return rc;
+    if (info.magic != PLOG_CURRENT_MAGIC) return PLOG_EMAGIC;
+    if (info.record_count < 0 || info.last_offset_delta < 0) return PLOG_ECORRUPT;
+    if (check_crc && !plog_batch_crc_ok(buf + pos, &info)) return PLOG_ECRC;
+    if (v->flags & PLOG_VALIDATE_ASSIGN_OFFSETS) {
+        if (*next > INT64_MAX - 1 - info.last_offset_delta) return PLOG_ECORRUPT;
+        info.base_offset = *next;
+        info.last_offset = *next + info.last_offset_delta;
+    }
+    if (info.last_offset == INT64_MAX) return PLOG_ECORRUPT;   /* no next offset after it */
+    if (v->flags & PLOG_VALIDATE_CLIENT) {
+        rc = check_client_batch(buf + pos, &info, v->flags);
+        if (rc) return !check_crc && !plog_batch_crc_ok(buf + pos, &info) ? PLOG_ECRC : rc;
+    }
+    if (v->flags & PLOG_VALIDATE_STAMP_EPOCH) info.partition_leader_epoch = v->leader_epoch;
+    if (check_crc && (v->flags & (PLOG_VALIDATE_ASSIGN_OFFSETS | PLOG_VALIDATE_STAMP_EPOCH)))
+        plog_batch_stamp(buf + pos, info.base_offset, info.partition_leader_epoch);
+    rc = 0;
+    if (v->batch_count == 0) {
+        if ((v->flags & PLOG_VALIDATE_REQUIRE_FIRST) && info.base_offset < v->next_offset)
+            rc = PLOG_EAPPENDOFFSET;
+        v->first_offset = info.base_offset;
+        v->first_batch_max_timestamp = info.max_timestamp;
+    } else if (info.base_offset <= *previous_last) {
+        rc = PLOG_EORDER;
+    }
+    if (rc) return !check_crc && !plog_batch_crc_ok(buf + pos, &info) ? PLOG_ECRC : rc;
+    if (info.max_timestamp > v->max_timestamp) {
+        v->max_timestamp = info.max_timestamp;
+        v->offset_of_max_timestamp = info.last_offset;
+    }
+    note_epoch(&v->epoch_count, v->epochs, v->epoch_offsets, PLOG_VALIDATE_MAX_EPOCHS,
+               info.partition_leader_epoch, info.base_offset);
+    *previous_last = info.last_offset;
+    *next = info.last_offset + 1;
+    v->batch_count++;
+    v->record_count += info.record_count;
+    if (info.producer_id >= 0) v->producer_batch_count++;
+    *size = (size_t)info.size_bytes;
+    return 0;
+}
+
+/* Every batch of a chunk given as pieces that each hold whole batches (one piece for
+ * plog_validate_chunk and plog_validate_headers; the buffer is written -- stamped -- only
+ * when check_crc, which only plog_validate_chunk's one mutable buffer asks for). */
+static int validate(const plog_iovec *pieces, int count, plog_validate *v, int check_crc) {
     int64_t next = v->next_offset, previous_last = -1;
+    size_t total = 0;
+    for (int p = 0; p < count; p++) total += pieces[p].length;
     v->first_offset = v->last_offset = -1;
     v->max_timestamp = v->offset_of_max_timestamp = v->first_batch_max_timestamp = -1;
     v->batch_count = 0;
     v->record_count = 0;
-    v->size_bytes = (int64_t)length;
+    v->size_bytes = (int64_t)total;
     v->sole_epoch = PLOG_EPOCH_MIXED;
     v->epoch_count = 0;
     v->producer_batch_count = 0;
     v->error_position = v->error_offset = -1;
-    if (length == 0) return PLOG_EEMPTY;
-    while (pos < length) {
-        plog_batch_info info;
-        int rc = plog_batch_parse(buf, length, pos, v->max_batch_bytes, &info);
-        v->error_position = (int64_t)pos;
-        v->error_offset = length - pos >= 8 ? be64(buf + pos) : -1;
-        if (rc) return rc;
-        if (info.magic != PLOG_CURRENT_MAGIC) return PLOG_EMAGIC;
-        if (info.record_count < 0 || info.last_offset_delta < 0) return PLOG_ECORRUPT;
-        if (check_crc && !plog_batch_crc_ok(buf + pos, &info)) return PLOG_ECRC;
-        if (v->flags & PLOG_VALIDATE_ASSIGN_OFFSETS) {
-            if (next > INT64_MAX - 1 - info.last_offset_delta) return PLOG_ECORRUPT;
-            info.base_offset = next;
-            info.last_offset = next + info.last_offset_delta;
+    if (total == 0) return PLOG_EEMPTY;
+    size_t at = 0;
+    for (int p = 0; p < count; at += pieces[p].length, p++) {
+        uint8_t *buf = (uint8_t *)pieces[p].base;
+        for (size_t pos = 0, size = 0; pos < pieces[p].length; pos += size) {
+            int rc = validate_batch(buf, pieces[p].length, pos, at, v, &next, &previous_last, check_crc, &size);
+            if (rc) return rc;
         }
-        if (info.last_offset == INT64_MAX) return PLOG_ECORRUPT;   /* no next offset after it */
-        if (v->flags & PLOG_VALIDATE_CLIENT) {
-            rc = check_client_batch(buf + pos, &info, v->flags);
-            if (rc) return !check_crc && !plog_batch_crc_ok(buf + pos, &info) ? PLOG_ECRC : rc;
-        }
-        if (v->flags & PLOG_VALIDATE_STAMP_EPOCH) info.partition_leader_epoch = v->leader_epoch;
-        if (check_crc && (v->flags & (PLOG_VALIDATE_ASSIGN_OFFSETS | PLOG_VALIDATE_STAMP_EPOCH)))
-            plog_batch_stamp(buf + pos, info.base_offset, info.partition_leader_epoch);
-        rc = 0;
-        if (v->batch_count == 0) {
-            if ((v->flags & PLOG_VALIDATE_REQUIRE_FIRST) && info.base_offset < v->next_offset)
-                rc = PLOG_EAPPENDOFFSET;
-            v->first_offset = info.base_offset;
-            v->first_batch_max_timestamp = info.max_timestamp;
-        } else if (info.base_offset <= previous_last) {
-            rc = PLOG_EORDER;
-        }
-        if (rc) return !check_crc && !plog_batch_crc_ok(buf + pos, &info) ? PLOG_ECRC : rc;
-        if (info.max_timestamp > v->max_timestamp) {
-            v->max_timestamp = info.max_timestamp;
-            v->offset_of_max_timestamp = info.last_offset;
-        }
-        note_epoch(&v->epoch_count, v->epochs, v->epoch_offsets, PLOG_VALIDATE_MAX_EPOCHS,
-                   info.partition_leader_epoch, info.base_offset);
-        previous_last = info.last_offset;
-        next = info.last_offset + 1;
-        v->batch_count++;
-        v->record_count += info.record_count;
-        if (info.producer_id >= 0) v->producer_batch_count++;
-        pos += (size_t)info.size_bytes;
     }
     v->last_offset = previous_last;
     if (v->epoch_count == 1) v->sole_epoch = v->epochs[0];
@@ -219,11 +237,17 @@ static int validate(uint8_t *buf, size_t length, plog_validate *v, int check_crc
 }
 
 int plog_validate_chunk(uint8_t *buf, size_t length, plog_validate *v) {
-    return validate(buf, length, v, 1);
+    plog_iovec one = {buf, length};
+    return validate(&one, 1, v, 1);
 }
 
 int plog_validate_headers(uint8_t *buf, size_t length, plog_validate *v) {
-    return validate(buf, length, v, 0);
+    plog_iovec one = {buf, length};
+    return validate(&one, 1, v, 0);
+}
+
+int plog_validate_pieces(const plog_iovec *pieces, int count, plog_validate *v) {
+    return validate(pieces, count, v, 0);
 }
 
 int plog_validate_crcs(const uint8_t *buf, size_t length, int64_t count, plog_validate *v) {

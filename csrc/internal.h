@@ -73,6 +73,9 @@ enum {
  * a mismatch as plog_validate_chunk would. */
 int plog_validate_headers(uint8_t *buf, size_t length, plog_validate *v);
 int plog_validate_crcs(const uint8_t *buf, size_t length, int64_t count, plog_validate *v);
+/* plog_validate_headers over the concatenation of `count` pieces, each holding whole batches
+ * (plog_segment_append_pieces); nothing is written. */
+int plog_validate_pieces(const plog_iovec *pieces, int count, plog_validate *v);
 
 /* index.c: one index (offset or time) seen through pointers into plog_segment. */
 typedef struct plog_index_ref {

@@ -13,6 +13,7 @@
  * (bytearray, memoryview, Record, headers, timestamps) returns None and the caller takes the
  * general path, which gives the same bytes.
  * decode: every v2 records section, as Record(offset, timestamp, key, value, headers).
+ * pieces: the addresses of a tuple of bytes, for PartitionLog.append_batches' vectored write.
  */
 #define PY_SSIZE_T_CLEAN   /* Py_LIMITED_API 0x030B0000 comes from setup.py */
 #include <Python.h>
@@ -258,6 +259,33 @@ static PyObject *decode(PyObject *self, PyObject *args) {
     return result;
 }
 
+/* ---- pieces --------------------------------------------------------------------------- */
+
+PyDoc_STRVAR(pieces_doc,
+"pieces(buffers: tuple) -> bytes | None\n\n"
+"The plog_iovec array (address, length) of a tuple of bytes objects, for\n"
+"plog_segment_append_pieces; None when an item is not bytes.  The addresses are good while\n"
+"the tuple lives: the caller holds it for the whole call.");
+
+static PyObject *pieces(PyObject *self, PyObject *args) {
+    PyObject *buffers;
+    if (!PyArg_ParseTuple(args, "O!", &PyTuple_Type, &buffers)) return NULL;
+    Py_ssize_t n = PyTuple_Size(buffers);
+    PyObject *out = PyBytes_FromStringAndSize(NULL, n * (Py_ssize_t)sizeof(plog_iovec));
+    if (!out) return NULL;
+    plog_iovec *iov = (plog_iovec *)PyBytes_AsString(out);
+    for (Py_ssize_t i = 0; i < n; i++) {
+        PyObject *item = PyTuple_GetItem(buffers, i);
+        if (!PyBytes_CheckExact(item)) {
+            Py_DECREF(out);
+            Py_RETURN_NONE;
+        }
+        iov[i].base = (const uint8_t *)PyBytes_AsString(item);
+        iov[i].length = (size_t)PyBytes_Size(item);
+    }
+    return out;
+}
+
 /* ---- binding ------------------------------------------------------------------------ */
 
 PyDoc_STRVAR(bind_doc,
@@ -278,6 +306,7 @@ static PyObject *bind(PyObject *self, PyObject *args) {
 static PyMethodDef methods[] = {
     {"build", build, METH_VARARGS, build_doc},
     {"decode", decode, METH_VARARGS, decode_doc},
+    {"pieces", pieces, METH_VARARGS, pieces_doc},
     {"bind", bind, METH_VARARGS, bind_doc},
     {NULL, NULL, 0, NULL},
 };

@@ -402,6 +402,64 @@ int plog_segment_append_chunk(plog_segment *seg, uint8_t *buf, size_t length, in
     return 0;
 }
 
+/* The CRCs of the batches of one written piece, from the piece itself; `at` is where the
+ * piece starts in the whole chunk. */
+static int piece_crcs(plog_iovec piece, size_t at, plog_validate *v) {
+    for (size_t pos = 0; pos < piece.length;) {
+        const uint8_t *b = piece.base + pos;
+        size_t size = (size_t)be32(b + POS_LENGTH) + PLOG_LOG_OVERHEAD;
+        if (plog_crc32c(0, b + POS_ATTRIBUTES, size - POS_ATTRIBUTES) != (uint32_t)be32(b + POS_CRC)) {
+            v->error_position = (int64_t)(at + pos);
+            v->error_offset = be64(b + POS_BASE_OFFSET);
+            return PLOG_ECRC;
+        }
+        pos += size;
+    }
+    return 0;
+}
+
+/* write_verified for pieces: vectored writes of whole pieces straight from the caller's
+ * buffers (at most PLOG_IOV_MAX of them, PLOG_APPEND_PIECE_BYTES unless one piece is larger),
+ * each group's batches hashed right after its write, while they are still in the cache. */
+static int write_pieces(plog_segment *seg, const plog_iovec *pieces, int count, plog_validate *v) {
+    size_t written = 0;
+    int rc;
+    for (int p = 0; p < count;) {
+        int first = p, n = 0;
+        size_t bytes = 0;
+        while (p < count && n < PLOG_IOV_MAX && (n == 0 || bytes + pieces[p].length <= PLOG_APPEND_PIECE_BYTES)) {
+            bytes += pieces[p].length;
+            if (pieces[p++].length) n++;
+        }
+        plog_iovec iov[PLOG_IOV_MAX];
+        for (int q = first, i = 0; q < p; q++)
+            if (pieces[q].length) iov[i++] = pieces[q];
+        if (n && (rc = plog_io_pwritev(seg->log_fd, iov, n, seg->size + (int64_t)written))) return cut_back(seg, rc);
+        for (int q = first; q < p; written += pieces[q].length, q++)
+            if ((rc = piece_crcs(pieces[q], written, v))) return cut_back(seg, rc);
+    }
+    return 0;
+}
+
+int plog_segment_append_pieces(plog_segment *seg, const plog_iovec *pieces, int count, int64_t next_offset,
+                               plog_validate *v) {
+    plog_segment_assert_invariants(seg);
+    if (count < 0 || (v->flags & (PLOG_VALIDATE_ASSIGN_OFFSETS | PLOG_VALIDATE_STAMP_EPOCH |
+                                  PLOG_VALIDATE_CLIENT | PLOG_VALIDATE_PRODUCERS)))
+        return PLOG_EARG;
+    v->next_offset = next_offset;
+    v->expected_hit = -1;
+    int rc = plog_validate_pieces(pieces, count, v);
+    size_t length = (size_t)v->size_bytes;
+    if (rc == 0 && (int64_t)length > v->segment_bytes) rc = PLOG_ELISTTOOLARGE;
+    if (rc == 0 && !(v->flags & PLOG_APPEND_NO_ROLL) &&
+        plog_segment_should_roll(seg, length, v, v->segment_bytes, v->segment_ms))
+        rc = PLOG_EROLL;
+    if (rc == 0) rc = append_check(seg, length, v);
+    if (rc == 0) rc = write_pieces(seg, pieces, count, v);
+    return rc ? rc : append_done(seg, length, v);
+}
+
 int plog_segment_should_roll(const plog_segment *seg, size_t length, const plog_validate *v,
                              int64_t segment_bytes, int64_t segment_ms) {
     if (seg->size > segment_bytes - (int64_t)length) return 1;

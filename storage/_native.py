@@ -62,6 +62,7 @@ try:
     from ._pyrecords import bind as _bind_pyrecords
     from ._pyrecords import build as build_listed  # noqa: F401 -- build_batch's walk over a list (csrc/pyrecords.c)
     from ._pyrecords import decode as decode_records  # noqa: F401 -- RecordBatch.records() (csrc/pyrecords.c)
+    from ._pyrecords import pieces as iovec_pieces  # noqa: F401 -- append_batches' buffers (csrc/pyrecords.c)
 except ImportError as exc:  # pragma: no cover - a partial build
     raise NativeBuildError(f"storage: the native module storage._pyrecords is not built ({exc}); {_REBUILD}") from exc
 _bind_pyrecords(*(int(ffi.cast("uintptr_t", ffi.addressof(lib, name))) for name in (

@@ -3,8 +3,10 @@ from __future__ import annotations
 
 from typing import NamedTuple
 
+from . import producer as _producer
 from . import producer_check
-from ._native import ffi, lib
+from ._native import ffi, iovec_pieces, lib
+from .clock import wall_ms as _now_ms
 from .config import LogConfig
 
 
@@ -77,3 +79,34 @@ def _leader_state(log, origin: str) -> _AppendState:
 def _follower_state(log) -> _AppendState:
     log._follower_append = _AppendState(log.config, lib.PLOG_VALIDATE_REQUIRE_FIRST, 0)
     return log._follower_append
+
+
+def _follower_pieces(log, batches) -> "AppendInfo | None":
+    """PartitionLog.append_batches as a follower with the caller's `bytes` written as they lie
+    (plog_segment_append_pieces: one C call, vectored writes), or None when they are to be
+    gathered into one chunk first: fewer than two, not all bytes, an empty log (Kafka's
+    restart rule reads its first batch), a roll by age due, or any refusal -- C wrote nothing
+    then, and the gathered append rolls, or explains the refusal as it always has."""
+    pieces = tuple(batches)             # holds the buffers while C writes them without the GIL
+    packed = iovec_pieces(pieces) if len(pieces) > 1 else None
+    if packed is None:
+        return None
+    with log._lock:
+        log._ensure_open()
+        segment = log.segments[-1]
+        if log.log_end_offset == log.log_start_offset or segment.rolls_by_age(log.config.segment_ms, _now_ms):
+            return None
+        state = log._follower_append or _follower_state(log)
+        v = state.v
+        rc = segment.append_pieces(ffi.from_buffer("plog_iovec[]", packed), len(pieces), log.log_end_offset, v)
+        if rc < 0:
+            return None
+        if rc:
+            segment.raise_for(rc, "append", offset=v.first_offset)
+        joined = b""                    # what the producer state and an epoch overflow read
+        if v.producer_batch_count or v.epoch_count > lib.PLOG_VALIDATE_MAX_EPOCHS:
+            joined = b"".join(pieces)
+        info = log._appended(state, ffi.from_buffer(joined), len(joined))
+        if v.producer_batch_count:
+            log._record_completed(_producer.apply_replicated(log.producer_state, joined))
+        return info

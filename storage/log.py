@@ -33,6 +33,7 @@ from .appends import (
     AppendInfo,
     _AppendState,
     _client_flags,
+    _follower_pieces,
     _follower_state,
     _leader_state,
     _new_append_info,
@@ -255,15 +256,15 @@ class PartitionLog(LogReads):
     def append_batches(self, batches, *, as_leader: bool, leader_epoch: int = -1,
                        origin: str = "client") -> AppendInfo:
         """Append a list of separate batch buffers (bytes-like, each holding whole v2
-        batches) as one chunk: gathered by one copy, validated and written by one C call
-        and one write, all or nothing -- the rules of append_as_leader (as_leader=True,
-        offsets assigned and `leader_epoch` stamped) or of append_as_follower, except that
-        a partial batch at the end is refused, never cut off."""
-        chunk = bytearray().join(batches)
+        batches) as one chunk, all or nothing -- the rules of append_as_leader (as_leader=True,
+        offsets assigned and `leader_epoch` stamped) or of append_as_follower, except that a
+        partial batch at the end is refused, never cut off.  A follower's `bytes` are written
+        as they lie, by vectored writes in one C call (appends._follower_pieces); anything
+        else is gathered by one copy and appended by one C call and one write."""
         if as_leader:
             _check_leader_append(leader_epoch, origin)
-            return self._leader_chunk(chunk, leader_epoch, origin)
-        return self._follower_chunk(chunk, partial_tail=False)
+            return self._leader_chunk(bytearray().join(batches), leader_epoch, origin)
+        return _follower_pieces(self, batches) or self._follower_chunk(bytearray().join(batches), partial_tail=False)
 
     def _leader_chunk(self, buf, leader_epoch: int, origin: str, prebuilt: bool = True) -> AppendInfo:
         """A leader's chunk: a bytearray this log owns (rewritten in place: offsets, epoch), or
@@ -415,6 +416,12 @@ class PartitionLog(LogReads):
             rc = segment.append_chunk(pointer, length, self.log_end_offset, leader_epoch, v)
         if rc:
             self._append_uncommon(rc, v, pointer, length, leader_epoch)
+        return self._appended(state, pointer, length)
+
+    def _appended(self, state: "_AppendState", pointer, length: int) -> AppendInfo:
+        """After a chunk was written: its AppendInfo, the log end offset, the epochs it starts
+        (`pointer` is read only when more epochs changed than plog_validate holds)."""
+        v = state.v
         out = state.out.tolist()
         out.append(False)
         info = _new_append_info(AppendInfo, out)

@@ -5,6 +5,8 @@ from __future__ import annotations
 import errno
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 from test_failure_state import FaultyIO
 
 import storage
@@ -73,11 +75,12 @@ def test_a_partial_batch_at_the_end_is_refused_not_cut(tmp_path):
         assert info.last_offset == 2 and log.append_batches([], as_leader=False).batch_count == 0
 
 
-@pytest.mark.parametrize("write", ["append_batches", "leader bytes"])
+@pytest.mark.parametrize("write", ["append_batches", "leader bytes", "follower pieces"])
 @pytest.mark.parametrize("operation", ["pwrite", "ftruncate"])
 def test_an_io_failure_takes_the_dir_offline_and_keeps_what_was_there(tmp_path, operation, write):
-    """Through the gathering copy (append_batches) and through the vectored write of a
-    leader's immutable bytes (PLOG_APPEND_READONLY, test_append_chunk.py)."""
+    """Through the gathering copy (append_batches), through the vectored write of a
+    leader's immutable bytes (PLOG_APPEND_READONLY, test_append_chunk.py) and through a
+    follower's pieces written as they lie (plog_segment_append_pieces)."""
     seam = FaultyIO()
     with sio.using(seam):
         logdir = LogDir.open(tmp_path / "d", LogConfig(fsync=True))
@@ -90,6 +93,8 @@ def test_an_io_failure_takes_the_dir_offline_and_keeps_what_was_there(tmp_path, 
         with pytest.raises(errors.LogDirOfflineError):
             if write == "append_batches":
                 log.append_batches(batches(4), as_leader=True, leader_epoch=0)
+            elif write == "follower pieces":
+                log.append_batches(batches(4, first_offset=12), as_leader=False)
             else:
                 log.append_as_leader(b"".join(batches(4)), 0)
         assert seam.fired[0] == "pwrite"
@@ -99,3 +104,117 @@ def test_an_io_failure_takes_the_dir_offline_and_keeps_what_was_there(tmp_path, 
             logdir.close()
     with LogDir.open(tmp_path / "d", LogConfig(fsync=True)) as reopened:
         assert [b.base_offset for b in reopened.partition("t", 0).batches()][:4] == [0, 3, 6, 9]
+
+
+# ---- a follower's pieces, written as they lie (plog_segment_append_pieces) --------------------
+
+class VectoredIO(sio.PosixIO):
+    """The POSIX seam, recording each vectored write as (buffers, bytes)."""
+
+    def __init__(self):
+        self.vectored = []
+
+    def pwritev(self, fd, buffers, offset):
+        self.vectored.append((len(buffers), sum(map(len, buffers))))
+        return super().pwritev(fd, buffers, offset)
+
+
+def test_follower_pieces_are_written_as_they_lie_in_vectored_groups(tmp_path, monkeypatch):
+    """No gathering copy (the gathered path is made to fail), one vectored write per group of
+    at most PLOG_IOV_MAX pieces and 1 MiB (a larger piece alone)."""
+    def gathered(*args, **kwargs):
+        raise AssertionError("a follower's bytes were gathered")
+    big = [bytes(storage.build_batch([bytes(700_000)], base_offset=3 + i)) for i in range(3)]
+    seam = VectoredIO()
+    with sio.using(seam), PartitionLog.open(tmp_path / "t-0", LogConfig(fsync=False)) as log:
+        log.append_batches(batches(1), as_leader=False)             # an empty log is gathered (restart rule)
+        monkeypatch.setattr(PartitionLog, "_follower_chunk", gathered)
+        seam.vectored.clear()
+        info = log.append_batches(big, as_leader=False)
+        assert (info.first_offset, info.last_offset, info.batch_count) == (3, 5, 3)
+        assert seam.vectored == [(1, len(big[0])), (1, len(big[1])), (1, len(big[2]))]
+        seam.vectored.clear()
+        many = batches(300, first_offset=6, records=1)
+        info = log.append_batches(many, as_leader=False)
+        assert (info.first_offset, info.last_offset, info.size_bytes) == (6, 305, sum(map(len, many)))
+        assert seam.vectored == [(256, sum(map(len, many[:256]))), (44, sum(map(len, many[256:])))]
+        assert [b.base_offset for b in log.batches()] == [0, 3, 4, 5] + list(range(6, 306))
+
+
+def test_a_crc_error_in_a_later_group_leaves_the_log_as_it_was(tmp_path):
+    data = [bytes(storage.build_batch([bytes(600_000)], base_offset=10 + i)) for i in range(4)]
+    bad = bytearray(data[3])
+    bad[-1] ^= 1
+    data[3] = bytes(bad)
+    seam = VectoredIO()
+    with sio.using(seam), PartitionLog.open(tmp_path / "t-0", LogConfig(fsync=False)) as log:
+        log.append_batches(batches(2), as_leader=False)
+        before = (log.log_end_offset, log.size_bytes, files(log))
+        seam.vectored.clear()
+        with pytest.raises(errors.CorruptRecordError) as info:
+            log.append_batches(data, as_leader=False)
+        assert info.value.position == sum(map(len, data[:3])) and "CRC" in str(info.value)
+        assert seam.vectored[0] == (1, len(data[0]))        # the pieces' groups went out before the mismatch
+        assert (log.log_end_offset, log.size_bytes, files(log)) == before
+
+
+def piece_lists():
+    """Follower chunks cut into pieces: runs of batches with gaps, epoch changes (more than the
+    64 plog_validate holds), producer ids; sometimes damaged (an overlap, a flipped byte, a
+    batch cut across two pieces, an empty piece)."""
+    batch = st.tuples(st.integers(1, 4), st.integers(0, 3), st.integers(0, 80), st.booleans())
+    return st.tuples(st.lists(batch, min_size=2, max_size=90), st.integers(1, 12),
+                     st.sampled_from(["none"] * 6 + ["overlap", "flip", "cut", "empty"]), st.integers(0, 10**6))
+
+
+def make_pieces(spec, next_offset: int) -> list[bytes]:
+    rows, per_piece, damage, where = spec
+    out, offset, sequence = [], next_offset, 0
+    for records, gap, epoch, producer in rows:
+        offset += gap
+        out.append(bytes(storage.build_batch(
+            [b"x" * records] * records, base_offset=offset, partition_leader_epoch=epoch,
+            producer_id=7 if producer else -1, producer_epoch=0 if producer else -1,
+            base_sequence=sequence if producer else -1, base_timestamp=1000)))
+        sequence += records if producer else 0
+        offset += records
+    at = where % len(out)
+    if damage == "overlap" and len(out) > 1:
+        out[at], out[at - 1] = out[at - 1], out[at]
+    elif damage == "flip":
+        bad = bytearray(out[at])
+        bad[where % len(bad)] ^= 0x10
+        out[at] = bytes(bad)
+    pieces = [b"".join(out[i:i + per_piece]) for i in range(0, len(out), per_piece)]
+    at = where % len(pieces)
+    if damage == "cut" and len(pieces[at]) > 30:
+        pieces[at:at + 1] = [pieces[at][:30], pieces[at][30:]]
+    elif damage == "empty":
+        pieces.insert(at, b"")
+    return pieces
+
+
+def outcome(log, pieces, gathered: bool):
+    try:
+        info = log.append_batches([bytearray(b"".join(pieces))] if gathered else pieces, as_leader=False)
+    except errors.StorageError as exc:
+        info = (type(exc).__name__, str(exc).replace(str(log.path), "LOG"))
+    producers = {pid: (e.producer_epoch, e.last_sequence, e.last_offset) for pid, e in
+                 log.producer_state.active_producers.items()}
+    return info, log.log_end_offset, files(log), log.epoch_cache.entries, producers
+
+
+@settings(max_examples=150, deadline=None)
+@given(first=piece_lists(), second=piece_lists())
+def test_pieces_append_as_their_concatenation_would(tmp_path_factory, first, second):
+    """The property behind plog_segment_append_pieces: every outcome (AppendInfo or error,
+    files, epochs, producer state) is the gathered chunk's; a refusal falls back to it."""
+    root = tmp_path_factory.mktemp("pieces")
+    config = LogConfig(segment_bytes=24 << 10, index_interval_bytes=256, fsync=False)    # rolls now and then
+    with PartitionLog.open(root / "a-0", config) as a, PartitionLog.open(root / "b-0", config) as b:
+        for log in (a, b):
+            log.append_batches([bytes(storage.build_batch([b"seed"], partition_leader_epoch=0, base_timestamp=1000))],
+                               as_leader=False)
+        for spec in (first, second):
+            pieces = make_pieces(spec, a.log_end_offset)
+            assert outcome(a, pieces, gathered=False) == outcome(b, pieces, gathered=True)

@@ -102,10 +102,13 @@ def _through_every_entry_point(data: bytearray, tmp_path, n: int) -> None:
     if n % 10 == 0:              # the segment entry points: append, recover, find, read, truncate
         directory = tmp_path / f"p{n}" / "t-0"
         log = PartitionLog.open(directory, LogConfig(segment_bytes=4096, index_interval_bytes=64, fsync=False))
+        with ffi.from_buffer(data) as pointer:      # where the first batch ends: pieces of whole batches
+            first = lib.plog_batches_span(pointer, len(data), 0, 1, -1)
         try:
             for append in (log.append_as_follower, lambda chunk: log.append_as_leader(chunk, 1),
                            lambda chunk: log.append_batches([chunk[:len(chunk) // 2], chunk[len(chunk) // 2:]],
-                                                            as_leader=False)):
+                                                            as_leader=False),
+                           lambda chunk: log.append_batches([chunk[:first], chunk[first:]], as_leader=False)):
                 try:
                     append(bytes(data))
                 except errors.StorageError:
