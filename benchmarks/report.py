@@ -460,8 +460,16 @@ def partition_memory_group(name: str, benches: list[dict]) -> list[str]:
     return out + [""]
 
 
+def latency_group(name: str, benches: list[dict]) -> list[str]:
+    """Cases that record a latency distribution (unit "latency": p50, p99, mean over n samples)."""
+    out = [f"### {name}", "", "Each sample timed alone; p50, p99 and mean over the samples of the run.", ""]
+    rows = [[case_label(b), b["extra_info"].get("n", "–"), fmt_time(b["extra_info"]["p50"]),
+             fmt_time(b["extra_info"]["p99"]), fmt_time(b["extra_info"]["mean"])] for b in benches]
+    return out + table(["case", "samples", "p50", "p99", "mean"], rows) + [""]
+
+
 CUSTOM_GROUPS = {"truncate-paired": truncate_group, "epoch-end-offset": end_offset_group, "memory": memory_group,
-                 "partition-memory": partition_memory_group}
+                 "partition-memory": partition_memory_group, "wire-produce-latency": latency_group}
 
 
 # ---- summary -----------------------------------------------------------------------------

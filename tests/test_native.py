@@ -13,12 +13,12 @@ import storage
 ROOT = Path(storage.__file__).resolve().parent.parent
 
 
-def _copy_tree(tmp_path, *, with_native=True, with_csrc=True):
+def _copy_tree(tmp_path, *, with_native=True, with_csrc=True, missing="_plog*.so"):
     # A copy under another package name: an editable install's import hook maps "storage.*"
     # back to the source tree, the copy must not be shadowed by it.
     target = tmp_path / "checkout"
     shutil.copytree(ROOT / "storage", target / "plogcopy",
-                    ignore=shutil.ignore_patterns("__pycache__", *(() if with_native else ("_plog*.so",))))
+                    ignore=shutil.ignore_patterns("__pycache__", *(() if with_native else (missing,))))
     if with_csrc:
         shutil.copytree(ROOT / "csrc", target / "csrc", ignore=shutil.ignore_patterns("__pycache__"))
     return target
@@ -37,15 +37,17 @@ class TestBuildChecks:
         result = _import_in(_copy_tree(tmp_path))
         assert result.returncode == 0, result.stderr
 
-    def test_missing_build(self, tmp_path):
-        result = _import_in(_copy_tree(tmp_path, with_native=False))
+    @pytest.mark.parametrize("module", ["_plog", "_pyrecords"])
+    def test_missing_build(self, tmp_path, module):
+        result = _import_in(_copy_tree(tmp_path, with_native=False, missing=f"{module}*.so"))
         assert result.returncode != 0
-        assert "NativeBuildError" in result.stderr and "is not built" in result.stderr
+        assert "NativeBuildError" in result.stderr and f"{module} is not built" in result.stderr
         assert "AttributeError" not in result.stderr
 
-    def test_stale_build(self, tmp_path):
+    @pytest.mark.parametrize("source", ["batch.c", "pyrecords.c"])
+    def test_stale_build(self, tmp_path, source):
         checkout = _copy_tree(tmp_path)
-        with open(checkout / "csrc" / "batch.c", "a") as f:
+        with open(checkout / "csrc" / source, "a") as f:
             f.write("\n/* edited after the build */\n")
         result = _import_in(checkout)
         assert result.returncode != 0 and "stale" in result.stderr and "pip install -e ." in result.stderr
