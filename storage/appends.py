@@ -81,13 +81,14 @@ def _follower_state(log) -> _AppendState:
     return log._follower_append
 
 
-def _follower_pieces(log, batches) -> "AppendInfo | None":
+def _follower_pieces(log, pieces: tuple) -> "AppendInfo | None":
     """PartitionLog.append_batches as a follower with the caller's `bytes` written as they lie
     (plog_segment_append_pieces: one C call, vectored writes), or None when they are to be
     gathered into one chunk first: fewer than two, not all bytes, an empty log (Kafka's
     restart rule reads its first batch), a roll by age due, or any refusal -- C wrote nothing
     then, and the gathered append rolls, or explains the refusal as it always has."""
-    pieces = tuple(batches)             # holds the buffers while C writes them without the GIL
+    # `pieces` (a tuple: no other thread can take a buffer out of it) holds the buffers while C
+    # writes them without the GIL.
     packed = iovec_pieces(pieces) if len(pieces) > 1 else None
     if packed is None:
         return None

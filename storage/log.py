@@ -261,10 +261,11 @@ class PartitionLog(LogReads):
         partial batch at the end is refused, never cut off.  A follower's `bytes` are written
         as they lie, by vectored writes in one C call (appends._follower_pieces); anything
         else is gathered by one copy and appended by one C call and one write."""
+        pieces = tuple(batches)         # once: an iterator must not be consumed by a path that falls back
         if as_leader:
             _check_leader_append(leader_epoch, origin)
-            return self._leader_chunk(bytearray().join(batches), leader_epoch, origin)
-        return _follower_pieces(self, batches) or self._follower_chunk(bytearray().join(batches), partial_tail=False)
+            return self._leader_chunk(bytearray().join(pieces), leader_epoch, origin)
+        return _follower_pieces(self, pieces) or self._follower_chunk(bytearray().join(pieces), partial_tail=False)
 
     def _leader_chunk(self, buf, leader_epoch: int, origin: str, prebuilt: bool = True) -> AppendInfo:
         """A leader's chunk: a bytearray this log owns (rewritten in place: offsets, epoch), or

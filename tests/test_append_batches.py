@@ -218,3 +218,16 @@ def test_pieces_append_as_their_concatenation_would(tmp_path_factory, first, sec
         for spec in (first, second):
             pieces = make_pieces(spec, a.log_end_offset)
             assert outcome(a, pieces, gathered=False) == outcome(b, pieces, gathered=True)
+
+
+@pytest.mark.parametrize("as_leader", [False, True])
+def test_an_iterator_of_batches_is_read_once_whichever_path_takes_it(tmp_path, as_leader):
+    """A generator is consumed once: a path that falls back (here: bytearrays, not bytes) must
+    still see every batch."""
+    with PartitionLog.open(tmp_path / "t-0", CONFIG) as log:
+        log.append_batches(batches(1), as_leader=False)
+        for kind in (bytes, bytearray):
+            info = log.append_batches((kind(b) for b in batches(3, first_offset=log.log_end_offset)),
+                                      as_leader=as_leader, leader_epoch=1)
+            assert info.batch_count == 3
+        assert log.log_end_offset == 21
