@@ -195,13 +195,16 @@ typedef struct plog_span {
     int32_t length;
 } plog_span;
 
-/* The records section of n records whose keys (NULL: every key null) and values are spans,
- * every timestamp the batch's base timestamp (delta 0) and no headers -- the shape of a
- * producer's list of values or (key, value) pairs, which storage/_pyrecords walks without
- * joining the payloads first.  Sizing pass, PLOG_ESPACE and PLOG_ETOOLARGE as
- * plog_records_encode; PLOG_EARG for a length below -1. */
+/* The records section of n records given as spans -- keys, values, and each record's header
+ * section already encoded (count varint, then the pairs; headers NULL or a length 0: none) --
+ * with timestamps[i] (NULL: every record at base_timestamp): the shape storage/_pyrecords
+ * walks a producer's list into, payloads read where they lie.  Sizing pass, PLOG_ESPACE and
+ * PLOG_ETOOLARGE as plog_records_encode; PLOG_EARG for a length below -1 (below 0 for
+ * headers), PLOG_ETIMESTAMP for a timestamp delta past int64.  *max_timestamp: the largest
+ * timestamp, -1 when none is larger. */
 int plog_records_encode_spans(uint8_t *out, size_t capacity, size_t *written, int32_t n,
-                              const plog_span *keys, const plog_span *values);
+                              const plog_span *keys, const plog_span *values, const plog_span *headers,
+                              const int64_t *timestamps, int64_t base_timestamp, int64_t *max_timestamp);
 
 /* One decoded record: positions are relative to the records buffer. */
 typedef struct plog_record_view {

@@ -3,15 +3,17 @@
  *
  * cffi cannot hand C a Python list, nor build one, so both directions paid Python per record:
  * build_batch joined, measured and packed the values (about 45 ns a record, more than the
- * encoding), and RecordBatch.records() read a cffi struct and sliced the payloads (about
- * 1 us a record).  This small module (Python's limited API, so one abi3 build serves every
+ * encoding; 0.5-2.4 us for Records with timestamps and headers), and RecordBatch.records()
+ * read a cffi struct and sliced the payloads (about 1 us a record).  This small module (Python's limited API, so one abi3 build serves every
  * CPython >= 3.11) does that walk in C and calls the core through function pointers handed
  * over once by storage/_native.py: the encoder, the decoder and the CRC stay in the one cffi
  * module, compiled once, with their checks.
  *
- * build: values, or 2-tuples (key, value), each bytes or None (null).  Anything else
- * (bytearray, memoryview, Record, headers, timestamps) returns None and the caller takes the
- * general path, which gives the same bytes.
+ * build: values, (key, value) and (key, value, headers) tuples and Records, payloads bytes,
+ * str or None, timestamps int, headers (key, value) pairs -- each header section encoded
+ * here with the core's varint.  Anything else (bytearray, memoryview, a float timestamp, a
+ * tuple subclass other than Record) returns None and the caller takes the general path,
+ * which gives the same bytes.
  * decode: every v2 records section, as Record(offset, timestamp, key, value, headers).
  * pieces: the addresses of a tuple of bytes, for PartitionLog.append_batches' vectored write.
  */
@@ -22,115 +24,238 @@
 
 #include "plog.h"
 
-typedef int (*encode_spans_fn)(uint8_t *, size_t, size_t *, int32_t, const plog_span *, const plog_span *);
+typedef int (*encode_spans_fn)(uint8_t *, size_t, size_t *, int32_t, const plog_span *, const plog_span *,
+                               const plog_span *, const int64_t *, int64_t, int64_t *);
 typedef int (*finish_fn)(uint8_t *, size_t, const plog_batch_info *);
+typedef int (*varint_fn)(int64_t, uint8_t *);
 typedef int (*records_decode_fn)(const uint8_t *, size_t, int32_t, plog_record_view *, int64_t *);
 typedef int (*headers_decode_fn)(const uint8_t *, size_t, int32_t, int32_t, int32_t *, int32_t *, int32_t *,
                                  int32_t *);
 
 static encode_spans_fn encode_spans;
 static finish_fn batch_finish;
+static varint_fn put_varint;
 static records_decode_fn records_decode;
 static headers_decode_fn headers_decode;
 static newfunc tuple_new;          /* tuple.__new__: makes a Record (a tuple subclass) from a tuple */
 
-/* One payload: bytes, or None (null).  0 ok, 1 not this shape, PLOG_ETOOLARGE. */
+/* ---- build ------------------------------------------------------------------------------ */
+
+enum { SHAPE = 1 };                 /* "not a shape the walk takes": the caller's general path */
+
+/* One payload: bytes, str (its UTF-8, which the str keeps) or None (null).  0, SHAPE or
+ * PLOG_ETOOLARGE. */
 static int span_of(PyObject *item, plog_span *out) {
+    Py_ssize_t length;
     if (item == Py_None) {
         out->data = NULL;
         out->length = -1;
         return 0;
     }
-    if (!PyBytes_CheckExact(item)) return 1;
-    Py_ssize_t length = PyBytes_Size(item);
+    if (PyBytes_CheckExact(item)) {
+        length = PyBytes_Size(item);
+        out->data = (const uint8_t *)PyBytes_AsString(item);
+    } else if (PyUnicode_CheckExact(item)) {
+        out->data = (const uint8_t *)PyUnicode_AsUTF8AndSize(item, &length);
+        if (!out->data) {           /* a lone surrogate: the general path raises for it */
+            PyErr_Clear();
+            return SHAPE;
+        }
+    } else {
+        return SHAPE;
+    }
     if (length > INT32_MAX) return PLOG_ETOOLARGE;
-    out->data = (const uint8_t *)PyBytes_AsString(item);
     out->length = (int32_t)length;
     return 0;
 }
 
-/* Fill keys/values from the list; *keyed is set when any record is a (key, value) pair. */
-static int collect(PyObject *records, Py_ssize_t n, plog_span *keys, plog_span *values, int *keyed) {
-    *keyed = 0;
+/* Header sections, encoded one after another into a growing scratch buffer. */
+typedef struct scratch {
+    uint8_t *data;
+    size_t used, size;
+} scratch;
+
+static int reserve(scratch *s, size_t more) {
+    if (s->size - s->used >= more) return 0;
+    size_t size = s->size ? s->size : 4096;
+    while (size - s->used < more) size *= 2;
+    uint8_t *data = PyMem_Realloc(s->data, size);
+    if (!data) return PLOG_ETOOLARGE;
+    s->data = data;
+    s->size = size;
+    return 0;
+}
+
+static int put_span(scratch *s, plog_span p) {
+    if (reserve(s, 10 + (p.length > 0 ? (size_t)p.length : 0))) return PLOG_ETOOLARGE;
+    s->used += (size_t)put_varint(p.length, s->data + s->used);
+    if (p.length > 0) memcpy(s->data + s->used, p.data, (size_t)p.length);
+    s->used += p.length > 0 ? (size_t)p.length : 0;
+    return 0;
+}
+
+/* One record's headers -- a list or tuple of (key, value) pairs, key str or bytes, value bytes,
+ * str or None -- as Kafka's header section (count, then the pairs) into s; *at and *length
+ * say where (length 0: no headers).  0, SHAPE or an error code. */
+static int headers_into(PyObject *headers, scratch *s, size_t *at, int32_t *length) {
+    *at = s->used;
+    *length = 0;
+    if (!PyList_CheckExact(headers) && !PyTuple_CheckExact(headers)) return SHAPE;
+    Py_ssize_t n = PySequence_Size(headers);
+    if (n == 0) return 0;
+    if (n > INT32_MAX || reserve(s, 10)) return PLOG_ETOOLARGE;
+    s->used += (size_t)put_varint(n, s->data + s->used);
     for (Py_ssize_t i = 0; i < n; i++) {
-        PyObject *item = PyList_GetItem(records, i);
-        int rc;
-        keys[i].data = NULL;
-        keys[i].length = -1;
-        if (PyTuple_CheckExact(item)) {
-            if (PyTuple_Size(item) != 2) return 1;
-            rc = span_of(PyTuple_GetItem(item, 0), &keys[i]);
-            if (rc == 0) rc = span_of(PyTuple_GetItem(item, 1), &values[i]);
-            *keyed = 1;
-        } else {
-            rc = span_of(item, &values[i]);
-        }
+        PyObject *pair = PyList_CheckExact(headers) ? PyList_GetItem(headers, i) : PyTuple_GetItem(headers, i);
+        plog_span key, value;
+        if (!PyTuple_CheckExact(pair) || PyTuple_Size(pair) != 2) return SHAPE;
+        int rc = span_of(PyTuple_GetItem(pair, 0), &key);
+        if (rc == 0 && key.length < 0) rc = SHAPE;       /* a null key: the general path refuses it */
+        if (rc == 0) rc = span_of(PyTuple_GetItem(pair, 1), &value);
+        if (rc == 0) rc = put_span(s, key);
+        if (rc == 0) rc = put_span(s, value);
         if (rc) return rc;
     }
+    if (s->used - *at > INT32_MAX) return PLOG_ETOOLARGE;
+    *length = (int32_t)(s->used - *at);
     return 0;
+}
+
+/* The columns of one walk: spans, timestamps, header sections. */
+typedef struct walk {
+    plog_span *keys, *values, *headers;
+    int64_t *timestamps;
+    int timed, headed;              /* some record carries a timestamp / headers */
+    scratch extra;
+} walk;
+
+/* Record i into the walk: a value, (key, value), (key, value, headers) or a Record. */
+static int take(PyObject *item, PyObject *record_type, walk *w, Py_ssize_t i) {
+    PyObject *key = Py_None, *value = item, *headers = NULL, *timestamp = Py_None;
+    if (PyTuple_CheckExact(item)) {
+        Py_ssize_t size = PyTuple_Size(item);
+        if (size != 2 && size != 3) return SHAPE;
+        key = PyTuple_GetItem(item, 0);
+        value = PyTuple_GetItem(item, 1);
+        headers = size == 3 ? PyTuple_GetItem(item, 2) : NULL;
+    } else if (Py_IS_TYPE(item, (PyTypeObject *)record_type)) {
+        timestamp = PyTuple_GetItem(item, 1);
+        key = PyTuple_GetItem(item, 2);
+        value = PyTuple_GetItem(item, 3);
+        headers = PyTuple_GetItem(item, 4);
+    }
+    w->timestamps[i] = INT64_MIN;   /* none (INT64_MIN itself goes to the general path): the base */
+    if (timestamp != Py_None) {
+        if (!PyLong_CheckExact(timestamp)) return SHAPE;
+        int overflow;
+        w->timestamps[i] = PyLong_AsLongLongAndOverflow(timestamp, &overflow);
+        if (overflow || w->timestamps[i] == INT64_MIN || (w->timestamps[i] == -1 && PyErr_Occurred())) {
+            PyErr_Clear();
+            return SHAPE;
+        }
+        w->timed = 1;
+    }
+    int rc = span_of(key, &w->keys[i]);
+    if (rc == 0) rc = span_of(value, &w->values[i]);
+    size_t at = 0;
+    int32_t length = 0;
+    if (rc == 0 && headers) rc = headers_into(headers, &w->extra, &at, &length);
+    w->headers[i].data = (const uint8_t *)(uintptr_t)at;   /* an offset until the scratch stops moving */
+    w->headers[i].length = length;
+    if (length) w->headed = 1;
+    return rc;
 }
 
 /* The batch: the encoded records after PLOG_BATCH_OVERHEAD header bytes, finished (header and
  * CRC) when `finish`, else the header left zero for a caller that compresses the section. */
-static PyObject *encode_batch(Py_ssize_t n, const plog_span *keys, const plog_span *values,
-                              plog_batch_info *info, int finish) {
+static PyObject *encode_batch(Py_ssize_t n, const walk *w, plog_batch_info *info, int finish) {
     size_t size = 0;
-    int rc = encode_spans(NULL, 0, &size, (int32_t)n, keys, values);
+    const plog_span *headers = w->headed ? w->headers : NULL;
+    const int64_t *timestamps = w->timed ? w->timestamps : NULL;
+    int64_t base = info->base_timestamp;
+    int rc = encode_spans(NULL, 0, &size, (int32_t)n, w->keys, w->values, headers, timestamps, base,
+                          &info->max_timestamp);
     if (rc) return PyLong_FromLong(rc);
     if (size > (size_t)INT32_MAX - PLOG_BATCH_OVERHEAD) return PyLong_FromLong(PLOG_ETOOLARGE);
     PyObject *out = PyBytes_FromStringAndSize(NULL, (Py_ssize_t)(PLOG_BATCH_OVERHEAD + size));
     if (!out) return NULL;
     uint8_t *b = (uint8_t *)PyBytes_AsString(out);
     memset(b, 0, PLOG_BATCH_OVERHEAD);
-    rc = encode_spans(b + PLOG_BATCH_OVERHEAD, size, &size, (int32_t)n, keys, values);
+    rc = encode_spans(b + PLOG_BATCH_OVERHEAD, size, &size, (int32_t)n, w->keys, w->values, headers, timestamps,
+                      base, &info->max_timestamp);
     if (rc == 0 && finish) rc = batch_finish(b, PLOG_BATCH_OVERHEAD + size, info);
     if (rc) {
         Py_DECREF(out);
         return PyLong_FromLong(rc);
     }
-    return out;
+    return Py_BuildValue("NLL", out, (long long)base, (long long)info->max_timestamp);
+}
+
+/* The base timestamp (the caller's, else the first record's, else now), given to every record
+ * without one; the header sections' offsets turned into addresses. */
+static void settle(walk *w, Py_ssize_t n, PyObject *base_timestamp, long long now, plog_batch_info *info) {
+    if (base_timestamp != Py_None) info->base_timestamp = PyLong_AsLongLong(base_timestamp);
+    else info->base_timestamp = w->timestamps[0] != INT64_MIN ? w->timestamps[0] : now;
+    for (Py_ssize_t i = 0; i < n; i++) {
+        if (w->timestamps[i] == INT64_MIN) w->timestamps[i] = info->base_timestamp;
+        uintptr_t at = (uintptr_t)w->headers[i].data;
+        w->headers[i].data = w->headers[i].length ? w->extra.data + at : NULL;
+    }
 }
 
 PyDoc_STRVAR(build_doc,
-"build(records, finish, base_offset, partition_leader_epoch, attributes, base_timestamp,\n"
-"      producer_id, producer_epoch, base_sequence) -> bytes | int | None\n\n"
-"The batch of a list of bytes values or (key, value) pairs, every record at the base\n"
-"timestamp: finished when `finish`, else with a zero header.  None when the list holds\n"
-"another shape; a negative PLOG_E* code when the core refuses it.");
+"build(records, finish, base_offset, partition_leader_epoch, attributes, base_timestamp, now,\n"
+"      producer_id, producer_epoch, base_sequence, record_type)\n"
+"    -> (bytes, base_timestamp, max_timestamp) | int | None\n\n"
+"The batch of a list of values, (key, value) or (key, value, headers) tuples and Records\n"
+"(payloads bytes, str or None): finished when `finish`, else with a zero header for the\n"
+"caller to compress.  base_timestamp None: the first record's, else `now`.  None when the\n"
+"list holds another shape; a negative PLOG_E* code when the core refuses it.");
 
 static PyObject *build(PyObject *self, PyObject *args) {
-    PyObject *records;
+    PyObject *records, *base_timestamp, *record_type;
     int finish;
+    long long now;
     plog_batch_info info;
     memset(&info, 0, sizeof info);
-    if (!PyArg_ParseTuple(args, "O!pLihLLhi", &PyList_Type, &records, &finish, &info.base_offset,
-                          &info.partition_leader_epoch, &info.attributes, &info.base_timestamp,
-                          &info.producer_id, &info.producer_epoch, &info.base_sequence))
+    if (!PyArg_ParseTuple(args, "O!pLihOLLhiO!", &PyList_Type, &records, &finish, &info.base_offset,
+                          &info.partition_leader_epoch, &info.attributes, &base_timestamp, &now,
+                          &info.producer_id, &info.producer_epoch, &info.base_sequence, &PyType_Type,
+                          &record_type))
         return NULL;
-    if (!encode_spans) {
-        PyErr_SetString(PyExc_RuntimeError, "storage._pyrecords: bind() was not called");
-        return NULL;
-    }
-    /* The list's items are borrowed: nothing below runs Python code (the one allocation is
-     * a bytes object, which never starts the cyclic collector), so none can go away. */
+    if (base_timestamp != Py_None && !PyLong_CheckExact(base_timestamp)) Py_RETURN_NONE;
+    /* The list's items are borrowed: nothing below runs Python code (the allocations are
+     * bytes objects and raw memory, which never start the cyclic collector), so none can go
+     * away while the walk reads them. */
     Py_ssize_t n = PyList_Size(records);
     if (n <= 0 || n > INT32_MAX) Py_RETURN_NONE;
-    plog_span *spans = PyMem_Malloc(2 * (size_t)n * sizeof *spans);
-    if (!spans) return PyErr_NoMemory();
-    int keyed;
-    int rc = collect(records, n, spans, spans + n, &keyed);
+    walk w = {0};
+    uint8_t *columns = PyMem_Malloc((size_t)n * (3 * sizeof(plog_span) + sizeof(int64_t)));
+    if (!columns) return PyErr_NoMemory();
+    w.keys = (plog_span *)columns;
+    w.values = w.keys + n;
+    w.headers = w.values + n;
+    w.timestamps = (int64_t *)(w.headers + n);
+    int rc = 0;
+    for (Py_ssize_t i = 0; rc == 0 && i < n; i++) rc = take(PyList_GetItem(records, i), record_type, &w, i);
     PyObject *result;
-    if (rc == 1) {
+    if (rc == SHAPE) {
         result = Py_NewRef(Py_None);
     } else if (rc) {
         result = PyLong_FromLong(rc);
     } else {
-        info.last_offset_delta = (int32_t)(n - 1);
-        info.record_count = (int32_t)n;
-        info.max_timestamp = info.base_timestamp;
-        result = encode_batch(n, keyed ? spans : NULL, spans + n, &info, finish);
+        settle(&w, n, base_timestamp, now, &info);
+        if (PyErr_Occurred()) {     /* a base timestamp past int64 */
+            PyErr_Clear();
+            result = Py_NewRef(Py_None);
+        } else {
+            info.last_offset_delta = (int32_t)(n - 1);
+            info.record_count = (int32_t)n;
+            result = encode_batch(n, &w, &info, finish);
+        }
     }
-    PyMem_Free(spans);
+    PyMem_Free(w.extra.data);
+    PyMem_Free(columns);
     return result;
 }
 
@@ -289,14 +414,15 @@ static PyObject *pieces(PyObject *self, PyObject *args) {
 /* ---- binding ------------------------------------------------------------------------ */
 
 PyDoc_STRVAR(bind_doc,
-"bind(encode_spans, batch_finish, records_decode, headers_decode): the core's functions,\n"
-"as addresses (storage/_native.py, once at import).");
+"bind(encode_spans, batch_finish, varint_encode, records_decode, headers_decode): the core's\n"
+"functions, as addresses (storage/_native.py, once at import).");
 
 static PyObject *bind(PyObject *self, PyObject *args) {
-    unsigned long long encode, finish, records, headers;
-    if (!PyArg_ParseTuple(args, "KKKK", &encode, &finish, &records, &headers)) return NULL;
+    unsigned long long encode, finish, varint, records, headers;
+    if (!PyArg_ParseTuple(args, "KKKKK", &encode, &finish, &varint, &records, &headers)) return NULL;
     encode_spans = (encode_spans_fn)(uintptr_t)encode;
     batch_finish = (finish_fn)(uintptr_t)finish;
+    put_varint = (varint_fn)(uintptr_t)varint;
     records_decode = (records_decode_fn)(uintptr_t)records;
     headers_decode = (headers_decode_fn)(uintptr_t)headers;
     tuple_new = (newfunc)PyType_GetSlot(&PyTuple_Type, Py_tp_new);

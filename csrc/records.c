@@ -127,8 +127,8 @@ int plog_records_encode(uint8_t *out, size_t capacity, size_t *written, int32_t 
         int32_t key_length = key_lengths ? key_lengths[i] : -1;
         int32_t value_length = value_lengths[i];
         int32_t header_length = header_lengths ? header_lengths[i] : 0;
-        int64_t ts = timestamps ? timestamps[i] : base_timestamp;
-        int64_t ts_delta = ts - base_timestamp;
+        int64_t ts = timestamps ? timestamps[i] : base_timestamp, ts_delta;
+        if (__builtin_sub_overflow(ts, base_timestamp, &ts_delta)) return PLOG_ETIMESTAMP;
         if (ts > max_ts) max_ts = ts;
         size_t body = record_body(ts_delta, i, key_length, value_length, header_length);
         if (body > INT32_MAX) return PLOG_ETOOLARGE;
@@ -148,24 +148,30 @@ int plog_records_encode(uint8_t *out, size_t capacity, size_t *written, int32_t 
 }
 
 int plog_records_encode_spans(uint8_t *out, size_t capacity, size_t *written, int32_t n,
-                              const plog_span *keys, const plog_span *values) {
+                              const plog_span *keys, const plog_span *values, const plog_span *headers,
+                              const int64_t *timestamps, int64_t base_timestamp, int64_t *max_timestamp) {
     size_t pos = 0;
+    int64_t max_ts = -1;
     if (n < 0) return PLOG_EARG;
     for (int32_t i = 0; i < n; i++) {
-        int32_t key_length = keys ? keys[i].length : -1;
-        int32_t value_length = values[i].length;
-        if (key_length < -1 || value_length < -1) return PLOG_EARG;
-        size_t body = record_body(0, i, key_length, value_length, 0);
+        int32_t key_length = keys[i].length, value_length = values[i].length;
+        int32_t header_length = headers ? headers[i].length : 0;
+        if (key_length < -1 || value_length < -1 || header_length < 0) return PLOG_EARG;
+        int64_t ts = timestamps ? timestamps[i] : base_timestamp, ts_delta;
+        if (__builtin_sub_overflow(ts, base_timestamp, &ts_delta)) return PLOG_ETIMESTAMP;
+        if (ts > max_ts) max_ts = ts;
+        size_t body = record_body(ts_delta, i, key_length, value_length, header_length);
         if (body > INT32_MAX) return PLOG_ETOOLARGE;
         size_t need = (size_t)varint_size((int64_t)body) + body;
         if (out) {
             if (pos + need > capacity) return PLOG_ESPACE;
-            record_put(out + pos, body, 0, i, keys ? keys[i].data : NULL, key_length, values[i].data,
-                       value_length, NULL, 0);
+            record_put(out + pos, body, ts_delta, i, keys[i].data, key_length, values[i].data, value_length,
+                       headers ? headers[i].data : NULL, header_length);
         }
         pos += need;
     }
     *written = pos;
+    *max_timestamp = max_ts;
     return 0;
 }
 

@@ -66,7 +66,8 @@ try:
 except ImportError as exc:  # pragma: no cover - a partial build
     raise NativeBuildError(f"storage: the native module storage._pyrecords is not built ({exc}); {_REBUILD}") from exc
 _bind_pyrecords(*(int(ffi.cast("uintptr_t", ffi.addressof(lib, name))) for name in (
-    "plog_records_encode_spans", "plog_batch_finish", "plog_records_decode", "plog_headers_decode")))
+    "plog_records_encode_spans", "plog_batch_finish", "plog_varint_encode", "plog_records_decode",
+    "plog_headers_decode")))
 
 
 def check(rc: int) -> int:

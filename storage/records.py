@@ -378,15 +378,14 @@ def _build(records, *, base_offset, partition_leader_epoch, compression, base_ti
         raise ValueError(f"unknown compression {compression!r}; expected one of {', '.join(CODEC_NAMES)}")
     attributes = (CODEC_IDS[compression] | (lib.PLOG_ATTR_TRANSACTIONAL if is_transactional else 0)
                   | (lib.PLOG_ATTR_CONTROL if is_control else 0))
-    # Values or (key, value) pairs carry no timestamps: every record stands at the base one.
-    stamp = int(time.time() * 1000) if base_timestamp is None else base_timestamp
     plain = compression == "none"
-    built = build_listed(records, plain, base_offset, partition_leader_epoch, attributes, stamp,
-                         producer_id, producer_epoch, base_sequence)
-    if built.__class__ is bytes:            # the list walked in C (csrc/pyrecords.c)
+    built = build_listed(records, plain, base_offset, partition_leader_epoch, attributes, base_timestamp,
+                         int(time.time() * 1000), producer_id, producer_epoch, base_sequence, Record)
+    if built.__class__ is tuple:            # the list walked in C (csrc/pyrecords.c)
         if plain:
-            return built
-        encoded = built, len(built), stamp
+            return built[0]
+        out, stamp, max_timestamp = built
+        encoded = out, len(out), max_timestamp
     elif built is not None:
         raise ValueError(f"cannot encode records: {ffi.string(lib.plog_strerror(built)).decode()}")
     else:

@@ -1,11 +1,13 @@
 """The records of a batch to and from Python objects in C (csrc/pyrecords.c, storage._pyrecords).
 
-build: a list of bytes values or (key, value) pairs is encoded from where the payloads lie,
-without the join; every other shape takes the general path.  Both must give the same bytes,
-and the walked batches must read back through kafka-python's decoder (a third-party codec).
+build: a list of values, (key, value) / (key, value, headers) tuples or Records, with bytes,
+str or None payloads and int timestamps, is encoded from where the payloads lie, without the
+join; every other shape takes the general path.  Both must give the same bytes, and the walked
+batches must read back through kafka-python's decoder (a third-party codec).
 decode: RecordBatch.records() builds every Record in C; kafka-python's decoder is the oracle.
 """
 import struct
+from unittest import mock
 
 import pytest
 from hypothesis import given, settings
@@ -17,98 +19,132 @@ from storage._native import build_listed, decode_records, ffi, lib
 
 STAMP = 1_700_000_000_000
 
-payloads = st.one_of(st.none(), st.binary(max_size=300))
-walked_lists = st.lists(st.one_of(st.binary(max_size=300), st.tuples(payloads, payloads)), min_size=1, max_size=60)
+
+def walk(items, finish=True, *, base_offset=0, epoch=-1, attributes=0, base_timestamp=STAMP, now=STAMP + 5):
+    return build_listed(items, finish, base_offset, epoch, attributes, base_timestamp, now, -1, -1, -1, Record)
 
 
-def general(items):
-    """The same records in shapes the walk refuses (Records), so the general path builds them."""
-    return [Record(key=i[0], value=i[1]) if isinstance(i, tuple) else Record(value=i) for i in items]
+def general_build(items, **options) -> bytes:
+    """build_batch with the walk switched off: the general path's bytes."""
+    with mock.patch.object(records_module, "build_listed", lambda *args: None):
+        return build_batch(items, **options)
 
 
-@settings(max_examples=300, deadline=None)
-@given(items=walked_lists, codec=st.sampled_from(["none", "zstd", "gzip"]), base_offset=st.integers(0, 2**40),
-       epoch=st.integers(-1, 2**31 - 1), producer=st.integers(-1, 2**40), transactional=st.booleans())
-def test_the_walk_builds_the_bytes_of_the_general_path(items, codec, base_offset, epoch, producer, transactional):
-    options = dict(base_offset=base_offset, partition_leader_epoch=epoch, compression=codec, base_timestamp=STAMP,
-                   producer_id=producer, producer_epoch=3 if producer >= 0 else -1,
+payloads = st.one_of(st.none(), st.binary(max_size=300), st.text(max_size=20))
+header_lists = st.lists(st.tuples(st.one_of(st.text(max_size=8), st.binary(max_size=8)),
+                                  st.one_of(st.none(), st.binary(max_size=20), st.text(max_size=5))), max_size=3)
+timestamps = st.one_of(st.none(), st.integers(0, 2**41))
+walked_items = st.one_of(
+    st.binary(max_size=300), st.text(max_size=20), st.none(),
+    st.tuples(payloads, payloads),
+    st.tuples(payloads, payloads, header_lists),
+    st.builds(Record, timestamp=timestamps, key=payloads, value=payloads, headers=header_lists))
+
+
+@settings(max_examples=400, deadline=None)
+@given(items=st.lists(walked_items, min_size=1, max_size=60), codec=st.sampled_from(["none", "zstd", "gzip"]),
+       base_offset=st.integers(0, 2**40), epoch=st.integers(-1, 2**31 - 1), producer=st.integers(-1, 2**40),
+       transactional=st.booleans(), base_timestamp=st.one_of(st.none(), st.just(STAMP)))
+def test_the_walk_builds_the_bytes_of_the_general_path(items, codec, base_offset, epoch, producer, transactional,
+                                                       base_timestamp):
+    options = dict(base_offset=base_offset, partition_leader_epoch=epoch, compression=codec,
+                   base_timestamp=base_timestamp, producer_id=producer, producer_epoch=3 if producer >= 0 else -1,
                    base_sequence=7 if producer >= 0 else -1, is_transactional=transactional and producer >= 0)
+    assert walk(items) is not None          # every shape drawn here is one the walk takes
+    if base_timestamp is None and not (isinstance(items[0], Record) and items[0].timestamp is not None):
+        options["base_timestamp"] = STAMP   # "now" would differ between the two builds
     walked = build_batch(items, **options)
-    if codec != "gzip":             # gzip stamps the time into its header
-        assert walked == build_batch(general(items), **options)
+    if codec != "gzip":                     # gzip stamps the time into its header
+        assert walked == general_build(items, **options)
     (batch,) = iter_batches(walked)
     batch.ensure_valid()
-    got = [(r.offset, r.timestamp, r.key, r.value, tuple(r.headers)) for r in batch.records()]
-    want = [(base_offset + n, STAMP, i[0] if isinstance(i, tuple) else None, i[1] if isinstance(i, tuple) else i, ())
-            for n, i in enumerate(items)]
-    assert got == want
+    assert batch.record_count == len(items)
 
 
 def test_walked_batches_read_back_through_kafka_python():
     default_records = pytest.importorskip("kafka.record.default_records")
-    items = [b"v0", (b"k1", b"v1"), (None, b"v2"), (b"k3", None), b"", b"x" * 5000]
+    items = [b"v0", (b"k1", b"v1"), (None, b"v2"), (b"k3", None), b"", b"x" * 5000, "s\u00e9",
+             (b"k7", b"v7", [("h", b"1"), (b"raw", None)]), Record(timestamp=STAMP + 9, key=b"k8", value=b"v8",
+                                                                  headers=[("t", "x")])]
     buf = build_batch(items, base_offset=40, base_timestamp=STAMP, partition_leader_epoch=9)
     batch = default_records.DefaultRecordBatch(buf)
     assert batch.validate_crc()
-    assert batch.base_offset == 40
-    got = [(r.offset, r.timestamp, r.key, r.value) for r in batch]
-    assert got == [(40, STAMP, None, b"v0"), (41, STAMP, b"k1", b"v1"), (42, STAMP, None, b"v2"),
-                   (43, STAMP, b"k3", None), (44, STAMP, None, b""), (45, STAMP, None, b"x" * 5000)]
+    assert batch.base_offset == 40 and batch.max_timestamp == STAMP + 9
+    got = [(r.offset, r.timestamp, r.key, r.value, list(r.headers)) for r in batch]
+    assert got == [(40, STAMP, None, b"v0", []), (41, STAMP, b"k1", b"v1", []), (42, STAMP, None, b"v2", []),
+                   (43, STAMP, b"k3", None, []), (44, STAMP, None, b"", []), (45, STAMP, None, b"x" * 5000, []),
+                   (46, STAMP, None, "s\u00e9".encode(), []), (47, STAMP, b"k7", b"v7", [("h", b"1"), ("raw", None)]),
+                   (48, STAMP + 9, b"k8", b"v8", [("t", b"x")])]
 
 
-def test_a_list_of_values_is_walked_and_not_joined(monkeypatch):
+def test_records_with_timestamps_and_headers_are_walked_not_normalised(monkeypatch):
     def refuse(*args):
         raise AssertionError("the general path ran for a list the walk takes")
     monkeypatch.setattr(records_module, "_encode_general", refuse)
-    assert list(iter_batches(build_batch([b"a", (b"k", b"b")], base_timestamp=STAMP)))[0].record_count == 2
+    items = [b"a", (b"k", b"b"), Record(timestamp=STAMP - 3, value=b"c", headers=[("h", b"v")])]
+    (batch,) = iter_batches(build_batch(items))
+    assert batch.record_count == 3 and batch.max_timestamp == batch.base_timestamp > STAMP   # base: now
+    (batch,) = iter_batches(build_batch(items[2:] + items[:2]))
+    assert (batch.base_timestamp, batch.max_timestamp) == (STAMP - 3, STAMP - 3)   # base: the first record's
 
 
-@pytest.mark.parametrize("odd", [bytearray(b"ba"), memoryview(b"mv"), Record(value=b"r"), (b"k", b"v", ()),
-                                 (b"k", bytearray(b"v")), "text", 7])
+class Point(tuple):
+    """A tuple subclass that is not a Record."""
+
+
+@pytest.mark.parametrize("odd", [bytearray(b"ba"), memoryview(b"mv"), (b"k", bytearray(b"v")), Point((b"p",)),
+                                 Record(value=b"r", timestamp=1.5), Record(value=b"r", headers=[["h", b"v"]]),
+                                 Record(value=b"r", headers=[(None, b"v")]), Record(value=b"r", timestamp=-2**63),
+                                 (b"k",), "\ud800", 7])
 def test_other_shapes_are_left_to_the_general_path(odd):
     items = [b"first", odd]
-    assert build_listed(items, True, 0, -1, 0, STAMP, -1, -1, -1) is None
-    if odd == 7:
-        with pytest.raises(TypeError):
+    assert walk(items) is None
+    try:
+        want = general_build(items, base_timestamp=STAMP)
+    except (TypeError, ValueError, UnicodeError, struct.error, OverflowError) as exc:
+        with pytest.raises(type(exc)):
             build_batch(items, base_timestamp=STAMP)
     else:
-        assert build_batch(items, base_timestamp=STAMP) == build_batch([Record(value=b"first"), _as_record(odd)],
-                                                                        base_timestamp=STAMP)
-
-
-def _as_record(odd):
-    if isinstance(odd, Record):
-        return odd
-    if isinstance(odd, tuple):
-        return Record(key=odd[0], value=bytes(odd[1]))
-    return Record(value=odd.encode() if isinstance(odd, str) else bytes(odd))
+        assert build_batch(items, base_timestamp=STAMP) == want
 
 
 def test_the_walk_leaves_the_header_zero_for_a_compressing_caller():
-    section = build_listed([b"a", b"bc"], False, 5, 2, 0, STAMP, -1, -1, -1)
-    assert section[:lib.PLOG_BATCH_OVERHEAD] == bytes(lib.PLOG_BATCH_OVERHEAD)
-    finished = build_listed([b"a", b"bc"], True, 5, 2, 0, STAMP, -1, -1, -1)
+    section, base, newest = walk([b"a", b"bc"], False, base_offset=5, epoch=2)
+    assert section[:lib.PLOG_BATCH_OVERHEAD] == bytes(lib.PLOG_BATCH_OVERHEAD) and base == newest == STAMP
+    finished = walk([b"a", b"bc"], base_offset=5, epoch=2)[0]
     assert section[lib.PLOG_BATCH_OVERHEAD:] == finished[lib.PLOG_BATCH_OVERHEAD:]
     assert finished == build_batch([b"a", b"bc"], base_offset=5, partition_leader_epoch=2, base_timestamp=STAMP)
+    assert walk([b"a"], base_timestamp=None)[1] == STAMP + 5                  # now, when no record has one
+    assert walk([Record(timestamp=7, value=b"a"), b"b"], base_timestamp=None)[1:] == (7, 7)
 
 
 def test_the_walk_refuses_what_is_not_a_list_and_keeps_the_items_alive():
     with pytest.raises(TypeError):
-        build_listed((b"a",), True, 0, -1, 0, STAMP, -1, -1, -1)
-    assert build_listed([], True, 0, -1, 0, STAMP, -1, -1, -1) is None
+        walk((b"a",))
+    assert walk([]) is None
     with pytest.raises(OverflowError):      # an int16 field out of range is refused, not wrapped
-        build_listed([b"a"], True, 0, -1, 1 << 16, STAMP, -1, -1, -1)
+        walk([b"a"], attributes=1 << 16)
     values = [bytes([i]) * 3 for i in range(200)]
-    built = build_listed(values, True, 0, -1, 0, STAMP, -1, -1, -1)
+    built = walk(values)[0]
     del values
     assert [r.value for r in next(iter_batches(built)).records()] == [bytes([i]) * 3 for i in range(200)]
 
 
+def test_a_timestamp_delta_past_int64_is_refused_not_wrapped():
+    """Both paths: the core checks base + delta (UBSan in the sanitizer tier would see a wrap)."""
+    items = [Record(timestamp=2**63 - 1, value=b"a"), Record(timestamp=-5, value=b"b")]
+    assert walk(items, base_timestamp=None) == lib.PLOG_ETIMESTAMP
+    for build in (build_batch, general_build):
+        with pytest.raises(ValueError, match="timestamp"):
+            build(items)
+
+
 # ---- decode -------------------------------------------------------------------------------
 
-header_lists = st.lists(st.tuples(st.text(max_size=8), st.one_of(st.none(), st.binary(max_size=20))), max_size=3)
-full_records = st.lists(st.builds(Record, timestamp=st.one_of(st.none(), st.integers(0, 2**41)), key=payloads,
-                                  value=payloads, headers=header_lists), min_size=1, max_size=40)
+decoded_headers = st.lists(st.tuples(st.text(max_size=8), st.one_of(st.none(), st.binary(max_size=20))), max_size=3)
+binaries = st.one_of(st.none(), st.binary(max_size=300))
+full_records = st.lists(st.builds(Record, timestamp=timestamps, key=binaries, value=binaries,
+                                  headers=decoded_headers), min_size=1, max_size=40)
 
 
 @settings(max_examples=300, deadline=None)
