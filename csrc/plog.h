@@ -195,16 +195,24 @@ typedef struct plog_span {
     int32_t length;
 } plog_span;
 
-/* The records section of n records given as spans -- keys, values, and each record's header
- * section already encoded (count varint, then the pairs; headers NULL or a length 0: none) --
- * with timestamps[i] (NULL: every record at base_timestamp): the shape storage/_pyrecords
- * walks a producer's list into, payloads read where they lie.  Sizing pass, PLOG_ESPACE and
- * PLOG_ETOOLARGE as plog_records_encode; PLOG_EARG for a length below -1 (below 0 for
- * headers), PLOG_ETIMESTAMP for a timestamp delta past int64.  *max_timestamp: the largest
- * timestamp, -1 when none is larger. */
+/* The columns of n records to encode, as storage/_pyrecords walks a producer's list (or the
+ * cleaner's kept records) into them, payloads read where they lie. */
+typedef struct plog_record_spans {
+    const plog_span *keys;
+    const plog_span *values;
+    const plog_span *headers;       /* each record's header section already encoded (count varint,
+                                       then the pairs); NULL or a length 0: none */
+    const int64_t *timestamps;      /* NULL: every record at base_timestamp */
+    const int32_t *offset_deltas;   /* NULL: 0, 1, ..., n - 1 (the cleaner keeps its records' own) */
+    int64_t base_timestamp;
+} plog_record_spans;
+
+/* The records section of n records.  Sizing pass, PLOG_ESPACE and PLOG_ETOOLARGE as
+ * plog_records_encode; PLOG_EARG for a length below -1 (below 0 for headers) or a negative
+ * offset delta, PLOG_ETIMESTAMP for a timestamp delta past int64.  *max_timestamp: the
+ * largest timestamp, -1 when none is larger. */
 int plog_records_encode_spans(uint8_t *out, size_t capacity, size_t *written, int32_t n,
-                              const plog_span *keys, const plog_span *values, const plog_span *headers,
-                              const int64_t *timestamps, int64_t base_timestamp, int64_t *max_timestamp);
+                              const plog_record_spans *records, int64_t *max_timestamp);
 
 /* One decoded record: positions are relative to the records buffer. */
 typedef struct plog_record_view {

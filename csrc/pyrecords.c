@@ -24,8 +24,7 @@
 
 #include "plog.h"
 
-typedef int (*encode_spans_fn)(uint8_t *, size_t, size_t *, int32_t, const plog_span *, const plog_span *,
-                               const plog_span *, const int64_t *, int64_t, int64_t *);
+typedef int (*encode_spans_fn)(uint8_t *, size_t, size_t *, int32_t, const plog_record_spans *, int64_t *);
 typedef int (*finish_fn)(uint8_t *, size_t, const plog_batch_info *);
 typedef int (*varint_fn)(int64_t, uint8_t *);
 typedef int (*records_decode_fn)(const uint8_t *, size_t, int32_t, plog_record_view *, int64_t *);
@@ -121,17 +120,34 @@ static int headers_into(PyObject *headers, scratch *s, size_t *at, int32_t *leng
     return 0;
 }
 
-/* The columns of one walk: spans, timestamps, header sections. */
+/* The columns of one walk: spans, timestamps, offset deltas, header sections. */
 typedef struct walk {
     plog_span *keys, *values, *headers;
     int64_t *timestamps;
+    int32_t *offset_deltas;
+    PyObject *offset_base;          /* None, or the base the Records' own offsets count from */
     int timed, headed;              /* some record carries a timestamp / headers */
     scratch extra;
 } walk;
 
+/* Record i's offset delta from its own offset (the cleaner's kept records). */
+static int offset_delta_of(PyObject *item, PyObject *record_type, walk *w, Py_ssize_t i) {
+    if (!Py_IS_TYPE(item, (PyTypeObject *)record_type)) return SHAPE;
+    PyObject *offset = PyTuple_GetItem(item, 0);
+    if (!PyLong_CheckExact(offset)) return SHAPE;
+    long long delta = PyLong_AsLongLong(offset) - PyLong_AsLongLong(w->offset_base);
+    if (PyErr_Occurred() || delta < 0 || delta > INT32_MAX) {
+        PyErr_Clear();
+        return SHAPE;
+    }
+    w->offset_deltas[i] = (int32_t)delta;
+    return 0;
+}
+
 /* Record i into the walk: a value, (key, value), (key, value, headers) or a Record. */
 static int take(PyObject *item, PyObject *record_type, walk *w, Py_ssize_t i) {
     PyObject *key = Py_None, *value = item, *headers = NULL, *timestamp = Py_None;
+    if (w->offset_base != Py_None && offset_delta_of(item, record_type, w, i)) return SHAPE;
     if (PyTuple_CheckExact(item)) {
         Py_ssize_t size = PyTuple_Size(item);
         if (size != 2 && size != 3) return SHAPE;
@@ -170,25 +186,22 @@ static int take(PyObject *item, PyObject *record_type, walk *w, Py_ssize_t i) {
  * CRC) when `finish`, else the header left zero for a caller that compresses the section. */
 static PyObject *encode_batch(Py_ssize_t n, const walk *w, plog_batch_info *info, int finish) {
     size_t size = 0;
-    const plog_span *headers = w->headed ? w->headers : NULL;
-    const int64_t *timestamps = w->timed ? w->timestamps : NULL;
-    int64_t base = info->base_timestamp;
-    int rc = encode_spans(NULL, 0, &size, (int32_t)n, w->keys, w->values, headers, timestamps, base,
-                          &info->max_timestamp);
+    plog_record_spans r = {w->keys, w->values, w->headed ? w->headers : NULL, w->timed ? w->timestamps : NULL,
+                           w->offset_base != Py_None ? w->offset_deltas : NULL, info->base_timestamp};
+    int rc = encode_spans(NULL, 0, &size, (int32_t)n, &r, &info->max_timestamp);
     if (rc) return PyLong_FromLong(rc);
     if (size > (size_t)INT32_MAX - PLOG_BATCH_OVERHEAD) return PyLong_FromLong(PLOG_ETOOLARGE);
     PyObject *out = PyBytes_FromStringAndSize(NULL, (Py_ssize_t)(PLOG_BATCH_OVERHEAD + size));
     if (!out) return NULL;
     uint8_t *b = (uint8_t *)PyBytes_AsString(out);
     memset(b, 0, PLOG_BATCH_OVERHEAD);
-    rc = encode_spans(b + PLOG_BATCH_OVERHEAD, size, &size, (int32_t)n, w->keys, w->values, headers, timestamps,
-                      base, &info->max_timestamp);
+    rc = encode_spans(b + PLOG_BATCH_OVERHEAD, size, &size, (int32_t)n, &r, &info->max_timestamp);
     if (rc == 0 && finish) rc = batch_finish(b, PLOG_BATCH_OVERHEAD + size, info);
     if (rc) {
         Py_DECREF(out);
         return PyLong_FromLong(rc);
     }
-    return Py_BuildValue("NLL", out, (long long)base, (long long)info->max_timestamp);
+    return Py_BuildValue("NLL", out, (long long)r.base_timestamp, (long long)info->max_timestamp);
 }
 
 /* The base timestamp (the caller's, else the first record's, else now), given to every record
@@ -205,37 +218,42 @@ static void settle(walk *w, Py_ssize_t n, PyObject *base_timestamp, long long no
 
 PyDoc_STRVAR(build_doc,
 "build(records, finish, base_offset, partition_leader_epoch, attributes, base_timestamp, now,\n"
-"      producer_id, producer_epoch, base_sequence, record_type)\n"
+"      producer_id, producer_epoch, base_sequence, record_type, offset_base=None)\n"
 "    -> (bytes, base_timestamp, max_timestamp) | int | None\n\n"
 "The batch of a list of values, (key, value) or (key, value, headers) tuples and Records\n"
 "(payloads bytes, str or None): finished when `finish`, else with a zero header for the\n"
-"caller to compress.  base_timestamp None: the first record's, else `now`.  None when the\n"
+"caller to compress.  base_timestamp None: the first record's, else `now`.  offset_base: the\n"
+"records are Records whose own offsets count from it (else offset deltas are 0..n-1).  None when the\n"
 "list holds another shape; a negative PLOG_E* code when the core refuses it.");
 
 static PyObject *build(PyObject *self, PyObject *args) {
-    PyObject *records, *base_timestamp, *record_type;
+    PyObject *records, *base_timestamp, *record_type, *offset_base = Py_None;
     int finish;
     long long now;
     plog_batch_info info;
     memset(&info, 0, sizeof info);
-    if (!PyArg_ParseTuple(args, "O!pLihOLLhiO!", &PyList_Type, &records, &finish, &info.base_offset,
+    if (!PyArg_ParseTuple(args, "O!pLihOLLhiO!|O", &PyList_Type, &records, &finish, &info.base_offset,
                           &info.partition_leader_epoch, &info.attributes, &base_timestamp, &now,
                           &info.producer_id, &info.producer_epoch, &info.base_sequence, &PyType_Type,
-                          &record_type))
+                          &record_type, &offset_base))
         return NULL;
-    if (base_timestamp != Py_None && !PyLong_CheckExact(base_timestamp)) Py_RETURN_NONE;
+    if ((base_timestamp != Py_None && !PyLong_CheckExact(base_timestamp)) ||
+        (offset_base != Py_None && !PyLong_CheckExact(offset_base)))
+        Py_RETURN_NONE;
     /* The list's items are borrowed: nothing below runs Python code (the allocations are
      * bytes objects and raw memory, which never start the cyclic collector), so none can go
      * away while the walk reads them. */
     Py_ssize_t n = PyList_Size(records);
     if (n <= 0 || n > INT32_MAX) Py_RETURN_NONE;
     walk w = {0};
-    uint8_t *columns = PyMem_Malloc((size_t)n * (3 * sizeof(plog_span) + sizeof(int64_t)));
+    w.offset_base = offset_base;
+    uint8_t *columns = PyMem_Malloc((size_t)n * (3 * sizeof(plog_span) + sizeof(int64_t) + sizeof(int32_t)));
     if (!columns) return PyErr_NoMemory();
     w.keys = (plog_span *)columns;
     w.values = w.keys + n;
     w.headers = w.values + n;
     w.timestamps = (int64_t *)(w.headers + n);
+    w.offset_deltas = (int32_t *)(w.timestamps + n);
     int rc = 0;
     for (Py_ssize_t i = 0; rc == 0 && i < n; i++) rc = take(PyList_GetItem(records, i), record_type, &w, i);
     PyObject *result;

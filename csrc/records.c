@@ -148,25 +148,25 @@ int plog_records_encode(uint8_t *out, size_t capacity, size_t *written, int32_t 
 }
 
 int plog_records_encode_spans(uint8_t *out, size_t capacity, size_t *written, int32_t n,
-                              const plog_span *keys, const plog_span *values, const plog_span *headers,
-                              const int64_t *timestamps, int64_t base_timestamp, int64_t *max_timestamp) {
+                              const plog_record_spans *r, int64_t *max_timestamp) {
     size_t pos = 0;
     int64_t max_ts = -1;
     if (n < 0) return PLOG_EARG;
     for (int32_t i = 0; i < n; i++) {
-        int32_t key_length = keys[i].length, value_length = values[i].length;
-        int32_t header_length = headers ? headers[i].length : 0;
-        if (key_length < -1 || value_length < -1 || header_length < 0) return PLOG_EARG;
-        int64_t ts = timestamps ? timestamps[i] : base_timestamp, ts_delta;
-        if (__builtin_sub_overflow(ts, base_timestamp, &ts_delta)) return PLOG_ETIMESTAMP;
+        int32_t key_length = r->keys[i].length, value_length = r->values[i].length;
+        int32_t header_length = r->headers ? r->headers[i].length : 0;
+        int32_t offset_delta = r->offset_deltas ? r->offset_deltas[i] : i;
+        if (key_length < -1 || value_length < -1 || header_length < 0 || offset_delta < 0) return PLOG_EARG;
+        int64_t ts = r->timestamps ? r->timestamps[i] : r->base_timestamp, ts_delta;
+        if (__builtin_sub_overflow(ts, r->base_timestamp, &ts_delta)) return PLOG_ETIMESTAMP;
         if (ts > max_ts) max_ts = ts;
-        size_t body = record_body(ts_delta, i, key_length, value_length, header_length);
+        size_t body = record_body(ts_delta, offset_delta, key_length, value_length, header_length);
         if (body > INT32_MAX) return PLOG_ETOOLARGE;
         size_t need = (size_t)varint_size((int64_t)body) + body;
         if (out) {
             if (pos + need > capacity) return PLOG_ESPACE;
-            record_put(out + pos, body, ts_delta, i, keys[i].data, key_length, values[i].data, value_length,
-                       headers ? headers[i].data : NULL, header_length);
+            record_put(out + pos, body, ts_delta, offset_delta, r->keys[i].data, key_length, r->values[i].data,
+                       value_length, r->headers ? r->headers[i].data : NULL, header_length);
         }
         pos += need;
     }

@@ -47,9 +47,9 @@ from dataclasses import dataclass, field
 
 from . import errors
 from . import io as _io
-from ._native import ffi, lib
+from ._native import build_listed, ffi, lib
 from .loader import CLEANED_SUFFIX, SWAP_SUFFIX
-from .records import BATCH_OVERHEAD, CODEC_NAMES, WRITABLE_CODECS, _varint, compress, encode_headers, iter_batches
+from .records import BATCH_OVERHEAD, CODEC_NAMES, WRITABLE_CODECS, Record, compress, describe_error, iter_batches
 from .segment import Segment
 from .txnindex import AbortedTxn
 
@@ -506,12 +506,17 @@ def _empty_header(batch) -> bytes:
 def _rebuild(batch, kept: list, horizon: int | None) -> bytes:
     """Kafka's buildRetainedRecordsInto: the kept records in a batch with the original's base
     offset, last offset, producer fields and codec; the delete horizon, when there is one, is
-    the base timestamp."""
+    the base timestamp.  The records keep their own offsets and timestamps; the section is
+    encoded by the same C walk as build_batch (csrc/pyrecords.c), never by a second encoder."""
     log_append_time = bool(batch.attributes & lib.PLOG_ATTR_LOG_APPEND_TIME)
     base_ts = horizon if horizon is not None else kept[0].timestamp
-    max_ts = batch.max_timestamp if log_append_time else max(r.timestamp for r in kept)
-    body = b"".join(_encode_record(r.offset - batch.base_offset, r.timestamp - base_ts, r.key, r.value, r.headers)
-                    for r in kept)
+    built = build_listed(kept, False, batch.base_offset, batch.partition_leader_epoch, 0, base_ts, 0, -1, -1, -1,
+                         Record, batch.base_offset)
+    if built.__class__ is not tuple:        # decoded Records always walk: a code is the core's refusal
+        raise errors.StorageError(f"cannot write a cleaned batch: {describe_error(built or lib.PLOG_EARG)}",
+                                  offset=batch.base_offset)
+    max_ts = batch.max_timestamp if log_append_time else built[2]
+    body = memoryview(built[0])[BATCH_OVERHEAD:]
     codec = CODEC_NAMES[batch.attributes & 7]
     if codec not in WRITABLE_CODECS:
         codec = "none"
@@ -522,16 +527,6 @@ def _rebuild(batch, kept: list, horizon: int | None) -> bytes:
                    attributes=attributes, last_offset_delta=batch.last_offset - batch.base_offset,
                    base_timestamp=base_ts, max_timestamp=max_ts, producer_id=batch.producer_id,
                    producer_epoch=batch.producer_epoch, base_sequence=batch.base_sequence, record_count=len(kept))
-
-
-def _bytes_field(data) -> bytes:
-    return _varint(-1) if data is None else _varint(len(data)) + bytes(data)
-
-
-def _encode_record(offset_delta: int, timestamp_delta: int, key, value, headers) -> bytes:
-    body = b"".join((b"\x00", _varint(timestamp_delta), _varint(offset_delta), _bytes_field(key),
-                     _bytes_field(value), encode_headers(headers)))
-    return _varint(len(body)) + body
 
 
 # ---- the swap (LocalLog.replaceSegments) ---------------------------------------------------------

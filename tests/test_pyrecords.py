@@ -139,6 +139,36 @@ def test_a_timestamp_delta_past_int64_is_refused_not_wrapped():
             build(items)
 
 
+@settings(max_examples=200, deadline=None)
+@given(records=st.lists(st.builds(Record, offset=st.integers(0, 2**31 - 1), timestamp=st.integers(0, 2**41),
+                                  key=st.one_of(st.none(), st.binary(max_size=30)),
+                                  value=st.one_of(st.none(), st.binary(max_size=30)),
+                                  headers=st.lists(st.tuples(st.text(max_size=4), st.one_of(st.none(), st.binary(
+                                      max_size=6))), max_size=2)),
+                        min_size=1, max_size=30, unique_by=lambda r: r.offset),
+       base=st.integers(0, 2**40))
+def test_records_keep_their_own_offsets_when_asked(records, base):
+    """The cleaner's rebuild (offset_base): each record's offset delta is its own offset minus
+    the batch's base, gaps and all; kafka-python reads the offsets, timestamps and headers back."""
+    default_records = pytest.importorskip("kafka.record.default_records")
+    kept = sorted((r._replace(offset=base + r.offset) for r in records), key=lambda r: r.offset)
+    built = build_listed(kept, True, base, 0, 0, kept[0].timestamp, 0, -1, -1, -1, Record, base)
+    assert built[2] == max(max(r.timestamp for r in kept), -1)
+    section = built[0][lib.PLOG_BATCH_OVERHEAD:]
+    buf = bytearray(built[0])
+    buf[23:27] = struct.pack(">i", kept[-1].offset - base)         # last offset delta: the last kept record's
+    refinish(buf)
+    got = [(r.offset, r.timestamp, r.key, r.value, list(r.headers)) for r in default_records.DefaultRecordBatch(bytes(buf))]
+    assert got == [(r.offset, r.timestamp, r.key, r.value, [(k, v) for k, v in r.headers]) for r in kept]
+    assert bytes(section) == bytes(buf[lib.PLOG_BATCH_OVERHEAD:])
+
+
+def test_offsets_outside_the_batch_are_not_walked():
+    assert build_listed([Record(offset=4, value=b"a")], True, 5, 0, 0, STAMP, 0, -1, -1, -1, Record, 5) is None
+    assert build_listed([Record(offset=5 + 2**31, value=b"a")], True, 5, 0, 0, STAMP, 0, -1, -1, -1, Record, 5) is None
+    assert build_listed([b"not a Record"], True, 5, 0, 0, STAMP, 0, -1, -1, -1, Record, 5) is None
+
+
 # ---- decode -------------------------------------------------------------------------------
 
 decoded_headers = st.lists(st.tuples(st.text(max_size=8), st.one_of(st.none(), st.binary(max_size=20))), max_size=3)
