@@ -545,21 +545,18 @@ typedef struct plog_iovec {
 #define PLOG_IOV_MAX 256
 int plog_io_pwritev(int fd, const plog_iovec *iov, int count, int64_t offset);
 
-/* plog_segment_append_chunk for a chunk given as `count` pieces, each holding whole batches
- * (PartitionLog.append_batches), without gathering them: validated as their concatenation
- * would be (plog_validate_headers over the pieces; error positions count from the first
- * piece's start), then written straight from the pieces, each group's batches hashed right
- * after its write and the file cut back to seg->size on a mismatch.  A follower's pieces go
- * out whole, by vectored writes of at most PLOG_IOV_MAX pieces and PLOG_APPEND_PIECE_BYTES (a
- * larger piece alone); a leader's (ASSIGN_OFFSETS / STAMP_EPOCH) as PLOG_APPEND_READONLY
- * writes them: stamped copies of each batch's head and the rest from the piece, which is
- * never written.  A leader's batch with a producer id is PLOG_EPRODUCER (the producer state
- * is checked on the gathered chunk).  A refusal leaves the segment as it was and does not
- * say which check of the concatenation would have come first (no CRC pass before the
- * others): the caller gathers the pieces and appends them with plog_segment_append_chunk,
- * which does. */
+/* plog_segment_append_chunk for a follower's chunk given as `count` pieces, each holding
+ * whole batches (PartitionLog.append_batches), without gathering them: validated as their
+ * concatenation would be (plog_validate_headers over the pieces; error positions count from
+ * the first piece's start), then written straight from the pieces by vectored writes of at
+ * most PLOG_IOV_MAX pieces and PLOG_APPEND_PIECE_BYTES (a larger piece alone), each group's
+ * batches hashed right after its write; a CRC mismatch cuts the file back to seg->size.
+ * Nothing is stamped: v->flags may not ask for ASSIGN_OFFSETS, STAMP_EPOCH, CLIENT or
+ * PRODUCERS (PLOG_EARG).  A refusal leaves the segment as it was and does not say which
+ * check of the concatenation would have come first (no CRC pass before the others): the
+ * caller gathers the pieces and appends them with plog_segment_append_chunk, which does. */
 int plog_segment_append_pieces(plog_segment *seg, const plog_iovec *pieces, int count, int64_t next_offset,
-                               int32_t leader_epoch, plog_validate *v);
+                               plog_validate *v);
 int plog_io_fsync(int fd, int flags);
 int plog_io_ftruncate(int fd, int64_t size);
 int plog_io_fsize(int fd, int64_t *size_out);

@@ -252,46 +252,16 @@ int plog_segment_append(plog_segment *seg, const uint8_t *buf, size_t length, co
     return append_done(seg, length, v);
 }
 
-/* A walk over the batches of a chunk given as pieces, each holding whole batches (one piece
- * for a contiguous chunk): p and pos say where the current batch is, at where it is in the
- * whole chunk. */
-typedef struct cursor {
-    const plog_iovec *pieces;
-    int count, p;
-    size_t pos, at;
-} cursor;
-
-/* The current batch, or NULL past the last (empty and finished pieces are skipped). */
-static const uint8_t *batch_at(cursor *c) {
-    while (c->p < c->count && c->pos >= c->pieces[c->p].length) {
-        c->p++;
-        c->pos = 0;
-    }
-    return c->p < c->count ? c->pieces[c->p].base + c->pos : NULL;
-}
-
-static size_t batch_bytes(const uint8_t *b) { return (size_t)be32(b + POS_LENGTH) + PLOG_LOG_OVERHEAD; }
-
-static void advance(cursor *c, size_t size) {
-    c->pos += size;
-    c->at += size;
-}
-
-/* Stamp each batch of a chunk that passed validation with a leader's offsets and epoch
- * (ASSIGN_OFFSETS / STAMP_EPOCH): given heads, in copies of each batch's first
- * PLOG_STAMPED_BYTES (the pieces are not written); else in place, which only
- * write_verified's one private buffer asks for. */
-static void stamp_chunk(const plog_iovec *pieces, int count, const plog_validate *v,
-                        uint8_t (*heads)[PLOG_STAMPED_BYTES]) {
+/* Stamp each batch of a chunk that passed plog_validate_headers with a leader's offsets and
+ * epoch (ASSIGN_OFFSETS / STAMP_EPOCH): in buf itself, or, given heads, in copies of each
+ * batch's first PLOG_STAMPED_BYTES (buf is then not written). */
+static void stamp_chunk(uint8_t *buf, size_t length, const plog_validate *v, uint8_t (*heads)[PLOG_STAMPED_BYTES]) {
     int64_t next = v->next_offset;
-    cursor c = {pieces, count, 0, 0, 0};
-    const uint8_t *b;
-    for (size_t i = 0; (b = batch_at(&c)); i++) {
-        int64_t base = v->flags & PLOG_VALIDATE_ASSIGN_OFFSETS ? next : be64(b + POS_BASE_OFFSET);
-        int32_t epoch = v->flags & PLOG_VALIDATE_STAMP_EPOCH ? v->leader_epoch : be32(b + POS_PLE);
-        plog_batch_stamp(heads ? memcpy(heads[i], b, PLOG_STAMPED_BYTES) : (uint8_t *)b, base, epoch);
-        next = base + be32(b + POS_LAST_OFFSET_DELTA) + 1;
-        advance(&c, batch_bytes(b));
+    for (size_t pos = 0, i = 0; pos < length; pos += (size_t)be32(buf + pos + POS_LENGTH) + PLOG_LOG_OVERHEAD, i++) {
+        int64_t base = v->flags & PLOG_VALIDATE_ASSIGN_OFFSETS ? next : be64(buf + pos + POS_BASE_OFFSET);
+        int32_t epoch = v->flags & PLOG_VALIDATE_STAMP_EPOCH ? v->leader_epoch : be32(buf + pos + POS_PLE);
+        plog_batch_stamp(heads ? memcpy(heads[i], buf + pos, PLOG_STAMPED_BYTES) : buf + pos, base, epoch);
+        next = base + be32(buf + pos + POS_LAST_OFFSET_DELTA) + 1;
     }
 }
 
@@ -303,8 +273,7 @@ static void stamp_chunk(const plog_iovec *pieces, int count, const plog_validate
  * takes one large write much faster than several small ones (large folios), and a 1 MiB
  * piece still fits the caches it is hashed from. */
 static int write_verified(plog_segment *seg, uint8_t *buf, size_t length, plog_validate *v) {
-    plog_iovec whole = {buf, length};
-    if (v->flags & (PLOG_VALIDATE_ASSIGN_OFFSETS | PLOG_VALIDATE_STAMP_EPOCH)) stamp_chunk(&whole, 1, v, NULL);
+    if (v->flags & (PLOG_VALIDATE_ASSIGN_OFFSETS | PLOG_VALIDATE_STAMP_EPOCH)) stamp_chunk(buf, length, v, NULL);
     size_t written = 0, pos = 0, hashed = POS_ATTRIBUTES;
     uint32_t crc = 0;
     int rc;
@@ -334,52 +303,44 @@ fail:
     return cut_back(seg, rc);
 }
 
-/* The CRCs of the `n` batches from cursor c on (a group just written); heads: their stamped
- * first bytes, for the base offset an error names. */
-static int group_crcs(cursor c, size_t n, const uint8_t (*heads)[PLOG_STAMPED_BYTES], plog_validate *v) {
-    for (size_t i = 0; i < n; i++) {
-        const uint8_t *b = batch_at(&c);
-        size_t size = batch_bytes(b);
-        if (plog_crc32c(0, b + POS_ATTRIBUTES, size - POS_ATTRIBUTES) != (uint32_t)be32(b + POS_CRC)) {
-            v->error_position = (int64_t)c.at;
-            v->error_offset = be64(heads[i]);
-            return PLOG_ECRC;
-        }
-        advance(&c, size);
-    }
-    return 0;
-}
-
-/* write_verified for PLOG_APPEND_READONLY and a leader's pieces (see plog.h): groups of whole
- * batches, each batch as its stamped head from `heads` and its rest from where it lies, one
- * vectored write a group of at most PLOG_APPEND_PIECE_BYTES (or one batch), then every
- * batch of the group hashed. */
-static int write_stamped(plog_segment *seg, const plog_iovec *pieces, int count, plog_validate *v) {
+/* write_verified for PLOG_APPEND_READONLY (see plog.h): groups of whole batches, each batch
+ * as its stamped head from `heads` and its rest from buf, one vectored write a group of at
+ * most PLOG_APPEND_PIECE_BYTES (or one batch), then every batch of the group hashed. */
+static int write_stamped(plog_segment *seg, uint8_t *buf, size_t length, plog_validate *v) {
     uint8_t (*heads)[PLOG_STAMPED_BYTES] = malloc((size_t)v->batch_count * PLOG_STAMPED_BYTES);
     if (!heads) return ENOMEM;
-    stamp_chunk(pieces, count, v, heads);
+    stamp_chunk(buf, length, v, heads);
     plog_iovec iov[PLOG_IOV_MAX];
-    cursor c = {pieces, count, 0, 0, 0};
-    size_t batch = 0;
+    size_t pos = 0, written = 0, batch = 0;
     int rc = 0;
-    while (batch_at(&c)) {
-        cursor group = c;
-        size_t first = batch, bytes = 0;
-        const uint8_t *b;
+    while (pos < length) {
+        size_t start = pos, first = batch;
         int n = 0;
-        while ((b = batch_at(&c)) && n + 2 <= PLOG_IOV_MAX) {
-            size_t size = batch_bytes(b);
-            if (n > 0 && bytes + size > PLOG_APPEND_PIECE_BYTES) break;
+        while (pos < length && n + 2 <= PLOG_IOV_MAX) {
+            size_t size = (size_t)be32(buf + pos + POS_LENGTH) + PLOG_LOG_OVERHEAD;
+            if (n > 0 && pos - start + size > PLOG_APPEND_PIECE_BYTES) break;
             iov[n++] = (plog_iovec){heads[batch++], PLOG_STAMPED_BYTES};
-            iov[n++] = (plog_iovec){b + PLOG_STAMPED_BYTES, size - PLOG_STAMPED_BYTES};
-            bytes += size;
-            advance(&c, size);
+            iov[n++] = (plog_iovec){buf + pos + PLOG_STAMPED_BYTES, size - PLOG_STAMPED_BYTES};
+            pos += size;
         }
-        if ((rc = plog_io_pwritev(seg->log_fd, iov, n, seg->size + (int64_t)group.at))) break;
-        if ((rc = group_crcs(group, batch - first, (const uint8_t (*)[PLOG_STAMPED_BYTES])heads + first, v))) break;
+        if ((rc = plog_io_pwritev(seg->log_fd, iov, n, seg->size + (int64_t)written))) goto fail;
+        written = pos;
+        for (size_t at = start, i = first; at < pos; i++) {
+            size_t size = (size_t)be32(buf + at + POS_LENGTH) + PLOG_LOG_OVERHEAD;
+            if (plog_crc32c(0, buf + at + POS_ATTRIBUTES, size - POS_ATTRIBUTES) != (uint32_t)be32(buf + at + POS_CRC)) {
+                v->error_position = (int64_t)at;
+                v->error_offset = be64(heads[i]);
+                rc = PLOG_ECRC;
+                goto fail;
+            }
+            at += size;
+        }
     }
     free(heads);
-    return rc ? cut_back(seg, rc) : 0;
+    return 0;
+fail:
+    free(heads);
+    return cut_back(seg, rc);
 }
 
 /* PLOG_VALIDATE_PRODUCERS: is the chunk (valid, with a producer id) the next batch of an
@@ -432,8 +393,7 @@ int plog_segment_append_chunk(plog_segment *seg, uint8_t *buf, size_t length, in
     }
     int stamped_aside = (v->flags & PLOG_APPEND_READONLY) &&
                         (v->flags & (PLOG_VALIDATE_ASSIGN_OFFSETS | PLOG_VALIDATE_STAMP_EPOCH));
-    plog_iovec whole = {buf, length};
-    rc = stamped_aside ? write_stamped(seg, &whole, 1, v) : write_verified(seg, buf, length, v);
+    rc = stamped_aside ? write_stamped(seg, buf, length, v) : write_verified(seg, buf, length, v);
     if (rc || (rc = append_done(seg, length, v))) {
         v->expected_hit = -1;
         return rc;
@@ -482,22 +442,21 @@ static int write_pieces(plog_segment *seg, const plog_iovec *pieces, int count, 
 }
 
 int plog_segment_append_pieces(plog_segment *seg, const plog_iovec *pieces, int count, int64_t next_offset,
-                               int32_t leader_epoch, plog_validate *v) {
+                               plog_validate *v) {
     plog_segment_assert_invariants(seg);
-    if (count < 0) return PLOG_EARG;
-    int leader = v->flags & (PLOG_VALIDATE_ASSIGN_OFFSETS | PLOG_VALIDATE_STAMP_EPOCH);
+    if (count < 0 || (v->flags & (PLOG_VALIDATE_ASSIGN_OFFSETS | PLOG_VALIDATE_STAMP_EPOCH |
+                                  PLOG_VALIDATE_CLIENT | PLOG_VALIDATE_PRODUCERS)))
+        return PLOG_EARG;
     v->next_offset = next_offset;
-    v->leader_epoch = leader_epoch;
     v->expected_hit = -1;
     int rc = plog_validate_pieces(pieces, count, v);
     size_t length = (size_t)v->size_bytes;
-    if (rc == 0 && leader && v->producer_batch_count > 0) rc = PLOG_EPRODUCER;
     if (rc == 0 && (int64_t)length > v->segment_bytes) rc = PLOG_ELISTTOOLARGE;
     if (rc == 0 && !(v->flags & PLOG_APPEND_NO_ROLL) &&
         plog_segment_should_roll(seg, length, v, v->segment_bytes, v->segment_ms))
         rc = PLOG_EROLL;
     if (rc == 0) rc = append_check(seg, length, v);
-    if (rc == 0) rc = leader ? write_stamped(seg, pieces, count, v) : write_pieces(seg, pieces, count, v);
+    if (rc == 0) rc = write_pieces(seg, pieces, count, v);
     return rc ? rc : append_done(seg, length, v);
 }
 

@@ -81,37 +81,32 @@ def _follower_state(log) -> _AppendState:
     return log._follower_append
 
 
-def _append_pieces(log, pieces: tuple, as_leader: bool, leader_epoch: int, origin: str) -> "AppendInfo | None":
-    """PartitionLog.append_batches with the caller's `bytes` written as they lie
-    (plog_segment_append_pieces: one C call, vectored writes; a leader's batch heads stamped in
-    copies), or None when they are to be gathered into one chunk first: fewer than two, not
-    all bytes, a compacted topic's client batches (their keys are checked on the chunk), an
-    empty follower log (Kafka's restart rule reads its first batch), a roll by age due, or any
-    refusal -- a leader's producer batch among them.  C wrote nothing then, and the gathered
-    append rolls, checks the producers or explains the refusal as it always has."""
+def _follower_pieces(log, pieces: tuple) -> "AppendInfo | None":
+    """PartitionLog.append_batches as a follower with the caller's `bytes` written as they lie
+    (plog_segment_append_pieces: one C call, vectored writes), or None when they are to be
+    gathered into one chunk first: fewer than two, not all bytes, an empty log (Kafka's
+    restart rule reads its first batch), a roll by age due, or any refusal -- C wrote nothing
+    then, and the gathered append rolls, or explains the refusal as it always has."""
     # `pieces` (a tuple: no other thread can take a buffer out of it) holds the buffers while C
     # writes them without the GIL.
     packed = iovec_pieces(pieces) if len(pieces) > 1 else None
-    if packed is None or (as_leader and origin == "client" and log.config.compacts):
+    if packed is None:
         return None
-    state = (log._leader_append.get(origin) or _leader_state(log, origin)) if as_leader else None
     with log._lock:
         log._ensure_open()
         segment = log.segments[-1]
-        if (not as_leader and log.log_end_offset == log.log_start_offset) or \
-                segment.rolls_by_age(log.config.segment_ms, _now_ms):
+        if log.log_end_offset == log.log_start_offset or segment.rolls_by_age(log.config.segment_ms, _now_ms):
             return None
-        state = state or log._follower_append or _follower_state(log)
+        state = log._follower_append or _follower_state(log)
         v = state.v
-        rc = segment.append_pieces(ffi.from_buffer("plog_iovec[]", packed), len(pieces), log.log_end_offset,
-                                   leader_epoch if as_leader else -1, v)
+        rc = segment.append_pieces(ffi.from_buffer("plog_iovec[]", packed), len(pieces), log.log_end_offset, v)
         if rc < 0:
             return None
         if rc:
             segment.raise_for(rc, "append", offset=v.first_offset)
         joined = b""                    # what the producer state and an epoch overflow read
         if v.producer_batch_count or v.epoch_count > lib.PLOG_VALIDATE_MAX_EPOCHS:
-            joined = b"".join(pieces)   # (a follower's: a leader's producer batches are gathered)
+            joined = b"".join(pieces)
         info = log._appended(state, ffi.from_buffer(joined), len(joined))
         if v.producer_batch_count:
             log._record_completed(_producer.apply_replicated(log.producer_state, joined))

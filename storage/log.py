@@ -31,9 +31,9 @@ from ._native import ffi, lib
 from .appends import (
     _EPOCH_MIXED,
     AppendInfo,
-    _append_pieces,
     _AppendState,
     _client_flags,
+    _follower_pieces,
     _follower_state,
     _leader_state,
     _new_append_info,
@@ -258,16 +258,14 @@ class PartitionLog(LogReads):
         """Append a list of separate batch buffers (bytes-like, each holding whole v2
         batches) as one chunk, all or nothing -- the rules of append_as_leader (as_leader=True,
         offsets assigned and `leader_epoch` stamped) or of append_as_follower, except that a
-        partial batch at the end is refused, never cut off.  `bytes` are written as they lie,
-        by vectored writes in one C call (appends._append_pieces; a leader's with stamped copies
-        of the batch heads); anything else is gathered by one copy and appended by one C call
-        and one write."""
+        partial batch at the end is refused, never cut off.  A follower's `bytes` are written
+        as they lie, by vectored writes in one C call (appends._follower_pieces); anything
+        else is gathered by one copy and appended by one C call and one write."""
         pieces = tuple(batches)         # once: an iterator must not be consumed by a path that falls back
         if as_leader:
             _check_leader_append(leader_epoch, origin)
-        return _append_pieces(self, pieces, as_leader, leader_epoch, origin) or (
-            self._leader_chunk(bytearray().join(pieces), leader_epoch, origin) if as_leader
-            else self._follower_chunk(bytearray().join(pieces), partial_tail=False))
+            return self._leader_chunk(bytearray().join(pieces), leader_epoch, origin)
+        return _follower_pieces(self, pieces) or self._follower_chunk(bytearray().join(pieces), partial_tail=False)
 
     def _leader_chunk(self, buf, leader_epoch: int, origin: str, prebuilt: bool = True) -> AppendInfo:
         """A leader's chunk: a bytearray this log owns (rewritten in place: offsets, epoch), or

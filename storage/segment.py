@@ -306,12 +306,12 @@ class Segment:
         self._use()         # reopens its files if the open-segment cache closed them
         return lib.plog_segment_append_chunk(self._c, pointer, length, log_end_offset, leader_epoch, v)
 
-    def append_pieces(self, pieces, count: int, log_end_offset: int, leader_epoch: int, v) -> int:
-        """plog_segment_append_pieces on this segment: a chunk as `count` separate buffers (a
-        plog_iovec array), written without gathering them; 0 or the C code (a refusal wrote
-        nothing)."""
+    def append_pieces(self, pieces, count: int, log_end_offset: int, v) -> int:
+        """plog_segment_append_pieces on this segment: a follower's chunk as `count` separate
+        buffers (a plog_iovec array), written without gathering them; 0 or the C code (a
+        refusal wrote nothing)."""
         self._use()
-        return lib.plog_segment_append_pieces(self._c, pieces, count, log_end_offset, leader_epoch, v)
+        return lib.plog_segment_append_pieces(self._c, pieces, count, log_end_offset, v)
 
     def raise_for(self, rc: int, what: str, *, offset=None) -> None:
         """Raise the exception for a nonzero C code from an operation on this segment."""

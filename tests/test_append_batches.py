@@ -164,15 +164,13 @@ def piece_lists():
     batch cut across two pieces, an empty piece)."""
     batch = st.tuples(st.integers(1, 4), st.integers(0, 3), st.integers(0, 80), st.booleans())
     return st.tuples(st.lists(batch, min_size=2, max_size=90), st.integers(1, 12),
-                     st.sampled_from(["none"] * 6 + ["overlap", "flip", "cut", "empty"]), st.integers(0, 10**6),
-                     st.sampled_from([False, False, True]))     # whether producer ids occur at all
+                     st.sampled_from(["none"] * 6 + ["overlap", "flip", "cut", "empty"]), st.integers(0, 10**6))
 
 
 def make_pieces(spec, next_offset: int) -> list[bytes]:
-    rows, per_piece, damage, where, producers = spec
+    rows, per_piece, damage, where = spec
     out, offset, sequence = [], next_offset, 0
     for records, gap, epoch, producer in rows:
-        producer = producer and producers
         offset += gap
         out.append(bytes(storage.build_batch(
             [b"x" * records] * records, base_offset=offset, partition_leader_epoch=epoch,
@@ -196,10 +194,9 @@ def make_pieces(spec, next_offset: int) -> list[bytes]:
     return pieces
 
 
-def outcome(log, pieces, gathered: bool, as_leader: bool = False):
+def outcome(log, pieces, gathered: bool):
     try:
-        info = log.append_batches([bytearray(b"".join(pieces))] if gathered else pieces, as_leader=as_leader,
-                                  leader_epoch=90)
+        info = log.append_batches([bytearray(b"".join(pieces))] if gathered else pieces, as_leader=False)
     except errors.StorageError as exc:
         info = (type(exc).__name__, str(exc).replace(str(log.path), "LOG"))
     producers = {pid: (e.producer_epoch, e.last_sequence, e.last_offset) for pid, e in
@@ -207,14 +204,11 @@ def outcome(log, pieces, gathered: bool, as_leader: bool = False):
     return info, log.log_end_offset, files(log), log.epoch_cache.entries, producers
 
 
-@pytest.mark.parametrize("as_leader", [False, True])
 @settings(max_examples=150, deadline=None)
 @given(first=piece_lists(), second=piece_lists())
-def test_pieces_append_as_their_concatenation_would(tmp_path_factory, as_leader, first, second):
+def test_pieces_append_as_their_concatenation_would(tmp_path_factory, first, second):
     """The property behind plog_segment_append_pieces: every outcome (AppendInfo or error,
-    files, epochs, producer state) is the gathered chunk's, a follower's or a leader's (offsets
-    assigned, epoch 90 stamped in head copies, producer batches gathered); a refusal falls back
-    to it."""
+    files, epochs, producer state) is the gathered chunk's; a refusal falls back to it."""
     root = tmp_path_factory.mktemp("pieces")
     config = LogConfig(segment_bytes=24 << 10, index_interval_bytes=256, fsync=False)    # rolls now and then
     with PartitionLog.open(root / "a-0", config) as a, PartitionLog.open(root / "b-0", config) as b:
@@ -223,7 +217,7 @@ def test_pieces_append_as_their_concatenation_would(tmp_path_factory, as_leader,
                                as_leader=False)
         for spec in (first, second):
             pieces = make_pieces(spec, a.log_end_offset)
-            assert outcome(a, pieces, False, as_leader) == outcome(b, pieces, True, as_leader)
+            assert outcome(a, pieces, gathered=False) == outcome(b, pieces, gathered=True)
 
 
 @pytest.mark.parametrize("as_leader", [False, True])
@@ -237,19 +231,3 @@ def test_an_iterator_of_batches_is_read_once_whichever_path_takes_it(tmp_path, a
                                       as_leader=as_leader, leader_epoch=1)
             assert info.batch_count == 3
         assert log.log_end_offset == 21
-
-
-def test_leader_pieces_are_stamped_in_copies_and_written_as_they_lie(tmp_path, monkeypatch):
-    def gathered(*args, **kwargs):
-        raise AssertionError("a leader's bytes were gathered")
-    data = batches(3, first_offset=500, epoch=-1)
-    before = list(data)
-    seam = VectoredIO()
-    with sio.using(seam), PartitionLog.open(tmp_path / "t-0", LogConfig(fsync=False)) as log:
-        monkeypatch.setattr(PartitionLog, "_leader_chunk", gathered)
-        info = log.append_batches(data, as_leader=True, leader_epoch=7)
-        assert (info.first_offset, info.last_offset, info.batch_count) == (0, 8, 3)
-        assert seam.vectored == [(6, sum(map(len, data)))]          # a stamped head and the rest, a batch
-        assert data == before                                       # the caller's bytes are not written
-        assert [(b.base_offset, b.partition_leader_epoch) for b in log.batches()] == [(0, 7), (3, 7), (6, 7)]
-        assert all(b.is_valid() for b in log.batches()) and log.epoch_cache.entries == [(7, 0)]
