@@ -37,7 +37,7 @@
 /* CDEF-BEGIN */
 
 /* Version of the C ABI; storage/_native.py refuses a module built from other sources. */
-#define PLOG_ABI_VERSION 8
+#define PLOG_ABI_VERSION 9
 
 /* Error codes (negative, private range). */
 #define PLOG_EPARTIAL      -1001  /* data ends inside a batch (not an error during iteration) */
@@ -174,21 +174,6 @@ int plog_batch_columns_scan(const uint8_t *buf, size_t length, int32_t max_batch
 
 /* ---- records (v2) -------------------------------------------------------------------- */
 
-/* Encode n records back to back into out.  keys/values are concatenated payloads with
- * per-record lengths (-1 = null; key_lengths NULL = every key null).  timestamps NULL means
- * every record carries base_timestamp.  headers: per-record pre-encoded header sections
- * (count varint + headers), header_lengths NULL = no headers (encoded as count 0).
- * Writes the encoded size to *written and the largest timestamp to *max_timestamp.
- * PLOG_EARG when the lengths do not add up to keys_bytes / values_bytes / headers_bytes
- * exactly (nothing is read past a payload).  out NULL is the sizing pass: *written gets
- * the exact encoded size (capacity ignored), so the caller allocates no more than needed. */
-int plog_records_encode(uint8_t *out, size_t capacity, size_t *written, int32_t n,
-                        const uint8_t *keys, size_t keys_bytes, const int32_t *key_lengths,
-                        const uint8_t *values, size_t values_bytes, const int32_t *value_lengths,
-                        const int64_t *timestamps, int64_t base_timestamp,
-                        const uint8_t *headers, size_t headers_bytes, const int32_t *header_lengths,
-                        int64_t *max_timestamp);
-
 /* A payload given by address: length -1 is null (data ignored), 0 is empty. */
 typedef struct plog_span {
     const uint8_t *data;
@@ -201,16 +186,18 @@ typedef struct plog_record_spans {
     const plog_span *keys;
     const plog_span *values;
     const plog_span *headers;       /* each record's header section already encoded (count varint,
-                                       then the pairs); NULL or a length 0: none */
-    const int64_t *timestamps;      /* NULL: every record at base_timestamp */
+                                       then the pairs); a length 0: none (a zero count is written) */
+    const int64_t *timestamps;
     const int32_t *offset_deltas;   /* NULL: 0, 1, ..., n - 1 (the cleaner keeps its records' own) */
-    int64_t base_timestamp;
+    int64_t base_timestamp;         /* the timestamp deltas count from it */
 } plog_record_spans;
 
-/* The records section of n records.  Sizing pass, PLOG_ESPACE and PLOG_ETOOLARGE as
- * plog_records_encode; PLOG_EARG for a length below -1 (below 0 for headers) or a negative
- * offset delta, PLOG_ETIMESTAMP for a timestamp delta past int64.  *max_timestamp: the
- * largest timestamp, -1 when none is larger. */
+/* Encode n records back to back into out; *written gets the size, *max_timestamp the largest
+ * timestamp (-1 when none is larger).  out NULL is the sizing pass: *written gets the exact
+ * encoded size (capacity ignored), so the caller allocates no more than needed.  PLOG_ESPACE
+ * when capacity is short, PLOG_ETOOLARGE for a record past int32, PLOG_EARG for a length
+ * below -1 (below 0 for headers) or a negative offset delta, PLOG_ETIMESTAMP for a timestamp
+ * delta past int64. */
 int plog_records_encode_spans(uint8_t *out, size_t capacity, size_t *written, int32_t n,
                               const plog_record_spans *records, int64_t *max_timestamp);
 

@@ -4,16 +4,18 @@
  * cffi cannot hand C a Python list, nor build one, so both directions paid Python per record:
  * build_batch joined, measured and packed the values (about 45 ns a record, more than the
  * encoding; 0.5-2.4 us for Records with timestamps and headers), and RecordBatch.records()
- * read a cffi struct and sliced the payloads (about 1 us a record).  This small module (Python's limited API, so one abi3 build serves every
- * CPython >= 3.11) does that walk in C and calls the core through function pointers handed
- * over once by storage/_native.py: the encoder, the decoder and the CRC stay in the one cffi
- * module, compiled once, with their checks.
+ * read a cffi struct and sliced the payloads (about 1 us a record).  This small module
+ * (Python's limited API, so one abi3 build serves every CPython >= 3.11) does that walk in C
+ * and calls the core through function pointers handed over once by storage/_native.py: the
+ * encoder, the decoder and the CRC stay in the one cffi module, compiled once, with their
+ * checks.
  *
  * build: values, (key, value) and (key, value, headers) tuples and Records, payloads bytes,
- * str or None, timestamps int, headers (key, value) pairs -- each header section encoded
- * here with the core's varint.  Anything else (bytearray, memoryview, a float timestamp, a
- * tuple subclass other than Record) returns None and the caller takes the general path,
- * which gives the same bytes.
+ * bytearray, contiguous memoryview, str or None, timestamps int, headers (key, value) pairs --
+ * each header section encoded here with the core's varint.  Anything else (a float
+ * timestamp, a tuple subclass other than Record, a header pair given as a list) returns
+ * None: storage/records.py normalises such a list into the shapes above and walks it again,
+ * so there is one encoder.
  * decode: every v2 records section, as Record(offset, timestamp, key, value, headers).
  * pieces: the addresses of a tuple of bytes, for PartitionLog.append_batches' vectored write.
  */
@@ -42,8 +44,11 @@ static newfunc tuple_new;          /* tuple.__new__: makes a Record (a tuple sub
 
 enum { SHAPE = 1 };                 /* "not a shape the walk takes": the caller's general path */
 
-/* One payload: bytes, str (its UTF-8, which the str keeps) or None (null).  0, SHAPE or
- * PLOG_ETOOLARGE. */
+/* One payload: bytes, bytearray, a contiguous memoryview, str (its UTF-8, which the str keeps)
+ * or None (null).  0, SHAPE or PLOG_ETOOLARGE.  A bytearray's or memoryview's bytes stay
+ * where they are until the encoding is done: the list holds the object, and nothing of
+ * Python runs meanwhile that could resize or release it -- so the buffer view taken here is
+ * given back at once (a memoryview's bytes are its own view's, held while it lives). */
 static int span_of(PyObject *item, plog_span *out) {
     Py_ssize_t length;
     if (item == Py_None) {
@@ -54,6 +59,15 @@ static int span_of(PyObject *item, plog_span *out) {
     if (PyBytes_CheckExact(item)) {
         length = PyBytes_Size(item);
         out->data = (const uint8_t *)PyBytes_AsString(item);
+    } else if (PyByteArray_CheckExact(item) || PyMemoryView_Check(item)) {
+        Py_buffer view;
+        if (PyObject_GetBuffer(item, &view, PyBUF_SIMPLE)) {    /* not contiguous, or released */
+            PyErr_Clear();
+            return SHAPE;
+        }
+        length = view.len;
+        out->data = view.buf;
+        PyBuffer_Release(&view);
     } else if (PyUnicode_CheckExact(item)) {
         out->data = (const uint8_t *)PyUnicode_AsUTF8AndSize(item, &length);
         if (!out->data) {           /* a lone surrogate: the general path raises for it */
@@ -126,9 +140,31 @@ typedef struct walk {
     int64_t *timestamps;
     int32_t *offset_deltas;
     PyObject *offset_base;          /* None, or the base the Records' own offsets count from */
-    int timed, headed;              /* some record carries a timestamp / headers */
+    int64_t base_timestamp;         /* a record without a timestamp gets it */
     scratch extra;
 } walk;
+
+/* A timestamp that is an int within int64.  0 or SHAPE. */
+static int timestamp_of(PyObject *timestamp, int64_t *out) {
+    int overflow;
+    if (!PyLong_CheckExact(timestamp)) return SHAPE;
+    *out = PyLong_AsLongLongAndOverflow(timestamp, &overflow);
+    if (overflow || (*out == -1 && PyErr_Occurred())) {
+        PyErr_Clear();
+        return SHAPE;
+    }
+    return 0;
+}
+
+/* The base timestamp: the caller's, else the first record's, else now.  0 or SHAPE. */
+static int base_of(PyObject *records, PyObject *base_timestamp, PyObject *record_type, long long now,
+                   int64_t *base) {
+    PyObject *first = PyList_GetItem(records, 0);
+    if (base_timestamp == Py_None && Py_IS_TYPE(first, (PyTypeObject *)record_type))
+        base_timestamp = PyTuple_GetItem(first, 1);
+    *base = now;
+    return base_timestamp == Py_None ? 0 : timestamp_of(base_timestamp, base);
+}
 
 /* Record i's offset delta from its own offset (the cleaner's kept records). */
 static int offset_delta_of(PyObject *item, PyObject *record_type, walk *w, Py_ssize_t i) {
@@ -160,17 +196,8 @@ static int take(PyObject *item, PyObject *record_type, walk *w, Py_ssize_t i) {
         value = PyTuple_GetItem(item, 3);
         headers = PyTuple_GetItem(item, 4);
     }
-    w->timestamps[i] = INT64_MIN;   /* none (INT64_MIN itself goes to the general path): the base */
-    if (timestamp != Py_None) {
-        if (!PyLong_CheckExact(timestamp)) return SHAPE;
-        int overflow;
-        w->timestamps[i] = PyLong_AsLongLongAndOverflow(timestamp, &overflow);
-        if (overflow || w->timestamps[i] == INT64_MIN || (w->timestamps[i] == -1 && PyErr_Occurred())) {
-            PyErr_Clear();
-            return SHAPE;
-        }
-        w->timed = 1;
-    }
+    w->timestamps[i] = w->base_timestamp;
+    if (timestamp != Py_None && timestamp_of(timestamp, &w->timestamps[i])) return SHAPE;
     int rc = span_of(key, &w->keys[i]);
     if (rc == 0) rc = span_of(value, &w->values[i]);
     size_t at = 0;
@@ -178,7 +205,6 @@ static int take(PyObject *item, PyObject *record_type, walk *w, Py_ssize_t i) {
     if (rc == 0 && headers) rc = headers_into(headers, &w->extra, &at, &length);
     w->headers[i].data = (const uint8_t *)(uintptr_t)at;   /* an offset until the scratch stops moving */
     w->headers[i].length = length;
-    if (length) w->headed = 1;
     return rc;
 }
 
@@ -186,8 +212,8 @@ static int take(PyObject *item, PyObject *record_type, walk *w, Py_ssize_t i) {
  * CRC) when `finish`, else the header left zero for a caller that compresses the section. */
 static PyObject *encode_batch(Py_ssize_t n, const walk *w, plog_batch_info *info, int finish) {
     size_t size = 0;
-    plog_record_spans r = {w->keys, w->values, w->headed ? w->headers : NULL, w->timed ? w->timestamps : NULL,
-                           w->offset_base != Py_None ? w->offset_deltas : NULL, info->base_timestamp};
+    plog_record_spans r = {w->keys, w->values, w->headers, w->timestamps,
+                           w->offset_base != Py_None ? w->offset_deltas : NULL, w->base_timestamp};
     int rc = encode_spans(NULL, 0, &size, (int32_t)n, &r, &info->max_timestamp);
     if (rc) return PyLong_FromLong(rc);
     if (size > (size_t)INT32_MAX - PLOG_BATCH_OVERHEAD) return PyLong_FromLong(PLOG_ETOOLARGE);
@@ -204,13 +230,9 @@ static PyObject *encode_batch(Py_ssize_t n, const walk *w, plog_batch_info *info
     return Py_BuildValue("NLL", out, (long long)r.base_timestamp, (long long)info->max_timestamp);
 }
 
-/* The base timestamp (the caller's, else the first record's, else now), given to every record
- * without one; the header sections' offsets turned into addresses. */
-static void settle(walk *w, Py_ssize_t n, PyObject *base_timestamp, long long now, plog_batch_info *info) {
-    if (base_timestamp != Py_None) info->base_timestamp = PyLong_AsLongLong(base_timestamp);
-    else info->base_timestamp = w->timestamps[0] != INT64_MIN ? w->timestamps[0] : now;
+/* The header sections' offsets turned into addresses, once the scratch no longer moves. */
+static void place_headers(walk *w, Py_ssize_t n) {
     for (Py_ssize_t i = 0; i < n; i++) {
-        if (w->timestamps[i] == INT64_MIN) w->timestamps[i] = info->base_timestamp;
         uintptr_t at = (uintptr_t)w->headers[i].data;
         w->headers[i].data = w->headers[i].length ? w->extra.data + at : NULL;
     }
@@ -237,16 +259,16 @@ static PyObject *build(PyObject *self, PyObject *args) {
                           &info.producer_id, &info.producer_epoch, &info.base_sequence, &PyType_Type,
                           &record_type, &offset_base))
         return NULL;
-    if ((base_timestamp != Py_None && !PyLong_CheckExact(base_timestamp)) ||
-        (offset_base != Py_None && !PyLong_CheckExact(offset_base)))
-        Py_RETURN_NONE;
     /* The list's items are borrowed: nothing below runs Python code (the allocations are
      * bytes objects and raw memory, which never start the cyclic collector), so none can go
      * away while the walk reads them. */
     Py_ssize_t n = PyList_Size(records);
-    if (n <= 0 || n > INT32_MAX) Py_RETURN_NONE;
     walk w = {0};
     w.offset_base = offset_base;
+    if (n <= 0 || n > INT32_MAX || (offset_base != Py_None && !PyLong_CheckExact(offset_base)) ||
+        base_of(records, base_timestamp, record_type, now, &w.base_timestamp))
+        Py_RETURN_NONE;
+    info.base_timestamp = w.base_timestamp;
     uint8_t *columns = PyMem_Malloc((size_t)n * (3 * sizeof(plog_span) + sizeof(int64_t) + sizeof(int32_t)));
     if (!columns) return PyErr_NoMemory();
     w.keys = (plog_span *)columns;
@@ -262,15 +284,10 @@ static PyObject *build(PyObject *self, PyObject *args) {
     } else if (rc) {
         result = PyLong_FromLong(rc);
     } else {
-        settle(&w, n, base_timestamp, now, &info);
-        if (PyErr_Occurred()) {     /* a base timestamp past int64 */
-            PyErr_Clear();
-            result = Py_NewRef(Py_None);
-        } else {
-            info.last_offset_delta = (int32_t)(n - 1);
-            info.record_count = (int32_t)n;
-            result = encode_batch(n, &w, &info, finish);
-        }
+        place_headers(&w, n);
+        info.last_offset_delta = (int32_t)(n - 1);
+        info.record_count = (int32_t)n;
+        result = encode_batch(n, &w, &info, finish);
     }
     PyMem_Free(w.extra.data);
     PyMem_Free(columns);

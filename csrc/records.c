@@ -64,16 +64,6 @@ static inline int get_varint(const uint8_t *p, size_t avail, int max_bytes, int6
     return -1;
 }
 
-static int lengths_match(const int32_t *lengths, int32_t n, size_t total) {
-    size_t sum = 0;
-    if (!lengths) return total == 0;
-    for (int32_t i = 0; i < n; i++) {
-        if (lengths[i] < -1) return 0;
-        if (lengths[i] > 0) sum += (size_t)lengths[i];
-    }
-    return sum == total;
-}
-
 /* The body of one record (everything after its Length varint); header_length 0 stands for
  * the single zero-count byte. */
 static inline size_t record_body(int64_t ts_delta, int32_t offset_delta, int32_t key_length,
@@ -111,42 +101,6 @@ static inline size_t record_put(uint8_t *out, size_t body, int64_t ts_delta, int
     return pos;
 }
 
-int plog_records_encode(uint8_t *out, size_t capacity, size_t *written, int32_t n,
-                        const uint8_t *keys, size_t keys_bytes, const int32_t *key_lengths,
-                        const uint8_t *values, size_t values_bytes, const int32_t *value_lengths,
-                        const int64_t *timestamps, int64_t base_timestamp,
-                        const uint8_t *headers, size_t headers_bytes, const int32_t *header_lengths,
-                        int64_t *max_timestamp) {
-    size_t pos = 0;
-    if (n < 0 || !lengths_match(key_lengths, n, keys_bytes) || !lengths_match(value_lengths, n, values_bytes) ||
-        !lengths_match(header_lengths, n, headers_bytes))
-        return PLOG_EARG;
-    int64_t max_ts = -1;
-    const uint8_t *k = keys, *v = values, *h = headers;
-    for (int32_t i = 0; i < n; i++) {
-        int32_t key_length = key_lengths ? key_lengths[i] : -1;
-        int32_t value_length = value_lengths[i];
-        int32_t header_length = header_lengths ? header_lengths[i] : 0;
-        int64_t ts = timestamps ? timestamps[i] : base_timestamp, ts_delta;
-        if (__builtin_sub_overflow(ts, base_timestamp, &ts_delta)) return PLOG_ETIMESTAMP;
-        if (ts > max_ts) max_ts = ts;
-        size_t body = record_body(ts_delta, i, key_length, value_length, header_length);
-        if (body > INT32_MAX) return PLOG_ETOOLARGE;
-        if (!out) {                 /* sizing pass: the exact length, nothing written */
-            pos += (size_t)varint_size((int64_t)body) + body;
-            continue;
-        }
-        if (pos + (size_t)varint_size((int64_t)body) + body > capacity) return PLOG_ESPACE;
-        pos += record_put(out + pos, body, ts_delta, i, k, key_length, v, value_length, h, header_length);
-        if (key_length > 0) k += key_length;
-        if (value_length > 0) v += value_length;
-        if (header_length > 0) h += header_length;
-    }
-    *written = pos;
-    *max_timestamp = max_ts;
-    return 0;
-}
-
 int plog_records_encode_spans(uint8_t *out, size_t capacity, size_t *written, int32_t n,
                               const plog_record_spans *r, int64_t *max_timestamp) {
     size_t pos = 0;
@@ -154,10 +108,10 @@ int plog_records_encode_spans(uint8_t *out, size_t capacity, size_t *written, in
     if (n < 0) return PLOG_EARG;
     for (int32_t i = 0; i < n; i++) {
         int32_t key_length = r->keys[i].length, value_length = r->values[i].length;
-        int32_t header_length = r->headers ? r->headers[i].length : 0;
+        int32_t header_length = r->headers[i].length;
         int32_t offset_delta = r->offset_deltas ? r->offset_deltas[i] : i;
         if (key_length < -1 || value_length < -1 || header_length < 0 || offset_delta < 0) return PLOG_EARG;
-        int64_t ts = r->timestamps ? r->timestamps[i] : r->base_timestamp, ts_delta;
+        int64_t ts = r->timestamps[i], ts_delta;
         if (__builtin_sub_overflow(ts, r->base_timestamp, &ts_delta)) return PLOG_ETIMESTAMP;
         if (ts > max_ts) max_ts = ts;
         size_t body = record_body(ts_delta, offset_delta, key_length, value_length, header_length);
@@ -166,7 +120,7 @@ int plog_records_encode_spans(uint8_t *out, size_t capacity, size_t *written, in
         if (out) {
             if (pos + need > capacity) return PLOG_ESPACE;
             record_put(out + pos, body, ts_delta, offset_delta, r->keys[i].data, key_length, r->values[i].data,
-                       value_length, r->headers ? r->headers[i].data : NULL, header_length);
+                       value_length, r->headers[i].data, header_length);
         }
         pos += need;
     }

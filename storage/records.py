@@ -250,14 +250,6 @@ def compress(codec: str, data) -> bytes:
 
 # ---- building ----------------------------------------------------------------------------
 
-_varint_buffer = ffi.new("uint8_t[10]")
-
-
-def _varint(value: int) -> bytes:
-    n = lib.plog_varint_encode(value, _varint_buffer)
-    return ffi.buffer(_varint_buffer, n)[:]
-
-
 def _as_bytes(value, what: str):
     if value is None or isinstance(value, bytes):
         return value
@@ -268,29 +260,18 @@ def _as_bytes(value, what: str):
     raise TypeError(f"record {what} must be bytes, bytearray, memoryview, str or None, not {type(value).__name__}")
 
 
-def encode_headers(headers) -> bytes:
-    """The header section of one record: count, then (key, value) pairs."""
-    parts = [_varint(len(headers))]
-    for key, value in headers:
-        key_bytes = key.encode() if isinstance(key, str) else _as_bytes(key, "header key")
-        if key_bytes is None:
-            raise ValueError("a header key cannot be null")
-        value_bytes = _as_bytes(value, "header value")
-        parts.append(_varint(len(key_bytes)))
-        parts.append(key_bytes)
-        if value_bytes is None:
-            parts.append(_varint(-1))
-        else:
-            parts.append(_varint(len(value_bytes)))
-            parts.append(value_bytes)
-    return b"".join(parts)
+def _header(key, value) -> tuple:
+    key_bytes = key.encode() if isinstance(key, str) else _as_bytes(key, "header key")
+    if key_bytes is None:
+        raise ValueError("a header key cannot be null")
+    return key_bytes, _as_bytes(value, "header value")
 
 
-def _normalise(records: list):
-    """Split records into keys, values, timestamps and headers (lists; None where absent)."""
-    n = len(records)
-    keys, values = [None] * n, [None] * n
-    timestamps = headers = None
+def _normalise(records: list) -> list:
+    """Records of any shape build_batch takes, in the shapes the C walk takes (bytes values and
+    Records of bytes payloads, int timestamps and (bytes, bytes | None) header pairs), or the
+    error the shape deserves."""
+    out = []
     for i, r in enumerate(records):
         if isinstance(r, Record):
             key, value, hdrs, ts = r.key, r.value, r.headers, r.timestamp
@@ -302,69 +283,11 @@ def _normalise(records: list):
             else:
                 raise ValueError(f"record {i}: a tuple record is (key, value) or (key, value, headers)")
         else:
-            key, value, hdrs, ts = None, r, (), None
-        keys[i] = _as_bytes(key, "key")
-        values[i] = _as_bytes(value, "value")
-        if ts is not None:
-            if timestamps is None:
-                timestamps = [None] * n
-            timestamps[i] = int(ts)
-        if hdrs:
-            if headers is None:
-                headers = [b""] * n
-            headers[i] = encode_headers(hdrs)
-    if all(k is None for k in keys):
-        keys = None
-    return keys, values, timestamps, headers
-
-
-def _lengths_and_blob(items):
-    lengths = [-1 if v is None else len(v) for v in items]
-    return lengths, b"".join(v for v in items if v)
-
-
-def _int32s(values: list):
-    """A C int32 array of `values` (struct packs a list about 4x faster than ffi.new)."""
-    return ffi.from_buffer("int32_t[]", struct.pack(f"={len(values)}i", *values))
-
-
-def _encode_section(n, keys, values, timestamps, headers, base_timestamp):
-    """Encode the records section; returns (bytearray with 61 free header bytes, size, max ts)
-    or None when the payload lengths do not add up (a non-byte memoryview value)."""
-    if values is None:
-        return None
-    if isinstance(values, tuple):           # (lengths, blob) prepared by the fast path
-        value_lengths, value_blob = values
-    else:
-        value_lengths, value_blob = _lengths_and_blob(values)
-    key_blob, key_lengths = b"", ffi.NULL
-    if keys is not None:
-        lengths, key_blob = _lengths_and_blob(keys)
-        key_lengths = _int32s(lengths)
-    header_blob, header_lengths = b"", ffi.NULL
-    if headers is not None:
-        header_lengths = _int32s([len(h) for h in headers])
-        header_blob = b"".join(headers)
-    written = ffi.new("size_t *")
-    max_ts = ffi.new("int64_t *")
-    # Two passes in C: the exact size, then the encoding into a buffer of that size (a
-    # worst-case buffer, zeroed and then trimmed, cost more than the encoding itself).
-    args = (n, ffi.from_buffer(key_blob), len(key_blob), key_lengths,
-            ffi.from_buffer(value_blob), len(value_blob), _int32s(value_lengths),
-            ffi.from_buffer("int64_t[]", struct.pack(f"={n}q", *timestamps)) if timestamps is not None else ffi.NULL,
-            base_timestamp,
-            ffi.from_buffer(header_blob), len(header_blob), header_lengths, max_ts)
-    rc = lib.plog_records_encode(ffi.NULL, 0, written, *args)
-    if rc == 0:
-        size = written[0]
-        out = bytearray(BATCH_OVERHEAD + size)
-        with ffi.from_buffer(out) as out_ptr:
-            rc = lib.plog_records_encode(out_ptr + BATCH_OVERHEAD, size, written, *args)
-    if rc == lib.PLOG_EARG:
-        return None
-    if rc:
-        raise ValueError(f"cannot encode records: {ffi.string(lib.plog_strerror(rc)).decode()}")
-    return out, BATCH_OVERHEAD + written[0], max_ts[0]
+            out.append(_as_bytes(r, "value"))
+            continue
+        out.append(Record(None, None if ts is None else int(ts), _as_bytes(key, "key"), _as_bytes(value, "value"),
+                          [_header(k, v) for k, v in hdrs] if hdrs else ()))
+    return out
 
 
 def _build(records, *, base_offset, partition_leader_epoch, compression, base_timestamp,
@@ -379,25 +302,24 @@ def _build(records, *, base_offset, partition_leader_epoch, compression, base_ti
     attributes = (CODEC_IDS[compression] | (lib.PLOG_ATTR_TRANSACTIONAL if is_transactional else 0)
                   | (lib.PLOG_ATTR_CONTROL if is_control else 0))
     plain = compression == "none"
-    built = build_listed(records, plain, base_offset, partition_leader_epoch, attributes, base_timestamp,
-                         int(time.time() * 1000), producer_id, producer_epoch, base_sequence, Record)
-    if built.__class__ is tuple:            # the list walked in C (csrc/pyrecords.c)
-        if plain:
-            return built[0]
-        out, stamp, max_timestamp = built
-        encoded = out, len(out), max_timestamp
-    elif built is not None:
+    walk = (plain, base_offset, partition_leader_epoch, attributes, base_timestamp, int(time.time() * 1000),
+            producer_id, producer_epoch, base_sequence, Record)
+    built = build_listed(records, *walk)    # the list walked in C (csrc/pyrecords.c)
+    if built is None:                       # another shape: normalised, then walked
+        built = build_listed(_normalise(records), *walk)
+    if built is None:
+        if base_timestamp is not None and not isinstance(base_timestamp, int):
+            raise TypeError(f"base_timestamp must be an int, not {type(base_timestamp).__name__}")
+        raise ValueError("a record timestamp does not fit in 64 bits")
+    if built.__class__ is not tuple:
         raise ValueError(f"cannot encode records: {ffi.string(lib.plog_strerror(built)).decode()}")
-    else:
-        encoded = _encode_general(records, base_timestamp)
-        stamp = encoded[3]
-    out, size, max_timestamp = encoded[:3]
-    if not plain:
-        with memoryview(out) as whole:
-            payload = compress(compression, whole[BATCH_OVERHEAD:size])
-        out = bytearray(BATCH_OVERHEAD + len(payload))
-        out[BATCH_OVERHEAD:] = payload
-        size = len(out)
+    out, stamp, max_timestamp = built
+    if plain:
+        return out                          # finished by the walk: header and CRC
+    with memoryview(out) as whole:
+        payload = compress(compression, whole[BATCH_OVERHEAD:])
+    out = bytearray(BATCH_OVERHEAD + len(payload))
+    out[BATCH_OVERHEAD:] = payload
     info = ffi.new("plog_batch_info *")
     info.base_offset = base_offset
     info.partition_leader_epoch = partition_leader_epoch
@@ -409,33 +331,10 @@ def _build(records, *, base_offset, partition_leader_epoch, compression, base_ti
     info.producer_epoch = producer_epoch
     info.base_sequence = base_sequence
     info.record_count = n
-    rc = lib.plog_batch_finish(ffi.from_buffer(out), size, info)   # `out` is exactly `size` bytes
+    rc = lib.plog_batch_finish(ffi.from_buffer(out), len(out), info)
     if rc:
         raise ValueError(f"cannot build batch: {ffi.string(lib.plog_strerror(rc)).decode()}")
     return out
-
-
-def _encode_general(records: list, base_timestamp):
-    """Any other shape of records (bytes-likes, Records, headers, timestamps): the records
-    section as (bytearray, size, max timestamp, base timestamp)."""
-    n = len(records)
-    try:                                    # every record a bytes-like value
-        blob = b"".join(records)
-    except TypeError:
-        blob = None
-    if blob is not None:
-        if base_timestamp is None:
-            base_timestamp = int(time.time() * 1000)
-        return *_encode_section(n, None, (list(map(len, records)), blob), None, None, base_timestamp), base_timestamp
-    keys, values, timestamps, headers = _normalise(records)
-    if base_timestamp is None:
-        base_timestamp = timestamps[0] if timestamps and timestamps[0] is not None else int(time.time() * 1000)
-    if timestamps is not None:
-        timestamps = [base_timestamp if t is None else t for t in timestamps]
-    encoded = _encode_section(n, keys, values, timestamps, headers, base_timestamp)
-    if encoded is None:
-        raise ValueError("record payload lengths do not match their bytes")
-    return *encoded, base_timestamp
 
 
 def build_batch(records: Iterable, *, base_offset: int = 0, partition_leader_epoch: int = -1,
