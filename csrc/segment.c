@@ -402,22 +402,6 @@ int plog_segment_append_chunk(plog_segment *seg, uint8_t *buf, size_t length, in
     return 0;
 }
 
-/* The CRCs of the batches of one written piece, from the piece itself; `at` is where the
- * piece starts in the whole chunk. */
-static int piece_crcs(plog_iovec piece, size_t at, plog_validate *v) {
-    for (size_t pos = 0; pos < piece.length;) {
-        const uint8_t *b = piece.base + pos;
-        size_t size = (size_t)be32(b + POS_LENGTH) + PLOG_LOG_OVERHEAD;
-        if (plog_crc32c(0, b + POS_ATTRIBUTES, size - POS_ATTRIBUTES) != (uint32_t)be32(b + POS_CRC)) {
-            v->error_position = (int64_t)(at + pos);
-            v->error_offset = be64(b + POS_BASE_OFFSET);
-            return PLOG_ECRC;
-        }
-        pos += size;
-    }
-    return 0;
-}
-
 /* write_verified for pieces: vectored writes of whole pieces straight from the caller's
  * buffers (at most PLOG_IOV_MAX of them, PLOG_APPEND_PIECE_BYTES unless one piece is larger),
  * each group's batches hashed right after its write, while they are still in the cache. */
@@ -427,16 +411,19 @@ static int write_pieces(plog_segment *seg, const plog_iovec *pieces, int count, 
     for (int p = 0; p < count;) {
         int first = p, n = 0;
         size_t bytes = 0;
+        plog_iovec iov[PLOG_IOV_MAX];
         while (p < count && n < PLOG_IOV_MAX && (n == 0 || bytes + pieces[p].length <= PLOG_APPEND_PIECE_BYTES)) {
             bytes += pieces[p].length;
-            if (pieces[p++].length) n++;
+            if (pieces[p].length) iov[n++] = pieces[p];
+            p++;
         }
-        plog_iovec iov[PLOG_IOV_MAX];
-        for (int q = first, i = 0; q < p; q++)
-            if (pieces[q].length) iov[i++] = pieces[q];
         if (n && (rc = plog_io_pwritev(seg->log_fd, iov, n, seg->size + (int64_t)written))) return cut_back(seg, rc);
-        for (int q = first; q < p; written += pieces[q].length, q++)
-            if ((rc = piece_crcs(pieces[q], written, v))) return cut_back(seg, rc);
+        for (int q = first; q < p; written += pieces[q].length, q++) {
+            if ((rc = plog_validate_crcs(pieces[q].base, pieces[q].length, INT64_MAX, v))) {
+                v->error_position += (int64_t)written;      /* from the chunk's start, not the piece's */
+                return cut_back(seg, rc);
+            }
+        }
     }
     return 0;
 }

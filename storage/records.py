@@ -471,7 +471,7 @@ class RecordBatch:
         if count < 0 or count * _MIN_RECORD_BYTES > len(payload) + (0 if count else 1):
             raise errors.InvalidRecordError(
                 f"record count {count} does not fit in {len(payload)} bytes of records", **self._where())
-        return _decode_records(payload, count, self, codec != 0)
+        return _decode_records(payload, count, self)
 
     def __iter__(self):
         return iter(self.records())
@@ -535,7 +535,7 @@ class RecordBatch:
         return inner
 
 
-def _decode_records(payload, count: int, batch: RecordBatch, _compressed: bool) -> list[Record]:
+def _decode_records(payload, count: int, batch: RecordBatch) -> list[Record]:
     """The records of a records section (any buffer), decoded and checked in C (csrc/pyrecords.c)."""
     decoded = decode_records(payload, count, batch.base_offset, batch.base_timestamp,
                              batch.attributes & lib.PLOG_ATTR_LOG_APPEND_TIME, batch.max_timestamp, Record)
