@@ -85,7 +85,9 @@ class _Mapping:
 
         self.pointer = ffi.gc(pointer, release, size=length) if length else pointer
         self.length = length
-        self.view = memoryview(ffi.buffer(self.pointer, length)) if length else memoryview(b"")
+        # Read-only, as the mapping is (PROT_READ): a caller writing into a view it was given
+        # gets a TypeError, not a SIGSEGV.
+        self.view = memoryview(ffi.buffer(self.pointer, length)).toreadonly() if length else memoryview(b"")
         if length and file is not None:
             register_source(int(ffi.cast("uintptr_t", pointer)), length, file)
 

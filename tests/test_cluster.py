@@ -95,6 +95,26 @@ def test_an_answer_to_an_earlier_incarnation_is_dropped(tmp_path):
     cluster.close()
 
 
+def test_a_fetch_answer_leaves_the_broker_as_bytes(tmp_path):
+    """An answer travels through the channel after a delay, and what the leader's files hold
+    by then (a crash that cut them, a restart that wrote others) must not show in an answer
+    already sent: the node reads the records out when it answers (messages.sent), as a
+    socket would.  The manager itself answers with a view of the segment (no copy)."""
+    from storage.replication.messages import FetchPartition, FetchRequest
+    cluster = Cluster(tmp_path, 3, seed=5)
+    cluster.create_partition("t", 0, [1, 2, 3])
+    produce_all(cluster, [b"a", b"b"], [])
+    leader = cluster.leader("t", 0)
+    follower = next(b for b in (1, 2, 3) if b != leader)
+    node = cluster.brokers[leader]
+    request = FetchRequest(follower, -1, [FetchPartition("t", 0, 0, cluster.state("t", 0).leader_epoch)])
+    assert isinstance(node.manager.handle(request).partitions[0].records, memoryview)
+    [answer] = node.handle(follower, request).partitions
+    assert answer.error_code == Errors.NONE
+    assert type(answer.records) is bytes and len(answer.records) > 0
+    cluster.close()
+
+
 class _FailingWritesUnder(sio.PosixIO):
     """The POSIX seam with pwrite failing (EIO) under one directory once armed."""
 

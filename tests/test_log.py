@@ -150,6 +150,22 @@ def test_read_semantics(make_log):
     assert len(log.segments) > 1
 
 
+def test_read_views_are_read_only(make_log):
+    """A read hands out views of a read-only mapping: writing into one is a TypeError, never a
+    SIGSEGV, and the file is unchanged."""
+    log = make_log()
+    log.append_as_leader([b"abc"], 1)
+    before = bytes(log.read(0, 1 << 20))
+    view = log.read(0, 1 << 20)
+    assert view.readonly
+    with pytest.raises(TypeError):
+        view[0] = 0
+    with pytest.raises(TypeError):
+        view[0:1].cast("B")[0] = 0
+    assert bytes(log.read(0, 1 << 20)) == before
+    log.close()
+
+
 def test_roll_names_and_trimmed_indexes(make_log, small_config):
     log = make_log()
     for _i in range(60):

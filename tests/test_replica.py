@@ -25,6 +25,8 @@ from storage.replication.messages import (
     DeleteRecordsRequest,
     FetchPartition,
     FetchRequest,
+    FetchResponse,
+    FetchResponsePartition,
     LeaderAndIsrRequest,
     ListOffsetsRequest,
     MetadataUpdate,
@@ -34,6 +36,7 @@ from storage.replication.messages import (
     ProduceRequest,
     StopReplicaPartition,
     StopReplicaRequest,
+    sent,
 )
 from storage.replication.replica import ReplicaManager
 
@@ -338,6 +341,26 @@ def test_fetch_reads_up_to_leo_for_replicas_and_hw_for_consumers(make_manager):
     answer = fetch(leader, 2, 2, current_epoch=0)        # follower at LEO: HW moves to 2
     assert answer.high_watermark == 2
     assert fetch(leader, CONSUMER, 0).records == answer_bytes(log_of(leader), 0)
+
+
+def test_fetch_answer_is_a_view_of_the_leader_segment_until_sent(make_manager):
+    """A follower's fetch answer carries the leader's batches as a read-only view of its
+    segment, not a copy (Kafka's FileRecords slice; an in-process follower appends it as it
+    lies); messages.sent reads them out as bytes, as a transport does when it sends."""
+    leader = make_manager(1)
+    leader.apply_partition_state(state(1, 0, [1, 2], replicas=(1, 2)))
+    produce(leader, 3)
+    produce(leader, 2)
+    answer = fetch(leader, 2, 0, current_epoch=0)
+    expected = bytes(log_of(leader).read(0, 1 << 20))
+    assert isinstance(answer.records, memoryview) and answer.records.readonly
+    assert answer.records == expected and len(expected) > 0
+    response = FetchResponse([answer, FetchResponsePartition(TOPIC, 1, Errors.UNKNOWN_TOPIC_OR_PARTITION)])
+    assert sent(response) is response
+    assert type(answer.records) is bytes and answer.records == expected
+    assert response.partitions[1].records == b""
+    request = ProduceRequest(TOPIC, 0, expected, 1)
+    assert sent(request) is request and request.records is expected
 
 
 def answer_bytes(log, offset):

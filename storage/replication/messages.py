@@ -210,7 +210,9 @@ class FetchResponsePartition:
     high_watermark: int = -1
     log_start_offset: int = -1
     diverging_epoch: EpochEndOffset | None = None
-    records: bytes = b""
+    # The batches as the leader's files hold them: a read-only view of its segment (Kafka's
+    # FileRecords slice), not a copy.  A transport takes the bytes when it sends (`sent`).
+    records: bytes | memoryview = b""
     last_stable_offset: int = -1
     # read_committed only (None otherwise, as Kafka's null): the aborted transactions that
     # overlap the records, for the consumer to skip their batches.
@@ -226,6 +228,18 @@ class AbortedTransaction:
 @dataclass
 class FetchResponse:
     partitions: list[FetchResponsePartition]
+
+
+def sent(message):
+    """`message` as a transport delivers it: the records of a fetch response read out of the
+    leader's files now, as Kafka's network layer reads a FileRecords slice when it sends.  An
+    answer that travels later (the simulator's channel, a socket) must not see what the files
+    hold by then; a caller that uses the answer at once (an in-process follower) need not copy."""
+    if isinstance(message, FetchResponse):
+        for part in message.partitions:
+            if not isinstance(part.records, bytes):
+                part.records = bytes(part.records)
+    return message
 
 
 @dataclass

@@ -500,8 +500,8 @@ class ReplicaManager:
             return answer(Errors.OFFSET_OUT_OF_RANGE, high_watermark=log.high_watermark,
                           log_start_offset=log.log_start_offset)
         records = b""
-        if item.fetch_offset < limit:
-            records = bytes(log.read(item.fetch_offset, item.partition_max_bytes, max_offset=limit))
+        if item.fetch_offset < limit:     # zero-copy: a view of the segment (messages.sent copies)
+            records = log.read(item.fetch_offset, item.partition_max_bytes, max_offset=limit) or b""
         aborted = None
         if request.isolation_level == READ_COMMITTED and request.replica_id == CONSUMER_REPLICA_ID:
             # The aborted transactions overlapping [fetch offset, limit): a superset of those

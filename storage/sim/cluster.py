@@ -162,7 +162,8 @@ class BrokerNode:
             return None
         # The answer (KAFKA_STORAGE_ERROR when the dir failed) is the process's last; with
         # guard M31 off the manager raises instead and does not answer.
-        return self._then_halt_if_offline(lambda: manager.handle(message))
+        # The answer travels through the channel: its records are read out of the files now.
+        return self._then_halt_if_offline(lambda: m.sent(manager.handle(message)))
 
     def step(self) -> None:
         if not self.alive or self.paused or self._halt_if_offline():

@@ -279,7 +279,7 @@ def m28_stale_fetch_response(root) -> Rig:
     rig.replicate()
     rig.produce(a, [b"a1"])
     fetcher = rig.nodes[b].fetcher
-    delayed = [(leader, request, rig.nodes[leader].handle(request)) for leader, request in fetcher.poll()]
+    delayed = [(leader, request, m.sent(rig.nodes[leader].handle(request))) for leader, request in fetcher.poll()]
     rig.controller.move_leader(TOPIC, PARTITION, c)    # epoch 1
     rig.publish()
     rig.produce(c, [b"c1"])

@@ -113,7 +113,7 @@ class Rig:
             if target is None:
                 manager.fetcher.handle_failure(leader, request)
                 continue
-            response = target.handle(request)
+            response = m.sent(target.handle(request))     # held answers must not see later writes
             answers.append(response)
             if deliver:
                 manager.fetcher.handle_response(leader, request, response)
