@@ -33,7 +33,7 @@ static int parse_legacy(const uint8_t *b, size_t avail, plog_batch_info *out) {
     (void)avail;
     out->magic = magic;
     out->crc = (uint32_t)be32(b + 12);
-    out->attributes = (int8_t)b[17];      /* a signed byte, as Kafka's LegacyRecord.attributes() */      /* a signed byte, as Kafka's LegacyRecord.attributes() */
+    out->attributes = (int8_t)b[17];      /* a signed byte, as Kafka's LegacyRecord.attributes() */
     out->partition_leader_epoch = -1;
     out->last_offset_delta = 0;
     out->base_timestamp = -1;
@@ -48,9 +48,12 @@ static int parse_legacy(const uint8_t *b, size_t avail, plog_batch_info *out) {
 
 int plog_batch_parse(const uint8_t *buf, size_t length, size_t position, int32_t max_batch_bytes,
                      plog_batch_info *out) {
-    if (position > length || length - position <= PLOG_HEADER_SIZE_UP_TO_MAGIC) return PLOG_EPARTIAL;
-    const uint8_t *b = buf + position;
-    size_t avail = length - position;
+    if (position > length) return PLOG_EPARTIAL;
+    return plog_batch_parse_header(buf + position, length - position, max_batch_bytes, out);
+}
+
+int plog_batch_parse_header(const uint8_t *b, size_t avail, int32_t max_batch_bytes, plog_batch_info *out) {
+    if (avail <= PLOG_HEADER_SIZE_UP_TO_MAGIC) return PLOG_EPARTIAL;
     out->base_offset = be64(b + POS_BASE_OFFSET);
     out->length = be32(b + POS_LENGTH);
     out->size_bytes = (int64_t)out->length + PLOG_LOG_OVERHEAD;

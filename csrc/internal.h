@@ -76,6 +76,9 @@ int plog_validate_crcs(const uint8_t *buf, size_t length, int64_t count, plog_va
 /* plog_validate_headers over the concatenation of `count` pieces, each holding whole batches
  * (plog_segment_append_pieces); nothing is written. */
 int plog_validate_pieces(const plog_iovec *pieces, int count, plog_validate *v);
+/* plog_batch_parse of the batch at `b`, with `avail` bytes of the log from there on (only
+ * its header need be readable at `b`: what the parse reads lies within min(avail, 61)). */
+int plog_batch_parse_header(const uint8_t *b, size_t avail, int32_t max_batch_bytes, plog_batch_info *out);
 
 /* index.c: one index (offset or time) seen through pointers into plog_segment. */
 typedef struct plog_index_ref {

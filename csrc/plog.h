@@ -37,7 +37,7 @@
 /* CDEF-BEGIN */
 
 /* Version of the C ABI; storage/_native.py refuses a module built from other sources. */
-#define PLOG_ABI_VERSION 9
+#define PLOG_ABI_VERSION 10
 
 /* Error codes (negative, private range). */
 #define PLOG_EPARTIAL      -1001  /* data ends inside a batch (not an error during iteration) */
@@ -484,7 +484,9 @@ int64_t plog_batches_span(const uint8_t *log, int64_t size, int64_t position, in
 int plog_segment_truncate_to(plog_segment *seg, const uint8_t *log, int64_t offset);
 
 /* Derive next_offset and the max timestamp of an opened segment from its index hints and
- * the image `log` (seg->size bytes); used after a clean open. */
+ * the image `log` (seg->size bytes), or, when `log` is NULL, from the batch headers read
+ * from the .log by pread (a clean open maps nothing); used after a clean open.  A read
+ * error is returned as its errno (positive), damage as a negative PLOG_ code. */
 int plog_segment_load(plog_segment *seg, const uint8_t *log);
 
 /* Rebuild the indexes and size from the segment image (unclean recovery).  The .log is

@@ -458,12 +458,16 @@ int plog_segment_should_roll(const plog_segment *seg, size_t length, const plog_
 }
 
 /* Does the offset-index entry (entry_offset, pos) point at a batch it can describe? */
+static int hint_matches(const plog_segment *seg, const plog_batch_info *info, int64_t entry_offset) {
+    return info->base_offset >= seg->base_offset && info->last_offset >= info->base_offset &&
+           info->last_offset <= entry_offset;
+}
+
 static int hint_ok(const plog_segment *seg, const uint8_t *log, int64_t entry_offset, int64_t pos) {
     plog_batch_info info;
     if (pos < 0 || pos >= seg->size) return 0;
     if (plog_batch_parse(log, (size_t)seg->size, (size_t)pos, 0, &info)) return 0;
-    return info.base_offset >= seg->base_offset && info.last_offset >= info.base_offset &&
-           info.last_offset <= entry_offset;
+    return hint_matches(seg, &info, entry_offset);
 }
 
 int plog_segment_find(plog_segment *seg, const uint8_t *log, int64_t target,
@@ -501,6 +505,34 @@ int plog_segment_read(plog_segment *seg, const uint8_t *log, int64_t target, int
     return 0;
 }
 
+/* The batch headers restore_state walks, from the mapping `log` or, without one, read from
+ * the .log descriptor by pread through a small window (a clean open maps nothing). */
+#define HEADER_WINDOW 4096
+typedef struct {
+    const plog_segment *seg;
+    const uint8_t *log;
+    int64_t start, length;                 /* the window's place in the file */
+    uint8_t window[HEADER_WINDOW];
+} header_reader;
+
+/* 0 and *info, a parse error (negative), or an errno from the read (positive). */
+static int read_header(header_reader *r, int64_t pos, plog_batch_info *info) {
+    int64_t size = r->seg->size;
+    if (r->log) return plog_batch_parse(r->log, (size_t)size, (size_t)pos, 0, info);
+    if (pos > size) return PLOG_EPARTIAL;
+    int64_t need = size - pos < PLOG_BATCH_OVERHEAD ? size - pos : PLOG_BATCH_OVERHEAD;
+    if (pos < r->start || pos + need > r->start + r->length) {
+        int64_t want = size - pos < HEADER_WINDOW ? size - pos : HEADER_WINDOW;
+        size_t done = 0;
+        int rc = plog_io_pread(r->seg->log_fd, r->window, (size_t)want, pos, &done);
+        if (rc) return rc;
+        if ((int64_t)done != want) return EIO;     /* the file is shorter than its size said */
+        r->start = pos;
+        r->length = want;
+    }
+    return plog_batch_parse_header(r->window + (pos - r->start), (size_t)(size - pos), 0, info);
+}
+
 /* Re-derive next_offset and the max timestamp after open or truncation, scanning only from
  * the index hints (cost bounded by the index interval, never by the segment size). */
 static int restore_state(plog_segment *seg, const uint8_t *log) {
@@ -509,8 +541,12 @@ static int restore_state(plog_segment *seg, const uint8_t *log) {
     seg->max_timestamp = -1;
     seg->offset_of_max_timestamp = seg->base_offset;
     if (seg->size == 0) return 0;
+    header_reader r;                       /* the window is filled before it is read */
+    r.seg = seg;
+    r.log = log;
+    r.start = r.length = 0;
     plog_batch_info info;
-    int rc = plog_batch_parse(log, (size_t)seg->size, 0, 0, &info);
+    int rc = read_header(&r, 0, &info);
     if (rc) return rc;
     /* The first batch is always walked: it may not lie below the segment's base (I9). */
     if (info.base_offset < seg->base_offset || info.last_offset < info.base_offset) return PLOG_ECORRUPT;
@@ -522,16 +558,20 @@ static int restore_state(plog_segment *seg, const uint8_t *log) {
         seg->max_timestamp = ts;
         seg->offset_of_max_timestamp = off;
         plog_offset_index_lookup(seg, off, &hint_offset, &pos);
-        if (pos != 0 && !hint_ok(seg, log, hint_offset, pos)) {
-            seg->index_suspect = 1;           /* scan it all; the caller rebuilds the index */
-            pos = 0;
+        if (pos != 0) {
+            int hint = pos > 0 && pos < seg->size ? read_header(&r, pos, &info) : PLOG_ECORRUPT;
+            if (hint > 0) return hint;           /* a read error is an error, not a bad hint */
+            if (hint || !hint_matches(seg, &info, hint_offset)) {
+                seg->index_suspect = 1;           /* scan it all; the caller rebuilds the index */
+                pos = 0;
+            }
         }
     } else {
         pos = 0;
     }
     int64_t previous_last = seg->base_offset - 1;
     while (pos < seg->size) {
-        if ((rc = plog_batch_parse(log, (size_t)seg->size, (size_t)pos, 0, &info))) return rc;
+        if ((rc = read_header(&r, pos, &info))) return rc;
         /* The checks recovery makes of offsets (outside the CRC): a clean open that finds a
          * batch below the segment base or going back must recover the segment instead. */
         if (info.base_offset < seg->base_offset || info.last_offset < info.base_offset ||

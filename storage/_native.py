@@ -12,7 +12,7 @@ import os
 from ._version import __version__
 
 _REBUILD = "rebuild it with `pip install -e .` (or `pip install .`) from the project root"
-EXPECTED_ABI = 9
+EXPECTED_ABI = 10
 
 
 class NativeBuildError(ImportError):

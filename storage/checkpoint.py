@@ -73,11 +73,17 @@ def format_lines(entries) -> bytes:
 
 
 def read(path, fields: int) -> list[tuple[str, ...]]:
+    entries = read_if_present(path, fields)
+    return [] if entries is None else entries
+
+
+def read_if_present(path, fields: int) -> list[tuple[str, ...]] | None:
+    """The entries, or None when there is no file (one open, no separate stat)."""
     seam = _io.current()
     try:
         data = seam.read_file(path)
     except FileNotFoundError:
-        return []
+        return None
     try:
         text = data.decode("utf-8")
     except UnicodeDecodeError as exc:

@@ -57,14 +57,14 @@ class LeaderEpochCache:
 
     # ---- file ----
     def _load(self) -> None:
-        if not checkpoint.exists(self.path):
-            # Kafka creates the file (empty) when the cache is created; a deferred cache writes
-            # it at its first flush (a missing file is an empty cache), so creating a partition
-            # costs no fsync.
-            self._changed()
-            return
         try:
-            lines = checkpoint.read(self.path, 2)
+            lines = checkpoint.read_if_present(self.path, 2)
+            if lines is None:
+                # Kafka creates the file (empty) when the cache is created; a deferred cache
+                # writes it at its first flush (a missing file is an empty cache), so creating a
+                # partition costs no fsync.
+                self._changed()
+                return
             entries = [(int(e), int(o)) for e, o in lines]
         except checkpoint.CheckpointError as exc:
             self.load_error = exc

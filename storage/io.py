@@ -145,6 +145,22 @@ class PosixIO:
 
     # ---- whole small files (checkpoints), written through the operations above ----
     def read_file(self, path) -> bytes:
+        cls = type(self)
+        if cls.open is PosixIO.open and cls.pread is PosixIO.pread and cls.fsize is PosixIO.fsize \
+                and cls.close is PosixIO.close:
+            # The same four calls without the seam's wrappers: a checkpoint a partition open.
+            fd = os.open(path, os.O_RDONLY | os.O_CLOEXEC)
+            try:
+                size = os.fstat(fd).st_size
+                data = os.read(fd, size)
+                while len(data) < size:       # a read returns at most 2 GiB
+                    more = os.read(fd, size - len(data))
+                    if not more:
+                        break
+                    data += more
+                return data
+            finally:
+                os.close(fd)
         fd = self.open(path, O_READ)
         try:
             return self.pread(fd, self.fsize(fd), 0)

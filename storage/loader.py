@@ -98,13 +98,23 @@ def decide(marker: str, place: str, index: str, headers: str) -> Action:
     raise AssertionError(f"no decision for {(marker, place, index, headers)}")
 
 
-def remove_leftovers(seam, path: str) -> tuple[list[int], set[str]]:
+def list_or_create(seam, path: str) -> tuple[list[str], set[str]]:
+    """A partition dir's (names, directories among them), the dir created when missing."""
+    try:
+        return seam.list_entries(path)
+    except FileNotFoundError:
+        seam.mkdir(path)
+        return seam.list_entries(path)
+
+
+def remove_leftovers(seam, path: str, listing: tuple[list[str], set[str]] | None = None) -> tuple[list[int], set[str]]:
     """Remove what an interrupted delete or checkpoint write left, finish or undo an
     interrupted compaction swap (Kafka's LogLoader: `.cleaned` files go, and with them every
     `.swap` file at or above the lowest of them -- that round is undone; the other `.swap`
     files replace the segment files in their range and take their final names); return the
-    `.log` base offsets in order and the names left in the dir."""
-    names, dirs = seam.list_entries(path)
+    `.log` base offsets in order and the names left in the dir.  `listing`: the dir's
+    (names, dirs) when the caller has just listed it."""
+    names, dirs = listing or seam.list_entries(path)
     files = [n for n in names if n not in dirs]
     lowest_cleaned = min((segment_base(n) for n in files if n.endswith(CLEANED_SUFFIX)
                           and segment_base(n) is not None), default=None)
@@ -231,9 +241,9 @@ class Loader:
         return Segment(self.log.path, base, self.log.config, create=False, active=active,
                        owner_lock=self.log._lock)
 
-    def load(self) -> None:
+    def load(self, listing: tuple[list[str], set[str]] | None = None) -> None:
         log = self.log
-        logs, names = remove_leftovers(self.seam, log.path)
+        logs, names = remove_leftovers(self.seam, log.path, listing)
         log.producer_state.use_listing(names)          # its snapshots: no second listing of the dir
         marker = "clean" if self.clean else "unclean"
         for i, base in enumerate(logs):
@@ -242,7 +252,9 @@ class Loader:
             self._missing = [os.path.join(log.path, f"{base:020d}{suffix}") for suffix in (INDEX_SUFFIX, TIME_INDEX_SUFFIX)
                              if f"{base:020d}{suffix}" not in names]
             action = decide(marker, place, "*", "*") if (marker, place) == ("unclean", "candidate") else None
-            segment = self._open_segment(base, active=action is Action.RECOVER or index_missing)
+            # The last segment is opened active (its index entries read into memory), as it
+            # stays: not mapped sealed first and copied out at the unseal.
+            segment = self._open_segment(base, active=action is Action.RECOVER or index_missing or i == len(logs) - 1)
             log.segments.append(segment)
             log._bases.append(base)
             if action is None:
@@ -284,7 +296,10 @@ class Loader:
             if self._recover(i, logs, segment):
                 break
         if log.segments:
-            log.segments[-1].unseal()
+            last = log.segments[-1]
+            last.unseal()
+            if f"{last.base_offset:020d}{TXN_INDEX_SUFFIX}" not in names:
+                last.txn_index_absent()          # the producer-state rebuild asks for it
 
     def _recover(self, i: int, logs: list[int], segment: Segment) -> bool:
         """Kafka's LogSegment.recover of one segment; True when it cut and later segments went."""

@@ -44,7 +44,7 @@ from .clock import wall_ms as _now_ms
 from .config import LogConfig
 from .epoch import CHECKPOINT_FILE, LeaderEpochCache
 from .failure import LogDirFailureChannel, guarded
-from .loader import Loader, repair_epoch_cache
+from .loader import Loader, list_or_create, repair_epoch_cache
 from .reads import LogReads
 from .records import _build, describe_error, error_class, iter_batches
 from .segment import INDEX_SUFFIX, LOG_SUFFIX, TIME_INDEX_SUFFIX, Segment
@@ -99,12 +99,14 @@ class PartitionLog(LogReads):
         self.recovery_report: list[tuple[int, int, str]] = []
         try:
             seam = _io.current()
-            seam.mkdir(self.path)
+            listing = list_or_create(seam, self.path)      # the dir's one listing for the load
             self.producer_state = _producer.ProducerStateManager(
                 self.path, self.config.producer_id_expiration_ms, sync=self.config.fsync, list_snapshots=False)
             self.epoch_cache = LeaderEpochCache(os.path.join(self.path, CHECKPOINT_FILE), fsync=self.config.fsync,
                                                 epoch_flush=self.config.epoch_flush)
-            self._load(seam, recovery_point or 0, log_start_offset, clean_shutdown, recover_mode)
+            if self.epoch_cache.writes:      # it wrote the checkpoint it missed: the listing is stale
+                listing = None
+            self._load(seam, listing, recovery_point or 0, log_start_offset, clean_shutdown, recover_mode)
             # Kafka's load resizes the active segment's indexes, which creates their files; after
             # that a new segment's index files come at its first flush or seal (LazyIndex).
             if self.segments[-1].attach_indexes():
@@ -155,10 +157,10 @@ class PartitionLog(LogReads):
                 raise
 
     # ---- loading (kafka-reference 5.2-5.4) ----
-    def _load(self, seam, recovery_point: int, log_start_offset: int | None, clean: bool,
+    def _load(self, seam, listing, recovery_point: int, log_start_offset: int | None, clean: bool,
               recover_mode: str = "strict") -> None:
         # The per-segment decision (trust, recover, rebuild the index, refuse) is loader.py's table.
-        Loader(self, seam, recovery_point, clean, recover_mode).load()
+        Loader(self, seam, recovery_point, clean, recover_mode).load(listing)
         start = self.segments[0].base_offset if self.segments else 0
         if log_start_offset is not None:
             start = max(start, log_start_offset)

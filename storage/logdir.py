@@ -205,13 +205,16 @@ class LogDir:
         self.meta = MetaStore(self.path, sync=self.config.fsync)
         stored = {**imported, **self.meta.partitions()}
         self._cleaner_offsets = checkpoint.read_offsets_lenient(os.path.join(self.path, checkpoint.CLEANER_OFFSET_FILE))
-        for name in sorted(seam.listdir(self.path)):
+        names, dirs = seam.list_entries(self.path)      # one scandir: no stat per name
+        for name in sorted(names):
+            if name not in dirs:
+                continue
             full = os.path.join(self.path, name)
-            if name.endswith("-delete") and seam.isdir(full):
+            if name.endswith("-delete"):
                 self._remove_tree(full)
                 continue
             key = parse_partition_dir(name)
-            if key is not None and seam.isdir(full):
+            if key is not None:
                 try:
                     self._open_partition(key, stored.get(key))
                 except errors.CorruptSegmentError as exc:

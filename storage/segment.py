@@ -263,6 +263,11 @@ class Segment:
             self._txn = TransactionIndex(self._path(TXN_INDEX_SUFFIX), sync=self.config.fsync)
         return self._txn
 
+    def txn_index_absent(self) -> None:
+        """The caller's listing of the dir has no transaction index file for this segment: its
+        index is empty without a look at the file system."""
+        self._txn = TransactionIndex(self._path(TXN_INDEX_SUFFIX), sync=self.config.fsync, entries=[])
+
     # ---- fields ----
     @property
     def base_offset(self) -> int:
@@ -464,12 +469,13 @@ class Segment:
         disk ends in zero entries), and with `thorough` (after an unclean shutdown) every
         entry must be in order and inside the segment."""
         self._use()
-        seam = _io.current()
-        if self._c.index_suspect:
+        c = self._c
+        if c.index_suspect:
             return "an index file is longer than segment_index_bytes or points at the wrong batch"
-        if seam.file_size(self.index_path) % lib.PLOG_OFFSET_ENTRY_BYTES:
+        # The lengths the open found (fstat of the descriptors it holds): no second stat by name.
+        if c.offset_file_bytes % lib.PLOG_OFFSET_ENTRY_BYTES:
             return "offset index length is not a multiple of 8"
-        if seam.file_size(self.time_index_path) % lib.PLOG_TIME_ENTRY_BYTES:
+        if c.time_file_bytes % lib.PLOG_TIME_ENTRY_BYTES:
             return "time index length is not a multiple of 12"
         bad = ffi.new("int64_t[2]")
         rc = lib.plog_segment_index_check(self._c, thorough, bad)    # every entry: ~1 ms a GiB
@@ -499,13 +505,14 @@ class Segment:
     def load(self) -> None:
         """Derive next offset and max timestamp after a clean open."""
         self._use()
-        rc = lib.plog_segment_load(self._c, self.log_pointer())
+        # The headers it walks (from the last index hint on) are read by pread: nothing is
+        # mapped until the first read, and an open partition keeps no mapping (~3 KiB of
+        # bookkeeping) per sealed segment it may never read.
+        rc = lib.plog_segment_load(self._c, ffi.NULL)
+        if rc > 0 or rc == lib.PLOG_ECALLBACK:
+            self._check(rc, "load")
         if rc:
             raise errors.CorruptRecordError(f"cannot load segment: {describe_error(rc)}", file=self.log_path)
-        if not self.active:
-            # A sealed segment is mapped again when first read: an open partition does not keep
-            # a mapping (and its bookkeeping, ~3 KiB) per sealed segment it may never read.
-            self._mapping = None
 
     def attach_indexes(self) -> bool:
         """Create the index files of a new segment (Kafka's LazyIndex: a segment's index files

@@ -35,10 +35,10 @@ class AbortedTxn(NamedTuple):
 class TransactionIndex:
     __slots__ = ("path", "sync", "_entries", "_dirty")     # one per segment, for as long as it is open
 
-    def __init__(self, path: str, *, sync: bool = True):
+    def __init__(self, path: str, *, sync: bool = True, entries: list[AbortedTxn] | None = None):
         self.path = path
         self.sync = sync
-        self._entries: list[AbortedTxn] | None = None      # read on first use
+        self._entries = entries      # read on first use when None
         self._dirty = False
 
     # ---- reading ----

@@ -269,3 +269,33 @@ def test_an_io_failure_while_opening_is_a_storage_error_and_releases_the_dir(tmp
     assert caught.value.error_code == errors.Errors.KAFKA_STORAGE_ERROR
     with LogDir.open(tmp_path, CONFIG) as logdir:
         assert logdir.partition("t", 0).log_end_offset == 3
+
+
+def test_a_read_failure_of_the_clean_open_header_walk_is_an_io_error_not_damage(tmp_path):
+    """A clean open reads the batch headers after the last index hint by pread (nothing is
+    mapped).  EIO there is an I/O error naming the file -- never "damaged headers", which would
+    refuse the partition as corrupt -- the open releases what it opened, and the data opens
+    again once the disk reads."""
+    with LogDir.open(tmp_path, CONFIG) as logdir:
+        _fill(logdir.partition("t", 0), 5)
+
+    class FailingLogReads(sio.PosixIO):
+        def __init__(self):
+            self.failed = []
+
+        def pread(self, fd, length, offset):
+            path = os.readlink(f"/proc/self/fd/{fd}")
+            if path.endswith(".log"):
+                self.failed.append(path)
+                raise OSError(errno.EIO, os.strerror(errno.EIO), path)
+            return super().pread(fd, length, offset)
+
+    seam = FailingLogReads()
+    with sio.using(seam):
+        with pytest.raises(errors.StorageIOError) as caught:
+            LogDir.open(tmp_path, CONFIG)
+    assert seam.failed and not isinstance(caught.value, errors.CorruptRecordError)
+    assert caught.value.error_code == errors.Errors.KAFKA_STORAGE_ERROR
+    assert caught.value.file.endswith(".log") and "load" in str(caught.value)
+    with LogDir.open(tmp_path, CONFIG) as logdir:
+        assert logdir.partition("t", 0).log_end_offset == 5
