@@ -48,6 +48,7 @@ Leftovers are removed first (`.deleted`, `.cleaned`, `.swap` files, index files 
 from __future__ import annotations
 
 import enum
+import functools
 import mmap
 import os
 
@@ -71,6 +72,7 @@ CLEANED_SUFFIX, SWAP_SUFFIX = ".cleaned", ".swap"     # the cleaner's (storage/c
 RECOVER_MODES = ("strict", "scan", "force")
 _LEFTOVER_SUFFIXES = (DELETED_SUFFIX, CLEANED_SUFFIX)
 _INDEX_SUFFIXES = (INDEX_SUFFIX, TIME_INDEX_SUFFIX, TXN_INDEX_SUFFIX)
+_CANDIDATE_SUFFIXES = (*_LEFTOVER_SUFFIXES, SWAP_SUFFIX, CHECKPOINT_FILE + ".tmp")
 
 
 class Action(enum.Enum):
@@ -89,6 +91,7 @@ DECISIONS: tuple[tuple[str, str, str, str, Action], ...] = (
 )
 
 
+@functools.lru_cache(maxsize=None)      # 4 small facts: asked once per segment at every open
 def decide(marker: str, place: str, index: str, headers: str) -> Action:
     """The action DECISIONS gives for one segment."""
     for row_marker, row_place, row_index, row_headers, action in DECISIONS:
@@ -115,31 +118,40 @@ def remove_leftovers(seam, path: str, listing: tuple[list[str], set[str]] | None
     `.log` base offsets in order and the names left in the dir.  `listing`: the dir's
     (names, dirs) when the caller has just listed it."""
     names, dirs = listing or seam.list_entries(path)
-    files = [n for n in names if n not in dirs]
-    lowest_cleaned = min((segment_base(n) for n in files if n.endswith(CLEANED_SUFFIX)
-                          and segment_base(n) is not None), default=None)
+    # What this step may remove or finish, in one pass: most dirs have none of it.
+    candidates = [n for n in names if n.endswith(_CANDIDATE_SUFFIXES) and n not in dirs]
     removed = False
-    for name in files:
-        undone_swap = name.endswith(SWAP_SUFFIX) and lowest_cleaned is not None and \
-            (segment_base(name) is None or segment_base(name) >= lowest_cleaned)
-        if name.endswith(_LEFTOVER_SUFFIXES) or name == CHECKPOINT_FILE + ".tmp" or undone_swap:
-            seam.unlink(os.path.join(path, name))
-            removed = True
-    if removed:
-        names, dirs = seam.list_entries(path)
-    swaps = [n for n in names if n.endswith(SWAP_SUFFIX) and n not in dirs]
-    if swaps:
-        _finish_swap(seam, path, swaps, names)
-        names, dirs = seam.list_entries(path)
-        removed = True
-    logs = sorted(b for n in names if (b := segment_base(n, LOG_SUFFIX)) is not None and n not in dirs)
-    log_set = set(logs)
-    for name in names:   # index files without their .log
-        if name.endswith(_INDEX_SUFFIXES) and name not in dirs:
-            base = segment_base(name)
-            if base is not None and base not in log_set:
+    if candidates:
+        lowest_cleaned = min((segment_base(n) for n in candidates if n.endswith(CLEANED_SUFFIX)
+                              and segment_base(n) is not None), default=None)
+        for name in candidates:
+            undone_swap = name.endswith(SWAP_SUFFIX) and lowest_cleaned is not None and \
+                (segment_base(name) is None or segment_base(name) >= lowest_cleaned)
+            if name.endswith(_LEFTOVER_SUFFIXES) or name == CHECKPOINT_FILE + ".tmp" or undone_swap:
                 seam.unlink(os.path.join(path, name))
                 removed = True
+        if removed:
+            names, dirs = seam.list_entries(path)
+        swaps = [n for n in names if n.endswith(SWAP_SUFFIX) and n not in dirs]
+        if swaps:
+            _finish_swap(seam, path, swaps, names)
+            names, dirs = seam.list_entries(path)
+            removed = True
+    logs, indexes = [], []
+    for name in names:
+        if name.endswith(LOG_SUFFIX):
+            base = segment_base(name, LOG_SUFFIX)
+            if base is not None and name not in dirs:
+                logs.append(base)
+        elif name.endswith(_INDEX_SUFFIXES) and name not in dirs:
+            indexes.append(name)
+    logs.sort()
+    log_set = set(logs)
+    for name in indexes:   # index files without their .log
+        base = segment_base(name)
+        if base is not None and base not in log_set:
+            seam.unlink(os.path.join(path, name))
+            removed = True
     return logs, set(seam.listdir(path)) if removed else set(names)
 
 
@@ -248,9 +260,10 @@ class Loader:
         marker = "clean" if self.clean else "unclean"
         for i, base in enumerate(logs):
             place = "candidate" if is_candidate(i, logs, self.recovery_point) else "below"
-            index_missing = f"{base:020d}{INDEX_SUFFIX}" not in names
-            self._missing = [os.path.join(log.path, f"{base:020d}{suffix}") for suffix in (INDEX_SUFFIX, TIME_INDEX_SUFFIX)
-                             if f"{base:020d}{suffix}" not in names]
+            stem = f"{base:020d}"
+            missing = [suffix for suffix in (INDEX_SUFFIX, TIME_INDEX_SUFFIX) if stem + suffix not in names]
+            index_missing = INDEX_SUFFIX in missing
+            self._missing = [os.path.join(log.path, stem + suffix) for suffix in missing]
             action = decide(marker, place, "*", "*") if (marker, place) == ("unclean", "candidate") else None
             # The last segment is opened active (its index entries read into memory), as it
             # stays: not mapped sealed first and copied out at the unseal.

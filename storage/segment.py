@@ -33,6 +33,7 @@ from .txnindex import TXN_INDEX_SUFFIX, TransactionIndex
 PAGE_BYTES = os.sysconf("SC_PAGE_SIZE")
 LOG_SUFFIX, INDEX_SUFFIX, TIME_INDEX_SUFFIX = ".log", ".index", ".timeindex"
 DELETED_SUFFIX = ".deleted"
+_LOG_BYTES, _INDEX_BYTES, _TIME_INDEX_BYTES = (s.encode() for s in (LOG_SUFFIX, INDEX_SUFFIX, TIME_INDEX_SUFFIX))
 _FILE_KINDS = (LOG_SUFFIX, INDEX_SUFFIX, TIME_INDEX_SUFFIX, TXN_INDEX_SUFFIX)     # Kafka's order
 _INT64_MAX = 2**63 - 1
 _INT32_MAX = 2**31 - 1
@@ -208,10 +209,11 @@ class Segment:
         # Kafka's LogSegment.created: the time-based roll falls back to it when the first batch
         # carries no timestamp (for a segment opened from disk: this open, as in Kafka).
         self.created_ms = time.time_ns() // 1_000_000
-        prefix = os.path.join(directory, segment_name(base_offset))
+        prefix = os.fsencode(os.path.join(directory, segment_name(base_offset)))
+        tail = suffix.encode() if suffix else b""
         rc = lib.plog_segment_open(
-            self._c, os.fsencode(prefix + LOG_SUFFIX + suffix), os.fsencode(prefix + INDEX_SUFFIX + suffix),
-            os.fsencode(prefix + TIME_INDEX_SUFFIX + suffix), base_offset, config.index_interval_bytes,
+            self._c, prefix + _LOG_BYTES + tail, prefix + _INDEX_BYTES + tail,
+            prefix + _TIME_INDEX_BYTES + tail, base_offset, config.index_interval_bytes,
             config.segment_index_bytes, 1 if create else 0, 1 if active else 0,
             0 if config.fsync else lib.PLOG_SYNC_NOOP)
         self._check(rc, "open")
