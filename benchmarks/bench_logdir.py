@@ -13,6 +13,13 @@ each, then close() -- the clean-shutdown marker and the metadata store are writt
           and per partition listdir, os.open + os.fstat + os.close of its .log, .index and
           .timeindex, and reading its leader-epoch-checkpoint
 The pair ratio is t(floor) / t(ours) (ours' share of the floor); `slow_paired_rounds` pairs.
+
+"logdir-reopen-threads-paired": the same reopen on 4 recovery threads (LogDir.open's
+recovery_threads, Kafka's num.recovery.threads.per.data.dir) against 1, pair ratio t(1) / t(4):
+  warm    the page cache holds every file (as above): the threads only take turns at the GIL;
+  cold    the page cache dropped before every run (sync; echo 3 > /proc/sys/vm/drop_caches,
+          untimed; root only, skipped otherwise): the opens wait for the disk, and four
+          threads overlap those waits.
 """
 from __future__ import annotations
 
@@ -45,9 +52,11 @@ class ManyPartitions:
         self.dirs = sorted(n for n in os.listdir(self.path) if n.startswith(f"{TOPIC}-"))
         assert len(self.dirs) == partitions
 
-    def ours(self) -> float:
+    def ours(self, threads: int = 1, cold: bool = False) -> float:
+        if cold:
+            drop_page_cache()
         start = time.perf_counter()
-        logdir = storage.LogDir.open(self.path, CONFIG)
+        logdir = storage.LogDir.open(self.path, CONFIG, recovery_threads=threads)
         elapsed = time.perf_counter() - start
         try:
             assert logdir.had_clean_shutdown and not logdir.recovery_report
@@ -78,6 +87,19 @@ class ManyPartitions:
         self.fresh_dirs.discard(self.path)
 
 
+DROP_CACHES = "/proc/sys/vm/drop_caches"
+
+
+def drop_page_cache() -> None:
+    os.sync()
+    with open(DROP_CACHES, "w") as f:
+        f.write("3")
+
+
+def can_drop_page_cache() -> bool:
+    return os.access(DROP_CACHES, os.W_OK)
+
+
 @pytest.fixture(scope="module")
 def many_partitions(fresh_dirs, stamped, sizes):
     side = ManyPartitions(fresh_dirs, stamped, sizes.reopen_partitions)
@@ -100,5 +122,30 @@ def test_logdir_reopen_paired(benchmark, sizes, many_partitions):
               f"{side.bytes / 2**20:.0f} MiB in all, cleanly closed")
     benchmark.extra_info.update(size=f"{side.partitions} partitions", detail=detail, partitions=side.partitions,
                                 bytes=side.bytes,
+                                per_partition_s={k: v / side.partitions for k, v in result["median_seconds"].items()},
+                                **result)
+
+
+@pytest.mark.parametrize("cache", ["warm", "cold"])
+def test_logdir_reopen_threads_paired(benchmark, sizes, many_partitions, cache):
+    if cache == "cold" and not can_drop_page_cache():
+        pytest.skip(f"the cold case drops the page cache: {DROP_CACHES} is not writable (root only)")
+    if cache == "cold" and sizes.quick:
+        pytest.skip("the cold case drops the machine's page cache: full runs only")
+    side = many_partitions
+    cold = cache == "cold"
+    contenders = [
+        Contender("threads-4", f"LogDir.open, 4 recovery threads, {cache} cache", "ours",
+                  lambda: side.ours(4, cold), "LogDir.open(path, config, recovery_threads=4)"),
+        Contender("threads-1", f"LogDir.open, 1 thread, {cache} cache", "peer",
+                  lambda: side.ours(1, cold), "LogDir.open(path, config) (recovery_threads=1, the default)"),
+    ]
+    benchmark.group = "logdir-reopen-threads-paired"
+    result = benchmark.pedantic(paired, args=(contenders, [("threads-4", "threads-1")], sizes.slow_paired_rounds),
+                                kwargs={"warmup": not sizes.quick, "unit": "seconds"}, rounds=1, iterations=1)
+    detail = (f"{side.partitions} partitions, {cache} page cache"
+              + ("" if not cold else " (dropped, untimed, before every run)"))
+    benchmark.extra_info.update(size=f"{side.partitions} partitions, {cache}", detail=detail,
+                                partitions=side.partitions,
                                 per_partition_s={k: v / side.partitions for k, v in result["median_seconds"].items()},
                                 **result)

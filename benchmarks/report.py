@@ -271,6 +271,8 @@ GROUP_NOTES = {
     "elections-paired": "N leader elections with fsync on; ratio t(sync) / t(deferred): how many times cheaper the "
                         "deferred epoch flush makes them.",
     "logdir-reopen-paired": "Clean reopen of a log dir; the ratio against the syscall floor is ours' share of it.",
+    "logdir-reopen-threads-paired": "The same reopen on 4 recovery threads against 1 (ratio t(1) / t(4)), with the "
+                                    "page cache warm, and dropped before every run (cold; root only).",
     "jvm-append-paired": "Against Kafka's FileRecords.append (kafka-clients, warm JVM, timed inside the JVM) and the "
                          "machine's limits; 16 KiB batches, fsync off, close timed.",
     "jvm-build-paired": "Against Kafka's MemoryRecordsBuilder (warm JVM): uncompressed batches of 100-byte values.",
@@ -597,6 +599,13 @@ def summary_new_groups(groups: dict[str, list[dict]]) -> list[list[str]]:
                      f"({fmt_time(extra['per_partition_s']['ours'])} a partition)", "–", "–"])
         for pair in extra["pairs"].values():
             rows.append(["clean reopen, ours / syscall floor", fmt_ratio(pair["median"]), "–", "–"])
+    for b in groups.get("logdir-reopen-threads-paired", []):
+        extra = b["extra_info"]
+        per = extra["per_partition_s"]
+        for pair in extra["pairs"].values():
+            rows.append([f"clean reopen, {extra['size']}: 4 recovery threads / 1 "
+                         f"({fmt_time(per['threads-4'])} / {fmt_time(per['threads-1'])} a partition)",
+                         fmt_x(pair["median"]), "–", "–"])
     for b in groups.get("partition-memory", []):
         rows += [row + ["–", "–"] for row in _partition_memory_rows(b["extra_info"])]
     for b in groups.get("elections-paired", []):
@@ -611,7 +620,8 @@ def summary_new_groups(groups: dict[str, list[dict]]) -> list[list[str]]:
 
 GROUP_ORDER = ["append-paired", "append-16KiB", "append-1MiB", "build-paired", "build", "read-seq-paired",
                "read-point-paired", "recovery-paired", "epoch-end-offset", "truncate-paired", "replication-catchup-paired",
-               "replication-diverge-paired", "memory", "logdir-reopen-paired", "elections-paired",
+               "replication-diverge-paired", "memory", "logdir-reopen-paired", "logdir-reopen-threads-paired",
+               "elections-paired",
                "jvm-append-paired", "jvm-build-paired", "jvm-read-paired"]
 
 

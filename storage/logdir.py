@@ -27,6 +27,7 @@ is written only after every log was closed (flushed) and the store committed.
 """
 from __future__ import annotations
 
+import concurrent.futures
 import contextlib
 import errno
 import fcntl
@@ -143,7 +144,7 @@ class LogDir:
     """A broker log directory.  Use `LogDir.open(path, config)` (a context manager)."""
 
     def __init__(self, path, config: LogConfig | None = None, *, broker_epoch: int = -1,
-                 recover_mode: str = "strict", background: bool = False,
+                 recover_mode: str = "strict", background: bool = False, recovery_threads: int = 1,
                  background_config: BackgroundConfig | None = None,
                  topic_configs: dict[str, LogConfig] | None = None):
         self.path = os.fspath(path)
@@ -153,6 +154,10 @@ class LogDir:
         self._background: Background | None = None
         self.background_error: BaseException | None = None
         self.recover_mode = recover_mode
+        if not isinstance(recovery_threads, int) or recovery_threads < 1:
+            raise ValueError(f"recovery_threads must be an int >= 1, not {recovery_threads!r}")
+        # Kafka's num.recovery.threads.per.data.dir: partitions opened on this many threads.
+        self.recovery_threads = recovery_threads
         self.config = config or LogConfig()
         self.broker_epoch = broker_epoch
         self._logs: dict[tuple[str, int], PartitionLog] = {}
@@ -206,21 +211,17 @@ class LogDir:
         stored = {**imported, **self.meta.partitions()}
         self._cleaner_offsets = checkpoint.read_offsets_lenient(os.path.join(self.path, checkpoint.CLEANER_OFFSET_FILE))
         names, dirs = seam.list_entries(self.path)      # one scandir: no stat per name
+        keys = []
         for name in sorted(names):
             if name not in dirs:
                 continue
-            full = os.path.join(self.path, name)
             if name.endswith("-delete"):
-                self._remove_tree(full)
+                self._remove_tree(os.path.join(self.path, name))
                 continue
             key = parse_partition_dir(name)
             if key is not None:
-                try:
-                    self._open_partition(key, stored.get(key))
-                except errors.CorruptSegmentError as exc:
-                    # Damage below the recovery point: this partition stays closed (its files
-                    # untouched) and says why when asked for; the others open.
-                    self.unopened[key] = exc
+                keys.append(key)
+        self._open_partitions(keys, stored)
         if imported:
             self.checkpoint()
         if self.had_clean_shutdown and not guards.on("M23") and seam.exists(marker):
@@ -252,15 +253,49 @@ class LogDir:
         return {key: PartitionOffsets(recovery.get(key, 0), starts.get(key, -1), watermarks.get(key, 0))
                 for key in set(recovery) | set(starts) | set(watermarks)}
 
+    def _open_partitions(self, keys: list[tuple[str, int]], stored: dict) -> None:
+        """Open the partition dirs found at the open, in order, or on `recovery_threads`
+        threads: what the opens wait for in the kernel (reads from a cold page cache, the
+        recovery scans in C) overlaps then, while their Python takes turns.  Either way every
+        log is registered in key order, a partition damaged below its recovery point stays
+        unopened (its files untouched; it says why when asked for) and the others open; any
+        other error fails the open, after every log opened so far is registered (and so
+        released by the failed open)."""
+        if self.recovery_threads == 1 or len(keys) < 2:
+            for key in keys:
+                try:
+                    self._register(key, self._open_log(key, stored.get(key)))
+                except errors.CorruptSegmentError as exc:
+                    self.unopened[key] = exc
+            return
+        with concurrent.futures.ThreadPoolExecutor(self.recovery_threads, thread_name_prefix="logdir-open") as pool:
+            opening = [(key, pool.submit(self._open_log, key, stored.get(key))) for key in keys]
+        failure = None
+        for key, future in opening:
+            exc = future.exception()
+            if exc is None:
+                self._register(key, future.result())
+            elif isinstance(exc, errors.CorruptSegmentError):
+                self.unopened[key] = exc
+            elif failure is None:
+                failure = exc
+        if failure is not None:
+            raise failure
+
     def _open_partition(self, key: tuple[str, int], offsets: PartitionOffsets | None) -> PartitionLog:
+        return self._register(key, self._open_log(key, offsets))
+
+    def _open_log(self, key: tuple[str, int], offsets: PartitionOffsets | None) -> PartitionLog:
         topic, partition = key
-        log = PartitionLog.open(
+        return PartitionLog.open(
             os.path.join(self.path, f"{topic}-{partition}"), self.topic_configs.get(topic, self.config),
             recovery_point=offsets.recovery_point if offsets else 0,
             log_start_offset=offsets.log_start_offset if offsets and offsets.log_start_offset >= 0 else None,
             high_watermark=offsets.high_watermark if offsets else None,
             clean_shutdown=self.had_clean_shutdown, failure_channel=self.failure_channel,
             recover_mode=self.recover_mode, log_start_offset_trusted=key not in self._imported)
+
+    def _register(self, key: tuple[str, int], log: PartitionLog) -> PartitionLog:
         log.first_dirty_offset = self._cleaner_offsets.get(key)
         if log.recovery_report:
             self.recovery_report[key] = list(log.recovery_report)

@@ -1,5 +1,6 @@
 """LogDir loading and recovery: Kafka's LogLoaderTest / LogSegmentTest scenarios (kafka-reference
 9.2-9.3) in our words, the clean-shutdown marker, the epoch cache repair, Kafka dir import."""
+import errno
 import json
 import os
 import shutil
@@ -7,7 +8,8 @@ import shutil
 import pytest
 from conftest import TESTDATA
 
-from storage import LogConfig, LogDir, Record, build_batch, iter_batches
+from storage import LogConfig, LogDir, Record, build_batch, errors, iter_batches
+from storage import io as sio
 from storage.logdir import CLEAN_SHUTDOWN_FILE, parse_partition_dir
 from storage.sim import invariants
 
@@ -509,3 +511,76 @@ def test_the_open_pauses_the_collector_and_restores_it(tmp_path, monkeypatch):
     with pytest.raises(ZeroDivisionError):
         LogDir.open(tmp_path / "c", LogConfig(fsync=False))
     assert gc.isenabled()
+
+
+# ---- recovery threads (Kafka's num.recovery.threads.per.data.dir) ----------------------------
+
+def _partitions_to_open(root):
+    """Twelve partitions of a few segments each; t-3 ends in a torn batch (recovery cuts it
+    after an unclean shutdown) and t-5 has a damaged sealed segment (it stays unopened)."""
+    with LogDir.open(root, CONFIG) as logdir:
+        for p in range(12):
+            fill(logdir.partition("t", p), count=8 + p, epoch=p % 3)
+    with open(sorted((root / "t-3").glob("*.log"))[-1], "ab") as f:
+        f.write(build_batch([b"torn"] * 4, base_offset=10_000)[:40])
+    with open(sorted((root / "t-5").glob("*.log"))[1], "r+b") as f:
+        f.write((0).to_bytes(8, "big"))                 # a base offset going backwards
+
+
+def _opened(root, threads):
+    with LogDir.open(root, CONFIG, recovery_threads=threads) as logdir:
+        state = (logdir.partitions(), [(k, log.log_end_offset, log.log_start_offset, values(log)[-1:])
+                                       for k, log in logdir.logs().items()],
+                 {k: [(base, cut, why.split(":")[0]) for base, cut, why in report]
+                  for k, report in logdir.recovery_report.items()},
+                 {k: (type(e).__name__, os.path.basename(e.file), e.position, e.offset) for k, e in logdir.unopened.items()})
+    return state
+
+
+@pytest.mark.parametrize("clean", [True, False])
+def test_recovery_threads_open_what_one_thread_opens(tmp_path, clean):
+    """recovery_threads=4 opens the partitions on four threads: the same logs, registered in
+    the same order, the same damaged partition left unopened with the same error, the same
+    recovery report -- after a clean and after an unclean shutdown."""
+    _partitions_to_open(tmp_path / "src")
+    if not clean:
+        remove_marker(tmp_path / "src")
+    shutil.copytree(tmp_path / "src", tmp_path / "one")
+    shutil.copytree(tmp_path / "src", tmp_path / "four")
+    serial, threaded = _opened(tmp_path / "one", 1), _opened(tmp_path / "four", 4)
+    assert threaded == serial
+    partitions, _logs, report, unopened = threaded
+    # After a clean shutdown the torn tail of t-3 is damage too (it is not recovered).
+    assert list(unopened) == ([("t", 3), ("t", 5)] if clean else [("t", 5)])
+    assert len(partitions) == 12 - len(unopened) and (("t", 3) in report) == (not clean)
+
+
+def test_a_failure_on_one_open_thread_fails_the_open_and_releases_every_log(tmp_path):
+    """An I/O error while one thread opens its partition fails LogDir.open with that error;
+    every log the other threads opened is released (no descriptor left open, the dir lock
+    free) and the next open, with the disk working, opens them all."""
+    with LogDir.open(tmp_path, CONFIG) as logdir:
+        for p in range(8):
+            fill(logdir.partition("t", p), count=6)
+
+    class FailingOneLog(sio.PosixIO):
+        def pread(self, fd, length, offset):
+            path = os.readlink(f"/proc/self/fd/{fd}")
+            if "/t-5/" in path and path.endswith(".log"):
+                raise OSError(errno.EIO, os.strerror(errno.EIO), path)
+            return super().pread(fd, length, offset)
+
+    descriptors = len(os.listdir("/proc/self/fd"))
+    with sio.using(FailingOneLog()):
+        with pytest.raises(errors.StorageIOError) as caught:
+            LogDir.open(tmp_path, CONFIG, recovery_threads=4)
+    assert "/t-5/" in caught.value.file and caught.value.errno == errno.EIO
+    assert len(os.listdir("/proc/self/fd")) == descriptors
+    with LogDir.open(tmp_path, CONFIG, recovery_threads=4) as logdir:
+        assert [log.log_end_offset for log in logdir.logs().values()] == [6] * 8
+
+
+@pytest.mark.parametrize("threads", [0, -1, 1.5, "2"])
+def test_recovery_threads_must_be_a_positive_int(tmp_path, threads):
+    with pytest.raises(ValueError):
+        LogDir.open(tmp_path, CONFIG, recovery_threads=threads)
