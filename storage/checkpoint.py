@@ -17,8 +17,6 @@ Invariants:
 """
 from __future__ import annotations
 
-import os
-
 from . import errors, guards
 from . import io as _io
 
@@ -144,7 +142,3 @@ def read_offsets_lenient(path) -> dict[tuple[str, int], int]:
         raise
     except (CheckpointError, OSError):
         return {}
-
-
-def exists(path) -> bool:
-    return _io.current().exists(os.fspath(path))
