@@ -457,24 +457,52 @@ int plog_segment_should_roll(const plog_segment *seg, size_t length, const plog_
     return v->last_offset - seg->base_offset > INT32_MAX || v->first_offset < seg->base_offset;
 }
 
-/* Does the offset-index entry (entry_offset, pos) point at a batch it can describe? */
-static int hint_matches(const plog_segment *seg, const plog_batch_info *info, int64_t entry_offset) {
-    return info->base_offset >= seg->base_offset && info->last_offset >= info->base_offset &&
-           info->last_offset <= entry_offset;
+/* The batch headers a walk reads: from the mapping `log` or, without one, from the .log
+ * descriptor by pread through `window` (HEADER_WINDOW bytes; a clean open maps nothing). */
+#define HEADER_WINDOW 4096
+typedef struct {
+    const plog_segment *seg;
+    const uint8_t *log;
+    uint8_t *window;
+    int64_t start, length;                 /* the window's place in the file */
+} header_reader;
+
+/* 0 and *info, a parse error (negative), or an errno from the read (positive). */
+static int read_header(header_reader *r, int64_t pos, plog_batch_info *info) {
+    int64_t size = r->seg->size;
+    if (r->log) return plog_batch_parse(r->log, (size_t)size, (size_t)pos, 0, info);
+    if (pos > size) return PLOG_EPARTIAL;
+    int64_t need = size - pos < PLOG_BATCH_OVERHEAD ? size - pos : PLOG_BATCH_OVERHEAD;
+    if (pos < r->start || pos + need > r->start + r->length) {
+        int64_t want = size - pos < HEADER_WINDOW ? size - pos : HEADER_WINDOW;
+        size_t done = 0;
+        int rc = plog_io_pread(r->seg->log_fd, r->window, (size_t)want, pos, &done);
+        if (rc) return rc;
+        if ((int64_t)done != want) return EIO;     /* the file is shorter than its size said */
+        r->start = pos;
+        r->length = want;
+    }
+    return plog_batch_parse_header(r->window + (pos - r->start), (size_t)(size - pos), 0, info);
 }
 
-static int hint_ok(const plog_segment *seg, const uint8_t *log, int64_t entry_offset, int64_t pos) {
+/* Does the offset-index entry (entry_offset, pos) point at a batch it can describe?  0 when
+ * it does, a negative code when it does not, an errno (positive) when the read failed. */
+static int check_hint(header_reader *r, int64_t entry_offset, int64_t pos) {
+    const plog_segment *seg = r->seg;
     plog_batch_info info;
-    if (pos < 0 || pos >= seg->size) return 0;
-    if (plog_batch_parse(log, (size_t)seg->size, (size_t)pos, 0, &info)) return 0;
-    return hint_matches(seg, &info, entry_offset);
+    if (pos < 0 || pos >= seg->size) return PLOG_ECORRUPT;
+    int rc = read_header(r, pos, &info);
+    if (rc) return rc;
+    return info.base_offset >= seg->base_offset && info.last_offset >= info.base_offset &&
+           info.last_offset <= entry_offset ? 0 : PLOG_ECORRUPT;
 }
 
 int plog_segment_find(plog_segment *seg, const uint8_t *log, int64_t target,
                       int64_t *position_out, plog_batch_info *info_out) {
     int64_t offset, pos;
     plog_offset_index_lookup(seg, target, &offset, &pos);
-    if (pos != 0 && !hint_ok(seg, log, offset, pos)) {
+    header_reader r = {.seg = seg, .log = log};
+    if (pos != 0 && check_hint(&r, offset, pos)) {
         seg->index_suspect = 1;
         pos = 0;
     }
@@ -505,34 +533,6 @@ int plog_segment_read(plog_segment *seg, const uint8_t *log, int64_t target, int
     return 0;
 }
 
-/* The batch headers restore_state walks, from the mapping `log` or, without one, read from
- * the .log descriptor by pread through a small window (a clean open maps nothing). */
-#define HEADER_WINDOW 4096
-typedef struct {
-    const plog_segment *seg;
-    const uint8_t *log;
-    int64_t start, length;                 /* the window's place in the file */
-    uint8_t window[HEADER_WINDOW];
-} header_reader;
-
-/* 0 and *info, a parse error (negative), or an errno from the read (positive). */
-static int read_header(header_reader *r, int64_t pos, plog_batch_info *info) {
-    int64_t size = r->seg->size;
-    if (r->log) return plog_batch_parse(r->log, (size_t)size, (size_t)pos, 0, info);
-    if (pos > size) return PLOG_EPARTIAL;
-    int64_t need = size - pos < PLOG_BATCH_OVERHEAD ? size - pos : PLOG_BATCH_OVERHEAD;
-    if (pos < r->start || pos + need > r->start + r->length) {
-        int64_t want = size - pos < HEADER_WINDOW ? size - pos : HEADER_WINDOW;
-        size_t done = 0;
-        int rc = plog_io_pread(r->seg->log_fd, r->window, (size_t)want, pos, &done);
-        if (rc) return rc;
-        if ((int64_t)done != want) return EIO;     /* the file is shorter than its size said */
-        r->start = pos;
-        r->length = want;
-    }
-    return plog_batch_parse_header(r->window + (pos - r->start), (size_t)(size - pos), 0, info);
-}
-
 /* Re-derive next_offset and the max timestamp after open or truncation, scanning only from
  * the index hints (cost bounded by the index interval, never by the segment size). */
 static int restore_state(plog_segment *seg, const uint8_t *log) {
@@ -541,10 +541,8 @@ static int restore_state(plog_segment *seg, const uint8_t *log) {
     seg->max_timestamp = -1;
     seg->offset_of_max_timestamp = seg->base_offset;
     if (seg->size == 0) return 0;
-    header_reader r;                       /* the window is filled before it is read */
-    r.seg = seg;
-    r.log = log;
-    r.start = r.length = 0;
+    uint8_t window[HEADER_WINDOW];         /* filled before it is read */
+    header_reader r = {.seg = seg, .log = log, .window = window};
     plog_batch_info info;
     int rc = read_header(&r, 0, &info);
     if (rc) return rc;
@@ -558,13 +556,11 @@ static int restore_state(plog_segment *seg, const uint8_t *log) {
         seg->max_timestamp = ts;
         seg->offset_of_max_timestamp = off;
         plog_offset_index_lookup(seg, off, &hint_offset, &pos);
-        if (pos != 0) {
-            int hint = pos > 0 && pos < seg->size ? read_header(&r, pos, &info) : PLOG_ECORRUPT;
-            if (hint > 0) return hint;           /* a read error is an error, not a bad hint */
-            if (hint || !hint_matches(seg, &info, hint_offset)) {
-                seg->index_suspect = 1;           /* scan it all; the caller rebuilds the index */
-                pos = 0;
-            }
+        int hint = pos != 0 ? check_hint(&r, hint_offset, pos) : 0;
+        if (hint > 0) return hint;               /* a read error is an error, not a bad hint */
+        if (hint) {
+            seg->index_suspect = 1;               /* scan it all; the caller rebuilds the index */
+            pos = 0;
         }
     } else {
         pos = 0;
