@@ -7,6 +7,7 @@ import dataclasses
 from .epoch import FLUSH_MODES
 
 _INT32_MAX = 2**31 - 1
+SEALED_SEGMENT_CHECKS = ("first_use", "open")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -20,6 +21,10 @@ class LogConfig:
     segment_ms: int = 7 * 24 * 3600 * 1000
     fsync: bool = True
     epoch_flush: str = "sync"
+    # After a clean shutdown a sealed segment is opened and checked (indexes, the headers after
+    # the last index entry) at its first use, as Kafka does (KAFKA-7283): "first_use"; or each
+    # one at the open, a damaged one keeping its partition unopened: "open" (storage/loader.py).
+    sealed_segment_check: str = "first_use"
     # Retention (PartitionLog.delete_old_segments) and producer state (storage/producer.py).
     cleanup_policy: str = "delete"              # "delete", "compact" or "compact,delete"
     retention_ms: int = 7 * 24 * 3600 * 1000    # -1: unlimited
@@ -44,6 +49,8 @@ class LogConfig:
             raise ValueError("segment_index_bytes must hold at least one offset index entry (8 bytes)")
         if self.max_message_bytes < 0:
             raise ValueError("max_message_bytes must be >= 0")
+        if self.sealed_segment_check not in SEALED_SEGMENT_CHECKS:
+            raise ValueError(f"sealed_segment_check must be one of {SEALED_SEGMENT_CHECKS}")
         if self.epoch_flush not in FLUSH_MODES:
             raise ValueError(f"epoch_flush must be one of {FLUSH_MODES}")
         if set(self.cleanup_policy.replace(" ", "").split(",")) - {"delete", "compact"} or not self.cleanup_policy:

@@ -49,10 +49,12 @@ from __future__ import annotations
 
 import enum
 import functools
+import logging
 import mmap
 import os
 
 from . import errors, guards
+from . import io as _io
 from ._native import ffi, lib
 from .epoch import CHECKPOINT_FILE
 from .records import iter_batches
@@ -63,6 +65,7 @@ from .segment import (
     TIME_INDEX_SUFFIX,
     ScanReport,
     Segment,
+    open_segments,
     segment_base,
 )
 from .txnindex import TXN_INDEX_SUFFIX
@@ -73,6 +76,7 @@ RECOVER_MODES = ("strict", "scan", "force")
 _LEFTOVER_SUFFIXES = (DELETED_SUFFIX, CLEANED_SUFFIX)
 _INDEX_SUFFIXES = (INDEX_SUFFIX, TIME_INDEX_SUFFIX, TXN_INDEX_SUFFIX)
 _CANDIDATE_SUFFIXES = (*_LEFTOVER_SUFFIXES, SWAP_SUFFIX, CHECKPOINT_FILE + ".tmp")
+_log = logging.getLogger(__name__)
 
 
 class Action(enum.Enum):
@@ -235,6 +239,47 @@ def scan_log_file(path: str, base_offset: int | None = None) -> ScanReport:
                 return _scan(pointer, size, base_offset)
 
 
+def verdict(segment: Segment, marker: str, place: str, index_missing: bool = False):
+    """(action, index problem, damage) for a segment the open does not recover outright: its
+    indexes checked (with every entry after an unclean shutdown) and its headers walked from
+    the last index hint; `damage` is the CorruptSegmentError to refuse it with (REFUSE, or
+    REBUILD_INDEX over batches a scan finds damaged), else None."""
+    problem = "index file missing" if index_missing else segment.index_problem(thorough=marker == "unclean")
+    headers = "*"
+    if problem is None:
+        try:
+            segment.load()
+            headers = "ok"
+            if segment.index_suspect:
+                problem = "an offset-index entry points at the wrong batch"
+        except errors.CorruptRecordError as exc:
+            headers = "damaged"
+            header_error = exc
+    action = decide(marker, place, "damaged" if problem else "ok", headers)
+    damage = None
+    if action is Action.REFUSE:
+        damage = _damage_error(segment, _dry_scan(segment), f"batch headers are damaged ({header_error.reason})")
+    elif action is Action.REBUILD_INDEX:
+        scan = _dry_scan(segment)
+        if scan.valid_bytes != segment.size:
+            damage = _damage_error(segment, scan, "a segment whose index had to be rebuilt is damaged")
+    return action, problem, damage
+
+
+def check_on_first_use(segment: Segment) -> None:
+    """The open's decision for a sealed segment a clean open left unopened (OnDiskSegment),
+    made at its first use: trusted, its indexes rebuilt from its batches (every batch scanned
+    valid first; nothing is cut), or refused with CorruptSegmentError (nothing changed)."""
+    action, problem, damage = verdict(segment, "clean", "below")
+    if damage is not None:
+        raise damage
+    if action is Action.REBUILD_INDEX:
+        segment.reopen_active()
+        segment.recover(check_crc=True)
+        segment.seal()
+        _log.warning("%s: index rebuilt at first use: %s", segment.log_path, problem)
+
+
 class Loader:
     """One load of a PartitionLog's directory (used by PartitionLog.__init__)."""
 
@@ -258,31 +303,28 @@ class Loader:
         logs, names = remove_leftovers(self.seam, log.path, listing)
         log.producer_state.use_listing(names)          # its snapshots: no second listing of the dir
         marker = "clean" if self.clean else "unclean"
+        # After a clean shutdown the sealed segments are opened at their first use (Kafka's
+        # KAFKA-7283), unless the config or the recover mode (scan, force) asks to look now.
+        defer = self.clean and not (self.force or self.scan_trusted) and log.config.sealed_segment_check == "first_use"
         for i, base in enumerate(logs):
             place = "candidate" if is_candidate(i, logs, self.recovery_point) else "below"
             stem = f"{base:020d}"
             missing = [suffix for suffix in (INDEX_SUFFIX, TIME_INDEX_SUFFIX) if stem + suffix not in names]
             index_missing = INDEX_SUFFIX in missing
+            last = i == len(logs) - 1
+            if defer and not missing and not last:
+                log.segments.append(OnDiskSegment.of(log.path, base, log.config, log._lock))
+                log._bases.append(base)
+                continue
             self._missing = [os.path.join(log.path, stem + suffix) for suffix in missing]
             action = decide(marker, place, "*", "*") if (marker, place) == ("unclean", "candidate") else None
             # The last segment is opened active (its index entries read into memory), as it
             # stays: not mapped sealed first and copied out at the unseal.
-            segment = self._open_segment(base, active=action is Action.RECOVER or index_missing or i == len(logs) - 1)
+            segment = self._open_segment(base, active=action is Action.RECOVER or index_missing or last)
             log.segments.append(segment)
             log._bases.append(base)
             if action is None:
-                problem = "index file missing" if index_missing else segment.index_problem(thorough=not self.clean)
-                headers = "*"
-                if problem is None:
-                    try:
-                        segment.load()
-                        headers = "ok"
-                        if segment.index_suspect:
-                            problem = "an offset-index entry points at the wrong batch"
-                    except errors.CorruptRecordError as exc:
-                        headers = "damaged"
-                        header_error = exc
-                action = decide(marker, place, "damaged" if problem else "ok", headers)
+                action, problem, damage = verdict(segment, marker, place, index_missing)
                 if action is Action.TRUST:
                     if self.scan_trusted:
                         # The offline recovery reads everything anyway: a damaged batch below the
@@ -292,19 +334,12 @@ class Loader:
                             self._release()
                             raise _damage_error(segment, scan, "a segment the open trusts is damaged")
                     continue
-                if action is Action.REFUSE and not self.force:
-                    scan = _dry_scan(segment)     # where the first damaged batch is
+                if damage is not None and not self.force:
                     self._release()
-                    raise _damage_error(segment, scan, f"batch headers are damaged ({header_error.reason})")
+                    raise damage
                 if not segment.active:
-                    segment.close()
-                    segment = self._open_segment(base, active=True)
-                    log.segments[-1] = segment
+                    segment.reopen_active()
                 if action is Action.REBUILD_INDEX:
-                    scan = _dry_scan(segment)
-                    if scan.valid_bytes != segment.size and not self.force:
-                        self._release()
-                        raise _damage_error(segment, scan, "a segment whose index had to be rebuilt is damaged")
                     log.recovery_report.append((base, 0, f"rebuilt: {problem}"))
             if self._recover(i, logs, segment):
                 break
@@ -346,6 +381,88 @@ class Loader:
         for path in self._missing:
             if self.seam.exists(path) and self.seam.file_size(path) == 0:
                 self.seam.unlink(path)
+
+
+class OnDiskSegment(Segment):
+    """A sealed segment a clean shutdown left, not opened until something uses it (Kafka opens
+    the indexes of such segments lazily and skips their sanity check after a clean shutdown,
+    KAFKA-7283).  It holds no descriptor, mapping or C state: a partition with many sealed
+    segments opens in the time of its active one and keeps a few fields per sealed segment.
+
+    Its size is the file's (a stat).  Anything else opens it: the files are opened and checked
+    as the loader would have checked them at the open (check_on_first_use: a damaged
+    index is rebuilt from the batches, damaged batch headers raise CorruptSegmentError naming
+    the file, position and offset, and the segment stays unopened, nothing changed), and the
+    object becomes a plain Segment."""
+
+    __slots__ = ()
+
+    @classmethod
+    def of(cls, directory: str, base_offset: int, config, owner_lock) -> "OnDiskSegment":
+        segment = object.__new__(cls)
+        segment._fields(directory, base_offset, config, owner_lock, "")
+        return segment
+
+    def _open(self) -> None:
+        if self.closed:
+            raise errors.LogClosedError("segment is closed", file=self.log_path)
+        self._open_files(create=False, active=False)
+        self.__class__ = Segment
+        try:
+            check_on_first_use(self)
+        except BaseException:
+            OnDiskSegment._close_files(self)     # (a Segment now)
+            raise
+
+    def _close_files(self) -> None:
+        """Back to unopened (a failed first use)."""
+        c, self._c, self._mapping, self._reads = self._c, None, None, None
+        open_segments.forget(self)
+        self.__class__ = OnDiskSegment
+        lib.plog_segment_close(c)
+
+    def _use(self) -> None:
+        self._open()
+        Segment._use(self)
+
+    @property
+    def size(self) -> int:
+        return _io.current().file_size(self.log_path)
+
+    @property
+    def active(self) -> bool:
+        return False
+
+    # What reads the C state without _use() first: opened, then asked again as a Segment.
+    def _opened(name, call=False):      # noqa: N805 -- builds the members below
+        def get(self, *args, **kwargs):
+            self._open()
+            member = getattr(self, name)
+            return member(*args, **kwargs) if call else member
+        return get if call else property(get)
+
+    next_offset = _opened("next_offset")
+    max_timestamp = _opened("max_timestamp")
+    offset_of_max_timestamp = _opened("offset_of_max_timestamp")
+    index_suspect = _opened("index_suspect")
+    view = _opened("view", call=True)
+    log_pointer = _opened("log_pointer", call=True)
+    del _opened
+
+    def attach_indexes(self) -> bool:
+        return False            # a sealed segment has its index files
+
+    def flush(self) -> bool:
+        return False            # nothing was written to it since the clean shutdown
+
+    def _suspend(self) -> None:
+        pass
+
+    def close(self) -> None:
+        self.closed = True
+
+    def __repr__(self) -> str:
+        return f"Segment(base_offset={self.base_offset}, not opened)"
 
 
 # ---- the epoch cache after a load ------------------------------------------------------------

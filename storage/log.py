@@ -729,7 +729,7 @@ class PartitionLog(LogReads):
                 _io.current().fsync_dir(os.path.dirname(self.path), self._sync_flags)
                 self.parent_dir_dirty = False
             self.epoch_cache.flush()
-            for segment in self.segments:
+            for segment in self.segments[max(self._segment_index(self.recovery_point), 0):]:    # none below it
                 if segment.next_offset > self.recovery_point or segment is self.segments[-1]:
                     if segment.flush():
                         self._dir_dirty = True      # its index files were created now

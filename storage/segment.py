@@ -190,33 +190,44 @@ class Segment:
     # Slots, file paths derived when asked, the transaction index and the read scratch made on
     # first use: a partition holds one of these per sealed segment for as long as it is open
     # (bench_partitions_memory measures it).
-    __slots__ = ("directory", "config", "_suffix", "_txn", "_c",
+    __slots__ = ("directory", "config", "base_offset", "_suffix", "_txn", "_c",
                  "_reads", "_mapping", "closed", "suspended", "owner_lock", "created_ms")
 
     def __init__(self, directory: str, base_offset: int, config, *, create: bool, active: bool,
                  owner_lock=None, suffix: str = ""):
+        self._fields(directory, base_offset, config, owner_lock, suffix)
+        # Kafka's LogSegment.created: the time-based roll falls back to it when the first batch
+        # carries no timestamp (for a segment opened from disk: this open, as in Kafka).
+        self.created_ms = time.time_ns() // 1_000_000
+        self._open_files(create=create, active=active)
+
+    def _fields(self, directory: str, base_offset: int, config, owner_lock, suffix: str) -> None:
         self.directory = directory
         self.config = config
+        self.base_offset = base_offset
         # suffix: the cleaner's segments are written as `.cleaned` files (change_suffix moves them on)
         self._suffix = suffix
         self._txn: TransactionIndex | None = None
-        self._c = ffi.new("plog_segment *")
+        self._c = None
         self._reads = None                          # _read_scratch(), made on the first find or read
         self._mapping: _Mapping | None = None
         self.closed = False
         self.suspended = False
         self.owner_lock = owner_lock
-        # Kafka's LogSegment.created: the time-based roll falls back to it when the first batch
-        # carries no timestamp (for a segment opened from disk: this open, as in Kafka).
-        self.created_ms = time.time_ns() // 1_000_000
-        prefix = os.fsencode(os.path.join(directory, segment_name(base_offset)))
-        tail = suffix.encode() if suffix else b""
+        self.created_ms = None
+
+    def _open_files(self, *, create: bool, active: bool) -> None:
+        c = ffi.new("plog_segment *")
+        prefix = os.fsencode(os.path.join(self.directory, segment_name(self.base_offset)))
+        tail = self._suffix.encode() if self._suffix else b""
+        config = self.config
         rc = lib.plog_segment_open(
-            self._c, prefix + _LOG_BYTES + tail, prefix + _INDEX_BYTES + tail,
-            prefix + _TIME_INDEX_BYTES + tail, base_offset, config.index_interval_bytes,
+            c, prefix + _LOG_BYTES + tail, prefix + _INDEX_BYTES + tail,
+            prefix + _TIME_INDEX_BYTES + tail, self.base_offset, config.index_interval_bytes,
             config.segment_index_bytes, 1 if create else 0, 1 if active else 0,
             0 if config.fsync else lib.PLOG_SYNC_NOOP)
         self._check(rc, "open")
+        self._c = c
         open_segments.touch(self)
 
     # ---- descriptors (see _OpenSegments) ----
@@ -240,7 +251,7 @@ class Segment:
 
     # ---- files ----
     def _path(self, kind: str) -> str:
-        return os.path.join(self.directory, segment_name(self._c.base_offset)) + kind + self._suffix
+        return os.path.join(self.directory, segment_name(self.base_offset)) + kind + self._suffix
 
     def paths(self) -> tuple[str, str, str, str]:
         """The four files, in Kafka's order: log, offset index, time index, transaction index."""
@@ -271,10 +282,6 @@ class Segment:
         self._txn = TransactionIndex(self._path(TXN_INDEX_SUFFIX), sync=self.config.fsync, entries=[])
 
     # ---- fields ----
-    @property
-    def base_offset(self) -> int:
-        return self._c.base_offset
-
     @property
     def size(self) -> int:
         return self._c.size
@@ -589,6 +596,14 @@ class Segment:
         # A mapping still referenced by a caller's slice stays valid until released.
         self._mapping = None
         self._check(lib.plog_segment_close(self._c), "close")
+
+    def reopen_active(self) -> None:
+        """Close the files and open them again as the active segment's (an index rebuild)."""
+        self._mapping = None
+        open_segments.forget(self)
+        c, self._c = self._c, None
+        self._check(lib.plog_segment_close(c), "close")
+        self._open_files(create=False, active=True)
 
     def change_suffix(self, old: str, new: str) -> None:
         """Rename the files that exist from `<name><old>` to `<name><new>` (Kafka's

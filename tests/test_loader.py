@@ -5,6 +5,7 @@ Kafka's LogLoaderTest checks that recovery accepts offset gaps between segments 
 and follower logs have them): testRecoveryOfSegmentWithOffsetOverflow-style logs and
 testLogRecoversToCorrectOffset; the cases here are ours.
 """
+import dataclasses
 import os
 import tempfile
 
@@ -131,21 +132,53 @@ def test_damage_in_a_sealed_segment_below_the_recovery_point_refuses_the_open(tm
     log.close()
 
 
-def test_a_partition_refused_by_logdir_leaves_the_others_open_and_no_marker(tmp_path):
-    with LogDir.open(tmp_path / "d", CONFIG) as logdir:
+def _two_partitions_one_damaged(root, config=CONFIG):
+    """Partitions a-0 and b-0 closed cleanly; a-0's second segment (sealed) has a base offset
+    going backwards (outside the CRC).  Returns the damaged file."""
+    with LogDir.open(root, config) as logdir:
         for name in ("a", "b"):
             log = logdir.partition(name, 0)
             for i in range(30):
                 log.append_as_leader([b"x%03d" % i * 10], 1)
-    victim = sorted((tmp_path / "d" / "a-0").glob("*.log"))[1]
-    with open(victim, "r+b") as f:        # a base offset (outside the CRC) going backwards
+    victim = sorted((root / "a-0").glob("*.log"))[1]
+    with open(victim, "r+b") as f:
         f.write((0).to_bytes(8, "big"))
-    with LogDir.open(tmp_path / "d", CONFIG) as logdir:
+    return victim
+
+
+def test_a_partition_refused_by_logdir_leaves_the_others_open_and_no_marker(tmp_path):
+    config = dataclasses.replace(CONFIG, sealed_segment_check="open")
+    _two_partitions_one_damaged(tmp_path / "d", config)
+    with LogDir.open(tmp_path / "d", config) as logdir:
         assert set(logdir.unopened) == {("a", 0)} and logdir.partitions() == [("b", 0)]
         with pytest.raises(errors.CorruptSegmentError):
             logdir.partition("a", 0)
         assert logdir.partition("b", 0).log_end_offset == 30
     assert not (tmp_path / "d" / ".kafka_cleanshutdown").exists()
+
+
+def test_a_damaged_sealed_segment_after_a_clean_shutdown_is_refused_at_its_first_use(tmp_path):
+    # sealed_segment_check="first_use" (the default, Kafka's KAFKA-7283): the partition opens
+    # without opening its sealed segments; the first read of the damaged one raises the error
+    # the open would have raised, and changes nothing.
+    victim = _two_partitions_one_damaged(tmp_path / "d")
+    before = {p.name: p.read_bytes() for p in (tmp_path / "d" / "a-0").iterdir()}
+    with LogDir.open(tmp_path / "d", CONFIG) as logdir:
+        assert logdir.unopened == {} and logdir.partitions() == [("a", 0), ("b", 0)]
+        log = logdir.partition("a", 0)
+        assert log.log_end_offset == 30 and repr(log.segments[1]).endswith("not opened)")
+        base = log.segments[1].base_offset
+        for _ in range(2):                       # refused again: it stays unopened
+            with pytest.raises(errors.CorruptSegmentError) as info:
+                list(log.batches(base))
+            assert info.value.file == str(victim) and info.value.position == 0, info.value
+            assert repr(log.segments[1]).endswith("not opened)")
+        assert [b.base_offset for b in log.batches(log.segments[-1].base_offset)]     # the rest reads
+        assert log.append_as_leader([b"after"], 1).first_offset == 30
+        assert logdir.partition("b", 0).log_end_offset == 30
+    assert {p.name: p.read_bytes() for p in (tmp_path / "d" / "a-0").iterdir()
+            if p.name in before and p.name.startswith(victim.name[:20])} == \
+        {n: d for n, d in before.items() if n.startswith(victim.name[:20])}
 
 
 # ---- names and leftovers ---------------------------------------------------------------------

@@ -1,5 +1,6 @@
 """LogDir loading and recovery: Kafka's LogLoaderTest / LogSegmentTest scenarios (kafka-reference
 9.2-9.3) in our words, the clean-shutdown marker, the epoch cache repair, Kafka dir import."""
+import dataclasses
 import errno
 import json
 import os
@@ -440,19 +441,25 @@ def _three_segments(root):
     return config, os.path.join(root, "t-0", "00000000000000000000.index")
 
 
-@pytest.mark.parametrize("clean", [True, False])
-def test_an_index_whose_trim_was_lost_is_rebuilt(tmp_path, clean):
+@pytest.mark.parametrize("clean, check", [(True, "open"), (True, "first_use"), (False, "first_use")])
+def test_an_index_whose_trim_was_lost_is_rebuilt(tmp_path, clean, check, caplog):
     # The roll trimmed segment 0's index; a crash kept the pre-allocated length (zero entries at
     # the end).  Trusted, the zeros break lookups and truncation (stale entries past the cut).
+    # After a clean shutdown with sealed_segment_check="first_use" it is rebuilt when first used.
     config, index = _three_segments(tmp_path)
+    config = dataclasses.replace(config, sealed_segment_check=check)
     with open(index, "ab") as f:
         f.write(b"\0" * 64)
     if not clean:
         os.unlink(tmp_path / CLEAN_SHUTDOWN_FILE)
     logdir = LogDir.open(tmp_path, config)
     log = logdir.partition("t", 0)
-    assert logdir.recovery_report[("t", 0)][0][2].startswith("rebuilt: offset index entry (0, 0)")
+    at_open = not clean or check == "open"
+    assert bool(logdir.recovery_report.get(("t", 0))) == at_open
+    if at_open:
+        assert logdir.recovery_report[("t", 0)][0][2].startswith("rebuilt: offset index entry (0, 0)")
     assert [o for o, _ in log.segments[0].offset_index_entries()] == [3, 6, 9, 12, 15]
+    assert ("index rebuilt at first use: offset index entry (0, 0)" in caplog.text) == (not at_open)
     log.truncate_to(3)
     assert log.segments[0].offset_index_entries() == [] and invariants.check_replica("t-0", log) == []
 
@@ -528,7 +535,8 @@ def _partitions_to_open(root):
 
 
 def _opened(root, threads):
-    with LogDir.open(root, CONFIG, recovery_threads=threads) as logdir:
+    config = dataclasses.replace(CONFIG, sealed_segment_check="open")     # t-5 refused at the open
+    with LogDir.open(root, config, recovery_threads=threads) as logdir:
         state = (logdir.partitions(), [(k, log.log_end_offset, log.log_start_offset, values(log)[-1:])
                                        for k, log in logdir.logs().items()],
                  {k: [(base, cut, why.split(":")[0]) for base, cut, why in report]

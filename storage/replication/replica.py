@@ -501,7 +501,11 @@ class ReplicaManager:
                           log_start_offset=log.log_start_offset)
         records = b""
         if item.fetch_offset < limit:     # zero-copy: a view of the segment (messages.sent copies)
-            records = log.read(item.fetch_offset, item.partition_max_bytes, max_offset=limit) or b""
+            try:
+                records = log.read(item.fetch_offset, item.partition_max_bytes, max_offset=limit) or b""
+            except errors.StorageError as exc:      # e.g. a sealed segment found damaged at its first use
+                self._went_offline()
+                return answer(int(exc.error_code))
         aborted = None
         if request.isolation_level == READ_COMMITTED and request.replica_id == CONSUMER_REPLICA_ID:
             # The aborted transactions overlapping [fetch offset, limit): a superset of those
