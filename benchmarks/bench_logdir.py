@@ -14,6 +14,15 @@ each, then close() -- the clean-shutdown marker and the metadata store are writt
           .timeindex, and reading its leader-epoch-checkpoint
 The pair ratio is t(floor) / t(ours) (ours' share of the floor); `slow_paired_rounds` pairs.
 
+"logdir-reopen-sealed-paired": what sealed segments cost a clean reopen; 200 partitions (a
+fifth of the above) of 20 segments (19 sealed, one 4 KiB batch each; LogConfig(segment_bytes=
+16 KiB)), and the same partitions with one segment of one batch:
+  first-use    LogDir.open with sealed_segment_check="first_use" (the default): sealed
+               segments are opened at their first use (Kafka's KAFKA-7283)
+  at-open      sealed_segment_check="open": each sealed segment opened and checked now
+  one-segment  the one-segment dir, first-use: the ratio against it is 1.0 when sealed
+               segments cost the open nothing
+
 "logdir-reopen-threads-paired": the same reopen on 4 recovery threads (LogDir.open's
 recovery_threads, Kafka's num.recovery.threads.per.data.dir) against 1, pair ratio t(1) / t(4):
   warm    the page cache holds every file (as above): the threads only take turns at the GIL;
@@ -87,6 +96,42 @@ class ManyPartitions:
         self.fresh_dirs.discard(self.path)
 
 
+class SealedPartitions:
+    SEGMENTS = 20
+
+    def __init__(self, fresh_dirs, partitions: int):
+        self.fresh_dirs = fresh_dirs
+        self.partitions = partitions
+        config = storage.LogConfig(fsync=False, segment_bytes=16 * 1024, epoch_flush="deferred")
+        self.paths = {}
+        for segments in (self.SEGMENTS, 1):
+            path = self.paths[segments] = fresh_dirs.new(f"logdir-sealed-{segments}")
+            with storage.LogDir.open(path, config) as logdir:
+                for p in range(partitions):
+                    log = logdir.partition(TOPIC, p)
+                    for _ in range(segments):
+                        log.append_as_leader([b"x" * 4000], 0)
+                        if len(log.segments) < segments:
+                            log.roll()
+
+    def open(self, segments: int, check: str) -> float:
+        config = storage.LogConfig(fsync=False, segment_bytes=16 * 1024, sealed_segment_check=check)
+        start = time.perf_counter()
+        logdir = storage.LogDir.open(self.paths[segments], config)
+        elapsed = time.perf_counter() - start
+        try:
+            logs = logdir.logs()
+            assert len(logs) == self.partitions and not logdir.unopened
+            assert all(len(log.segments) == segments and log.log_end_offset == segments for log in logs.values())
+        finally:
+            logdir.close()
+        return elapsed
+
+    def close(self):
+        for path in self.paths.values():
+            self.fresh_dirs.discard(path)
+
+
 DROP_CACHES = "/proc/sys/vm/drop_caches"
 
 
@@ -149,3 +194,32 @@ def test_logdir_reopen_threads_paired(benchmark, sizes, many_partitions, cache):
                                 partitions=side.partitions,
                                 per_partition_s={k: v / side.partitions for k, v in result["median_seconds"].items()},
                                 **result)
+
+
+@pytest.fixture(scope="module")
+def sealed_partitions(fresh_dirs, sizes):
+    side = SealedPartitions(fresh_dirs, max(sizes.reopen_partitions // 5, 4))
+    yield side
+    side.close()
+
+
+def test_logdir_reopen_sealed_paired(benchmark, sizes, sealed_partitions):
+    side = sealed_partitions
+    n = side.SEGMENTS
+    contenders = [
+        Contender("first-use", f"LogDir.open, {n} segments a partition, sealed ones opened at first use", "ours",
+                  lambda: side.open(n, "first_use"), 'sealed_segment_check="first_use" (the default)'),
+        Contender("at-open", f"LogDir.open, {n} segments a partition, each checked at the open", "peer",
+                  lambda: side.open(n, "open"), 'sealed_segment_check="open"'),
+        Contender("one-segment", "LogDir.open, one segment a partition", "limit",
+                  lambda: side.open(1, "first_use"), "the same partitions with one segment each"),
+    ]
+    benchmark.group = "logdir-reopen-sealed-paired"
+    pairs = [("first-use", "at-open"), ("first-use", "one-segment")]
+    result = benchmark.pedantic(paired, args=(contenders, pairs, sizes.slow_paired_rounds),
+                                kwargs={"warmup": not sizes.quick, "unit": "seconds"}, rounds=1, iterations=1)
+    medians = result["median_seconds"]
+    per_sealed = {k: (medians[k] - medians["one-segment"]) / side.partitions / (n - 1) for k in ("first-use", "at-open")}
+    benchmark.extra_info.update(size=f"{side.partitions} partitions x {n} segments", partitions=side.partitions,
+                                segments=n, per_partition_s={k: v / side.partitions for k, v in medians.items()},
+                                per_sealed_segment_s=per_sealed, **result)

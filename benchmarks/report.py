@@ -271,6 +271,9 @@ GROUP_NOTES = {
     "elections-paired": "N leader elections with fsync on; ratio t(sync) / t(deferred): how many times cheaper the "
                         "deferred epoch flush makes them.",
     "logdir-reopen-paired": "Clean reopen of a log dir; the ratio against the syscall floor is ours' share of it.",
+    "logdir-reopen-sealed-paired": "Clean reopen of partitions of 20 segments: sealed segments opened at first use "
+                                   "(the default) against each checked at the open, and against the same partitions "
+                                   "with one segment (1.0: the sealed segments cost the open nothing).",
     "logdir-reopen-threads-paired": "The same reopen on 4 recovery threads against 1 (ratio t(1) / t(4)), with the "
                                     "page cache warm, and dropped before every run (cold; root only).",
     "jvm-append-paired": "Against Kafka's FileRecords.append (kafka-clients, warm JVM, timed inside the JVM) and the "
@@ -599,6 +602,14 @@ def summary_new_groups(groups: dict[str, list[dict]]) -> list[list[str]]:
                      f"({fmt_time(extra['per_partition_s']['ours'])} a partition)", "–", "–"])
         for pair in extra["pairs"].values():
             rows.append(["clean reopen, ours / syscall floor", fmt_ratio(pair["median"]), "–", "–"])
+    for b in groups.get("logdir-reopen-sealed-paired", []):
+        extra = b["extra_info"]
+        per = extra["per_sealed_segment_s"]
+        rows.append([f"clean reopen, {extra['size']}: each sealed segment adds, first use / at the open",
+                     f"{fmt_time(per['first-use'])} / {fmt_time(per['at-open'])}", "–", "–"])
+        for pair in extra["pairs"].values():
+            rows.append([f"clean reopen, {extra['size']}: {pair['ours']} / {pair['peer']}", fmt_ratio(pair["median"]),
+                         "–", "–"])
     for b in groups.get("logdir-reopen-threads-paired", []):
         extra = b["extra_info"]
         per = extra["per_partition_s"]
@@ -620,7 +631,8 @@ def summary_new_groups(groups: dict[str, list[dict]]) -> list[list[str]]:
 
 GROUP_ORDER = ["append-paired", "append-16KiB", "append-1MiB", "build-paired", "build", "read-seq-paired",
                "read-point-paired", "recovery-paired", "epoch-end-offset", "truncate-paired", "replication-catchup-paired",
-               "replication-diverge-paired", "memory", "logdir-reopen-paired", "logdir-reopen-threads-paired",
+               "replication-diverge-paired", "memory", "logdir-reopen-paired", "logdir-reopen-sealed-paired",
+               "logdir-reopen-threads-paired",
                "elections-paired",
                "jvm-append-paired", "jvm-build-paired", "jvm-read-paired"]
 

@@ -150,13 +150,17 @@ def remove_leftovers(seam, path: str, listing: tuple[list[str], set[str]] | None
         elif name.endswith(_INDEX_SUFFIXES) and name not in dirs:
             indexes.append(name)
     logs.sort()
-    log_set = set(logs)
+    log_set, name_set = None, set(names) - dirs
     for name in indexes:   # index files without their .log
+        if name[:20] + LOG_SUFFIX in name_set:
+            continue        # (the common case, without parsing the name)
         base = segment_base(name)
+        if log_set is None:
+            log_set = set(logs)
         if base is not None and base not in log_set:
             seam.unlink(os.path.join(path, name))
             removed = True
-    return logs, set(seam.listdir(path)) if removed else set(names)
+    return logs, set(seam.listdir(path)) if removed else name_set | dirs
 
 
 def _finish_swap(seam, path: str, swaps: list[str], names: list[str]) -> None:
@@ -309,14 +313,14 @@ class Loader:
         for i, base in enumerate(logs):
             place = "candidate" if is_candidate(i, logs, self.recovery_point) else "below"
             stem = f"{base:020d}"
-            missing = [suffix for suffix in (INDEX_SUFFIX, TIME_INDEX_SUFFIX) if stem + suffix not in names]
-            index_missing = INDEX_SUFFIX in missing
+            index_missing = stem + INDEX_SUFFIX not in names
             last = i == len(logs) - 1
-            if defer and not missing and not last:
+            if defer and not last and not index_missing and stem + TIME_INDEX_SUFFIX in names:
                 log.segments.append(OnDiskSegment.of(log.path, base, log.config, log._lock))
                 log._bases.append(base)
                 continue
-            self._missing = [os.path.join(log.path, stem + suffix) for suffix in missing]
+            self._missing = [os.path.join(log.path, stem + suffix) for suffix in (INDEX_SUFFIX, TIME_INDEX_SUFFIX)
+                             if stem + suffix not in names]
             action = decide(marker, place, "*", "*") if (marker, place) == ("unclean", "candidate") else None
             # The last segment is opened active (its index entries read into memory), as it
             # stays: not mapped sealed first and copied out at the unseal.

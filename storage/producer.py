@@ -482,7 +482,8 @@ class ProducerStateManager:
     # ---- snapshot files ----
     def use_listing(self, names) -> None:
         """The snapshot files among the names of a fresh listing of the dir."""
-        self.snapshots = sorted(o for o in map(snapshot_offset, names) if o is not None)
+        self.snapshots = sorted(o for o in map(snapshot_offset, (n for n in names if n.endswith(SNAPSHOT_SUFFIX)))
+                                if o is not None)
 
     def _list_snapshots(self) -> list[int]:
         seam = _io.current()
