@@ -54,7 +54,6 @@ import mmap
 import os
 
 from . import errors, guards
-from . import io as _io
 from ._native import ffi, lib
 from .epoch import CHECKPOINT_FILE
 from .records import iter_batches
@@ -63,9 +62,9 @@ from .segment import (
     INDEX_SUFFIX,
     LOG_SUFFIX,
     TIME_INDEX_SUFFIX,
+    OnDiskSegment,
     ScanReport,
     Segment,
-    open_segments,
     segment_base,
 )
 from .txnindex import TXN_INDEX_SUFFIX
@@ -284,6 +283,9 @@ def check_on_first_use(segment: Segment) -> None:
         _log.warning("%s: index rebuilt at first use: %s", segment.log_path, problem)
 
 
+OnDiskSegment.first_use_check = staticmethod(check_on_first_use)   # (segment.py cannot import this module)
+
+
 class Loader:
     """One load of a PartitionLog's directory (used by PartitionLog.__init__)."""
 
@@ -385,88 +387,6 @@ class Loader:
         for path in self._missing:
             if self.seam.exists(path) and self.seam.file_size(path) == 0:
                 self.seam.unlink(path)
-
-
-class OnDiskSegment(Segment):
-    """A sealed segment a clean shutdown left, not opened until something uses it (Kafka opens
-    the indexes of such segments lazily and skips their sanity check after a clean shutdown,
-    KAFKA-7283).  It holds no descriptor, mapping or C state: a partition with many sealed
-    segments opens in the time of its active one and keeps a few fields per sealed segment.
-
-    Its size is the file's (a stat).  Anything else opens it: the files are opened and checked
-    as the loader would have checked them at the open (check_on_first_use: a damaged
-    index is rebuilt from the batches, damaged batch headers raise CorruptSegmentError naming
-    the file, position and offset, and the segment stays unopened, nothing changed), and the
-    object becomes a plain Segment."""
-
-    __slots__ = ()
-
-    @classmethod
-    def of(cls, directory: str, base_offset: int, config, owner_lock) -> "OnDiskSegment":
-        segment = object.__new__(cls)
-        segment._fields(directory, base_offset, config, owner_lock, "")
-        return segment
-
-    def _open(self) -> None:
-        if self.closed:
-            raise errors.LogClosedError("segment is closed", file=self.log_path)
-        self._open_files(create=False, active=False)
-        self.__class__ = Segment
-        try:
-            check_on_first_use(self)
-        except BaseException:
-            OnDiskSegment._close_files(self)     # (a Segment now)
-            raise
-
-    def _close_files(self) -> None:
-        """Back to unopened (a failed first use)."""
-        c, self._c, self._mapping, self._reads = self._c, None, None, None
-        open_segments.forget(self)
-        self.__class__ = OnDiskSegment
-        lib.plog_segment_close(c)
-
-    def _use(self) -> None:
-        self._open()
-        Segment._use(self)
-
-    @property
-    def size(self) -> int:
-        return _io.current().file_size(self.log_path)
-
-    @property
-    def active(self) -> bool:
-        return False
-
-    # What reads the C state without _use() first: opened, then asked again as a Segment.
-    def _opened(name, call=False):      # noqa: N805 -- builds the members below
-        def get(self, *args, **kwargs):
-            self._open()
-            member = getattr(self, name)
-            return member(*args, **kwargs) if call else member
-        return get if call else property(get)
-
-    next_offset = _opened("next_offset")
-    max_timestamp = _opened("max_timestamp")
-    offset_of_max_timestamp = _opened("offset_of_max_timestamp")
-    index_suspect = _opened("index_suspect")
-    view = _opened("view", call=True)
-    log_pointer = _opened("log_pointer", call=True)
-    del _opened
-
-    def attach_indexes(self) -> bool:
-        return False            # a sealed segment has its index files
-
-    def flush(self) -> bool:
-        return False            # nothing was written to it since the clean shutdown
-
-    def _suspend(self) -> None:
-        pass
-
-    def close(self) -> None:
-        self.closed = True
-
-    def __repr__(self) -> str:
-        return f"Segment(base_offset={self.base_offset}, not opened)"
 
 
 # ---- the epoch cache after a load ------------------------------------------------------------

@@ -246,7 +246,16 @@ class Segment:
         if self.closed or self.suspended:
             return
         self._mapping = None            # a view a reader holds keeps its own mapping alive
-        lib.plog_segment_suspend(self._c)
+        c = self._c
+        if not (c.mutable_indexes or c.indexes_lazy or c.index_suspect or self._suffix):
+            # Sealed, its files complete: back to unopened, its C state freed (memory does not
+            # grow with the sealed segments a process has read); its next use opens and checks
+            # it again, as after a clean open.
+            self._c, self._reads = None, None
+            self.__class__ = OnDiskSegment
+            self._check(lib.plog_segment_close(c), "close")
+            return
+        lib.plog_segment_suspend(c)
         self.suspended = True
 
     # ---- files ----
@@ -641,6 +650,90 @@ class Segment:
         for path in self.retire():
             if seam.exists(path):
                 seam.unlink(path)
+
+
+class OnDiskSegment(Segment):
+    """A sealed segment a clean shutdown left, not opened until something uses it (Kafka opens
+    the indexes of such segments lazily and skips their sanity check after a clean shutdown,
+    KAFKA-7283).  It holds no descriptor, mapping or C state: a partition with many sealed
+    segments opens in the time of its active one and keeps a few fields per sealed segment.
+
+    Its size is the file's (a stat).  Anything else opens it: the files are opened and checked
+    as the loader would have checked them at the open (loader.check_on_first_use: a damaged
+    index is rebuilt from the batches, damaged batch headers raise CorruptSegmentError naming
+    the file, position and offset, and the segment stays unopened, nothing changed), and the
+    object becomes a plain Segment."""
+
+    __slots__ = ()
+    first_use_check = None      # loader.check_on_first_use (the loader's decision table)
+
+    @classmethod
+    def of(cls, directory: str, base_offset: int, config, owner_lock) -> "OnDiskSegment":
+        segment = object.__new__(cls)
+        segment._fields(directory, base_offset, config, owner_lock, "")
+        return segment
+
+    def _open(self) -> None:
+        if self.closed:
+            raise errors.LogClosedError("segment is closed", file=self.log_path)
+        check = self.first_use_check
+        self._open_files(create=False, active=False)
+        self.__class__ = Segment
+        try:
+            check(self)
+        except BaseException:
+            OnDiskSegment._close_files(self)     # (a Segment now)
+            raise
+
+    def _close_files(self) -> None:
+        """Back to unopened (a failed first use)."""
+        c, self._c, self._mapping, self._reads = self._c, None, None, None
+        open_segments.forget(self)
+        self.__class__ = OnDiskSegment
+        lib.plog_segment_close(c)
+
+    def _use(self) -> None:
+        self._open()
+        Segment._use(self)
+
+    @property
+    def size(self) -> int:
+        return _io.current().file_size(self.log_path)
+
+    @property
+    def active(self) -> bool:
+        return False
+
+    # What reads the C state without _use() first: opened, then asked again as a Segment.
+    def _opened(name, call=False):      # noqa: N805 -- builds the members below
+        def get(self, *args, **kwargs):
+            self._open()
+            member = getattr(self, name)
+            return member(*args, **kwargs) if call else member
+        return get if call else property(get)
+
+    next_offset = _opened("next_offset")
+    max_timestamp = _opened("max_timestamp")
+    offset_of_max_timestamp = _opened("offset_of_max_timestamp")
+    index_suspect = _opened("index_suspect")
+    view = _opened("view", call=True)
+    log_pointer = _opened("log_pointer", call=True)
+    del _opened
+
+    def attach_indexes(self) -> bool:
+        return False            # a sealed segment has its index files
+
+    def flush(self) -> bool:
+        return False            # nothing was written to it since the clean shutdown
+
+    def _suspend(self) -> None:
+        pass
+
+    def close(self) -> None:
+        self.closed = True
+
+    def __repr__(self) -> str:
+        return f"Segment(base_offset={self.base_offset}, not opened)"
 
 
 class ScanReport:

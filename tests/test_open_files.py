@@ -14,6 +14,7 @@ import pytest
 
 from storage import LogConfig, PartitionLog, errors, iter_batches
 from storage import segment as segment_module
+from storage.segment import OnDiskSegment
 
 
 def _open_fds() -> int:
@@ -61,18 +62,26 @@ def test_a_segment_changed_while_suspended_is_an_error_not_a_wrong_read(tmp_path
     log = PartitionLog.open(tmp_path / "t-0", config)
     for i in range(60):
         log.append_as_leader([b"v%02d" % i * 10], 1)
-    first = log.segments[0]
-    others = [PartitionLog.open(tmp_path / f"o-{i}", config) for i in range(20)]   # push it out
+    first, active = log.segments[0], log.segments[-1]
+    others = [PartitionLog.open(tmp_path / f"o-{i}", config) for i in range(20)]   # push them out
     for other in others:
         other.append_as_leader([b"x"], 1)
-    assert first.suspended
+    # A sealed segment is closed back to its files (its C state freed), the active one suspended.
+    assert isinstance(first, OnDiskSegment) and active.suspended
     with open(first.log_path, "ab") as f:      # someone else grows the file
         f.write(b"junk")
-    with pytest.raises(errors.StorageError):
+    with pytest.raises(errors.CorruptSegmentError):         # found by the check of its next open
         log.read(0, 1)
+    with open(active.log_path, "ab") as f:
+        f.write(b"junk")
+    for other in others:
+        other.append_as_leader([b"y"], 1)                   # the active one suspended again
+    with pytest.raises(errors.StorageError):                # found by the resume
+        log.read(active.base_offset, 1)
     for other in others:
         other.close()
-    log.close()
+    with pytest.raises(errors.StorageError):                # its active segment cannot be sealed
+        log.close()
 
 
 MANY = """
