@@ -38,6 +38,12 @@ refuses one that recovery would cut.  Whether a segment is damaged is decided in
 the loader, `storage recover` and `storage verify` alike: `_scan` (plog_scan_buffer, the scan
 plog_segment_recover cuts by), offline through `scan_log_file`.
 
+After a clean shutdown (recover_mode "strict", LogConfig.sealed_segment_check "first_use", the
+default) every sealed segment whose index files are listed is left unopened (OnDiskSegment) and
+looked up in the table at its first use instead (`check_on_first_use`, marker clean): trusted,
+its index rebuilt, or refused with CorruptSegmentError from the call that used it, nothing
+changed -- Kafka does not look at such segments at the open either (KAFKA-7283).
+
 Segments that do not abut (an offset gap between one segment's last batch and the next one's
 base offset) are legal -- follower appends with gaps and compacted topics make them -- and are
 kept, as Kafka keeps them.  Damage below the recovery point is never repaired silently.
