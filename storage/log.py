@@ -97,6 +97,7 @@ class PartitionLog(LogReads):
         self.on_recovery_point_lowered = None   # LogDir persists the lowered recovery point
         self._recovered: list[tuple] = []   # (base, end, epoch changes, producer batches) a recovered segment
         self.recovery_report: list[tuple[int, int, str]] = []
+        self._lock.acquire()    # held while it loads: the open-segment cache leaves its segments alone
         try:
             seam = _io.current()
             listing = list_or_create(seam, self.path)      # the dir's one listing for the load
@@ -107,8 +108,7 @@ class PartitionLog(LogReads):
             if self.epoch_cache.writes:      # it wrote the checkpoint it missed: the listing is stale
                 listing = None
             self._load(seam, listing, recovery_point or 0, log_start_offset, clean_shutdown, recover_mode)
-            # Kafka's load resizes the active segment's indexes, which creates their files; after
-            # that a new segment's index files come at its first flush or seal (LazyIndex).
+            # Kafka's load resizes the active segment's indexes (creating their files); LazyIndex after.
             if self.segments[-1].attach_indexes():
                 self._dir_dirty = True
             repair_epoch_cache(self)
@@ -122,10 +122,12 @@ class PartitionLog(LogReads):
                 raise errors.StorageIOError(f"open failed: {exc.strerror or exc}", errno=exc.errno,
                                             file=exc.filename or self.path) from exc
             raise
-        # After a crash only the data below the recovery point is known to be what the
-        # checkpointed high watermark vouched for: above it the page cache may have given back
-        # an older, divergent version.  Kafka keeps the high watermark; the replica layer caps
-        # it at the recovery point (this is None once anything sets a new high watermark).
+        finally:
+            self._lock.release()
+        # After a crash only the data below the recovery point is known to be what the checkpointed
+        # high watermark vouched for: above it the page cache may have given back an older, divergent
+        # version.  Kafka keeps the high watermark; the replica layer caps it at the recovery point
+        # (this is None once anything sets a new high watermark).
         self.unvouched_high_watermark_above = self.recovery_point \
             if not clean_shutdown and self.high_watermark > self.recovery_point else None
 
@@ -755,13 +757,11 @@ class PartitionLog(LogReads):
                 except OSError as exc:   # also the LogDirOfflineError of flush: the first failure stays
                     self.failure_channel.fail(exc, "close")
                 except errors.StorageError:
-                    # Not an I/O failure (e.g. a damaged trusted index refuses the final entry):
-                    # release everything and say so; nothing more is written.
+                    # Not an I/O failure (a damaged trusted index refuses the final entry): release, say so.
                     self._closed = True
                     self._release_segments()
                     raise
-            # Offline: release descriptors and mappings without writing anything (no seal, no
-            # flush): the dir is recovered as after a crash when it is opened again.
+            # Offline: release everything, write nothing (no seal, no flush): reopened as after a crash.
             self._closed = True
             self._release_segments()
             self.failure_channel.check()

@@ -9,10 +9,11 @@ import os
 import subprocess
 import sys
 import textwrap
+import threading
 
 import pytest
 
-from storage import LogConfig, PartitionLog, errors, iter_batches
+from storage import LogConfig, PartitionLog, errors, iter_batches, loader
 from storage import segment as segment_module
 from storage.segment import OnDiskSegment
 
@@ -82,6 +83,32 @@ def test_a_segment_changed_while_suspended_is_an_error_not_a_wrong_read(tmp_path
         other.close()
     with pytest.raises(errors.StorageError):                # its active segment cannot be sealed
         log.close()
+
+
+def test_the_open_segment_cache_leaves_a_loading_log_alone(tmp_path, small_limit, monkeypatch):
+    # A partition being opened holds its log's lock: another thread pushing segments out of the
+    # cache (LogDir.open with recovery_threads > 1) skips its segments instead of closing one
+    # under the loader between its checks.
+    config = LogConfig(segment_bytes=300, index_interval_bytes=50, fsync=False, sealed_segment_check="open")
+    with PartitionLog.open(tmp_path / "t-0", config) as log:
+        for i in range(30):
+            log.append_as_leader([b"v%02d" % i * 10], 1)
+    others = [PartitionLog.open(tmp_path / f"o-{i}", config) for i in range(20)]
+    real, closed_under_the_loader = loader.verdict, []
+
+    def verdict(segment, *args, **kwargs):
+        pusher = threading.Thread(target=lambda: [other.append_as_leader([b"x"], 1) for other in others])
+        pusher.start()
+        pusher.join()
+        closed_under_the_loader.append(segment.suspended or isinstance(segment, OnDiskSegment))
+        return real(segment, *args, **kwargs)
+
+    monkeypatch.setattr(loader, "verdict", verdict)
+    log = PartitionLog.open(tmp_path / "t-0", config, clean_shutdown=True)
+    assert len(closed_under_the_loader) > 2 and not any(closed_under_the_loader)
+    assert log.log_end_offset == 30
+    for other in [log, *others]:
+        other.close()
 
 
 MANY = """
