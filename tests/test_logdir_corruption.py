@@ -43,7 +43,7 @@ import os
 import random
 import shutil
 import tempfile
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import NamedTuple
 
 import pytest
@@ -60,6 +60,7 @@ from storage import (
     errors,
     iter_batches,
 )
+from storage.config import SEALED_SEGMENT_CHECKS
 from storage.epoch import CHECKPOINT_FILE
 from storage.logdir import CLEAN_SHUTDOWN_FILE
 from storage.meta import FILE_NAME as META_FILE
@@ -574,11 +575,11 @@ def _append_and_close(pristine: Pristine, expects: dict, logdir) -> dict:
     return after
 
 
-def _reopen_is_stable(root: str, after: dict) -> None:
+def _reopen_is_stable(root: str, after: dict, config: LogConfig = CONFIG) -> None:
     """What the first open repaired, and the append after it, stay: same offsets, and the same
     epoch for every offset the cache knew (a later open may fill in epochs below its first
     entry from the batches, never change the known ones)."""
-    with LogDir.open(root, CONFIG) as logdir:
+    with LogDir.open(root, config) as logdir:
         assert logdir.had_clean_shutdown
         for key, log in logdir.logs().items():
             if after[key] is None:
@@ -606,7 +607,9 @@ def _report(text, kind) -> None:
         event(kind)
 
 
-def check(pristine: Pristine, damage: Damage) -> None:
+def check(pristine: Pristine, damage: Damage, config: LogConfig = CONFIG) -> None:
+    """One damage, opened with `config` (its sealed_segment_check: a sealed segment damaged
+    after a clean shutdown is refused at the open, or at its first use by the reads below)."""
     scratch = tempfile.mkdtemp(prefix="logdir-damaged-", dir=SCRATCH)
     try:
         root = os.path.join(scratch, "logs")
@@ -615,7 +618,7 @@ def check(pristine: Pristine, damage: Damage) -> None:
         expects = {key: Expect.of(pristine, damage, root, key) for key in pristine.model}
         files_before = _files(root)
         try:
-            logdir = LogDir.open(root, CONFIG)
+            logdir = LogDir.open(root, config)
         except errors.StorageError as exc:
             _report(f"open raised {exc!r}", "open refused the dir")
             assert _message_names_a_file(exc), repr(exc)
@@ -646,7 +649,7 @@ def check(pristine: Pristine, damage: Damage) -> None:
         refused = bool(logdir.unopened)
         after = _append_and_close(pristine, expects, logdir)
         if after is not None and not refused:     # a refused partition keeps the next open unclean
-            _reopen_is_stable(root, after)
+            _reopen_is_stable(root, after, config)
     finally:
         shutil.rmtree(scratch, ignore_errors=True)
 
@@ -657,7 +660,8 @@ def check(pristine: Pristine, damage: Damage) -> None:
 @given(data=st.data())
 def test_damaged_log_dir_reopens_to_a_valid_prefix(pristine, data):
     damage = data.draw(damages(pristine), label="damage")
-    check(pristine, damage)
+    check_at = data.draw(st.sampled_from(SEALED_SEGMENT_CHECKS), label="sealed_segment_check")
+    check(pristine, damage, replace(CONFIG, sealed_segment_check=check_at))
 
 
 # ---- deterministic cases ----------------------------------------------------------------------
