@@ -286,6 +286,7 @@ def check_on_first_use(segment: Segment) -> None:
         segment.reopen_active()
         segment.recover(check_crc=True)
         segment.seal()
+        segment.flush()             # as the load's rebuild (_recover) does
         _log.warning("%s: index rebuilt at first use: %s", segment.log_path, problem)
 
 

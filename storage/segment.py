@@ -253,7 +253,9 @@ class Segment:
             # it again, as after a clean open.
             self._c, self._reads = None, None
             self.__class__ = OnDiskSegment
-            self._check(lib.plog_segment_close(c), "close")
+            # Not raised from here (another log's call is pushing it out): a sealed segment was
+            # flushed when it was sealed, and its next open finds any fault on its own.
+            lib.plog_segment_close(c)
             return
         lib.plog_segment_suspend(c)
         self.suspended = True
@@ -724,7 +726,7 @@ class OnDiskSegment(Segment):
         return False            # a sealed segment has its index files
 
     def flush(self) -> bool:
-        return False            # nothing was written to it since the clean shutdown
+        return False            # flushed when it was sealed (roll, close, the cleaner's swap)
 
     def _suspend(self) -> None:
         pass
