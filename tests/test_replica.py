@@ -363,6 +363,32 @@ def test_fetch_answer_is_a_view_of_the_leader_segment_until_sent(make_manager):
     assert sent(request) is request and request.records is expected
 
 
+def test_a_fetch_from_a_sealed_segment_found_damaged_at_its_first_use_answers_the_error(tmp_path, now):
+    """After a clean shutdown sealed segments are checked at their first use: a fetch that
+    touches a damaged one answers KAFKA_STORAGE_ERROR (CorruptSegmentError's code) instead of
+    raising out of handle_fetch; the rest of the log is served."""
+    config = LogConfig(segment_bytes=600, fsync=False)
+    with LogDir.open(tmp_path / "broker-1", config) as logdir:
+        log = logdir.partition(TOPIC, 0)
+        for i in range(20):
+            log.append_as_leader([b"v%02d" % i * 10], 0)
+        assert len(log.segments) > 2
+        victim, tail = log.segments[0].log_path, log.segments[-1].base_offset
+    os.truncate(victim, os.path.getsize(victim) - 5)        # its last batch cut short
+    manager = ReplicaManager(1, LogDir.open(tmp_path / "broker-1", config), clock=lambda: now[0],
+                             broker_epoch=BROKER_EPOCHS[1])
+    try:
+        manager.apply_metadata(MetadataUpdate(1, brokers()))
+        manager.apply_partition_state(state(1, 1, [1, 2], replicas=(1, 2)))
+        answer = fetch(manager, 2, 0, current_epoch=1)
+        assert answer.error_code == Errors.KAFKA_STORAGE_ERROR and answer.records == b""
+        answer = fetch(manager, 2, tail, current_epoch=1)
+        assert answer.error_code == Errors.NONE and len(answer.records) > 0
+        assert not manager.logdir.offline
+    finally:
+        manager.logdir.close()
+
+
 def answer_bytes(log, offset):
     return bytes(log.read(offset, 1 << 20, max_offset=log.high_watermark))
 
