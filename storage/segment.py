@@ -364,9 +364,11 @@ class Segment:
                 f"active={self.active})")
 
     def _check(self, rc: int, what: str, *, offset=None, path=None) -> None:
+        """Raise for a nonzero C code, naming `path` (the .log by default; INDEX_SUFFIX: the
+        offset index, its name built only when there is an error to raise)."""
         if rc == 0:
             return
-        path = path or self.log_path
+        path = self.index_path if path == INDEX_SUFFIX else path or self.log_path
         if rc == lib.PLOG_ECALLBACK:
             exc = _io.take_callback_error()
             raise errors.StorageIOError(f"{what}: I/O seam raised {exc!r}", file=path, offset=offset) from exc
@@ -543,7 +545,7 @@ class Segment:
         self._use()
         self._check(lib.plog_segment_attach_indexes(self._c, os.fsencode(self.index_path),
                                                     os.fsencode(self.time_index_path)),
-                    "create index files", path=self.index_path)
+                    "create index files", path=INDEX_SUFFIX)
         return True
 
     def seal(self) -> bool:
@@ -551,13 +553,12 @@ class Segment:
         created now (see attach_indexes)."""
         self._use()
         created = self.attach_indexes()
-        self._check(lib.plog_segment_seal(self._c), "seal", path=self.index_path)
+        self._check(lib.plog_segment_seal(self._c), "seal", path=INDEX_SUFFIX)
         return created
 
     def unseal(self) -> None:
         self._use()
-        self._check(lib.plog_segment_unseal(self._c, self.config.segment_index_bytes), "unseal",
-                    path=self.index_path)
+        self._check(lib.plog_segment_unseal(self._c, self.config.segment_index_bytes), "unseal", path=INDEX_SUFFIX)
 
     def flush(self) -> bool:
         """fsync the three files (index entries written first); True when the index files were

@@ -1,7 +1,8 @@
 """Model-based test: PartitionLog against a small pure-Python model (hypothesis state machine).
 
 Rules: leader append, follower append (with gaps), read, roll, truncate, raise the log start
-offset, flush, clean reopen, crash and unclean reopen.  After every rule the invariants of
+offset, flush, clean reopen, segments pushed out of the open-segment cache, crash and unclean
+reopen.  After every rule the invariants of
 storage/log.py are checked against the model.
 """
 import shutil
@@ -12,6 +13,8 @@ from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, invariant, rule
 
 from storage import LogConfig, PartitionLog, build_batch, iter_batches
+from storage import segment as segment_module
+from storage.segment import OnDiskSegment
 
 CONFIG = LogConfig(segment_bytes=1500, index_interval_bytes=200, segment_index_bytes=400, fsync=False)
 
@@ -121,6 +124,16 @@ class LogMachine(RuleBasedStateMachine):
         self.log.close()
         self.log = PartitionLog.open(self.dir + "/t-0", CONFIG, clean_shutdown=True, log_start_offset=self.lso)
         self._after_reopen()
+
+    @rule()
+    def segments_pushed_out(self):
+        # Other logs' use pushes every segment out of the open-segment cache: a sealed one goes
+        # back to unopened (its next use opens and checks it again), the active one is
+        # suspended (its next use resumes it).
+        cache = segment_module.open_segments
+        cache._evict(len(cache), keep=None)
+        assert all(isinstance(s, OnDiskSegment) for s in self.log.segments[:-1])
+        assert self.log.segments[-1].suspended
 
     @rule()
     def crash_and_recover(self):
