@@ -50,7 +50,7 @@ from . import io as _io
 from ._native import build_listed, ffi, lib
 from .loader import CLEANED_SUFFIX, SWAP_SUFFIX
 from .records import BATCH_OVERHEAD, CODEC_NAMES, WRITABLE_CODECS, Record, compress, describe_error, iter_batches
-from .segment import Segment
+from .segment import Segment, SegmentHome
 from .txnindex import AbortedTxn
 
 BYTES_PER_ENTRY = 24            # Kafka's SkimpyOffsetMap: a 16-byte MD5 and an 8-byte offset
@@ -387,7 +387,7 @@ def _clean_group(log, group: list, group_end: int, offset_map: OffsetMap, now_ms
         if log._closed or log._truncations != truncations or any(s not in log.segments for s in group):
             _discard(cleaned, seam)
             return False
-        cleaned.owner_lock = log._lock
+        cleaned.rehome(log.segment_home)
         replace_segments(log, cleaned, group, now_ms)
     stats.groups.append((base, len(group)))
     return True
@@ -431,8 +431,8 @@ def _new_cleaned_segment(log, seam, base: int, owner_lock) -> Segment:
         stale = os.path.join(log.path, f"{base:020d}{suffix}{CLEANED_SUFFIX}")
         if seam.exists(stale):                  # an earlier round that failed before its swap
             seam.unlink(stale)
-    return Segment(log.path, base, log.config, create=True, active=True, suffix=CLEANED_SUFFIX,
-                   owner_lock=owner_lock)
+    return Segment(SegmentHome(log.path, log.config, owner_lock), base, create=True, active=True,
+                   suffix=CLEANED_SUFFIX)
 
 
 # ---- one batch (Kafka's RecordFilter over MemoryRecords.filterTo) ----------------------------------

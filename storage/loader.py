@@ -308,8 +308,7 @@ class Loader:
         self._missing: list[str] = []      # index files of the current segment that did not exist
 
     def _open_segment(self, base: int, active: bool) -> Segment:
-        return Segment(self.log.path, base, self.log.config, create=False, active=active,
-                       owner_lock=self.log._lock)
+        return Segment(self.log.segment_home, base, create=False, active=active)
 
     def load(self, listing: tuple[list[str], set[str]] | None = None) -> None:
         log = self.log
@@ -325,7 +324,7 @@ class Loader:
             index_missing = stem + INDEX_SUFFIX not in names
             last = i == len(logs) - 1
             if defer and not last and not index_missing and stem + TIME_INDEX_SUFFIX in names:
-                log.segments.append(OnDiskSegment.of(log.path, base, log.config, log._lock))
+                log.segments.append(OnDiskSegment.of(log.segment_home, base))
                 log._bases.append(base)
                 continue
             self._missing = [os.path.join(log.path, stem + suffix) for suffix in (INDEX_SUFFIX, TIME_INDEX_SUFFIX)

@@ -47,7 +47,7 @@ from .failure import LogDirFailureChannel, guarded
 from .loader import Loader, list_or_create, repair_epoch_cache
 from .reads import LogReads
 from .records import _build, describe_error, error_class, iter_batches
-from .segment import INDEX_SUFFIX, LOG_SUFFIX, TIME_INDEX_SUFFIX, Segment
+from .segment import INDEX_SUFFIX, LOG_SUFFIX, TIME_INDEX_SUFFIX, Segment, SegmentHome
 from .txnindex import AbortedTxn
 
 _INT32_MAX = 2**31 - 1
@@ -81,6 +81,7 @@ class PartitionLog(LogReads):
         # Shared by every partition of a LogDir; a log opened on its own has its own.
         self.failure_channel = failure_channel or LogDirFailureChannel(os.path.dirname(self.path) or self.path)
         self._lock = threading.RLock()
+        self.segment_home = SegmentHome(self.path, self.config, self._lock)     # what its segments share
         self._closed = False
         self.segments: list[Segment] = []
         self._bases: list[int] = []
@@ -89,8 +90,7 @@ class PartitionLog(LogReads):
         self._pending_deletes: list[tuple[int, list[str]]] = []   # (due ms, *.deleted paths): retention
         self.first_dirty_offset: int | None = None   # the cleaner's checkpoint (LogDir keeps it)
         self._truncations = 0                         # a cleaner round aborts when this moved
-        # The in/out struct of each kind of append, made on its first append (appends.py).
-        self._leader_append: dict[str, _AppendState] = {}
+        self._leader_append: dict[str, _AppendState] = {}   # each kind's in/out struct, made at its first (appends.py)
         self._client_flags = _client_flags()        # producer_check.ENABLED, read at the open
         self._expected: _producer_check.ExpectedProducers | None = None     # with the client's
         self._follower_append: _AppendState | None = None
@@ -202,7 +202,7 @@ class PartitionLog(LogReads):
         for suffix in (LOG_SUFFIX, INDEX_SUFFIX, TIME_INDEX_SUFFIX):
             if seam.exists(prefix + suffix):
                 seam.unlink(prefix + suffix)
-        segment = Segment(self.path, base_offset, self.config, create=True, active=True, owner_lock=self._lock)
+        segment = Segment(self.segment_home, base_offset, create=True, active=True)
         self.segments.append(segment)
         self._bases.append(base_offset)
         self._dir_dirty = True

@@ -183,44 +183,87 @@ def set_open_segments_max(limit: int) -> None:
     open_segments.limit = limit
 
 
+class SegmentHome:
+    """What the segments of one log share: the directory, the config, the log's lock (which
+    the open-segment cache takes, without blocking, before it closes a segment) and the
+    out-arguments of find and read (reused: the lock serialises the calls)."""
+
+    __slots__ = ("directory", "config", "lock", "reads")
+
+    def __init__(self, directory: str, config, lock=None):
+        self.directory = directory
+        self.config = config
+        self.lock = lock
+        self.reads = None           # _read_scratch(), made on the first find or read
+
+    def read_scratch(self) -> tuple:
+        """(position, batch info, (position, bytes) of plog_segment_read, an int64 view of
+        that pair): the out-arguments of find and read."""
+        span = ffi.new("int64_t[2]")
+        self.reads = (ffi.new("int64_t *"), ffi.new("plog_batch_info *"), span, memoryview(ffi.buffer(span)).cast("q"))
+        return self.reads
+
+
+_OPEN, _SUSPENDED, _CLOSED = 0, 1, 2
+
+
 class Segment:
     """A segment of a `PartitionLog`.  Not thread-safe: the log serialises access (its lock is
     `owner_lock`, which the open-segment cache takes before suspending this segment)."""
 
-    # Slots, file paths derived when asked, the transaction index and the read scratch made on
-    # first use: a partition holds one of these per sealed segment for as long as it is open
-    # (bench_partitions_memory measures it).
-    __slots__ = ("directory", "config", "base_offset", "_suffix", "_txn", "_c",
-                 "_reads", "_mapping", "closed", "suspended", "owner_lock", "created_ms")
+    # Slots, the log's shared fields in its SegmentHome, file paths derived when asked, the
+    # transaction index made on first use: a partition holds one of these per sealed segment
+    # for as long as it is open (bench_partitions_memory measures it).
+    __slots__ = ("_home", "base_offset", "_suffix", "_txn", "_c", "_mapping", "_state", "created_ms")
 
-    def __init__(self, directory: str, base_offset: int, config, *, create: bool, active: bool,
-                 owner_lock=None, suffix: str = ""):
-        self._fields(directory, base_offset, config, owner_lock, suffix)
+    def __init__(self, home: SegmentHome, base_offset: int, *, create: bool, active: bool, suffix: str = ""):
+        self._fields(home, base_offset, suffix)
         # Kafka's LogSegment.created: the time-based roll falls back to it when the first batch
         # carries no timestamp (for a segment opened from disk: this open, as in Kafka).
         self.created_ms = time.time_ns() // 1_000_000
         self._open_files(create=create, active=active)
 
-    def _fields(self, directory: str, base_offset: int, config, owner_lock, suffix: str) -> None:
-        self.directory = directory
-        self.config = config
+    def _fields(self, home: SegmentHome, base_offset: int, suffix: str) -> None:
+        self._home = home
         self.base_offset = base_offset
         # suffix: the cleaner's segments are written as `.cleaned` files (change_suffix moves them on)
         self._suffix = suffix
         self._txn: TransactionIndex | None = None
         self._c = None
-        self._reads = None                          # _read_scratch(), made on the first find or read
         self._mapping: _Mapping | None = None
-        self.closed = False
-        self.suspended = False
-        self.owner_lock = owner_lock
+        self._state = _OPEN
         self.created_ms = None
+
+    @property
+    def directory(self) -> str:
+        return self._home.directory
+
+    @property
+    def config(self):
+        return self._home.config
+
+    @property
+    def owner_lock(self):
+        return self._home.lock
+
+    @property
+    def closed(self) -> bool:
+        return self._state == _CLOSED
+
+    @property
+    def suspended(self) -> bool:
+        """Its descriptors closed by the open-segment cache (resumed on its next use)."""
+        return self._state == _SUSPENDED
+
+    def rehome(self, home: SegmentHome) -> None:
+        """Join another home (the cleaner's segment, written under its own lock, at the swap)."""
+        self._home = home
 
     def _open_files(self, *, create: bool, active: bool) -> None:
         c = ffi.new("plog_segment *")
-        prefix = os.fsencode(os.path.join(self.directory, segment_name(self.base_offset)))
+        config = self._home.config
+        prefix = os.fsencode(os.path.join(self._home.directory, segment_name(self.base_offset)))
         tail = self._suffix.encode() if self._suffix else b""
-        config = self.config
         rc = lib.plog_segment_open(
             c, prefix + _LOG_BYTES + tail, prefix + _INDEX_BYTES + tail,
             prefix + _TIME_INDEX_BYTES + tail, self.base_offset, config.index_interval_bytes,
@@ -234,16 +277,16 @@ class Segment:
     def _use(self) -> None:
         """Resume a suspended segment and mark it recently used; every call that touches the
         files, the indexes or the read mapping starts here."""
-        if not self.suspended and open_segments.last is self:
+        if open_segments.last is self:      # (the cache forgets what it suspends or closes)
             return
-        if self.suspended:
+        if self._state == _SUSPENDED:
             self._check(lib.plog_segment_resume(self._c, os.fsencode(self.log_path), os.fsencode(self.index_path),
                                                 os.fsencode(self.time_index_path)), "reopen")
-            self.suspended = False
+            self._state = _OPEN
         open_segments.touch(self)
 
     def _suspend(self) -> None:
-        if self.closed or self.suspended:
+        if self._state != _OPEN:
             return
         self._mapping = None            # a view a reader holds keeps its own mapping alive
         c = self._c
@@ -251,18 +294,18 @@ class Segment:
             # Sealed, its files complete: back to unopened, its C state freed (memory does not
             # grow with the sealed segments a process has read); its next use opens and checks
             # it again, as after a clean open.
-            self._c, self._reads = None, None
+            self._c = None
             self.__class__ = OnDiskSegment
             # Not raised from here (another log's call is pushing it out): a sealed segment was
             # flushed when it was sealed, and its next open finds any fault on its own.
             lib.plog_segment_close(c)
             return
         lib.plog_segment_suspend(c)
-        self.suspended = True
+        self._state = _SUSPENDED
 
     # ---- files ----
     def _path(self, kind: str) -> str:
-        return os.path.join(self.directory, segment_name(self.base_offset)) + kind + self._suffix
+        return os.path.join(self._home.directory, segment_name(self.base_offset)) + kind + self._suffix
 
     def paths(self) -> tuple[str, str, str, str]:
         """The four files, in Kafka's order: log, offset index, time index, transaction index."""
@@ -399,20 +442,13 @@ class Segment:
         self._use()
         if self._c.size == 0:
             return -1
-        position, info, _, _ = self._reads or self._read_scratch()   # reused: the log serialises calls
+        home = self._home
+        position, info, _, _ = home.reads or home.read_scratch()   # reused: the log serialises calls
         rc = lib.plog_segment_find(self._c, self.log_pointer(), offset, position, info)
         if rc:
             raise errors.CorruptRecordError(f"cannot read batch header: {describe_error(rc)}",
                                             file=self.log_path, position=position[0], offset=offset)
         return position[0]
-
-    def _read_scratch(self) -> tuple:
-        """The out-arguments of find and read: (position, batch info, (position, bytes) of
-        plog_segment_read, an int64 view of that pair)."""
-        span = ffi.new("int64_t[2]")
-        self._reads = (ffi.new("int64_t *"), ffi.new("plog_batch_info *"), span,
-                       memoryview(ffi.buffer(span)).cast("q"))
-        return self._reads
 
     def read(self, offset: int, max_bytes: int, max_offset: int = -1) -> memoryview | None:
         """Whole batches from the one holding `offset` (None when nothing here holds it): one
@@ -424,7 +460,8 @@ class Segment:
         m = self._mapping
         if m is None or m.length < size:
             m = self.mapping()
-        _, _, span, span_view = self._reads or self._read_scratch()
+        home = self._home
+        _, _, span, span_view = home.reads or home.read_scratch()
         rc = lib.plog_segment_read(self._c, m.pointer, offset, max_bytes, max_offset, span)
         if rc:
             raise errors.CorruptRecordError(f"cannot read batch header: {describe_error(rc)}",
@@ -601,9 +638,9 @@ class Segment:
         return o[0], p[0]
 
     def close(self) -> None:
-        if self.closed:
+        if self._state == _CLOSED:
             return
-        self.closed = True
+        self._state = _CLOSED
         open_segments.forget(self)
         # A mapping still referenced by a caller's slice stays valid until released.
         self._mapping = None
@@ -671,9 +708,9 @@ class OnDiskSegment(Segment):
     first_use_check = None      # loader.check_on_first_use (the loader's decision table)
 
     @classmethod
-    def of(cls, directory: str, base_offset: int, config, owner_lock) -> "OnDiskSegment":
+    def of(cls, home: SegmentHome, base_offset: int) -> "OnDiskSegment":
         segment = object.__new__(cls)
-        segment._fields(directory, base_offset, config, owner_lock, "")
+        segment._fields(home, base_offset, "")
         return segment
 
     def _open(self) -> None:
@@ -690,7 +727,7 @@ class OnDiskSegment(Segment):
 
     def _close_files(self) -> None:
         """Back to unopened (a failed first use)."""
-        c, self._c, self._mapping, self._reads = self._c, None, None, None
+        c, self._c, self._mapping = self._c, None, None
         open_segments.forget(self)
         self.__class__ = OnDiskSegment
         lib.plog_segment_close(c)
@@ -733,7 +770,7 @@ class OnDiskSegment(Segment):
         pass
 
     def close(self) -> None:
-        self.closed = True
+        self._state = _CLOSED
 
     def __repr__(self) -> str:
         return f"Segment(base_offset={self.base_offset}, not opened)"

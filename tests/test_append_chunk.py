@@ -11,7 +11,7 @@ import pytest
 from storage import LogConfig, PartitionLog, build_batch, errors, iter_batches
 from storage import io as sio
 from storage._native import ffi, lib
-from storage.segment import Segment
+from storage.segment import Segment, SegmentHome
 
 PIECE = lib.PLOG_APPEND_PIECE_BYTES
 
@@ -167,7 +167,7 @@ def test_invalid_chunk_that_would_roll_does_not_roll(tmp_path):
 
 def test_append_chunk_at_the_c_level(tmp_path):
     """The entry point itself: the struct it fills, EROLL without writing, NO_ROLL."""
-    seg = Segment(str(tmp_path), 0, config(segment_bytes=4096), create=True, active=True)
+    seg = Segment(SegmentHome(str(tmp_path), config(segment_bytes=4096)), 0, create=True, active=True)
     v = ffi.new("plog_validate *")
     v.flags, v.segment_bytes, v.segment_ms = lib.PLOG_VALIDATE_REQUIRE_FIRST, 4096, 1 << 40
     chunk = build_batch([b"a" * 1000], base_offset=0, partition_leader_epoch=3) + \
