@@ -693,16 +693,16 @@ class Segment:
 
 
 class OnDiskSegment(Segment):
-    """A sealed segment a clean shutdown left, not opened until something uses it (Kafka opens
-    the indexes of such segments lazily and skips their sanity check after a clean shutdown,
-    KAFKA-7283).  It holds no descriptor, mapping or C state: a partition with many sealed
-    segments opens in the time of its active one and keeps a few fields per sealed segment.
+    """A sealed segment not opened until something uses it: one a clean shutdown left (Kafka
+    opens the indexes of such segments lazily and skips their sanity check, KAFKA-7283), or one
+    the open-segment cache closed.  It holds no descriptor, mapping or C state: a partition
+    with many sealed segments opens in the time of its active one and keeps a few fields per
+    sealed segment.
 
-    Its size is the file's (a stat).  Anything else opens it: the files are opened and checked
-    as the loader would have checked them at the open (loader.check_on_first_use: a damaged
-    index is rebuilt from the batches, damaged batch headers raise CorruptSegmentError naming
-    the file, position and offset, and the segment stays unopened, nothing changed), and the
-    object becomes a plain Segment."""
+    Its size is the file's (a stat).  Anything else opens it and checks it as the loader would
+    have at the open (loader.check_on_first_use: a damaged index is rebuilt from the batches;
+    damaged batch headers raise CorruptSegmentError naming file, position and offset, and the
+    segment stays unopened, nothing changed); the object becomes a plain Segment."""
 
     __slots__ = ()
     first_use_check = None      # loader.check_on_first_use (the loader's decision table)
