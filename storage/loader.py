@@ -288,6 +288,8 @@ def check_on_first_use(segment: Segment) -> None:
         segment.seal()
         segment.flush()             # as the load's rebuild (_recover) does
         _log.warning("%s: index rebuilt at first use: %s", segment.log_path, problem)
+        if segment.home.report is not None:
+            segment.home.report.append((segment.base_offset, 0, f"rebuilt at first use: {problem}"))
 
 
 OnDiskSegment.first_use_check = staticmethod(check_on_first_use)   # (segment.py cannot import this module)

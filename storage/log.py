@@ -81,7 +81,6 @@ class PartitionLog(LogReads):
         # Shared by every partition of a LogDir; a log opened on its own has its own.
         self.failure_channel = failure_channel or LogDirFailureChannel(os.path.dirname(self.path) or self.path)
         self._lock = threading.RLock()
-        self.segment_home = SegmentHome(self.path, self.config, self._lock)     # what its segments share
         self._closed = False
         self.segments: list[Segment] = []
         self._bases: list[int] = []
@@ -97,6 +96,7 @@ class PartitionLog(LogReads):
         self.on_recovery_point_lowered = None   # LogDir persists the lowered recovery point
         self._recovered: list[tuple] = []   # (base, end, epoch changes, producer batches) a recovered segment
         self.recovery_report: list[tuple[int, int, str]] = []
+        self.segment_home = SegmentHome(self.path, self.config, self._lock, self.recovery_report)   # its segments'
         self._lock.acquire()    # held while it loads: the open-segment cache leaves its segments alone
         try:
             seam = _io.current()

@@ -184,17 +184,18 @@ def set_open_segments_max(limit: int) -> None:
 
 
 class SegmentHome:
-    """What the segments of one log share: the directory, the config, the log's lock (which
-    the open-segment cache takes, without blocking, before it closes a segment) and the
-    out-arguments of find and read (reused: the lock serialises the calls)."""
+    """What the segments of one log share: directory, config, the log's lock (the open-segment
+    cache takes it, without blocking, before it closes a segment), the log's recovery report (a
+    first use's repair goes there) and the find/read out-arguments (the lock serialises them)."""
 
-    __slots__ = ("directory", "config", "lock", "reads")
+    __slots__ = ("directory", "config", "lock", "report", "reads")
 
-    def __init__(self, directory: str, config, lock=None):
+    def __init__(self, directory: str, config, lock=None, report: list | None = None):
         self.directory = directory
         self.config = config
         self.lock = lock
-        self.reads = None           # _read_scratch(), made on the first find or read
+        self.report = report
+        self.reads = None           # read_scratch(), made on the first find or read
 
     def read_scratch(self) -> tuple:
         """(position, batch info, (position, bytes) of plog_segment_read, an int64 view of
@@ -218,8 +219,7 @@ class Segment:
 
     def __init__(self, home: SegmentHome, base_offset: int, *, create: bool, active: bool, suffix: str = ""):
         self._fields(home, base_offset, suffix)
-        # Kafka's LogSegment.created: the time-based roll falls back to it when the first batch
-        # carries no timestamp (for a segment opened from disk: this open, as in Kafka).
+        # Kafka's LogSegment.created (the time-based roll's fallback; from disk: this open, as in Kafka).
         self.created_ms = time.time_ns() // 1_000_000
         self._open_files(create=create, active=active)
 
@@ -235,16 +235,16 @@ class Segment:
         self.created_ms = None
 
     @property
-    def directory(self) -> str:
-        return self._home.directory
-
-    @property
     def config(self):
         return self._home.config
 
     @property
     def owner_lock(self):
         return self._home.lock
+
+    @property
+    def home(self) -> SegmentHome:
+        return self._home
 
     @property
     def closed(self) -> bool:

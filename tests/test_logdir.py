@@ -460,6 +460,8 @@ def test_an_index_whose_trim_was_lost_is_rebuilt(tmp_path, clean, check, caplog)
         assert logdir.recovery_report[("t", 0)][0][2].startswith("rebuilt: offset index entry (0, 0)")
     assert [o for o, _ in log.segments[0].offset_index_entries()] == [3, 6, 9, 12, 15]
     assert ("index rebuilt at first use: offset index entry (0, 0)" in caplog.text) == (not at_open)
+    if not at_open:             # and the log's report says so (LogDir's was taken at the open)
+        assert [(b, c, why.split(":")[0]) for b, c, why in log.recovery_report] == [(0, 0, "rebuilt at first use")]
     log.truncate_to(3)
     assert log.segments[0].offset_index_entries() == [] and invariants.check_replica("t-0", log) == []
 
