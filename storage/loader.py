@@ -155,9 +155,10 @@ def remove_leftovers(seam, path: str, listing: tuple[list[str], set[str]] | None
         elif name.endswith(_INDEX_SUFFIXES) and name not in dirs:
             indexes.append(name)
     logs.sort()
-    log_set, name_set = None, set(names) - dirs
+    listed = set(names)
+    log_set, files = None, listed - dirs
     for name in indexes:   # index files without their .log
-        if name[:20] + LOG_SUFFIX in name_set:
+        if name[:20] + LOG_SUFFIX in files:
             continue        # (the common case, without parsing the name)
         base = segment_base(name)
         if log_set is None:
@@ -165,7 +166,7 @@ def remove_leftovers(seam, path: str, listing: tuple[list[str], set[str]] | None
         if base is not None and base not in log_set:
             seam.unlink(os.path.join(path, name))
             removed = True
-    return logs, set(seam.listdir(path)) if removed else name_set | dirs
+    return logs, set(seam.listdir(path)) if removed else listed
 
 
 def _finish_swap(seam, path: str, swaps: list[str], names: list[str]) -> None:

@@ -294,14 +294,18 @@ class Segment:
             # Sealed, its files complete: back to unopened, its C state freed (memory does not
             # grow with the sealed segments a process has read); its next use opens and checks
             # it again, as after a clean open.
-            self._c = None
-            self.__class__ = OnDiskSegment
-            # Not raised from here (another log's call is pushing it out): a sealed segment was
-            # flushed when it was sealed, and its next open finds any fault on its own.
-            lib.plog_segment_close(c)
+            self._to_on_disk()
             return
         lib.plog_segment_suspend(c)
         self._state = _SUSPENDED
+
+    def _to_on_disk(self) -> None:
+        """Close the files and free the C state: an OnDiskSegment again.  The close is not
+        raised (another log's call may be pushing this one out): a sealed segment was flushed
+        when it was sealed, and its next open finds any fault on its own."""
+        c, self._c, self._mapping = self._c, None, None
+        self.__class__ = OnDiskSegment
+        lib.plog_segment_close(c)
 
     # ---- files ----
     def _path(self, kind: str) -> str:
@@ -721,20 +725,13 @@ class OnDiskSegment(Segment):
         self.__class__ = Segment
         try:
             check(self)
-        except BaseException:
-            OnDiskSegment._close_files(self)     # (a Segment now)
+        except BaseException:           # back to unopened, nothing changed
+            open_segments.forget(self)
+            self._to_on_disk()
             raise
 
-    def _close_files(self) -> None:
-        """Back to unopened (a failed first use)."""
-        c, self._c, self._mapping = self._c, None, None
-        open_segments.forget(self)
-        self.__class__ = OnDiskSegment
-        lib.plog_segment_close(c)
-
     def _use(self) -> None:
-        self._open()
-        Segment._use(self)
+        self._open()                    # (the open marks it recently used)
 
     @property
     def size(self) -> int:
