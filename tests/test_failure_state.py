@@ -299,3 +299,41 @@ def test_a_read_failure_of_the_clean_open_header_walk_is_an_io_error_not_damage(
     assert caught.value.file.endswith(".log") and "load" in str(caught.value)
     with LogDir.open(tmp_path, CONFIG) as logdir:
         assert logdir.partition("t", 0).log_end_offset == 5
+
+
+def test_a_read_failure_at_a_sealed_segments_first_use_takes_the_dir_offline(tmp_path):
+    """After a clean shutdown a sealed segment is opened at its first use (pread of its batch
+    headers).  EIO there is the dir's failure state (56) from that read and every later call,
+    not damage; the segment stays unopened and no file changes."""
+    with LogDir.open(tmp_path, CONFIG) as logdir:
+        _fill(logdir.partition("t", 0), 200)
+        assert len(logdir.partition("t", 0).segments) > 2
+    victim = str(tmp_path / "t-0" / f"{0:020d}.log")
+
+    class FailingSealedReads(sio.PosixIO):
+        def __init__(self):
+            self.failed = []
+
+        def pread(self, fd, length, offset):
+            if os.readlink(f"/proc/self/fd/{fd}") == victim:
+                self.failed.append(offset)
+                raise OSError(errno.EIO, os.strerror(errno.EIO), victim)
+            return super().pread(fd, length, offset)
+
+    logdir = LogDir.open(tmp_path, CONFIG)
+    log = logdir.partition("t", 0)
+    assert repr(log.segments[0]).endswith("not opened)")
+    before = {p.name: p.read_bytes() for p in (tmp_path / "t-0").iterdir()}
+    seam = FailingSealedReads()
+    with sio.using(seam):
+        with pytest.raises(errors.LogDirOfflineError) as caught:
+            log.read(0, 1 << 20)
+        assert seam.failed and logdir.offline
+        assert caught.value.error_code == errors.Errors.KAFKA_STORAGE_ERROR
+        assert repr(log.segments[0]).endswith("not opened)")
+        with pytest.raises(errors.LogDirOfflineError):
+            log.append_as_leader([b"after"], 0)
+        with pytest.raises(errors.LogDirOfflineError):
+            logdir.close()
+    assert {p.name: p.read_bytes() for p in (tmp_path / "t-0").iterdir()} == before
+    assert not (tmp_path / CLEAN_SHUTDOWN_FILE).exists()
