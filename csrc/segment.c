@@ -555,7 +555,10 @@ static int restore_state(plog_segment *seg, const uint8_t *log) {
         plog_time_index_entry(seg, seg->time_entries - 1, &ts, &off);
         seg->max_timestamp = ts;
         seg->offset_of_max_timestamp = off;
-        plog_offset_index_lookup(seg, off, &hint_offset, &pos);
+        /* The walk starts at the last offset entry: the time index's last entry holds the largest
+         * timestamp of the batches up to and including the one it points at (a time entry is
+         * added with an offset entry when the largest grew; a truncation trims both alike). */
+        plog_offset_index_lookup(seg, INT64_MAX, &hint_offset, &pos);
         int hint = pos != 0 ? check_hint(&r, hint_offset, pos) : 0;
         if (hint > 0) return hint;               /* a read error is an error, not a bad hint */
         if (hint) {

@@ -14,6 +14,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from storage import LogConfig, LogDir, PartitionLog, Record, build_batch, errors, iter_batches
+from storage import io as sio
 from storage._native import lib
 from storage.loader import DECISIONS, Action, decide
 from storage.segment import segment_base
@@ -314,12 +315,14 @@ def test_a_log_start_offset_above_the_log_end_deletes_nothing(tmp_path):
 
 @settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
 @given(batches=st.lists(st.tuples(st.integers(0, 9000), st.integers(0, 2**41)), min_size=1, max_size=30),
-       interval=st.sampled_from([64, 4096, 1 << 20]), chunked=st.booleans())
-def test_a_clean_open_reads_back_what_the_appends_left(tmp_path, batches, interval, chunked):
+       interval=st.sampled_from([64, 4096, 1 << 20]), chunked=st.booleans(), cut=st.none() | st.integers(1, 30))
+def test_a_clean_open_reads_back_what_the_appends_left(tmp_path, batches, interval, chunked, cut):
     """A clean open walks the batch headers after the last index hint by pread, through a 4 KiB
     window (batch sizes here straddle it, and with a 1 MiB index interval there is no hint at
-    all).  It derives the log end, the max timestamp and its offset the appends left, and
-    agrees with the same walk over a mapping of the file."""
+    all).  It derives the log end, the max timestamp and its offset the appends (and a
+    truncation, when `cut` asks for one) left -- each batch holds one record, so they are the
+    count kept, the largest timestamp kept and its first offset -- and agrees with the same
+    walk over a mapping of the file."""
     config = LogConfig(segment_bytes=1 << 20, index_interval_bytes=interval, fsync=False)
     path = os.path.join(tempfile.mkdtemp(dir=tmp_path), "t-0")
     log = PartitionLog.open(path, config)
@@ -329,7 +332,12 @@ def test_a_clean_open_reads_back_what_the_appends_left(tmp_path, batches, interv
     else:
         for data in built:
             log.append_as_leader(data, 1)
-    expected = (log.log_end_offset, log.segments[-1].max_timestamp, log.segments[-1].offset_of_max_timestamp)
+    if cut is not None and cut < len(batches):
+        log.truncate_to(cut)
+        batches = batches[:cut]
+    stamps = [ts for _size, ts in batches]
+    expected = (len(batches), max(stamps), stamps.index(max(stamps)))
+    assert (log.log_end_offset, log.segments[-1].max_timestamp, log.segments[-1].offset_of_max_timestamp) == expected
     log.close()
     log = PartitionLog.open(path, config, clean_shutdown=True)
     segment = log.segments[-1]
@@ -337,6 +345,39 @@ def test_a_clean_open_reads_back_what_the_appends_left(tmp_path, batches, interv
     assert not segment.index_suspect and not log.recovery_report
     mapped = lib.plog_segment_load(segment._c, segment.log_pointer())       # the same walk, mapped
     assert mapped == 0 and (segment.next_offset, segment.max_timestamp, segment.offset_of_max_timestamp) == expected
+    log.close()
+
+
+def test_a_clean_open_walks_the_active_segment_from_its_last_index_entry(tmp_path):
+    """The walk that finds the active segment's end starts at its last offset-index entry, not
+    at the batch holding its largest timestamp: the time index's last entry already holds the
+    largest timestamp of every batch up to that entry's (both are added together).  Here the
+    first of 400 batches has the largest timestamp; the walk used to read every header from it
+    to the end (a pread each), now it reads the first batch and the few after the last entry,
+    and finds the same end, largest timestamp and its offset."""
+    config = LogConfig(segment_bytes=1 << 20, index_interval_bytes=1024, fsync=False)
+    path = str(tmp_path / "t-0")
+    log = PartitionLog.open(path, config)
+    for i in range(400):
+        ts = 2_000_000 if i == 0 else 1_000_000 + i
+        log.append_as_leader(build_batch([Record(value=b"v" * 200, timestamp=ts)], partition_leader_epoch=1), 1)
+    expected = (log.log_end_offset, log.segments[-1].max_timestamp, log.segments[-1].offset_of_max_timestamp)
+    assert expected == (400, 2_000_000, 0)
+    log.close()
+
+    log_reads = []
+
+    class CountLogReads(sio.PosixIO):
+        def pread(self, fd, length, offset):
+            if os.readlink(f"/proc/self/fd/{fd}").endswith(".log"):
+                log_reads.append(offset)
+            return super().pread(fd, length, offset)
+
+    with sio.using(CountLogReads()):
+        log = PartitionLog.open(path, config, clean_shutdown=True)
+    segment = log.segments[-1]
+    assert (log.log_end_offset, segment.max_timestamp, segment.offset_of_max_timestamp) == expected
+    assert not segment.index_suspect and len(log_reads) <= 3, log_reads
     log.close()
 
 
