@@ -431,7 +431,7 @@ def _new_cleaned_segment(log, seam, base: int, owner_lock) -> Segment:
         stale = os.path.join(log.path, f"{base:020d}{suffix}{CLEANED_SUFFIX}")
         if seam.exists(stale):                  # an earlier round that failed before its swap
             seam.unlink(stale)
-    return Segment(SegmentHome(log.path, log.config, owner_lock), base, create=True, active=True,
+    return Segment(SegmentHome(log.path, log.config, owner_lock, failure=log.failure_channel), base, create=True, active=True,
                    suffix=CLEANED_SUFFIX)
 
 

@@ -96,7 +96,7 @@ class PartitionLog(LogReads):
         self.on_recovery_point_lowered = None   # LogDir persists the lowered recovery point
         self._recovered: list[tuple] = []   # (base, end, epoch changes, producer batches) a recovered segment
         self.recovery_report: list[tuple[int, int, str]] = []
-        self.segment_home = SegmentHome(self.path, self.config, self._lock, self.recovery_report)   # its segments'
+        self.segment_home = SegmentHome(self.path, self.config, self._lock, self.recovery_report, self.failure_channel)
         self._lock.acquire()    # held while it loads: the open-segment cache leaves its segments alone
         try:
             seam = _io.current()

@@ -18,16 +18,14 @@ Invariants:
 """
 from __future__ import annotations
 
-import collections
 import os
-import resource
-import threading
 import time
 
 from . import errors
 from . import io as _io
 from ._native import ffi, lib
 from .records import describe_error, error_class, forget_source, register_source
+from .segment_home import SegmentHome, open_segments, set_open_segments_max  # noqa: F401 - their home before
 from .txnindex import TXN_INDEX_SUFFIX, TransactionIndex
 
 PAGE_BYTES = os.sysconf("SC_PAGE_SIZE")
@@ -105,104 +103,6 @@ class _Mapping:
             if rc:
                 raise errors.StorageIOError(f"cannot keep readers' pages: {describe_error(rc)}",
                                             errno=rc if rc > 0 else None)
-
-
-def _default_open_segments_max() -> int:
-    soft, _hard = resource.getrlimit(resource.RLIMIT_NOFILE)
-    if soft == resource.RLIM_INFINITY:
-        return 4096
-    return max(16, soft // 4)      # 3 descriptors a segment: about 3/4 of the limit at most
-
-
-class _OpenSegments:
-    """The segments of this process that hold descriptors, least recently used first.
-
-    Like RocksDB's max_open_files: the number of open files does not grow with the number of
-    segments.  When more than `limit` segments are open, the least recently used one is
-    suspended (plog_segment_suspend: its three descriptors closed, a mapped index and the read
-    mapping dropped, everything else kept in memory) and resumed on its next use.  A segment is
-    only suspended under its log's lock, taken without blocking (a segment another thread is
-    using is skipped), so no call ever finds its segment's files closed under it."""
-
-    def __init__(self):
-        self.limit = _default_open_segments_max()
-        self._lru: collections.OrderedDict = collections.OrderedDict()
-        self._lock = threading.Lock()
-        self.last = None
-
-    def __len__(self) -> int:
-        return len(self._lru)
-
-    def touch(self, segment: "Segment") -> None:
-        if self.last is segment:         # the common case of a run of reads: nothing to move
-            return
-        with self._lock:
-            self.last = segment
-            lru = self._lru
-            if segment in lru:
-                lru.move_to_end(segment)
-                return
-            lru[segment] = None
-            if len(lru) > self.limit:
-                self._evict(len(lru) - self.limit, segment)
-
-    def _evict(self, count: int, keep: "Segment") -> None:
-        for victim in list(self._lru):
-            if count <= 0:
-                return
-            if victim is keep:
-                continue
-            lock = victim.owner_lock
-            if lock is not None and not lock.acquire(blocking=False):
-                continue
-            try:
-                victim._suspend()
-            finally:
-                if lock is not None:
-                    lock.release()
-            del self._lru[victim]
-            if self.last is victim:
-                self.last = None
-            count -= 1
-
-    def forget(self, segment: "Segment") -> None:
-        with self._lock:
-            self._lru.pop(segment, None)
-            if self.last is segment:
-                self.last = None
-
-
-open_segments = _OpenSegments()
-
-
-def set_open_segments_max(limit: int) -> None:
-    """How many segments of this process may hold descriptors at once (default: a quarter of
-    the soft RLIMIT_NOFILE, at least 16)."""
-    if limit < 16:
-        raise ValueError("the open-segment limit must be at least 16")
-    open_segments.limit = limit
-
-
-class SegmentHome:
-    """What the segments of one log share: directory, config, the log's lock (the open-segment
-    cache takes it, without blocking, before it closes a segment), the log's recovery report (a
-    first use's repair goes there) and the find/read out-arguments (the lock serialises them)."""
-
-    __slots__ = ("directory", "config", "lock", "report", "reads")
-
-    def __init__(self, directory: str, config, lock=None, report: list | None = None):
-        self.directory = directory
-        self.config = config
-        self.lock = lock
-        self.report = report
-        self.reads = None           # read_scratch(), made on the first find or read
-
-    def read_scratch(self) -> tuple:
-        """(position, batch info, (position, bytes) of plog_segment_read, an int64 view of
-        that pair): the out-arguments of find and read."""
-        span = ffi.new("int64_t[2]")
-        self.reads = (ffi.new("int64_t *"), ffi.new("plog_batch_info *"), span, memoryview(ffi.buffer(span)).cast("q"))
-        return self.reads
 
 
 _OPEN, _SUSPENDED, _CLOSED = 0, 1, 2
@@ -285,19 +185,37 @@ class Segment:
             self._state = _OPEN
         open_segments.touch(self)
 
-    def _suspend(self) -> None:
+    def _suspend(self) -> bool:
+        """Close its descriptors (the open-segment cache): False when it stays open, because the
+        flush before the close failed -- the log dir is then offline."""
         if self._state != _OPEN:
-            return
-        self._mapping = None            # a view a reader holds keeps its own mapping alive
+            return True
         c = self._c
         if not (c.mutable_indexes or c.indexes_lazy or c.index_suspect or self._suffix):
             # Sealed, its files complete: back to unopened, its C state freed (memory does not
             # grow with the sealed segments a process has read); its next use opens and checks
             # it again, as after a clean open.
             self._to_on_disk()
-            return
+            return True
+        if not c.sync_flags & lib.PLOG_SYNC_NOOP and not self._flush_before_close(c):
+            return False
+        self._mapping = None            # a view a reader holds keeps its own mapping alive
         lib.plog_segment_suspend(c)
         self._state = _SUSPENDED
+        return True
+
+    def _flush_before_close(self, c) -> bool:
+        """fsync what it holds before its descriptors close (fsyncgate: a writeback error is
+        reported to a descriptor open when it happened; once the last one closes and the inode
+        leaves the cache, a later fsync on a new descriptor succeeds with the data gone).  A
+        failure takes the log dir offline, here: the caller is another log's operation."""
+        rc = lib.plog_io_fsync(c.log_fd, c.sync_flags) if c.indexes_lazy else lib.plog_segment_flush(c)
+        try:
+            self._check(rc, "flush before the open-segment cache closes its files")
+        except errors.StorageError as exc:
+            self._home.failure.fail(exc, "flush")
+            return False
+        return True
 
     def _to_on_disk(self) -> None:
         """Close the files and free the C state: an OnDiskSegment again.  The close is not
@@ -604,6 +522,7 @@ class Segment:
     def flush(self) -> bool:
         """fsync the three files (index entries written first); True when the index files were
         created now (see attach_indexes)."""
+        self._home.failure.check()     # (a log's own calls check it first; the cleaner's too)
         self._use()
         created = self.attach_indexes()
         if self._txn is not None:      # never made: nothing of it to write
@@ -763,8 +682,8 @@ class OnDiskSegment(Segment):
     def flush(self) -> bool:
         return False            # flushed when it was sealed (roll, close, the cleaner's swap)
 
-    def _suspend(self) -> None:
-        pass
+    def _suspend(self) -> bool:
+        return True
 
     def close(self) -> None:
         self._state = _CLOSED

@@ -5,6 +5,7 @@ read mapping dropped) and resumed on use, least recently used first, like RocksD
 max_open_files.  The big case -- 10,000 partitions of 2 segments under a soft RLIMIT_NOFILE of
 4096 -- runs in a child process with that limit.
 """
+import errno
 import os
 import subprocess
 import sys
@@ -14,6 +15,7 @@ import threading
 import pytest
 
 from storage import LogConfig, PartitionLog, errors, iter_batches, loader
+from storage import io as sio
 from storage import segment as segment_module
 from storage.segment import OnDiskSegment
 
@@ -135,6 +137,64 @@ MANY = """
         peak_fds, peak_maps = fds(), maps()
     print(start, peak_fds, fds(), peak_maps)
 """
+
+
+class ForgetsWritebackErrors(sio.PosixIO):
+    """fsyncgate where the kernel forgets: a writeback error of a write to t-0's .log is
+    reported to the first fsync of a descriptor open when it happened, and lost when that
+    descriptor closes (the inode leaves the cache): a later fsync on a new descriptor succeeds."""
+
+    def __init__(self):
+        self.pending: set[int] = set()
+        self.reported = 0
+
+    def _note(self, fd):
+        if os.readlink(f"/proc/self/fd/{fd}").endswith(os.path.join("t-0", "00000000000000000000.log")):
+            self.pending.add(fd)
+
+    def pwrite(self, fd, data, offset):
+        super().pwrite(fd, data, offset)
+        self._note(fd)
+
+    def pwritev(self, fd, buffers, offset):
+        super().pwritev(fd, buffers, offset)
+        self._note(fd)
+
+    def fsync(self, fd, flags=0):
+        if fd in self.pending:
+            self.pending.discard(fd)
+            self.reported += 1
+            raise OSError(errno.EIO, os.strerror(errno.EIO))
+        super().fsync(fd, flags)
+
+    def close(self, fd):
+        self.pending.discard(fd)
+        super().close(fd)
+
+
+def test_the_cache_flushes_an_active_segment_before_closing_it(tmp_path, small_limit):
+    """The open-segment cache fsyncs an active segment before it closes the descriptors: a
+    writeback error is then reported (the log dir goes offline, 56) instead of lost with the
+    descriptor, after which a flush on a reopened descriptor would succeed.  Fails without the
+    flush: the cache closes t-0's files, the error goes with them, and t-0's flush succeeds."""
+    config = LogConfig(fsync=True)
+    seam = ForgetsWritebackErrors()
+    with sio.using(seam):
+        first = PartitionLog.open(tmp_path / "t-0", config)
+        first.append_as_leader([b"may be lost"], 1)
+        others = [PartitionLog.open(tmp_path / f"t-{i}", config) for i in range(1, small_limit + 2)]
+        for log in others:
+            log.append_as_leader([b"x"], 1)
+        assert seam.reported == 1 and first.failure_channel.offline
+        with pytest.raises(errors.LogDirOfflineError):
+            first.flush()
+        with pytest.raises(errors.LogDirOfflineError):
+            first.append_as_leader([b"more"], 1)
+        for log in others:
+            log.flush()
+            log.close()
+        with pytest.raises(errors.LogDirOfflineError):
+            first.close()        # releases everything, writes nothing (no clean-shutdown claim)
 
 
 @pytest.mark.slow
