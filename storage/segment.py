@@ -7,8 +7,10 @@ Invariants:
   - reads are zero-copy slices of one read-only mapping of the `.log`.  An active segment
     maps `max(segment_bytes, size)` bytes once, so appends never remap; a slice handed out
     keeps its mapping alive (the mapping is unmapped when the last slice is released);
-  - before the file under a mapping shrinks (truncation, recovery), the pages past the new
-    end are replaced with zero pages, so an old slice reads zeros instead of faulting;
+  - before a truncation shrinks the file, the pages past the cut of every mapping a reader's
+    view may pin (the current one, and those let go of: segment_home.retired_mappings) become
+    private copies, so a slice keeps its bytes and never faults; recovery's cut replaces the
+    current mapping's pages past the new end with zero pages;
   - a sealed segment's index files are trimmed to their entries (what Kafka's loader expects
     of an inactive segment); an active segment's index entries live in memory and reach their
     files by pwrite at flush and seal -- nothing is ever written through a mapping, so a full
@@ -25,7 +27,7 @@ from . import errors
 from . import io as _io
 from ._native import ffi, lib
 from .records import describe_error, error_class, forget_source, register_source
-from .segment_home import SegmentHome, open_segments, set_open_segments_max  # noqa: F401 - their home before
+from .segment_home import SegmentHome, open_segments, retired_mappings, set_open_segments_max  # noqa: F401
 from .txnindex import TXN_INDEX_SUFFIX, TransactionIndex
 
 PAGE_BYTES = os.sysconf("SC_PAGE_SIZE")
@@ -94,15 +96,6 @@ class _Mapping:
         """Zero-page everything from `position` on (nothing valid lies there)."""
         if self.length and position < self.length:
             lib.plog_io_mmap_retire(self.pointer + position, self.length - position)
-
-    def snapshot_from(self, position: int, valid: int) -> None:
-        """The file is about to shrink to `position`: readers holding views keep the bytes up
-        to `valid` as they are now (private copies), never zeros or SIGBUS."""
-        if self.length and position < self.length:
-            rc = lib.plog_io_mmap_snapshot(self.pointer, valid, position, self.length)
-            if rc:
-                raise errors.StorageIOError(f"cannot keep readers' pages: {describe_error(rc)}",
-                                            errno=rc if rc > 0 else None)
 
 
 _OPEN, _SUSPENDED, _CLOSED = 0, 1, 2
@@ -199,7 +192,7 @@ class Segment:
             return True
         if not c.sync_flags & lib.PLOG_SYNC_NOOP and not self._flush_before_close(c):
             return False
-        self._mapping = None            # a view a reader holds keeps its own mapping alive
+        self._drop_mapping()            # a view a reader holds keeps its own mapping alive
         lib.plog_segment_suspend(c)
         self._state = _SUSPENDED
         return True
@@ -221,7 +214,8 @@ class Segment:
         """Close the files and free the C state: an OnDiskSegment again.  The close is not
         raised (another log's call may be pushing this one out): a sealed segment was flushed
         when it was sealed, and its next open finds any fault on its own."""
-        c, self._c, self._mapping = self._c, None, None
+        self._drop_mapping()
+        c, self._c = self._c, None
         self.__class__ = OnDiskSegment
         lib.plog_segment_close(c)
 
@@ -348,9 +342,18 @@ class Segment:
         m = self._mapping
         size = self._c.size
         if m is None or m.length < size:
+            if m is not None:
+                self._drop_mapping()
             reserve = max(size, self.config.segment_bytes) if self.active else size
             m = self._mapping = _Mapping(self._c.log_fd, _round_pages(reserve), self.log_path)
         return m
+
+    def _drop_mapping(self, valid: int | None = None) -> None:
+        """Let the read mapping go; a reader's views keep it mapped, so it is listed with the
+        retired ones (views reach `valid` bytes, the size now by default) until it goes."""
+        m, self._mapping = self._mapping, None
+        if m is not None and m.length:
+            retired_mappings.add(self.log_path, m.pointer, m.length, self._c.size if valid is None else valid)
 
     def log_pointer(self):
         return self.mapping().pointer if self._c.size else ffi.NULL
@@ -406,14 +409,18 @@ class Segment:
             return 0
         if not self.active:
             self._check(lib.plog_segment_unseal(self._c, self.config.segment_index_bytes), "unseal")
+        held = self._mapping is not None     # readers may hold views of it; of one made now, none
         m = self.mapping()
         position = self.find(offset)
         if position < 0:
             return 0
-        # Readers may hold views past the cut (the log's one-writer, many-readers contract):
-        # their pages become private copies before the file shrinks under them.
-        m.snapshot_from(position, before)
-        self._mapping = None
+        # Views past the cut (the log's one-writer, many-readers contract), of this mapping or
+        # of one let go before: their pages become private copies before the file shrinks.
+        if held:
+            self._drop_mapping(valid=before)
+        else:
+            self._mapping = None
+        retired_mappings.snapshot(self.log_path, position)
         rc = lib.plog_segment_truncate_to(self._c, m.pointer, offset)
         self._check(rc, "truncate", offset=offset)
         return before - self._c.size
@@ -427,6 +434,9 @@ class Segment:
             self._check(lib.plog_segment_unseal(self._c, self.config.segment_index_bytes), "unseal")
         physical = self._c.size
         m = self.mapping()
+        # The scan may cut anywhere: views of mappings let go of (a closed instance of this
+        # log in the process) keep their bytes; there are none in the common case.
+        retired_mappings.snapshot(self.log_path, 0)
         scan = ffi.new("plog_scan *")
         epochs = ffi.new("int32_t[]", 256)
         epoch_offsets = ffi.new("int64_t[]", 256)
@@ -439,7 +449,7 @@ class Segment:
         truncated = physical - self._c.size
         if truncated:
             m.retire_from(self._c.size)
-            self._mapping = None
+            self._drop_mapping()
         report = ScanReport(scan, [(epochs[i], epoch_offsets[i]) for i in range(min(scan.epoch_count, 256))])
         return truncated, report
 
@@ -566,12 +576,12 @@ class Segment:
         self._state = _CLOSED
         open_segments.forget(self)
         # A mapping still referenced by a caller's slice stays valid until released.
-        self._mapping = None
+        self._drop_mapping()
         self._check(lib.plog_segment_close(self._c), "close")
 
     def reopen_active(self) -> None:
         """Close the files and open them again as the active segment's (an index rebuild)."""
-        self._mapping = None
+        self._drop_mapping()
         open_segments.forget(self)
         c, self._c = self._c, None
         self._check(lib.plog_segment_close(c), "close")

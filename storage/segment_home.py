@@ -9,9 +9,12 @@ from __future__ import annotations
 import collections
 import resource
 import threading
+import weakref
 
-from ._native import ffi
+from . import errors
+from ._native import ffi, lib
 from .failure import LogDirFailureChannel
+from .records import describe_error
 
 
 def _default_open_segments_max() -> int:
@@ -115,3 +118,46 @@ class SegmentHome:
         span = ffi.new("int64_t[2]")
         self.reads = (ffi.new("int64_t *"), ffi.new("plog_batch_info *"), span, memoryview(ffi.buffer(span)).cast("q"))
         return self.reads
+
+
+class _RetiredMappings:
+    """Read mappings of a .log that its segment let go of (suspended, closed, cut, replaced by
+    a larger one) while a reader may still hold views of them: a view keeps its mapping mapped.
+    Before a .log shrinks, the pages of each past the cut become private copies, as the current
+    mapping's do; otherwise such a view reads zeros where its batches were, or raises SIGBUS
+    once a whole page of it lies past the file's end.  An entry goes with its mapping (a weak
+    reference to the mapped pointer), so only mappings a reader still holds are listed."""
+
+    def __init__(self):
+        self._by_path: dict[str, list] = {}
+        self._lock = threading.RLock()      # a callback may run while it is held (a GC pass)
+
+    def add(self, path: str, pointer, length: int, valid: int) -> None:
+        """`pointer` maps `length` bytes of `path`; views of it may reach `valid` bytes."""
+        def gone(ref, path=path):
+            with self._lock:
+                entries = self._by_path.get(path)
+                if entries is not None:
+                    entries[:] = [e for e in entries if e[0] is not ref]
+                    if not entries:
+                        del self._by_path[path]
+        with self._lock:
+            self._by_path.setdefault(path, []).append((weakref.ref(pointer, gone), length, valid))
+
+    def __len__(self) -> int:
+        return sum(map(len, self._by_path.values()))
+
+    def snapshot(self, path: str, position: int) -> None:
+        """`path` is about to shrink to `position`: every listed mapping of it keeps its bytes."""
+        with self._lock:
+            entries = list(self._by_path.get(path, ()))
+        for ref, length, valid in entries:
+            pointer = ref()
+            if pointer is not None and position < length:
+                rc = lib.plog_io_mmap_snapshot(pointer, valid, position, length)
+                if rc:
+                    raise errors.StorageIOError(f"cannot keep readers' pages: {describe_error(rc)}",
+                                                errno=rc if rc > 0 else None, file=path, position=position)
+
+
+retired_mappings = _RetiredMappings()

@@ -6,6 +6,7 @@ deletes segments: every batch a reader gets passes its CRC and holds the offset 
 names.  A reader may get OffsetOutOfRangeError for data that went, never CorruptRecordError
 and never a crash -- the stress runs in a child process so that a segfault fails the test.
 """
+import os
 import subprocess
 import sys
 import textwrap
@@ -13,7 +14,8 @@ import threading
 
 import pytest
 
-from storage import LogConfig, LogDir, errors
+from storage import LogConfig, LogDir, PartitionLog, errors, segment_home
+from storage._native import lib
 
 STRESS = """
     import random, threading, sys, tempfile
@@ -83,6 +85,85 @@ def test_readers_never_see_a_torn_zeroed_or_wrong_batch():
     reads, problems, *examples = result.stdout.split("\n")[0].split() + result.stdout.split("\n")[1:]
     assert int(problems) == 0, result.stdout
     assert int(reads) > 50
+
+
+def _log_of_30(path):
+    log = PartitionLog.open(path, LogConfig(fsync=False))
+    for i in range(30):
+        log.append_as_leader([b"%02d" % i * 300], 1)       # 670 bytes a batch
+    return log
+
+
+def test_a_truncation_copies_pages_only_for_mappings_readers_may_hold(tmp_path, monkeypatch):
+    """Before the .log shrinks, the pages past the cut of a read mapping a reader may hold
+    become private copies, so its views keep their bytes.  A mapping the truncation made itself
+    (nothing read the segment since its last truncation) has no views: nothing is copied -- a
+    follower cutting a large divergent tail used to copy all of it into anonymous memory
+    first.  Fails when the copy is made for the truncation's own mapping."""
+    copies = []
+
+    class Recording:
+        def __getattr__(self, name):
+            return getattr(lib, name)
+
+        def plog_io_mmap_snapshot(self, *args):
+            copies.append(args[1:])
+            return lib.plog_io_mmap_snapshot(*args)
+
+    monkeypatch.setattr(segment_home, "lib", Recording())
+    log = _log_of_30(tmp_path / "t-0")
+    log.truncate_to(25)                     # nothing read it: no view can exist
+    assert copies == [] and log.log_end_offset == 25
+    view = log.read(5, 1 << 20)             # a reader holds offsets 5..24
+    held = bytes(view)
+    log.truncate_to(10)
+    assert len(copies) == 1 and bytes(view) == held
+    assert [r.value for b in log.batches() for r in b.records()] == [b"%02d" % i * 300 for i in range(10)]
+    log.close()
+
+
+@pytest.mark.parametrize("between", ["truncate", "suspend", "close", "recover"])
+def test_a_view_keeps_its_bytes_through_every_later_cut(tmp_path, between):
+    """A reader's view of a mapping its segment has let go of -- after a truncation, after the
+    open-segment cache closed the segment's files, after the log was closed and opened again
+    in the process, through a recovery's cut -- keeps its bytes through a later, deeper cut.  The let-go mapping was not
+    copied: the view read zeros where its first page was cut, and SIGBUS (the process killed)
+    once a whole page of it lay past the end.  Run in a child process for that reason."""
+    script = textwrap.dedent(f"""
+        import os
+        import sys
+        sys.path.insert(0, {os.path.dirname(__file__)!r})
+        from test_concurrency import _log_of_30
+        from storage import LogConfig, PartitionLog
+        from storage.segment import open_segments
+
+        path = {str(tmp_path / "t-0")!r}
+        log = _log_of_30(path)
+        view = log.read(0, 1 << 20)          # offsets 0..29, from position 0
+        held = bytes(view)
+        if {between!r} == "truncate":
+            log.truncate_to(20)
+        elif {between!r} == "suspend":          # as the open-segment cache pushes it out
+            log.segments[-1]._suspend()
+            open_segments.forget(log.segments[-1])
+        elif {between!r} == "close":
+            log.close()
+            log = PartitionLog.open(path, LogConfig(fsync=False), clean_shutdown=True)
+        else:                                 # a recovery cuts at a damaged batch (5, at 3350)
+            log.close()
+            fd = os.open(path + "/00000000000000000000.log", os.O_WRONLY)
+            os.pwrite(fd, b"\\xff", 5 * 670 + 40)
+            os.close(fd)
+            held = bytes(view)
+            log = PartitionLog.open(path, LogConfig(fsync=False), clean_shutdown=False, recovery_point=0)
+            assert log.log_end_offset == 5 and log.recovery_report
+        log.truncate_to(1)
+        assert bytes(view) == held, "the view changed"
+        assert log.log_end_offset == 1
+        print("kept")
+    """)
+    done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0 and done.stdout.strip() == "kept", (done.returncode, done.stderr[-2000:])
 
 
 def test_logdir_partition_is_safe_from_several_threads(tmp_path):
