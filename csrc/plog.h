@@ -336,6 +336,13 @@ typedef struct plog_scan {
 
 struct plog_segment;
 int plog_scan_buffer(const uint8_t *buf, size_t length, plog_scan *scan, struct plog_segment *seg);
+/* The same scan over a file read in windows (a file another process may shrink is never
+ * mapped): plog_scan_start, then plog_scan_window for each window in order -- buf holds the
+ * file's bytes from `origin`, which is the previous call's valid_bytes; with `more` (the file
+ * goes on past the window) a batch running past the window leaves stop 0, to be read whole by
+ * the next window.  The last call (more 0) gives the verdict plog_scan_buffer would give. */
+void plog_scan_start(plog_scan *scan, int32_t *last_epoch);
+int plog_scan_window(const uint8_t *buf, size_t length, int64_t origin, int more, plog_scan *scan, int32_t *last_epoch);
 
 /* ---- segment ------------------------------------------------------------------------- */
 

@@ -36,18 +36,22 @@ static int scan_check(const uint8_t *buf, size_t length, size_t pos, const plog_
     return 0;
 }
 
-int plog_scan_buffer(const uint8_t *buf, size_t length, plog_scan *s, plog_segment *seg) {
+/* The scan loop over buf[0, length), which lies at `origin` in the file (positions reported
+ * are the file's).  A batch running past `length` stops it with PLOG_EPARTIAL in s->stop, or,
+ * with `more` (a window of a longer file), with s->stop left 0: the caller reads on from
+ * s->valid_bytes.  `last_epoch` carries the epoch of the last batch between windows. */
+static int scan_loop(const uint8_t *buf, size_t length, int64_t origin, plog_scan *s, plog_segment *seg,
+                     int32_t *last_epoch, int more) {
     size_t pos = 0;
     int64_t last_indexed_position = 0;
-    scan_reset(s);
-    int32_t last_epoch_seen = INT32_MIN;
     for (;;) {
         plog_batch_info info;
         if (pos >= length) break;
         int rc = scan_check(buf, length, pos, s, &info);
+        if (rc == PLOG_EPARTIAL && more) return 0;
         if (rc) {
             s->stop = rc;
-            s->stop_position = (int64_t)pos;
+            s->stop_position = origin + (int64_t)pos;
             s->stop_offset = length - pos >= 8 ? be64(buf + pos) : -1;
             break;
         }
@@ -71,13 +75,13 @@ int plog_scan_buffer(const uint8_t *buf, size_t length, plog_scan *s, plog_segme
             s->first_offset = info.base_offset;
             s->first_batch_max_timestamp = info.max_timestamp;
         }
-        if (info.magic >= 2 && info.partition_leader_epoch != last_epoch_seen) {
+        if (info.magic >= 2 && info.partition_leader_epoch != *last_epoch) {
             if (s->epoch_count < s->epoch_capacity) {
                 s->epochs[s->epoch_count] = info.partition_leader_epoch;
                 s->epoch_offsets[s->epoch_count] = info.base_offset;
             }
             s->epoch_count++;
-            last_epoch_seen = info.partition_leader_epoch;
+            *last_epoch = info.partition_leader_epoch;
         }
         if (info.magic >= 2 && info.producer_id >= 0) s->producer_batch_count++;
         if (info.magic < s->min_magic) s->min_magic = info.magic;
@@ -86,13 +90,28 @@ int plog_scan_buffer(const uint8_t *buf, size_t length, plog_scan *s, plog_segme
         s->batch_count++;
         s->record_count += info.record_count;
         pos += (size_t)info.size_bytes;
-        s->valid_bytes = (int64_t)pos;
+        s->valid_bytes = origin + (int64_t)pos;
     }
-    if (s->stop == 0 && (size_t)s->valid_bytes < length) {
+    if (s->stop == 0 && s->valid_bytes < origin + (int64_t)length) {
         s->stop = PLOG_EPARTIAL;
         s->stop_position = s->valid_bytes;
     }
     return 0;
+}
+
+int plog_scan_buffer(const uint8_t *buf, size_t length, plog_scan *s, plog_segment *seg) {
+    int32_t last_epoch = INT32_MIN;
+    scan_reset(s);
+    return scan_loop(buf, length, 0, s, seg, &last_epoch, 0);
+}
+
+void plog_scan_start(plog_scan *s, int32_t *last_epoch) {
+    scan_reset(s);
+    *last_epoch = INT32_MIN;
+}
+
+int plog_scan_window(const uint8_t *buf, size_t length, int64_t origin, int more, plog_scan *s, int32_t *last_epoch) {
+    return scan_loop(buf, length, origin, s, NULL, last_epoch, more);
 }
 
 int plog_segment_recover(plog_segment *seg, const uint8_t *log, size_t log_length, plog_scan *scan) {

@@ -14,12 +14,15 @@ import os
 import shutil
 import struct
 
+import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from storage import LogConfig, PartitionLog, errors
+from storage import LogConfig, PartitionLog, errors, iter_batches
+from storage._native import ffi
+from storage.inspect.discovery import LogFile
 from storage.inspect.scan import scan_partition
-from storage.loader import scan_log_file
+from storage.loader import _scan, scan_log_file
 
 CONFIG = LogConfig(segment_bytes=2048, index_interval_bytes=128, fsync=False)
 
@@ -80,17 +83,8 @@ def test_an_offset_that_overflows_its_segment_is_cut_by_recovery_and_flagged_by_
 DAMAGE = st.sampled_from(["flip", "tear", "garbage", "length", "offset"])
 
 
-@settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
-@given(kind=DAMAGE, which=st.integers(0, 100), where=st.integers(0, 10**6), value=st.integers(0, 2**32 - 1))
-def test_verify_flags_every_cut_recovery_makes(tmp_path_factory, kind, which, where, value):
-    root = tmp_path_factory.mktemp("agree")
-    path = root / "t-0"
-    build(path)
-    files = segment_files(path)
-    target = files[which % len(files)]
-    with open(target, "rb") as f:
-        data = bytearray(f.read())
-    position = where % len(data)
+def damage(data: bytearray, kind: str, position: int, value: int) -> None:
+    """A flipped byte, a torn tail, garbage appended, or a length or offset field overwritten."""
     if kind == "flip":
         data[position] ^= 1 + value % 255
     elif kind == "tear":
@@ -101,6 +95,19 @@ def test_verify_flags_every_cut_recovery_makes(tmp_path_factory, kind, which, wh
         struct.pack_into(">I", data, min(position, len(data) - 4), value)
     else:
         struct.pack_into(">q", data, min(position, len(data) - 8), value * 7919)
+
+
+@settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(kind=DAMAGE, which=st.integers(0, 100), where=st.integers(0, 10**6), value=st.integers(0, 2**32 - 1))
+def test_verify_flags_every_cut_recovery_makes(tmp_path_factory, kind, which, where, value):
+    root = tmp_path_factory.mktemp("agree")
+    path = root / "t-0"
+    build(path)
+    files = segment_files(path)
+    target = files[which % len(files)]
+    with open(target, "rb") as f:
+        data = bytearray(f.read())
+    damage(data, kind, where % len(data), value)
     with open(target, "wb") as f:
         f.write(data)
 
@@ -143,3 +150,85 @@ def test_recover_refuses_below_the_recovery_point_what_verify_reports(tmp_path):
         assert exc.file == target
     else:
         raise AssertionError("recover_mode='scan' opened a partition with a damaged trusted segment")
+
+
+def _report(scan) -> tuple:
+    return (scan.valid_bytes, scan.batch_count, scan.record_count, scan.first_offset, scan.last_offset,
+            scan.max_timestamp, scan.stop, scan.stop_position, scan.stop_offset, scan.epoch_count,
+            scan.producer_batch_count)
+
+
+@settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(kind=DAMAGE, where=st.integers(0, 10**6), value=st.integers(0, 2**32 - 1),
+       window=st.sampled_from([16, 61, 100, 333, 700, 4096]))
+def test_the_scan_in_windows_gives_the_whole_files_verdict(tmp_path_factory, kind, where, value, window):
+    """scan_log_file reads a file by pread in windows (never mapped, so a live broker's
+    truncation cannot SIGBUS it): whatever the window -- smaller than a batch, cutting headers
+    -- its verdict on a damaged segment is plog_scan_buffer's over the whole file."""
+    root = tmp_path_factory.mktemp("windows")
+    path = root / "t-0"
+    build(path)
+    target = segment_files(path)[0]
+    with open(target, "rb") as f:
+        data = bytearray(f.read())
+    damage(data, kind, where % len(data), value)
+    with open(target, "wb") as f:
+        f.write(data)
+    whole = _scan(ffi.from_buffer(bytes(data)), len(data), 0)
+    assert _report(scan_log_file(target, window=window)) == _report(whole)
+
+
+def shrink_at_second_read(monkeypatch, function: str, path) -> list:
+    """Make os.<function> (pread or preadv) truncate `path` to 700 bytes -- mid-batch -- at its
+    second call, as a live broker's truncation would; returns the offsets it was called at."""
+    reads, real = [], getattr(os, function)
+
+    def shrinking(fd, into, offset):
+        reads.append(offset)
+        if len(reads) == 2:
+            os.truncate(path, 700)
+        return real(fd, into, offset)
+
+    monkeypatch.setattr(os, function, shrinking)
+    return reads
+
+
+def test_a_scan_ends_where_a_file_shrunk_under_it_ends(tmp_path, monkeypatch):
+    """A segment another process truncates while it is scanned (a live broker's follower
+    truncation) ends the scan at the new end, a partial tail -- mapped, the pages past the new
+    end killed the process with SIGBUS.  Fails when the file is not read by pread in windows."""
+    path = tmp_path / "t-0"
+    build(path)
+    target = segment_files(path)[0]
+    reads = shrink_at_second_read(monkeypatch, "preadv", target)
+    verdict = scan_log_file(target, window=512)
+    assert len(reads) >= 2
+    assert verdict.valid_bytes <= 700 and verdict.stop_reason is not None
+
+
+@pytest.mark.parametrize("window", [16, 100, 700, 1 << 20])
+def test_a_log_file_read_in_windows_gives_the_batches_of_the_whole_file(tmp_path, window):
+    """storage.inspect reads `.log` files by pread in windows (never mapped): the batches, their
+    positions and bytes are those of the whole file, whatever the window (smaller than a batch
+    too), and a torn tail ends the walk as it does over the whole file."""
+    path = tmp_path / "t-0"
+    build(path)
+    for name in segment_files(path):
+        with open(name, "ab") as f:
+            f.write(b"\0\0\0\0\0\0\0\7\0\0\1\0")      # a torn batch: its header says 256 bytes
+        with open(name, "rb") as f:
+            data = f.read()
+        whole = [(b.position, bytes(b.view)) for b in iter_batches(data, verify=False)]
+        assert whole and [(b.position, bytes(b.view)) for b in LogFile(name, window).batches()] == whole
+
+
+def test_a_log_file_shrunk_under_the_walk_ends_it(tmp_path, monkeypatch):
+    """A `.log` another process truncates during the walk (a live broker's) ends it at the new
+    end; mapped, the pages past it killed the process with SIGBUS.  Fails when the file is not
+    read by pread."""
+    path = tmp_path / "t-0"
+    build(path)
+    name = segment_files(path)[0]
+    reads = shrink_at_second_read(monkeypatch, "pread", name)
+    batches = list(LogFile(name, 512).batches())
+    assert len(reads) >= 2 and batches and batches[-1].position + batches[-1].size_bytes <= 700

@@ -18,8 +18,9 @@ Conventions shared by every subcommand:
   - exit status 0 = nothing wrong, 1 = problems found (or, for `recover`, data was cut),
     2 = usage error (bad arguments, a path that does not exist);
   - progress bars (tqdm, when installed) go to stderr and only when stderr is a terminal;
-  - `verify`, `epochs` and `dump-log` never write: files are mapped read-only and the LMDB
-    metadata store is opened read-only without its lock file.
+  - `verify`, `epochs` and `dump-log` never write: segments are read by pread in windows (never
+    mapped: a live broker may truncate them) and the LMDB metadata store is opened read-only
+    without its lock file.
 """
 from __future__ import annotations
 

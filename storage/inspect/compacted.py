@@ -19,8 +19,7 @@ import os
 
 from .. import checkpoint, errors
 from ..logdir import parse_partition_dir
-from ..records import iter_batches
-from .discovery import LOG_SUFFIX, _map_file, segment_base
+from .discovery import LOG_SUFFIX, LogFile, segment_base
 
 
 def is_compacted(log_dir: str, topic: str, partition: int) -> bool:
@@ -43,9 +42,8 @@ def _records(path: str) -> dict[int, tuple[bytes | None, bytes | None, bool]]:
     out = {}
     logs = sorted(n for n in os.listdir(path) if segment_base(n, LOG_SUFFIX) is not None)
     for name in logs:
-        data = _map_file(os.path.join(path, name))
         try:
-            for batch in iter_batches(data, verify=False):
+            for batch in LogFile(os.path.join(path, name)).batches():
                 if batch.is_valid():
                     plain = not batch.is_transactional and not batch.is_control
                     for r in batch.records():

@@ -14,13 +14,14 @@ A segment is a file named by a 20-digit base offset and `.log`; `.deleted`, `.cl
 from __future__ import annotations
 
 import glob
-import mmap
 import os
-from typing import NamedTuple
+from typing import Iterator, NamedTuple
 
 from .. import checkpoint, errors
 from ..epoch import CHECKPOINT_FILE
+from ..loader import _BATCH_LENGTH, SCAN_WINDOW
 from ..logdir import CLEAN_SHUTDOWN_FILE, parse_partition_dir
+from ..records import RecordBatch, iter_batches
 from ..segment import segment_base
 from . import UsageError
 
@@ -51,14 +52,39 @@ class Issue(NamedTuple):
                 "message": self.message}
 
 
-def _map_file(path: str):
-    """The file's bytes, mapped read-only (b"" for an empty file).  Never closed explicitly:
-    batch views may still point into it; the mapping goes with the last reference."""
-    with open(path, "rb") as f:
-        size = os.fstat(f.fileno()).st_size
-        if size == 0:
-            return b""
-        return mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_READ)
+class LogFile:
+    """A `.log` file read by pread in windows, never mapped: the file may be a live broker's,
+    and its truncation (a follower's, after a leader change) under a mapping would kill this
+    process with SIGBUS; read this way the walk ends where the file now ends.  `size` is its
+    length when opened; a batch larger than `window` is read whole; a batch's view keeps its
+    window alive, nothing more."""
+
+    def __init__(self, path: str, window: int = SCAN_WINDOW):
+        self.path = path
+        self.window = window
+        self.size = os.path.getsize(path)
+
+    def batches(self) -> Iterator[RecordBatch]:
+        """The batches, as `iter_batches` gives them (verify off; positions in the file): it
+        stops at a partial tail and raises CorruptRecordError on a size or magic failure."""
+        window = self.window
+        with open(self.path, "rb", buffering=0) as f:
+            fd, pos = f.fileno(), 0
+            while True:
+                data = os.pread(fd, window, pos)
+                end = 0
+                for batch in iter_batches(data, verify=False, source=self.path, start_position=pos):
+                    end = batch.position + batch.size_bytes - pos
+                    yield batch
+                if end:
+                    pos += end
+                    continue
+                if len(data) < window:
+                    return              # the end of the file, or a partial batch at it
+                need = _BATCH_LENGTH.unpack_from(data, 8)[0] + 12     # one batch larger than the window
+                if pos + need > os.fstat(fd).st_size:
+                    return              # it runs past the end: a partial batch
+                window = need
 
 
 def _has_segments(path: str) -> bool:

@@ -13,14 +13,14 @@ from bisect import bisect_left
 from .. import checkpoint, errors
 from ..coordinator_records import RecordFormatError, decode_offsets_record, decode_transaction_record
 from ..epoch import CHECKPOINT_FILE
-from ..records import decompress, iter_batches
+from ..records import decompress
 from ..txnindex import TXN_INDEX_SUFFIX
 from .discovery import (
     INDEX_SUFFIX,
     LOG_SUFFIX,
     SNAPSHOT_SUFFIX,
     TIME_INDEX_SUFFIX,
-    _map_file,
+    LogFile,
 )
 from .lineage import _entries
 from .progress import _progress
@@ -281,15 +281,15 @@ class _Dump:
             doc.update(kind="log", log_starting_offset=start, batches=[])
         elif start is not None:
             self.emit(f"Log starting offset: {start}")
-        data = _map_file(name)
+        log_file = LogFile(name)
         deep = args.deep_iteration or args.print_data_log
         parse = _parser(args)
         valid_bytes, last_offset, structural = 0, -1, False
         gaps = []
-        bar = _progress(len(data), os.path.basename(name), not args.no_progress and
+        bar = _progress(log_file.size, os.path.basename(name), not args.no_progress and
                         (doc is not None or not sys.stdout.isatty()))
         try:
-            for batch in iter_batches(data, verify=False, source=name):
+            for batch in log_file.batches():
                 fields = _batch_fields(batch, valid_bytes)
                 if not fields["is_valid"]:
                     self.problems += 1
@@ -316,7 +316,7 @@ class _Dump:
             self.error(str(exc), doc)
         finally:
             bar.close()
-        trailing = len(data) - valid_bytes
+        trailing = log_file.size - valid_bytes
         if doc is not None:
             doc["trailing_bytes"] = trailing
             doc["non_consecutive_offsets"] = [list(g) for g in gaps]
@@ -350,7 +350,7 @@ class _Dump:
             positions = {position for _relative, position in entries}
             lasts = {base + relative for relative, _position in entries}
         try:
-            for i, b in enumerate(iter_batches(_map_file(log_path), verify=False, source=log_path)):
+            for i, b in enumerate(LogFile(log_path).batches()):
                 seg.lasts.append(b.last_offset)
                 if b.position in positions or b.last_offset in lasts:
                     row = BatchRow(b.position, b.base_offset, b.last_offset, -1, b.magic, b.crc, True, b.size_bytes,

@@ -9,7 +9,6 @@ from typing import NamedTuple
 from .. import errors
 from ..epoch import CHECKPOINT_FILE
 from ..loader import scan_log_file
-from ..records import iter_batches
 from .compacted import partition_is_compacted
 from .discovery import (
     _LEFTOVER_SUFFIXES,
@@ -17,7 +16,7 @@ from .discovery import (
     LOG_SUFFIX,
     TIME_INDEX_SUFFIX,
     Issue,
-    _map_file,
+    LogFile,
     log_dir_offsets,
     partition_dirs,
     read_epoch_checkpoint,
@@ -238,12 +237,12 @@ def scan_partition(log_dir: str, topic: str, partition: int, path: str, *, offse
         if previous_last is not None and base <= previous_last:
             ps.problems.append(Issue("disorder", f"segment base offset {base} is not above the previous segment's "
                                      f"last offset {previous_last}", seg.path, 0, base))
-        data = _map_file(seg.path)
-        seg.size = len(data)
+        log_file = LogFile(seg.path)
+        seg.size = log_file.size
         reported = 0
         structural = False
         try:
-            for batch in iter_batches(data, verify=False, source=seg.path):
+            for batch in log_file.batches():
                 magic = batch.magic
                 row = BatchRow(batch.position, batch.base_offset, batch.last_offset,
                                batch.partition_leader_epoch if magic >= 2 else -1, magic, batch.crc,
@@ -277,7 +276,6 @@ def scan_partition(log_dir: str, topic: str, partition: int, path: str, *, offse
                                      "(a torn write; recovery cuts it)", seg.path, seg.valid_bytes))
         if indexes is not None:
             indexes.check(seg, ps.problems)
-        del data
         verdict = scan_log_file(seg.path, base)     # what recovery would cut (_note_recovery_cuts)
         if verdict.valid_bytes < seg.size:
             cuts.append((k, seg, verdict))
