@@ -10,7 +10,7 @@ import os
 import tempfile
 
 import pytest
-from hypothesis import HealthCheck, given, settings
+from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 
 from storage import LogConfig, LogDir, PartitionLog, Record, build_batch, errors, iter_batches
@@ -316,6 +316,7 @@ def test_a_log_start_offset_above_the_log_end_deletes_nothing(tmp_path):
 @settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
 @given(batches=st.lists(st.tuples(st.integers(0, 9000), st.integers(0, 2**41)), min_size=1, max_size=30),
        interval=st.sampled_from([64, 4096, 1 << 20]), chunked=st.booleans(), cut=st.none() | st.integers(1, 30))
+@example(batches=[(0, 0), (0, 604_800_001)], interval=64, chunked=False, cut=1)    # more than a week apart
 def test_a_clean_open_reads_back_what_the_appends_left(tmp_path, batches, interval, chunked, cut):
     """A clean open walks the batch headers after the last index hint by pread, through a 4 KiB
     window (batch sizes here straddle it, and with a 1 MiB index interval there is no hint at
@@ -323,7 +324,8 @@ def test_a_clean_open_reads_back_what_the_appends_left(tmp_path, batches, interv
     truncation, when `cut` asks for one) left -- each batch holds one record, so they are the
     count kept, the largest timestamp kept and its first offset -- and agrees with the same
     walk over a mapping of the file."""
-    config = LogConfig(segment_bytes=1 << 20, index_interval_bytes=interval, fsync=False)
+    # One segment: no roll by size, nor by time (timestamps here lie up to 2^41 ms apart).
+    config = LogConfig(segment_bytes=1 << 20, segment_ms=2**62, index_interval_bytes=interval, fsync=False)
     path = os.path.join(tempfile.mkdtemp(dir=tmp_path), "t-0")
     log = PartitionLog.open(path, config)
     built = [build_batch([Record(value=b"v" * size, timestamp=ts)], partition_leader_epoch=1) for size, ts in batches]
