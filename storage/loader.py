@@ -62,7 +62,7 @@ import struct
 from . import errors, guards
 from ._native import ffi, lib
 from .epoch import CHECKPOINT_FILE
-from .records import iter_batches
+from .records import LOG_OVERHEAD, iter_batches
 from .segment import (
     DELETED_SUFFIX,
     INDEX_SUFFIX,
@@ -237,6 +237,19 @@ SCAN_WINDOW = 2 << 20       # a window that stays in cache: the scan runs as fas
 _BATCH_LENGTH = struct.Struct(">i")       # a batch's length field, after its base offset
 
 
+def first_window(fd: int, window: int) -> int:
+    """The first read of a file read in windows: at most `window`, and one byte past a file
+    smaller than that (that read finds the end: one small buffer, one call)."""
+    return min(window, os.fstat(fd).st_size + 1)
+
+
+def whole_batch_window(fd: int, data, origin: int) -> int | None:
+    """`data`, read at `origin`, is a full window holding no whole batch: the window that holds
+    its first batch whole, or None when that batch runs past the file's end (a partial tail)."""
+    need = _BATCH_LENGTH.unpack_from(data, 8)[0] + LOG_OVERHEAD
+    return None if origin + need > os.fstat(fd).st_size else need
+
+
 def scan_log_file(path: str, base_offset: int | None = None, *, window: int = SCAN_WINDOW) -> ScanReport:
     """The recovery verdict (see _scan) on a `.log` file read offline; the base offset defaults
     to the one in the file name.  Read by pread, `window` bytes at a time (a batch larger than
@@ -251,9 +264,10 @@ def scan_log_file(path: str, base_offset: int | None = None, *, window: int = SC
     scan.check_crc = 1
     last_epoch = ffi.new("int32_t *")
     lib.plog_scan_start(scan, last_epoch)
-    buffer = bytearray(min(window, os.path.getsize(path)) or 1)     # one buffer, read into again
     with open(path, "rb", buffering=0) as f:
         fd = f.fileno()
+        window = first_window(fd, window)
+        buffer = bytearray(window)          # one buffer, read into again
         while True:
             origin = scan.valid_bytes
             if len(buffer) < window:
@@ -264,11 +278,10 @@ def scan_log_file(path: str, base_offset: int | None = None, *, window: int = SC
                 lib.plog_scan_window(pointer, length, origin, more, scan, last_epoch)
                 if more and not scan.stop and scan.valid_bytes == origin:
                     # One batch larger than the window: read it whole, unless it runs past the end.
-                    need = _BATCH_LENGTH.unpack_from(buffer, 8)[0] + 12
-                    if origin + need > os.fstat(fd).st_size:
+                    window = whole_batch_window(fd, buffer, origin)
+                    if window is None:
                         lib.plog_scan_window(pointer, length, origin, 0, scan, last_epoch)
                         break
-                    window = need
                     continue
             if scan.stop or not more:
                 break

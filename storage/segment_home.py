@@ -144,9 +144,6 @@ class _RetiredMappings:
         with self._lock:
             self._by_path.setdefault(path, []).append((weakref.ref(pointer, gone), length, valid))
 
-    def __len__(self) -> int:
-        return sum(map(len, self._by_path.values()))
-
     def snapshot(self, path: str, position: int) -> None:
         """`path` is about to shrink to `position`: every listed mapping of it keeps its bytes."""
         with self._lock:

@@ -19,7 +19,7 @@ from typing import Iterator, NamedTuple
 
 from .. import checkpoint, errors
 from ..epoch import CHECKPOINT_FILE
-from ..loader import _BATCH_LENGTH, SCAN_WINDOW
+from ..loader import SCAN_WINDOW, first_window, whole_batch_window
 from ..logdir import CLEAN_SHUTDOWN_FILE, parse_partition_dir
 from ..records import RecordBatch, iter_batches
 from ..segment import segment_base
@@ -67,9 +67,9 @@ class LogFile:
     def batches(self) -> Iterator[RecordBatch]:
         """The batches, as `iter_batches` gives them (verify off; positions in the file): it
         stops at a partial tail and raises CorruptRecordError on a size or magic failure."""
-        window = self.window
         with open(self.path, "rb", buffering=0) as f:
             fd, pos = f.fileno(), 0
+            window = first_window(fd, self.window)
             while True:
                 data = os.pread(fd, window, pos)
                 end = 0
@@ -81,10 +81,9 @@ class LogFile:
                     continue
                 if len(data) < window:
                     return              # the end of the file, or a partial batch at it
-                need = _BATCH_LENGTH.unpack_from(data, 8)[0] + 12     # one batch larger than the window
-                if pos + need > os.fstat(fd).st_size:
+                window = whole_batch_window(fd, data, pos)      # one batch larger than the window
+                if window is None:
                     return              # it runs past the end: a partial batch
-                window = need
 
 
 def _has_segments(path: str) -> bool:
