@@ -62,7 +62,7 @@ import struct
 from . import errors, guards
 from ._native import ffi, lib
 from .epoch import CHECKPOINT_FILE
-from .records import LOG_OVERHEAD, iter_batches
+from .records import BATCH_OVERHEAD, LOG_OVERHEAD, iter_batches
 from .segment import (
     DELETED_SUFFIX,
     INDEX_SUFFIX,
@@ -238,14 +238,16 @@ _BATCH_LENGTH = struct.Struct(">i")       # a batch's length field, after its ba
 
 
 def first_window(fd: int, window: int) -> int:
-    """The first read of a file read in windows: at most `window`, and one byte past a file
+    """The first read of a file read in windows: `window`, at least a batch header (so that C
+    has judged the length and magic of a batch it calls partial), and one byte past a file
     smaller than that (that read finds the end: one small buffer, one call)."""
-    return min(window, os.fstat(fd).st_size + 1)
+    return min(max(window, BATCH_OVERHEAD), os.fstat(fd).st_size + 1)
 
 
 def whole_batch_window(fd: int, data, origin: int) -> int | None:
-    """`data`, read at `origin`, is a full window holding no whole batch: the window that holds
-    its first batch whole, or None when that batch runs past the file's end (a partial tail)."""
+    """`data`, read at `origin`, is a full window holding no whole batch (C found its length and
+    magic sound): the window that holds that batch whole, or None when it runs past the file's
+    end (a partial tail)."""
     need = _BATCH_LENGTH.unpack_from(data, 8)[0] + LOG_OVERHEAD
     return None if origin + need > os.fstat(fd).st_size else need
 

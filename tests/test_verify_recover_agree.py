@@ -15,7 +15,7 @@ import shutil
 import struct
 
 import pytest
-from hypothesis import HealthCheck, given, settings
+from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 
 from storage import LogConfig, PartitionLog, errors, iter_batches
@@ -161,10 +161,12 @@ def _report(scan) -> tuple:
 @settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
 @given(kind=DAMAGE, where=st.integers(0, 10**6), value=st.integers(0, 2**32 - 1),
        window=st.sampled_from([16, 61, 100, 333, 700, 4096]))
+@example(kind="offset", where=1, value=1, window=16)    # a negative length field: C must see it whole
 def test_the_scan_in_windows_gives_the_whole_files_verdict(tmp_path_factory, kind, where, value, window):
-    """scan_log_file reads a file by pread in windows (never mapped, so a live broker's
-    truncation cannot SIGBUS it): whatever the window -- smaller than a batch, cutting headers
-    -- its verdict on a damaged segment is plog_scan_buffer's over the whole file."""
+    """scan_log_file and inspect's LogFile read a file by pread in windows (never mapped, so a
+    live broker's truncation cannot SIGBUS them): whatever the window -- smaller than a batch,
+    cutting headers -- the verdict on a damaged segment is plog_scan_buffer's over the whole
+    file, and the batches (or the error that stops them) are iter_batches' over it."""
     root = tmp_path_factory.mktemp("windows")
     path = root / "t-0"
     build(path)
@@ -176,6 +178,18 @@ def test_the_scan_in_windows_gives_the_whole_files_verdict(tmp_path_factory, kin
         f.write(data)
     whole = _scan(ffi.from_buffer(bytes(data)), len(data), 0)
     assert _report(scan_log_file(target, window=window)) == _report(whole)
+    assert walk(LogFile(target, window).batches()) == walk(iter_batches(bytes(data), verify=False))
+
+
+def walk(batches) -> list:
+    """(position, bytes) of each batch, then (error class, position) of what stopped them."""
+    out = []
+    try:
+        for b in batches:
+            out.append((b.position, bytes(b.view)))
+    except errors.StorageError as exc:
+        out.append((type(exc).__name__, exc.position))
+    return out
 
 
 def shrink_at_second_read(monkeypatch, function: str, path) -> list:
