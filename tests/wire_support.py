@@ -28,6 +28,7 @@ class Broker:
         self.proc: subprocess.Popen | None = None
         self.log_path = os.path.join(self.data_dir + ".stderr")
         self.host, self.port, self.pid = "127.0.0.1", 0, 0
+        self.preexec_fn = None                      # run in the child before exec (a resource limit)
 
     @property
     def bootstrap(self) -> str:
@@ -41,7 +42,7 @@ class Broker:
         self.proc = subprocess.Popen(
             [sys.executable, "-m", "storage", self.command, "--data-dir", self.data_dir, "--listen", listen,
              *options, "--log-level", os.environ.get("STORAGE_WIRE_LOG_LEVEL", "INFO"), *self.extra],
-            stdout=subprocess.PIPE, stderr=stderr, text=True)
+            stdout=subprocess.PIPE, stderr=stderr, text=True, preexec_fn=self.preexec_fn)
         stderr.close()
         deadline = time.monotonic() + timeout
         line = ""

@@ -28,6 +28,8 @@ from kio.schema.request_header.v2.header import RequestHeader as RequestHeaderV2
 from kio.serial import entity_reader, entity_writer
 from kio.static.primitive import i32Timedelta, i64Timedelta
 
+from . import bounds
+
 MAX_REQUEST_BYTES = 100 * 1024 * 1024      # Kafka's socket.request.max.bytes default
 UNSUPPORTED_VERSION = 35
 API_VERSIONS_KEY = 18
@@ -116,6 +118,11 @@ def parse_request(frame: bytes):
     key, version, _ = peek_api(frame)
     cls = _request_class(key, version)
     header_cls = RequestHeaderV2 if cls.__flexible__ else RequestHeaderV1
+    try:
+        # Before kio sees the frame: its native parser preallocates what a length claims.
+        bounds.check(frame, header_cls, cls)
+    except bounds.FrameBoundsError as exc:
+        raise ProtocolError(f"{api_name(key)} v{version}: malformed request: {exc}") from None
     try:
         header, used = _reader(header_cls)(frame, 0)
         request, size = _reader(cls)(frame, used)
