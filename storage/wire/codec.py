@@ -160,6 +160,33 @@ def encode_response(key: int, version: int, correlation_id: int, body: dict) -> 
     return out.getvalue()
 
 
+def encode_error_response(key: int, version: int, correlation_id: int, body: dict) -> bytes:
+    """encode_response for an error answer (error_answers.error_body): the fields `body` does
+    not give, at any depth, are zero, empty or null instead of an error."""
+    return encode_response(key, version, correlation_id, _filled(_response_class(key, version), body))
+
+
+def _filled(cls, values: dict) -> dict:
+    hints = typing.get_type_hints(cls)
+    out = dict(values)
+    for f in dataclasses.fields(cls):
+        inner, _ = _unwrap_optional(hints[f.name])
+        item = typing.get_args(inner)[0] if typing.get_origin(inner) is tuple else None
+        if f.name in out:
+            if item is not None and dataclasses.is_dataclass(item) and out[f.name] is not None:
+                out[f.name] = [_filled(item, v) for v in out[f.name]]
+            elif dataclasses.is_dataclass(inner) and out[f.name] is not None:
+                out[f.name] = _filled(inner, out[f.name])
+        elif f.default is dataclasses.MISSING and f.default_factory is dataclasses.MISSING:
+            if dataclasses.is_dataclass(inner):
+                out[f.name] = _filled(inner, {})
+            elif isinstance(inner, type) and issubclass(inner, bytes):
+                out[f.name] = b""
+            else:
+                out[f.name] = _zero(hints[f.name])
+    return out
+
+
 def decode_response(key: int, version: int, frame: bytes):
     """(correlation id, response entity) of a response frame without its size prefix."""
     cls = _response_class(key, version)

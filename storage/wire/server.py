@@ -6,8 +6,10 @@ Bad input never reaches a log and never stops the broker: a frame beyond the siz
 negative size, an unknown API or version, or bytes kio cannot parse close that connection with
 the reason logged (Kafka's InvalidRequestException path); an ApiVersions request of a version
 this broker does not know gets Kafka's answer, UNSUPPORTED_VERSION with the supported ranges in
-ApiVersions v0 (KIP-511).  A handler's own failure is logged with its traceback and closes the
-connection; the broker goes on.
+ApiVersions v0 (KIP-511).  A handler's own failure is answered as Kafka's getErrorResponse does
+(error_answers: the exception's code, UNKNOWN_SERVER_ERROR unless it carries one, at the top
+level or on every topic and partition asked for), logged once with its traceback, and the
+connection stays open.
 """
 from __future__ import annotations
 
@@ -17,7 +19,7 @@ import logging
 import signal
 
 from .. import errors
-from . import codec
+from . import codec, error_answers
 from .apis import ClientApis, Notifier
 from .groups import GroupCoordinator
 from .node import Node
@@ -38,6 +40,7 @@ class FrameServer:
         self._stopped = asyncio.Event()
         self._connections: set[asyncio.StreamWriter] = set()
         self.served: collections.Counter = collections.Counter()    # (api key, version) -> requests
+        self.handler_errors: collections.Counter = collections.Counter()  # (api key, version) -> raised
         # Requests other than ApiVersions wait while the node starts (a cluster broker opens its
         # log dir only once it has replayed the metadata log: the topics' configs come from it).
         self.ready = asyncio.Event()
@@ -111,7 +114,26 @@ class FrameServer:
                 return None
             return codec.encode_response(key, version, correlation_id, body)
         except Exception as exc:
-            exc.add_note(f"while answering {codec.api_name(key)} v{version} (correlation id {correlation_id})")
+            return self._error_response(key, version, correlation_id, header, request, exc)
+
+    def _error_response(self, key: int, version: int, correlation_id: int, header, request, exc) -> bytes | None:
+        """Kafka's getErrorResponse for a handler that raised: the API's response with the
+        exception's code (a StorageError's own, else UNKNOWN_SERVER_ERROR) where the response
+        has one, else on every topic and partition asked for; logged once with its traceback;
+        the connection stays open.  If even that answer cannot be built, the exception goes on
+        and closes the connection."""
+        code = getattr(exc, "error_code", errors.Errors.UNKNOWN_SERVER_ERROR)
+        what = f"{codec.api_name(key)} v{version} (correlation id {correlation_id}) from {header.client_id!r}"
+        self.handler_errors[(key, version)] += 1
+        log.error("answering %s with error code %d: the handler raised", what, code, exc_info=exc)
+        try:
+            if key == codec.API_VERSIONS_KEY:
+                return codec.encode_response(key, version, correlation_id,
+                                             ClientApis.api_versions_body(int(code), self.supported))
+            return codec.encode_error_response(key, version, correlation_id,
+                                               error_answers.error_body(key, request, int(code)))
+        except Exception as answer_exc:
+            answer_exc.add_note(f"while answering {what} after its handler raised {exc!r}")
             raise
 
 
