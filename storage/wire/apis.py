@@ -12,7 +12,7 @@ from .. import errors
 from ..errors import Errors
 from ..replication import messages as m
 from . import configs as topic_configs
-from .codec import SUPPORTED, ms
+from .codec import SUPPORTED, InvalidRequestError, ms
 from .node import OFFSETS_TOPIC, Node
 
 log = logging.getLogger("storage.wire")
@@ -109,15 +109,35 @@ class ClientApis:
         node = self.node
         wanted = request.topics
         version = type(request).__version__
+        unknown: list[dict] = []
         if wanted is None or (version == 0 and not wanted):
             names, create = node.topic_names(), False
         else:
-            names = [t.name if t.name is not None else node.topic_by_id(int(t.topic_id)) or "" for t in wanted]
+            names, unknown = self._metadata_names(wanted, version)
             create = getattr(request, "allow_auto_topic_creation", True)
         return {"brokers": [{"node_id": b, "host": host, "port": port, "rack": None} for b, host, port in node.brokers()],
                 "cluster_id": node.cluster_id, "controller_id": node.controller_id,
-                "topics": [await self._topic_metadata(n, create) for n in names],
+                "topics": unknown + [await self._topic_metadata(n, create) for n in names],
                 "cluster_authorized_operations": -2147483648}
+
+    def _metadata_names(self, wanted, version: int) -> tuple[list[str], list[dict]]:
+        """The topic names a Metadata request asks for, and the rows it gets for the topics it
+        names by nothing this broker knows.  As Kafka's KafkaApis: before v12 a null name is an
+        INVALID_REQUEST (the whole request); from v12, if any topic id is not zero the request
+        names its topics by id (the names are ignored) and an unknown id gets UNKNOWN_TOPIC_ID;
+        kio reads the zero id as None.  A null name with the zero id names no topic: it gets
+        UNKNOWN_TOPIC_ID too (Kafka has no rule for it; its cache finds no such topic)."""
+        def unknown_row(topic_id: int) -> dict:
+            return {"error_code": Errors.UNKNOWN_TOPIC_ID, "name": None, "topic_id": topic_id, "is_internal": False,
+                    "partitions": [], "topic_authorized_operations": -2147483648}
+        if version < 12 and any(t.name is None for t in wanted):
+            raise InvalidRequestError(f"Metadata v{version}: a topic name is null (allowed from v12)")
+        ids = [int(t.topic_id) for t in wanted if getattr(t, "topic_id", None)]
+        if ids:
+            known = {i: self.node.topic_by_id(i) for i in dict.fromkeys(ids)}
+            return [n for n in known.values() if n is not None], [unknown_row(i) for i, n in known.items() if n is None]
+        names = list(dict.fromkeys(t.name for t in wanted if t.name is not None))
+        return names, [unknown_row(0)] if any(t.name is None for t in wanted) else []
 
     # ---- Produce -----------------------------------------------------------------------------
     async def produce(self, header, request) -> dict | None:
@@ -157,8 +177,9 @@ class ClientApis:
                 name = t.topic
                 ids[name] = self.node.topic_id(name)
             else:
-                topic_id = int(t.topic_id)
-                name = self.node.topic_by_id(topic_id) or f"\0unknown-topic-id-{topic_id}"
+                # kio reads the zero id as None: no topic has it, the partitions get UNKNOWN_TOPIC_ID.
+                topic_id = int(t.topic_id) if t.topic_id is not None else 0
+                name = (topic_id and self.node.topic_by_id(topic_id)) or f"\0unknown-topic-id-{topic_id}"
                 ids[name] = topic_id
             for p in t.partitions:
                 parts.append(m.FetchPartition(name, p.partition, p.fetch_offset,
@@ -254,16 +275,8 @@ class ClientApis:
 
     async def delete_topics(self, header, request) -> dict:
         node = self.node
-        if getattr(request, "topics", None) is not None:
-            names = [(t.name if t.name is not None else node.topic_by_id(int(t.topic_id)), t.topic_id)
-                     for t in request.topics]
-        else:
-            names = [(n, 0) for n in request.topic_names]
-        out = []
-        for name, topic_id in names:
-            if name is None:
-                out.append({"name": None, "topic_id": topic_id, "error_code": Errors.UNKNOWN_TOPIC_ID})
-                continue
+        names, out = delete_topics_targets(request, node.topic_by_id)
+        for name, _ in names:
             known_id = node.topic_id(name)
             code = Errors.INVALID_REQUEST if name.startswith("__") else await node.delete_topic(name)
             out.append({"name": name, "topic_id": known_id, "error_code": code, "error_message": None})
@@ -297,6 +310,43 @@ class ClientApis:
                              "config_type": 0, "documentation": None}
                             for n, v, source in configs if keys is None or n in keys]})
         return {"results": results}
+
+
+def delete_topics_targets(request, topic_by_id) -> tuple[list[tuple[str, int]], list[dict]]:
+    """DeleteTopics' topics as Kafka's ControllerApis.deleteTopics reads them: the (name, id
+    given or 0) to delete, and the rows already answered -- INVALID_REQUEST for a topic with
+    neither name nor id (kio reads the zero id as None) or with both, and for a name or id given
+    twice; UNKNOWN_TOPIC_ID for an id no topic has (ControllerApisTest.testInvalidDeleteTopicsRequest)."""
+    answered: list[dict] = []
+
+    def refuse(name, topic_id, code, message):
+        answered.append({"name": name, "topic_id": topic_id, "error_code": code, "error_message": message})
+    if getattr(request, "topics", None) is None:
+        given = [(n, 0) for n in request.topic_names]
+    else:
+        given = [(t.name, int(t.topic_id) if t.topic_id is not None else 0) for t in request.topics]
+    for name, topic_id in given:
+        if name is None and not topic_id:
+            refuse(None, 0, Errors.INVALID_REQUEST, "Neither topic name nor id were specified.")
+        elif name is not None and topic_id:
+            refuse(name, topic_id, Errors.INVALID_REQUEST, "You may not specify both topic name and topic id.")
+    names = [n for n, i in given if n is not None and not i]
+    ids = [i for n, i in given if n is None and i]
+    for name in sorted({n for n in names if names.count(n) > 1}):
+        refuse(name, 0, Errors.INVALID_REQUEST, "Duplicate topic name.")
+    for topic_id in sorted({i for i in ids if ids.count(i) > 1}):
+        refuse(None, topic_id, Errors.INVALID_REQUEST, "Duplicate topic id.")
+    targets = [(n, 0) for n in names if names.count(n) == 1]
+    for topic_id in (i for i in ids if ids.count(i) == 1):
+        name = topic_by_id(topic_id)
+        if name is None:
+            refuse(None, topic_id, Errors.UNKNOWN_TOPIC_ID, None)
+        elif name in names:
+            refuse(name, topic_id, Errors.INVALID_REQUEST, "The provided topic name maps to an ID that was already supplied.")
+            targets = [t for t in targets if t[0] != name]
+        else:
+            targets.append((name, topic_id))
+    return targets, answered
 
 
 def storage_error_text(exc: BaseException) -> str:

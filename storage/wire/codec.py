@@ -76,6 +76,14 @@ class ProtocolError(Exception):
     (Kafka's InvalidRequestException path)."""
 
 
+class InvalidRequestError(Exception):
+    """A request kio could read that Kafka refuses as a whole (its InvalidRequestException from
+    a handler): the server answers it with the API's error response, INVALID_REQUEST, and the
+    connection stays open."""
+
+    error_code = 42     # Kafka's INVALID_REQUEST
+
+
 def api_name(key: int) -> str:
     entry = SUPPORTED.get(key) or CONTROLLER_SUPPORTED.get(key)
     return entry[0] if entry else f"api key {key}"
@@ -225,7 +233,7 @@ def _converter(hint):
             datetime.datetime.fromtimestamp(v / 1000, datetime.timezone.utc)    # noqa: E731
     elif inner is uuid.UUID:
         convert = lambda v: v if isinstance(v, uuid.UUID) else uuid.UUID(int=v)  # noqa: E731
-    elif inner is str and not optional:
+    elif isinstance(inner, type) and issubclass(inner, str) and not optional:
         # A version whose string is not nullable carries "" where a later one carries null
         # (JoinGroup's protocol name before v7, error messages).
         convert = lambda v: "" if v is None else v          # noqa: E731

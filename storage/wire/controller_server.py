@@ -30,7 +30,7 @@ from ..replication import messages as m
 from ..replication.controller import Controller
 from . import codec
 from . import configs as topic_configs
-from .apis import Notifier
+from .apis import Notifier, delete_topics_targets
 from .codec import ms
 from .metadata import MetadataImage, records_for
 from .server import FrameServer
@@ -210,12 +210,14 @@ class ControllerServer(FrameServer):
         return {"topics": out}
 
     async def delete_topics(self, header, request) -> dict:
-        names = [t.name for t in request.topics] if getattr(request, "topics", None) is not None \
-            else list(request.topic_names)
-        out = [{"name": n, "topic_id": 0, "error_code": self.controller.delete_topic(n), "error_message": None}
-               for n in names]
+        targets, out = delete_topics_targets(request, self._topic_by_id)
+        out += [{"name": n, "topic_id": i, "error_code": self.controller.delete_topic(n), "error_message": None}
+                for n, i in targets]
         self.sync()
         return {"responses": out}
+
+    def _topic_by_id(self, topic_id: int) -> str | None:
+        return next((name for name, t in self.controller.topics.items() if int(t["topic_id"], 16) == topic_id), None)
 
     async def allocate_producer_ids(self, header, request) -> dict:
         r = self.controller.brokers.get(request.broker_id)

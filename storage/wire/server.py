@@ -118,14 +118,18 @@ class FrameServer:
 
     def _error_response(self, key: int, version: int, correlation_id: int, header, request, exc) -> bytes | None:
         """Kafka's getErrorResponse for a handler that raised: the API's response with the
-        exception's code (a StorageError's own, else UNKNOWN_SERVER_ERROR) where the response
+        exception's code (a StorageError's own, INVALID_REQUEST for codec.InvalidRequestError --
+        a refusal, logged without a traceback --, else UNKNOWN_SERVER_ERROR) where the response
         has one, else on every topic and partition asked for; logged once with its traceback;
         the connection stays open.  If even that answer cannot be built, the exception goes on
         and closes the connection."""
         code = getattr(exc, "error_code", errors.Errors.UNKNOWN_SERVER_ERROR)
         what = f"{codec.api_name(key)} v{version} (correlation id {correlation_id}) from {header.client_id!r}"
-        self.handler_errors[(key, version)] += 1
-        log.error("answering %s with error code %d: the handler raised", what, code, exc_info=exc)
+        if isinstance(exc, codec.InvalidRequestError):      # the client's mistake, not a bug here
+            log.warning("answering %s with INVALID_REQUEST: %s", what, exc)
+        else:
+            self.handler_errors[(key, version)] += 1
+            log.error("answering %s with error code %d: the handler raised", what, code, exc_info=exc)
         try:
             if key == codec.API_VERSIONS_KEY:
                 return codec.encode_response(key, version, correlation_id,
