@@ -43,8 +43,8 @@ def test_request_round_trip_and_trailing_bytes():
                                                    "include_topic_authorized_operations": False})
     header, request = codec.parse_request(frame[4:])
     assert (header.correlation_id, header.client_id, request.topics) == (41, "me", None)
-    with pytest.raises(codec.ProtocolError, match="bytes after the request"):
-        codec.parse_request(frame[4:] + b"\0\0")
+    # Bytes after the request are left unread, as Kafka's RequestContext.parseRequest does.
+    assert codec.parse_request(frame[4:] + b"\0\0") == (header, request)
     with pytest.raises(codec.ProtocolError, match="malformed"):
         codec.parse_request(frame[4:-3])
 
@@ -94,6 +94,24 @@ def _end_offset(broker, topic):
     response = _ask(broker, 2, 7, {"replica_id": -1, "isolation_level": 0, "topics": [
         {"name": topic, "partitions": [{"partition_index": 0, "timestamp": -1}]}]})
     return response.topics[0].partitions[0].offset
+
+
+# librdkafka's Metadata v12 for all topics (confluent-kafka's list_topics(), captured): a null
+# topics array written into a 4-byte slot leaves 3 bytes after the request (librdkafka issue
+# 5049).  Kafka reads the request and leaves them; the broker used to close the connection.
+LIBRDKAFKA_ALL_TOPICS = bytes.fromhex("0003000c00000003000772646b61666b61" "00" "00000000" "010000")
+
+
+def test_librdkafkas_metadata_with_trailing_bytes_is_answered(broker):
+    _produce(broker, "listed", build_batch([b"x"]))
+    frame = struct.pack(">i", len(LIBRDKAFKA_ALL_TOPICS)) + LIBRDKAFKA_ALL_TOPICS
+    answer = raw_exchange((broker.host, broker.port), frame)
+    assert answer is not None, broker.stderr()[-2000:]
+    _, response = codec.decode_response(3, 12, answer)
+    assert "listed" in {t.name for t in response.topics}
+    admin = pytest.importorskip("confluent_kafka.admin", reason="confluent-kafka is in the [test] extra")
+    topics = admin.AdminClient({"bootstrap.servers": broker.bootstrap}).list_topics(timeout=20).topics
+    assert "listed" in topics and topics["listed"].error is None
 
 
 def test_api_versions_lists_every_served_api(broker):
