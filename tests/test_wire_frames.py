@@ -73,6 +73,18 @@ def test_kafka_protocol_serialization_cases(count, name_length, reason):
         bounds.check(_delete_topics_v1(count, name_length), HEADER_V1, LEGACY)
 
 
+def test_null_is_refused_where_the_version_does_not_allow_it():
+    # LeaveGroup v4's members array is not nullable; Metadata v12's topics array is (all topics).
+    leave = struct.pack(">hhi", 13, 4, 7) + b"\xff\xff\x00" + b"\x02g" + b"\x00" + b"\x00"
+    with pytest.raises(codec.ProtocolError, match="LeaveGroupRequest.members: null at offset 13, but the field is "
+                                                  "not nullable in this version"):
+        codec.parse_request(leave)
+    assert codec.parse_request(bytes.fromhex("0003000c00000007ffff00") + b"\x00\x01\x00\x00")[1].topics is None
+    # DeleteTopics v1's names are not nullable strings.
+    with pytest.raises(bounds.FrameBoundsError, match="DeleteTopicsRequest.topic_names: null at offset 14"):
+        bounds.check(_delete_topics_v1(struct.pack(">i", 1), struct.pack(">h", -1), b""), HEADER_V1, LEGACY)
+
+
 def test_bytes_too_large_and_a_varint_too_long_are_refused():
     produce = codec._request_class(0, 3)
     frame = struct.pack(">hhi", 0, 3, 7) + b"\xff\xff" + b"\xff\xff" + struct.pack(">hii", 1, 1000, 1) \

@@ -14,7 +14,9 @@ the field at the first length that exceeds the bytes left:
 * an array's count (int32, or unsigned varint - 1 in flexible versions) may not exceed the
   bytes left; each element is then walked, so a count of small elements is bounded too;
 * a string's (int16 / varint) or bytes' and records' (int32 / varint) length may not exceed
-  the bytes left; null (-1, or varint 0) is accepted wherever it is encoded;
+  the bytes left;
+* null (-1, or varint 0) is refused where the version's field is not nullable (kio would read
+  it and hand the handler a None where the schema promises a value);
 * a flexible struct's tagged-field count may not exceed the bytes left, each tagged field's
   size may not exceed them, and a known tagged field is walked within its size;
 * an unsigned varint longer than 5 bytes is refused (Kafka's "Varint is too long").
@@ -108,10 +110,12 @@ def _uvarint(view, at: int, end: int, name: str) -> tuple[int, int]:
     raise FrameBoundsError(f"{name}: a varint longer than {VARINT_BYTES_MAX} bytes at offset {at}")
 
 
-def _length(view, at: int, end: int, name: str, compact: bool, legacy: struct.Struct, kind: str):
+def _length(view, at: int, end: int, name: str, compact: bool, legacy: struct.Struct, kind: str,
+            nullable: bool):
     """(length or None for null, position after the length field); refuses a length beyond
     the bytes left (Kafka: "Tried to allocate a collection of size N, but there are only M
-    bytes remaining")."""
+    bytes remaining") and a null where the version's field is not nullable (Kafka: "non-nullable
+    field ... was serialized as null"; kio would hand the handler a None)."""
     if compact:
         _note(at, "varint", name)
         raw, after = _uvarint(view, at, end, name)
@@ -126,12 +130,16 @@ def _length(view, at: int, end: int, name: str, compact: bool, legacy: struct.St
     if length > end - after:
         raise FrameBoundsError(f"{name}: a {kind} of {length} claimed at offset {at}, "
                                f"only {end - after} bytes remain")
-    return (None if length == -1 else length), after
+    if length == -1:
+        if not nullable:
+            raise FrameBoundsError(f"{name}: null at offset {at}, but the field is not nullable in this version")
+        return None, after
+    return length, after
 
 
-def _skip_sized(name: str, compact: bool, legacy: struct.Struct, kind: str):
+def _skip_sized(name: str, compact: bool, legacy: struct.Struct, kind: str, nullable: bool):
     def step(view, at, end):
-        length, after = _length(view, at, end, name, compact, legacy, kind)
+        length, after = _length(view, at, end, name, compact, legacy, kind, nullable)
         return after + (length or 0)
     return step
 
@@ -143,9 +151,9 @@ def _fixed(name: str, size: int):
     return step
 
 
-def _array(name: str, compact: bool, item):
+def _array(name: str, compact: bool, item, nullable: bool):
     def step(view, at, end):
-        count, at = _length(view, at, end, name, compact, _INT32, "collection")
+        count, at = _length(view, at, end, name, compact, _INT32, "collection", nullable)
         for _ in range(count or 0):
             at = item(view, at, end)
         return at
@@ -160,13 +168,13 @@ def _nullable_struct(name: str, walk):
     return step
 
 
-def _primitive(name: str, kafka_type: str, compact: bool):
+def _primitive(name: str, kafka_type: str, compact: bool, nullable: bool):
     if kafka_type in FIXED_BYTES:
         return _fixed(name, FIXED_BYTES[kafka_type])
     if kafka_type == "string":
-        return _skip_sized(name, compact, _INT16, "string")
+        return _skip_sized(name, compact, _INT16, "string", nullable)
     if kafka_type in ("bytes", "records"):
-        return _skip_sized(name, compact, _INT32, "bytes")
+        return _skip_sized(name, compact, _INT32, "bytes", nullable)
     raise NotImplementedError(f"{name}: no bound for kafka_type {kafka_type!r}")
 
 
@@ -174,14 +182,17 @@ def _field_step(cls, field, is_header: bool, is_tag: bool):
     name = f"{cls.__qualname__}.{field.name}"
     compact = cls.__flexible__ and not (is_header and field.name == "client_id")
     kind = classify_field(field)
+    # A tagged field's nullability is its presence (kio reads its value as not nullable), but
+    # its value may still be encoded as null: accepted there.
+    nullable = is_tag or is_optional(field)
     if isinstance(kind, EntityTupleField):
-        return _array(name, compact, _walker(kind.type_, False))
+        return _array(name, compact, _walker(kind.type_, False), nullable)
     if isinstance(kind, PrimitiveTupleField):
-        return _array(name, compact, _primitive(name, field.metadata["kafka_type"], compact))
+        return _array(name, compact, _primitive(name, field.metadata["kafka_type"], compact, False), nullable)
     if isinstance(kind, EntityField):
         walk = _walker(kind.type_, False)
         return _nullable_struct(name, walk) if is_optional(field) and not is_tag else walk
-    return _primitive(name, field.metadata["kafka_type"], compact)
+    return _primitive(name, field.metadata["kafka_type"], compact, nullable)
 
 
 @functools.cache
