@@ -150,3 +150,36 @@ def test_length_bombs_under_rlimit_as_leave_the_process_serving(limited):
 def test_every_length_bomb_under_rlimit_as_leaves_the_process_serving(limited):
     process, table = limited
     assert _bombard(process, table, bombs) > 5 * len(table)
+
+
+# ---- the walk agrees with kio ------------------------------------------------------------------
+
+@pytest.mark.slow
+@pytest.mark.parametrize(("key", "version"), _all_served())
+def test_the_walk_accepts_every_request_kio_writes(key, version):
+    """Random requests (kio's own type strategies: nulls, empty arrays, tagged fields) written
+    by kio are accepted by the walk, which ends exactly at their end: the bound never refuses
+    a request a client can send.  (~2 minutes for the two tables: the slow tier.)"""
+    import io
+
+    from hypothesis import HealthCheck, given, settings
+    from hypothesis import strategies as st
+    from kio.static.primitive import Records
+    st.register_type_strategy(Records, st.binary(max_size=64).map(Records))
+    cls = codec._request_class(key, version)
+    header_cls = codec.RequestHeaderV2 if cls.__flexible__ else codec.RequestHeaderV1
+    header = header_cls(request_api_key=key, request_api_version=version, correlation_id=1, client_id=None)
+
+    @settings(max_examples=15, deadline=None, database=None, suppress_health_check=list(HealthCheck))
+    @given(st.from_type(cls))
+    def walk(entity):
+        out = io.BytesIO()
+        codec._writer(header_cls)(out, header)
+        try:
+            codec._writer(cls)(out, entity)
+        except Exception:                   # a value kio's writer refuses (out of its range)
+            return
+        frame = out.getvalue()
+        used = bounds._walker(header_cls, True)(memoryview(frame), 0, len(frame))
+        assert bounds._walker(cls, False)(memoryview(frame), used, len(frame)) == len(frame)
+    walk()
