@@ -12,6 +12,7 @@ from .. import errors
 from ..errors import Errors
 from ..replication import messages as m
 from . import configs as topic_configs
+from . import rules
 from .codec import SUPPORTED, ms
 from .node import OFFSETS_TOPIC, Node
 
@@ -122,11 +123,16 @@ class ClientApis:
     # ---- Produce -----------------------------------------------------------------------------
     async def produce(self, header, request) -> dict | None:
         loop = asyncio.get_running_loop()
-        manager, waits = self.node.manager, []
+        manager, waits, refused = self.node.manager, [], {}
         for topic, index, part in _partition_keys(request.topic_data, parts_attr="partition_data", index_attr="index"):
             done = loop.create_future()
-            manager.handle_produce(m.ProduceRequest(topic, index, part.records or b"", request.acks),
-                                   callback=lambda r, done=done: done.done() or done.set_result(r))
+            problem = rules.produce_problem(topic, part.records or b"")
+            if problem:         # an internal topic, a transactional or a control batch: never appended
+                refused[(topic, index)] = problem[1]
+                done.set_result(m.ProduceResponse(topic, index, problem[0], -1))
+            else:
+                manager.handle_produce(m.ProduceRequest(topic, index, part.records or b"", request.acks),
+                                       callback=lambda r, done=done: done.done() or done.set_result(r))
             waits.append(done)
         self.node.pump()
         self.notifier.notify({(t, i) for t, i, _ in _partition_keys(request.topic_data, parts_attr="partition_data",
@@ -141,7 +147,7 @@ class ClientApis:
             hosted = self.node.manager.partitions.get((r.topic, r.partition))    # no copy of every log
             items.append((r.topic, {"index": r.partition, "error_code": r.error_code, "base_offset": r.base_offset,
                                     "log_start_offset": hosted.log.log_start_offset if hosted is not None else -1,
-                                    "record_errors": [], "error_message": None}))
+                                    "record_errors": [], "error_message": refused.get((r.topic, r.partition))}))
         return {"responses": _grouped(items, "name", "partition_responses")}
 
     # ---- Fetch -------------------------------------------------------------------------------
@@ -265,8 +271,8 @@ class ClientApis:
                 out.append({"name": None, "topic_id": topic_id, "error_code": Errors.UNKNOWN_TOPIC_ID})
                 continue
             known_id = node.topic_id(name)
-            code = Errors.INVALID_REQUEST if name.startswith("__") else await node.delete_topic(name)
-            out.append({"name": name, "topic_id": known_id, "error_code": code, "error_message": None})
+            code, message = rules.delete_problem(name) or (await node.delete_topic(name), None)
+            out.append({"name": name, "topic_id": known_id, "error_code": code, "error_message": message})
         return {"responses": out}
 
     # ---- DescribeConfigs -----------------------------------------------------------------------

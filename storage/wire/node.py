@@ -32,11 +32,12 @@ from ..replication.messages import (
 )
 from ..replication.replica import ReplicaManager
 from . import configs as topic_configs
+from . import rules
 from .configs import topic_name_problem  # noqa: F401  (the name rules' old home)
+from .rules import OFFSETS_TOPIC
 
 log = logging.getLogger("storage.wire")
 
-OFFSETS_TOPIC = "__consumer_offsets"
 HEARTBEAT_INTERVAL_MS = 2_000
 PRODUCER_ID_BLOCK = 1_000
 
@@ -176,9 +177,13 @@ class Node:
         return dict(record["configs"]) if record else {}
 
     async def create_topic(self, name: str, num_partitions: int = -1, replication_factor: int = -1,
-                           configs: dict[str, str] | None = None, *, validate_only: bool = False
-                           ) -> tuple[int, str | None]:
-        """(error code, message) of creating a topic; -1 takes the broker's defaults."""
+                           configs: dict[str, str] | None = None, *, validate_only: bool = False,
+                           internal: bool = False) -> tuple[int, str | None]:
+        """(error code, message) of creating a topic; -1 takes the broker's defaults.
+        internal: the broker's own creation of an internal topic (rules.create_problem)."""
+        problem = rules.create_problem(name, internal_allowed=internal)
+        if problem:
+            return problem
         configs = dict(configs or {})
         n = self.num_partitions if num_partitions == -1 else num_partitions
         rf = self.replication_factor if replication_factor == -1 else replication_factor
@@ -197,9 +202,12 @@ class Node:
     async def ensure_offsets_topic(self) -> None:
         if OFFSETS_TOPIC not in self.controller.topics:
             await self.create_topic(OFFSETS_TOPIC, self.offsets_partitions, min(self.replication_factor, 3),
-                              {"cleanup.policy": "compact", "segment.bytes": str(100 << 20)})
+                              {"cleanup.policy": "compact", "segment.bytes": str(100 << 20)}, internal=True)
 
     async def delete_topic(self, name: str) -> int:
+        problem = rules.delete_problem(name)
+        if problem:
+            return problem[0]
         code = self.controller.delete_topic(name)
         if code == errors.Errors.NONE:
             self.pump()
