@@ -10,7 +10,7 @@ import pytest
 pytest.importorskip("kio", reason="the wire front end needs kio (pip install kio)")
 
 from storage.errors import Errors  # noqa: E402
-from storage.records import build_batch  # noqa: E402
+from storage.records import build_batch, iter_batches  # noqa: E402
 from storage.wire import codec  # noqa: E402
 from storage.wire.groups import offsets_partition  # noqa: E402
 from storage.wire.rules import INTERNAL_TOPICS  # noqa: E402
@@ -197,6 +197,20 @@ def test_internal_topics_in_a_cluster_and_on_the_controller_port(tmp_path):
         if node is not None:
             node.stop()
         controller.stop()
+
+
+# ---- item: fetch as the leader ---------------------------------------------------------------------
+
+def test_a_fetch_with_the_leaders_own_id_is_refused_and_acks_all_still_completes(broker):
+    metadata(broker, "data")
+    assert produce(broker, "data", build_batch([b"a"])).error_code == 0
+    for version in (12, 4):
+        answer = fetch(broker, [("data", 0, 0, 1 << 20)], 1 << 20, replica_id=1, version=version)
+        assert answer[0][2] == Errors.NOT_LEADER_OR_FOLLOWER and not answer[0][3]
+    answer = produce(broker, "data", build_batch([b"b"]), acks=-1)
+    assert answer.error_code == 0 and answer.base_offset == 1
+    got = fetch(broker, [("data", 0, 0, 1 << 20)], 1 << 20)
+    assert got[0][2] == 0 and [r.value for b in iter_batches(got[0][3]) for r in b.records()] == [b"a", b"b"]
 
 
 # ---- item: transactional and control batches from clients ----------------------------------------

@@ -466,6 +466,12 @@ class ReplicaManager:
         if from_follower and request.replica_id not in p.replicas:
             return answer(Errors.UNKNOWN_LEADER_EPOCH if item.current_leader_epoch != NO_EPOCH
                           else Errors.NOT_LEADER_OR_FOLLOWER)
+        if from_follower and request.replica_id == self.broker_id:
+            # Only a remote assigned replica fetches as a follower (Kafka's
+            # Partition.followerReplicaOrThrow).  The leader's own id would be taken as its
+            # follower's: the follower state would hold the leader's own position, the high
+            # watermark would stop and acks=all time out after writing.
+            return answer(Errors.NOT_LEADER_OR_FOLLOWER)
         if item.last_fetched_epoch != NO_EPOCH and guards.on("M32"):
             epoch, end_offset = epoch_end_on_the_wire(log, item.last_fetched_epoch)
             if epoch == NO_EPOCH or end_offset == -1 or item.fetch_offset < log.log_start_offset:
