@@ -210,7 +210,70 @@ def test_a_fetch_with_the_leaders_own_id_is_refused_and_acks_all_still_completes
     answer = produce(broker, "data", build_batch([b"b"]), acks=-1)
     assert answer.error_code == 0 and answer.base_offset == 1
     got = fetch(broker, [("data", 0, 0, 1 << 20)], 1 << 20)
-    assert got[0][2] == 0 and [r.value for b in iter_batches(got[0][3]) for r in b.records()] == [b"a", b"b"]
+    assert got[0][2] == 0 and _values(got[0][3]) == [b"a", b"b"]
+
+
+# ---- item: fetch size (KIP-74) ---------------------------------------------------------------------
+
+@pytest.fixture
+def capped(tmp_path):
+    b = Broker(tmp_path / "capped", "--fetch-max-bytes", "20000", "--num-partitions", "3").start()
+    yield b
+    b.stop()
+
+
+def _fill(node, topic, partitions, batches, value_bytes):
+    """Each partition gets `batches` batches of one record of `value_bytes`; the batch size."""
+    metadata(node, topic)
+    size = 0
+    for p in range(partitions):
+        for _ in range(batches):
+            batch = build_batch([bytes([65 + p]) * value_bytes])
+            size = len(batch)
+            assert produce(node, topic, batch, partition=p).error_code == 0
+    return size
+
+
+def test_fetch_respects_partition_order_and_size_limits(capped):
+    """Ported from Kafka's FetchRequestTest.testBrokerRespectsPartitionsOrderAndSizeLimits:
+    the partitions in request order, each up to its partition_max_bytes, the total up to
+    max_bytes, a later partition only with what fits; the request order decides who gets data."""
+    batch = _fill(capped, "ordered", 3, 4, 1000)
+    parts = [("ordered", p, 0, 2 * batch + 10) for p in (2, 0, 1)]
+    got = fetch(capped, parts, 3 * batch + 10)
+    assert [(t, p, e) for t, p, e, _ in got] == [("ordered", p, 0) for p in (2, 0, 1)]
+    sizes = [len(r) for *_, r in got]
+    assert sizes == [2 * batch, batch, 0]                         # 2 fit, then 1 of the 2 that would
+    assert sum(sizes) <= 3 * batch + 10
+    got = fetch(capped, [("ordered", p, 0, 2 * batch + 10) for p in (1, 2, 0)], 3 * batch + 10)
+    assert [len(r) for *_, r in got] == [2 * batch, batch, 0]
+    assert [_values(r) for *_, r in got[:2]] == [[b"B" * 1000] * 2, [b"C" * 1000]]    # each one's own records
+
+
+def _values(records: bytes) -> list[bytes]:
+    return [r.value for b in iter_batches(records) for r in b.records()]
+
+
+def test_the_first_batch_comes_whole_even_past_every_limit(capped):
+    batch = _fill(capped, "large", 2, 1, 30_000)                  # larger than --fetch-max-bytes 20000
+    got = fetch(capped, [("large", 0, 0, 100), ("large", 1, 0, 100)], 100)
+    assert [len(r) for *_, r in got] == [batch, 0]
+    got = fetch(capped, [("large", 0, 1, 100), ("large", 1, 0, 100)], 100)   # partition 0 at its end
+    assert [len(r) for *_, r in got] == [0, batch]
+
+
+def test_the_broker_caps_max_bytes_with_fetch_max_bytes(capped):
+    batch = _fill(capped, "capped", 3, 10, 1000)
+    got = fetch(capped, [("capped", p, 0, 1 << 20) for p in range(3)], 1 << 30)
+    total = sum(len(r) for *_, r in got)
+    assert 20000 - batch < total <= 20000
+
+
+def test_a_partition_listed_many_times_is_answered_once(capped):
+    batch = _fill(capped, "copies", 1, 15, 1000)
+    assert 15 * batch < 20000
+    got = fetch(capped, [("copies", 0, 0, 1 << 20)] * 300, 1 << 30)
+    assert len(got) == 1 and len(got[0][3]) == 15 * batch
 
 
 # ---- item: transactional and control batches from clients ----------------------------------------

@@ -175,6 +175,10 @@ class ClientApis:
 
     async def fetch(self, header, request) -> dict:
         internal, ids = self._fetch_request(request)
+        # KIP-74: the answer holds at most min(max_bytes, fetch.max.bytes), but one batch (v0-2
+        # have no max_bytes: the broker's cap).
+        internal.max_bytes = min(max(getattr(request, "max_bytes", self.node.fetch_max_bytes), 0),
+                                 self.node.fetch_max_bytes)
         deadline = asyncio.get_running_loop().time() + min(ms(request.max_wait), MAX_WAIT_MS) / 1000
         while True:
             response = self.node.manager.handle(internal)

@@ -35,6 +35,7 @@ from .client import Peer, PeerError
 from .codec import UNSUPPORTED_VERSION
 from .controller_server import METADATA_TOPIC
 from .metadata import MetadataImage
+from .node import FETCH_MAX_BYTES
 from .rules import OFFSETS_TOPIC
 
 log = logging.getLogger("storage.wire")
@@ -49,11 +50,12 @@ class ClusterNode:
     def __init__(self, data_dir, *, node_id: int, host: str, port: int, controller: tuple[str, int],
                  num_partitions: int = 1, replication_factor: int = 1, auto_create_topics: bool = True,
                  offsets_partitions: int = 50, min_insync_replicas: int = 1, log_config: LogConfig | None = None,
-                 replica_lag_time_max_ms: int = 10_000):
+                 replica_lag_time_max_ms: int = 10_000, fetch_max_bytes: int = FETCH_MAX_BYTES):
         self.data_dir = os.fspath(data_dir)
         self.node_id, self.host, self.port = node_id, host, port
         self.num_partitions, self.replication_factor = num_partitions, replication_factor
         self.auto_create_topics, self.offsets_partitions = auto_create_topics, offsets_partitions
+        self.fetch_max_bytes = fetch_max_bytes
         self.log_config = log_config or LogConfig()
         self.cluster_id = "storage-cluster"
         self.controller_address = controller

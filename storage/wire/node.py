@@ -40,6 +40,7 @@ log = logging.getLogger("storage.wire")
 
 HEARTBEAT_INTERVAL_MS = 2_000
 PRODUCER_ID_BLOCK = 1_000
+FETCH_MAX_BYTES = 55 << 20     # Kafka's fetch.max.bytes: the most one Fetch answer holds (but one batch)
 
 
 class Node:
@@ -49,12 +50,13 @@ class Node:
     def __init__(self, data_dir, *, node_id: int = 1, host: str = "127.0.0.1", port: int = 9092,
                  num_partitions: int = 1, replication_factor: int = 1, auto_create_topics: bool = True,
                  offsets_partitions: int = 50, min_insync_replicas: int = 1, log_config: LogConfig | None = None,
-                 background: bool = True):
+                 background: bool = True, fetch_max_bytes: int = FETCH_MAX_BYTES):
         self.data_dir = os.fspath(data_dir)
         self.node_id, self.host, self.port = node_id, host, port
         self.num_partitions, self.replication_factor = num_partitions, replication_factor
         self.auto_create_topics = auto_create_topics
         self.offsets_partitions = offsets_partitions
+        self.fetch_max_bytes = fetch_max_bytes
         self.log_config = log_config or LogConfig()
         self.cluster_id = None
         os.makedirs(self.data_dir, exist_ok=True)
