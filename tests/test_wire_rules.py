@@ -124,6 +124,18 @@ def test_a_client_cannot_create_the_offsets_topic_before_the_first_group_request
     group_works(broker, "g2", 6)
 
 
+def test_metadata_auto_creates_no_internal_topic_but_other_double_underscore_names(broker):
+    """Only the internal names are the broker's: Kafka auto-creates `__mine` as any other topic."""
+    for name in sorted(INTERNAL_TOPICS):
+        assert metadata(broker, name).error_code == Errors.UNKNOWN_TOPIC_OR_PARTITION
+    made = metadata(broker, "__mine")
+    assert made.error_code == 0 and len(made.partitions) == 1 and not made.is_internal
+    assert delete(broker, "__mine").error_code == 0
+    group_works(broker, "g", 1)
+    described = metadata(broker, OFFSETS)
+    assert described.is_internal and len(described.partitions) == 5
+
+
 def test_a_client_cannot_delete_or_produce_to_an_internal_topic(broker):
     group_works(broker, "victim", 3)
     for name in sorted(INTERNAL_TOPICS):

@@ -14,7 +14,7 @@ from ..replication import messages as m
 from . import configs as topic_configs
 from . import rules
 from .codec import SUPPORTED, ms
-from .node import OFFSETS_TOPIC, Node
+from .node import Node
 
 log = logging.getLogger("storage.wire")
 
@@ -95,7 +95,7 @@ class ClientApis:
         node = self.node
         parts = node.partitions_of(name)
         code = Errors.NONE
-        if not parts and create and node.auto_create_topics and not name.startswith("__"):
+        if not parts and create and node.auto_create_topics and not rules.is_internal(name):
             code, _ = await node.create_topic(name)
             parts = node.partitions_of(name)
             if code == Errors.TOPIC_ALREADY_EXISTS:
@@ -103,7 +103,7 @@ class ClientApis:
         elif not parts:
             code = Errors.UNKNOWN_TOPIC_OR_PARTITION
         return {"error_code": code, "name": name, "topic_id": node.topic_id(name),
-                "is_internal": name == OFFSETS_TOPIC, "partitions": [self._partition_metadata(s) for s in parts],
+                "is_internal": rules.is_internal(name), "partitions": [self._partition_metadata(s) for s in parts],
                 "topic_authorized_operations": -2147483648}
 
     async def metadata(self, header, request) -> dict:
