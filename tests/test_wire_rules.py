@@ -12,6 +12,7 @@ pytest.importorskip("kio", reason="the wire front end needs kio (pip install kio
 from storage.errors import Errors  # noqa: E402
 from storage.records import build_batch, iter_batches  # noqa: E402
 from storage.wire import codec  # noqa: E402
+from storage.wire.client import CLIENT_ID as BROKER_CLIENT_ID  # noqa: E402
 from storage.wire.groups import offsets_partition  # noqa: E402
 from storage.wire.rules import INTERNAL_TOPICS  # noqa: E402
 from tests.wire_support import Broker, raw_exchange  # noqa: E402
@@ -180,6 +181,25 @@ def test_the_coordinator_hashes_over_the_partitions_the_offsets_topic_has(tmp_pa
             group_works(again, g, i + 20)
     finally:
         again.stop()
+
+
+def test_the_controller_port_refuses_clients_internal_topics(tmp_path):
+    """The controller process applies the rule itself: a client that sends CreateTopics or
+    DeleteTopics straight to it is refused; a broker's creation (its client id) passes the rule
+    (here to be refused for want of registered brokers: the slow cluster test creates it)."""
+    controller = Broker(tmp_path / "controller", command="controller").start()
+    try:
+        for name in sorted(INTERNAL_TOPICS):
+            made = create(controller, name, 1, {"cleanup.policy": "delete"})
+            assert made.error_code == Errors.INVALID_REQUEST and name in made.error_message, made
+        for name in (OFFSETS, "__transaction_state", "__cluster_metadata"):
+            assert delete(controller, name).error_code == Errors.INVALID_REQUEST, name
+        by_broker = ask(controller, 19, 7, {"topics": [{"name": OFFSETS, "num_partitions": 3, "replication_factor": 1,
+                                                        "assignments": [], "configs": []}],
+                                            "timeout": 5000, "validate_only": False}, client_id=BROKER_CLIENT_ID)
+        assert by_broker.topics[0].error_code == Errors.INVALID_REPLICATION_FACTOR
+    finally:
+        controller.stop()
 
 
 @pytest.mark.slow
