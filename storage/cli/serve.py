@@ -30,6 +30,9 @@ def add_parsers(sub) -> None:
     p.add_argument("--min-insync-replicas", type=int, default=1, help="the broker's min.insync.replicas")
     p.add_argument("--replica-lag-time-max-ms", type=int, default=10_000,
                    help="a follower this far behind leaves the ISR (Kafka's replica.lag.time.max.ms)")
+    p.add_argument("--fetch-max-bytes", type=int, default=57_671_680,
+                   help="the most one Fetch answer holds, whatever the request asks; the first batch is "
+                        "sent whole even when larger (Kafka's fetch.max.bytes, default 55 MiB)")
     p.add_argument("--group-initial-rebalance-delay-ms", type=int, default=3000,
                    help="how long an empty group's first rebalance waits for more members (Kafka: 3000)")
     p.add_argument("--no-fsync", action="store_true", help="never fsync (tests only: a crash of the machine "
@@ -82,7 +85,9 @@ def cmd_serve(args) -> int:
     options = dict(node_id=args.node_id, host=host, port=port, num_partitions=args.num_partitions,
                    replication_factor=args.replication_factor, auto_create_topics=not args.no_auto_create_topics,
                    offsets_partitions=args.offsets_partitions, min_insync_replicas=args.min_insync_replicas,
-                   log_config=LogConfig(fsync=not args.no_fsync))
+                   log_config=LogConfig(fsync=not args.no_fsync), fetch_max_bytes=args.fetch_max_bytes)
+    if args.fetch_max_bytes < 1:
+        raise UsageError(f"--fetch-max-bytes must be at least 1, not {args.fetch_max_bytes}")
     if args.controller:
         from ..wire.cluster_node import ClusterNode
         node = ClusterNode(args.data_dir, controller=_listen(args.controller),

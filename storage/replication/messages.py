@@ -188,12 +188,18 @@ class FetchPartition:
 READ_UNCOMMITTED, READ_COMMITTED = 0, 1       # Kafka's IsolationLevel ids (FetchRequest v4+)
 
 
+# A Fetch answer is one frame, whose size is an int32: no response may be larger, whatever a
+# request's max_bytes says (a broker caps it further with fetch.max.bytes).
+FETCH_RESPONSE_MAX_BYTES = (1 << 31) - 1 - (1 << 20)
+
+
 @dataclass
 class FetchRequest:
     replica_id: int                 # -1 for a consumer
     replica_epoch: int              # KIP-903: the follower's broker epoch, -1 unknown
     partitions: list[FetchPartition]
     isolation_level: int = READ_UNCOMMITTED   # a consumer's; followers always read to the log end
+    max_bytes: int = FETCH_RESPONSE_MAX_BYTES  # the response's total (KIP-74); at least one batch
 
 
 @dataclass

@@ -441,10 +441,27 @@ class ReplicaManager:
 
     # ---- fetch (leader side) ---------------------------------------------------------------------
     def handle_fetch(self, request: FetchRequest) -> FetchResponse:
-        return FetchResponse([self._fetch_partition(request, item) for item in request.partitions])
+        """Kafka's readFromLog budget (KIP-74): the partitions in request order, each read up to
+        min(its partition_max_bytes, what is left of the request's max_bytes); the first one
+        that returns data returns at least one whole batch, however large, later ones only
+        what fits.  A partition named twice is read once, with its last entry at its first
+        place (Kafka's FetchRequest keeps them in a map): the answer never grows with copies."""
+        unique: dict[tuple[str, int], object] = {}
+        for item in request.partitions:
+            unique[(item.topic, item.partition)] = item
+        budget = [max(request.max_bytes, 0), True]      # bytes left, no data returned yet
+        return FetchResponse([self._fetch_partition(request, item, budget) for item in unique.values()])
 
-    def _fetch_partition(self, request: FetchRequest, item) -> FetchResponsePartition:
+    def _fetch_partition(self, request: FetchRequest, item, budget: list) -> FetchResponsePartition:
         def answer(code, **kw):
+            records = kw.get("records")
+            if records:
+                left, first = budget
+                if not first and len(records) > min(left, item.partition_max_bytes):
+                    kw["records"] = records = b""       # later partitions: only what fits
+                    if kw.get("aborted_transactions"):
+                        kw["aborted_transactions"] = []
+                budget[:] = [max(left - len(records), 0), first and not records]
             return FetchResponsePartition(item.topic, item.partition, code, **kw)
 
         p = self.partitions.get((item.topic, item.partition))
@@ -460,12 +477,19 @@ class ReplicaManager:
         if p.leader != self.broker_id:
             if from_follower or p.recovering or not self.follower_reads:
                 return answer(Errors.NOT_LEADER_OR_FOLLOWER)
-            return self._read(p, item, self._consumer_limit(log, request), answer, request)   # KIP-392
+            return self._read(p, item, self._consumer_limit(log, request), answer, request,   # KIP-392
+                              min(max(item.partition_max_bytes, 0), budget[0]))
         if p.recovering and guards.on("M17"):
             return answer(Errors.NOT_LEADER_OR_FOLLOWER)
         if from_follower and request.replica_id not in p.replicas:
             return answer(Errors.UNKNOWN_LEADER_EPOCH if item.current_leader_epoch != NO_EPOCH
                           else Errors.NOT_LEADER_OR_FOLLOWER)
+        if from_follower and request.replica_id == self.broker_id:
+            # Only a remote assigned replica fetches as a follower (Kafka's
+            # Partition.followerReplicaOrThrow).  The leader's own id would be taken as its
+            # follower's: the follower state would hold the leader's own position, the high
+            # watermark would stop and acks=all time out after writing.
+            return answer(Errors.NOT_LEADER_OR_FOLLOWER)
         if item.last_fetched_epoch != NO_EPOCH and guards.on("M32"):
             epoch, end_offset = epoch_end_on_the_wire(log, item.last_fetched_epoch)
             if epoch == NO_EPOCH or end_offset == -1 or item.fetch_offset < log.log_start_offset:
@@ -480,7 +504,7 @@ class ReplicaManager:
             # consumers a high watermark below the one its predecessor showed (I6).
             return answer(Errors.OFFSET_NOT_AVAILABLE)
         limit = log.log_end_offset if from_follower else self._consumer_limit(log, request)
-        response = self._read(p, item, limit, answer, request)
+        response = self._read(p, item, limit, answer, request, min(max(item.partition_max_bytes, 0), budget[0]))
         if response.error_code or not from_follower:
             return response
         code = self._update_follower(p, request, item.fetch_offset)
@@ -494,7 +518,8 @@ class ReplicaManager:
         """Kafka's FetchIsolation for a consumer: up to the LSO for read_committed, else the HW."""
         return log.last_stable_offset if request.isolation_level == READ_COMMITTED else log.high_watermark
 
-    def _read(self, p: Partition, item, limit: int, answer, request: FetchRequest) -> FetchResponsePartition:
+    def _read(self, p: Partition, item, limit: int, answer, request: FetchRequest,
+              max_bytes: int) -> FetchResponsePartition:
         log = p.log
         if item.fetch_offset < log.log_start_offset or item.fetch_offset > log.log_end_offset:
             return answer(Errors.OFFSET_OUT_OF_RANGE, high_watermark=log.high_watermark,
@@ -502,7 +527,7 @@ class ReplicaManager:
         records = b""
         if item.fetch_offset < limit:     # zero-copy: a view of the segment (messages.sent copies)
             try:
-                records = log.read(item.fetch_offset, item.partition_max_bytes, max_offset=limit) or b""
+                records = log.read(item.fetch_offset, max_bytes, max_offset=limit) or b""
             except errors.StorageError as exc:      # e.g. a sealed segment found damaged at its first use
                 self._went_offline()
                 return answer(int(exc.error_code))

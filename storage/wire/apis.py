@@ -12,8 +12,9 @@ from .. import errors
 from ..errors import Errors
 from ..replication import messages as m
 from . import configs as topic_configs
+from . import rules
 from .codec import SUPPORTED, InvalidRequestError, ms
-from .node import OFFSETS_TOPIC, Node
+from .node import Node
 
 log = logging.getLogger("storage.wire")
 
@@ -94,7 +95,7 @@ class ClientApis:
         node = self.node
         parts = node.partitions_of(name)
         code = Errors.NONE
-        if not parts and create and node.auto_create_topics and not name.startswith("__"):
+        if not parts and create and node.auto_create_topics and not rules.is_internal(name):
             code, _ = await node.create_topic(name)
             parts = node.partitions_of(name)
             if code == Errors.TOPIC_ALREADY_EXISTS:
@@ -102,7 +103,7 @@ class ClientApis:
         elif not parts:
             code = Errors.UNKNOWN_TOPIC_OR_PARTITION
         return {"error_code": code, "name": name, "topic_id": node.topic_id(name),
-                "is_internal": name == OFFSETS_TOPIC, "partitions": [self._partition_metadata(s) for s in parts],
+                "is_internal": rules.is_internal(name), "partitions": [self._partition_metadata(s) for s in parts],
                 "topic_authorized_operations": -2147483648}
 
     async def metadata(self, header, request) -> dict:
@@ -142,11 +143,16 @@ class ClientApis:
     # ---- Produce -----------------------------------------------------------------------------
     async def produce(self, header, request) -> dict | None:
         loop = asyncio.get_running_loop()
-        manager, waits = self.node.manager, []
+        manager, waits, refused = self.node.manager, [], {}
         for topic, index, part in _partition_keys(request.topic_data, parts_attr="partition_data", index_attr="index"):
             done = loop.create_future()
-            manager.handle_produce(m.ProduceRequest(topic, index, part.records or b"", request.acks),
-                                   callback=lambda r, done=done: done.done() or done.set_result(r))
+            problem = rules.produce_problem(topic, part.records or b"")
+            if problem:         # an internal topic, a transactional or a control batch: never appended
+                refused[(topic, index)] = problem[1]
+                done.set_result(m.ProduceResponse(topic, index, problem[0], -1))
+            else:
+                manager.handle_produce(m.ProduceRequest(topic, index, part.records or b"", request.acks),
+                                       callback=lambda r, done=done: done.done() or done.set_result(r))
             waits.append(done)
         self.node.pump()
         self.notifier.notify({(t, i) for t, i, _ in _partition_keys(request.topic_data, parts_attr="partition_data",
@@ -161,7 +167,7 @@ class ClientApis:
             hosted = self.node.manager.partitions.get((r.topic, r.partition))    # no copy of every log
             items.append((r.topic, {"index": r.partition, "error_code": r.error_code, "base_offset": r.base_offset,
                                     "log_start_offset": hosted.log.log_start_offset if hosted is not None else -1,
-                                    "record_errors": [], "error_message": None}))
+                                    "record_errors": [], "error_message": refused.get((r.topic, r.partition))}))
         return {"responses": _grouped(items, "name", "partition_responses")}
 
     # ---- Fetch -------------------------------------------------------------------------------
@@ -190,6 +196,10 @@ class ClientApis:
 
     async def fetch(self, header, request) -> dict:
         internal, ids = self._fetch_request(request)
+        # KIP-74: the answer holds at most min(max_bytes, fetch.max.bytes), but one batch (v0-2
+        # have no max_bytes: the broker's cap).
+        internal.max_bytes = min(max(getattr(request, "max_bytes", self.node.fetch_max_bytes), 0),
+                                 self.node.fetch_max_bytes)
         deadline = asyncio.get_running_loop().time() + min(ms(request.max_wait), MAX_WAIT_MS) / 1000
         while True:
             response = self.node.manager.handle(internal)
@@ -278,8 +288,8 @@ class ClientApis:
         names, out = delete_topics_targets(request, node.topic_by_id)
         for name, _ in names:
             known_id = node.topic_id(name)
-            code = Errors.INVALID_REQUEST if name.startswith("__") else await node.delete_topic(name)
-            out.append({"name": name, "topic_id": known_id, "error_code": code, "error_message": None})
+            code, message = rules.delete_problem(name) or (await node.delete_topic(name), None)
+            out.append({"name": name, "topic_id": known_id, "error_code": code, "error_message": message})
         return {"responses": out}
 
     # ---- DescribeConfigs -----------------------------------------------------------------------

@@ -30,11 +30,13 @@ from ..records import iter_batches
 from ..replication import messages as m
 from ..replication.replica import ReplicaManager
 from . import configs as topic_configs
+from . import rules
 from .client import Peer, PeerError
 from .codec import UNSUPPORTED_VERSION
 from .controller_server import METADATA_TOPIC
 from .metadata import MetadataImage
-from .node import OFFSETS_TOPIC
+from .node import FETCH_MAX_BYTES
+from .rules import OFFSETS_TOPIC
 
 log = logging.getLogger("storage.wire")
 
@@ -48,11 +50,12 @@ class ClusterNode:
     def __init__(self, data_dir, *, node_id: int, host: str, port: int, controller: tuple[str, int],
                  num_partitions: int = 1, replication_factor: int = 1, auto_create_topics: bool = True,
                  offsets_partitions: int = 50, min_insync_replicas: int = 1, log_config: LogConfig | None = None,
-                 replica_lag_time_max_ms: int = 10_000):
+                 replica_lag_time_max_ms: int = 10_000, fetch_max_bytes: int = FETCH_MAX_BYTES):
         self.data_dir = os.fspath(data_dir)
         self.node_id, self.host, self.port = node_id, host, port
         self.num_partitions, self.replication_factor = num_partitions, replication_factor
         self.auto_create_topics, self.offsets_partitions = auto_create_topics, offsets_partitions
+        self.fetch_max_bytes = fetch_max_bytes
         self.log_config = log_config or LogConfig()
         self.cluster_id = "storage-cluster"
         self.controller_address = controller
@@ -112,7 +115,11 @@ class ClusterNode:
         return dict(self.image.configs.get(topic, {}))
 
     async def create_topic(self, name: str, num_partitions: int = -1, replication_factor: int = -1,
-                           configs: dict[str, str] | None = None, *, validate_only: bool = False):
+                           configs: dict[str, str] | None = None, *, validate_only: bool = False,
+                           internal: bool = False):
+        problem = rules.create_problem(name, internal_allowed=internal)
+        if problem:         # the controller refuses it too (a client may send it there)
+            return problem
         body = {"topics": [{"name": name, "num_partitions": self.num_partitions if num_partitions == -1 else num_partitions,
                             "replication_factor": self.replication_factor if replication_factor == -1
                             else replication_factor, "assignments": [],
@@ -130,9 +137,12 @@ class ClusterNode:
     async def ensure_offsets_topic(self) -> None:
         if OFFSETS_TOPIC not in self.image.topic_ids:
             await self.create_topic(OFFSETS_TOPIC, self.offsets_partitions, min(self.replication_factor, 3),
-                                    {"cleanup.policy": "compact", "segment.bytes": str(100 << 20)})
+                                    {"cleanup.policy": "compact", "segment.bytes": str(100 << 20)}, internal=True)
 
     async def delete_topic(self, name: str) -> int:
+        problem = rules.delete_problem(name)
+        if problem:
+            return problem[0]
         try:
             answer = await self._rpc.call(20, 6, {"topics": [{"name": name, "topic_id": 0}], "timeout": 30_000})
         except PeerError:

@@ -28,16 +28,17 @@ from ..logdir import LogDir
 from ..records import build_batch
 from ..replication import messages as m
 from ..replication.controller import Controller
-from . import codec
+from . import codec, rules
 from . import configs as topic_configs
 from .apis import Notifier, delete_topics_targets
+from .client import CLIENT_ID as BROKER_CLIENT_ID
 from .codec import ms
 from .metadata import MetadataImage, records_for
 from .server import FrameServer
 
 log = logging.getLogger("storage.wire")
 
-METADATA_TOPIC = "__cluster_metadata"
+METADATA_TOPIC = rules.METADATA_TOPIC
 METADATA_TOPIC_ID = 1                    # Kafka's fixed id of the metadata topic (Uuid.METADATA_TOPIC_ID)
 PRODUCER_ID_BLOCK = 1_000
 
@@ -190,8 +191,10 @@ class ControllerServer(FrameServer):
         self.sync()
         return {"error_code": Errors.NONE, "topics": topics}
 
-    def _create(self, name: str, partitions: int, replication: int, configs: dict) -> tuple[int, str | None]:
-        problem = topic_configs.topic_problem(LogConfig(), name, partitions, configs)
+    def _create(self, name: str, partitions: int, replication: int, configs: dict, *,
+                internal: bool) -> tuple[int, str | None]:
+        problem = rules.create_problem(name, internal_allowed=internal) or \
+            topic_configs.topic_problem(LogConfig(), name, partitions, configs)
         if problem:
             return problem
         return self.controller.create_topic(name, partitions, replication, configs), None
@@ -200,7 +203,8 @@ class ControllerServer(FrameServer):
         out = []
         for t in request.topics:
             configs = {c.name: c.value for c in t.configs}
-            code, message = self._create(t.name, t.num_partitions, t.replication_factor, configs)
+            code, message = self._create(t.name, t.num_partitions, t.replication_factor, configs,
+                                         internal=header.client_id == BROKER_CLIENT_ID)
             topic = self.controller.topics.get(t.name)
             parts = [s for key, s in self.controller.partitions.items() if key[0] == t.name]
             out.append({"name": t.name, "topic_id": int(topic["topic_id"], 16) if topic else 0, "error_code": code,
@@ -211,8 +215,9 @@ class ControllerServer(FrameServer):
 
     async def delete_topics(self, header, request) -> dict:
         targets, out = delete_topics_targets(request, self._topic_by_id)
-        out += [{"name": n, "topic_id": i, "error_code": self.controller.delete_topic(n), "error_message": None}
-                for n, i in targets]
+        for n, i in targets:
+            code, message = rules.delete_problem(n) or (self.controller.delete_topic(n), None)
+            out.append({"name": n, "topic_id": i, "error_code": code, "error_message": message})
         self.sync()
         return {"responses": out}
 

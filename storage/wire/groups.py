@@ -101,10 +101,24 @@ class GroupCoordinator:
         self.initial_rebalance_delay_ms = initial_rebalance_delay_ms
         self.groups: dict[str, Group] = {}
         self._loaded: dict[int, int] = {}       # offsets partition -> the leader epoch it was loaded at
+        self._offsets_count = (0, 0)            # (topic id, partition count) of __consumer_offsets
 
     # ---- the log ----------------------------------------------------------------------------
     def partition_for(self, group_id: str) -> int:
-        return offsets_partition(group_id, self.node.offsets_partitions)
+        """The group's `__consumer_offsets` partition, hashed over the partitions the topic has
+        (Kafka's coordinator reads the count from the metadata), the broker's
+        --offsets-partitions only before the topic exists: a topic created with another count
+        (an older broker's flag, a client before internal topics were refused) must not send
+        groups to partitions that do not exist."""
+        return offsets_partition(group_id, self._offsets_partition_count())
+
+    def _offsets_partition_count(self) -> int:
+        topic_id = self.node.topic_id(OFFSETS_TOPIC)
+        if topic_id == 0:
+            return self.node.offsets_partitions
+        if self._offsets_count[0] != topic_id:
+            self._offsets_count = (topic_id, len(self.node.partitions_of(OFFSETS_TOPIC)) or self.node.offsets_partitions)
+        return self._offsets_count[1]
 
     def _coordinator_error(self, group_id: str) -> int:
         """NOT_COORDINATOR unless this broker leads the group's offsets partition; on the first

@@ -32,13 +32,15 @@ from ..replication.messages import (
 )
 from ..replication.replica import ReplicaManager
 from . import configs as topic_configs
+from . import rules
 from .configs import topic_name_problem  # noqa: F401  (the name rules' old home)
+from .rules import OFFSETS_TOPIC
 
 log = logging.getLogger("storage.wire")
 
-OFFSETS_TOPIC = "__consumer_offsets"
 HEARTBEAT_INTERVAL_MS = 2_000
 PRODUCER_ID_BLOCK = 1_000
+FETCH_MAX_BYTES = 55 << 20     # Kafka's fetch.max.bytes: the most one Fetch answer holds (but one batch)
 
 
 class Node:
@@ -48,12 +50,13 @@ class Node:
     def __init__(self, data_dir, *, node_id: int = 1, host: str = "127.0.0.1", port: int = 9092,
                  num_partitions: int = 1, replication_factor: int = 1, auto_create_topics: bool = True,
                  offsets_partitions: int = 50, min_insync_replicas: int = 1, log_config: LogConfig | None = None,
-                 background: bool = True):
+                 background: bool = True, fetch_max_bytes: int = FETCH_MAX_BYTES):
         self.data_dir = os.fspath(data_dir)
         self.node_id, self.host, self.port = node_id, host, port
         self.num_partitions, self.replication_factor = num_partitions, replication_factor
         self.auto_create_topics = auto_create_topics
         self.offsets_partitions = offsets_partitions
+        self.fetch_max_bytes = fetch_max_bytes
         self.log_config = log_config or LogConfig()
         self.cluster_id = None
         os.makedirs(self.data_dir, exist_ok=True)
@@ -176,9 +179,13 @@ class Node:
         return dict(record["configs"]) if record else {}
 
     async def create_topic(self, name: str, num_partitions: int = -1, replication_factor: int = -1,
-                           configs: dict[str, str] | None = None, *, validate_only: bool = False
-                           ) -> tuple[int, str | None]:
-        """(error code, message) of creating a topic; -1 takes the broker's defaults."""
+                           configs: dict[str, str] | None = None, *, validate_only: bool = False,
+                           internal: bool = False) -> tuple[int, str | None]:
+        """(error code, message) of creating a topic; -1 takes the broker's defaults.
+        internal: the broker's own creation of an internal topic (rules.create_problem)."""
+        problem = rules.create_problem(name, internal_allowed=internal)
+        if problem:
+            return problem
         configs = dict(configs or {})
         n = self.num_partitions if num_partitions == -1 else num_partitions
         rf = self.replication_factor if replication_factor == -1 else replication_factor
@@ -197,9 +204,12 @@ class Node:
     async def ensure_offsets_topic(self) -> None:
         if OFFSETS_TOPIC not in self.controller.topics:
             await self.create_topic(OFFSETS_TOPIC, self.offsets_partitions, min(self.replication_factor, 3),
-                              {"cleanup.policy": "compact", "segment.bytes": str(100 << 20)})
+                              {"cleanup.policy": "compact", "segment.bytes": str(100 << 20)}, internal=True)
 
     async def delete_topic(self, name: str) -> int:
+        problem = rules.delete_problem(name)
+        if problem:
+            return problem[0]
         code = self.controller.delete_topic(name)
         if code == errors.Errors.NONE:
             self.pump()
