@@ -245,6 +245,16 @@ def test_a_fetch_with_the_leaders_own_id_is_refused_and_acks_all_still_completes
     assert got[0][2] == 0 and _values(got[0][3]) == [b"a", b"b"]
 
 
+def test_a_fetch_with_any_negative_replica_id_reads_as_a_consumer(broker):
+    """Kafka's FetchRequest.isConsumer: -2 (the debugging consumer) and any other negative id
+    fetch as a consumer, up to the high watermark; only ids >= 0 are followers."""
+    metadata(broker, "neg")
+    assert produce(broker, "neg", build_batch([b"a"])).error_code == 0
+    for replica_id in (-2, -7):
+        got = fetch(broker, [("neg", 0, 0, 1 << 20)], 1 << 20, replica_id=replica_id)
+        assert got[0][2] == 0 and _values(got[0][3]) == [b"a"]
+
+
 # ---- item: fetch size (KIP-74) ---------------------------------------------------------------------
 
 @pytest.fixture

@@ -176,6 +176,8 @@ class ClientApis:
         topics (v13+ name topics by id; an id this broker does not know maps to no name)."""
         state = getattr(request, "replica_state", None)
         replica_id = state.replica_id if state is not None else getattr(request, "replica_id", -1)
+        if replica_id < 0:          # Kafka's FetchRequest.isConsumer: every negative id (-2, the
+            replica_id = m.CONSUMER_REPLICA_ID      # debugging consumer, too) reads as a consumer
         replica_epoch = state.replica_epoch if state is not None else -1
         parts, ids = [], {}
         for t in request.topics:
