@@ -105,6 +105,24 @@ def test_controller_delete_topics_v6_zero_and_unknown_ids(tmp_path):
         ("absent", 0, Errors.UNKNOWN_TOPIC_OR_PARTITION, "")]
 
 
+def test_controller_alter_partition_by_the_zero_id_is_unknown_topic_id(tmp_path):
+    """AlterPartition naming the zero topic id (kio reads it as None) or an unknown one gets
+    UNKNOWN_TOPIC_ID for its partitions, as Kafka's controller answers an id it does not know."""
+    server = ControllerServer(tmp_path / "controller", "127.0.0.1", 0)
+    part = {"partition_index": 0, "leader_epoch": 0, "new_isr_with_epochs": [], "leader_recovery_state": 0,
+            "partition_epoch": 0}
+    try:
+        answer = asyncio.run(server._dispatch(codec.encode_request(56, 3, 3, "ids", {
+            "broker_id": 1, "broker_epoch": 1,
+            "topics": [{"topic_id": 0, "partitions": [part]}, {"topic_id": UNKNOWN_ID, "partitions": [part]}]})[4:]))
+    finally:
+        server.controller.close()
+        server.logdir.close()
+    assert sum(server.handler_errors.values()) == 0
+    response = codec.decode_response(56, 3, answer[4:])[1]
+    assert [int(t.partitions[0].error_code.value) for t in response.topics] == [Errors.UNKNOWN_TOPIC_ID] * 2
+
+
 # Kafka's ControllerApisTest.testInvalidDeleteTopicsRequest, in our words: neither name nor id,
 # both, a name given twice, an id given twice, a name whose id was also given, an unknown id.
 def test_delete_topics_targets_kafkas_invalid_cases():

@@ -174,16 +174,17 @@ class ControllerServer(FrameServer):
     async def alter_partition(self, header, request) -> dict:
         topics = []
         for t in request.topics:
-            name = self.image.topic_name(int(t.topic_id))
+            # kio reads the zero id as None: no topic has it (UNKNOWN_TOPIC_ID, as an unknown id).
+            name = self.image.topic_name(int(t.topic_id)) if t.topic_id is not None else None
             parts = []
             for p in t.partitions:
-                internal = m.AlterPartitionRequest(
-                    request.broker_id, request.broker_epoch, name or "", p.partition_index, p.leader_epoch,
-                    [m.BrokerEpoch(e.broker_id, e.broker_epoch) for e in p.new_isr_with_epochs],
-                    getattr(p, "leader_recovery_state", 0), p.partition_epoch)
-                r = self.controller.handle_alter_partition(internal)
                 if name is None:
                     r = m.AlterPartitionResponse(Errors.UNKNOWN_TOPIC_ID, "", p.partition_index)
+                else:
+                    r = self.controller.handle_alter_partition(m.AlterPartitionRequest(
+                        request.broker_id, request.broker_epoch, name, p.partition_index, p.leader_epoch,
+                        [m.BrokerEpoch(e.broker_id, e.broker_epoch) for e in p.new_isr_with_epochs],
+                        getattr(p, "leader_recovery_state", 0), p.partition_epoch))
                 parts.append({"partition_index": p.partition_index, "error_code": r.error_code,
                               "leader_id": r.leader_id, "leader_epoch": r.leader_epoch, "isr": list(r.isr),
                               "leader_recovery_state": r.leader_recovery_state, "partition_epoch": r.partition_epoch})
