@@ -820,3 +820,77 @@ def test_an_unclean_open_still_rebuilds_a_cache_the_batches_contradict(tmp_path)
     reopened = PartitionLog.open(path, config, recovery_point=0, clean_shutdown=False)
     assert [tuple(e) for e in reopened.epoch_cache.entries] == [(0, 0)]
     reopened.close()
+
+
+# ---- damage: the cleaner never launders a bad CRC (KIP-346 uncleanable partitions) ------------------
+
+def _flip_a_value_byte(segment_path, batch_index: int) -> bytes:
+    """Flip the last byte of the batch_index-th batch of a segment (a record's value: the CRC
+    covers it, the size and magic stay sound); returns the damaged file's bytes."""
+    data = bytearray(open(segment_path, "rb").read())
+    batch = list(iter_batches(bytes(data), verify=False))[batch_index]
+    data[batch.position + batch.size_bytes - 1] ^= 0x01
+    with open(segment_path, "wb") as f:
+        f.write(data)
+    return bytes(data)
+
+
+def _damaged_compacted_log(tmp_path, where: str):
+    """A compacted log of keys 0..2 over several sealed segments, one batch of the first segment
+    damaged; `where` = "dirty" (the offset map reads it) or "clean" (below the first dirty
+    offset: only the rewrite reads it)."""
+    log = open_log(tmp_path, segment_bytes=400)
+    for i in range(30):
+        append(log, i % 3, i)
+    log.roll()
+    log.update_high_watermark(log.log_end_offset)
+    if where == "clean":
+        log.first_dirty_offset = log.segments[1].base_offset
+    first = log.segments[0]
+    first.flush()
+    damaged = _flip_a_value_byte(first.log_path, 1)
+    return log, first.log_path, damaged
+
+
+@pytest.mark.parametrize("where", ["dirty", "clean"])
+def test_a_damaged_batch_makes_the_partition_uncleanable(tmp_path, where):
+    # Kafka's LogCleanerTest.testCorruptMessageSizeLargerThanBytesAvailable and
+    # testMessageLargerThanMaxMessageSizeWithCorruptHeader (the cleaner stops on a corrupt batch
+    # instead of cleaning it), with a CRC failure; LogCleanerManager.markPartitionUncleanable.
+    log, path, damaged = _damaged_compacted_log(tmp_path, where)
+    first_dirty = log.first_dirty_offset
+    stats = log.compact(now_ms=0)
+    assert stats.aborted and stats.uncleanable is not None
+    assert "CRC mismatch" in stats.uncleanable and path in stats.uncleanable
+    assert open(path, "rb").read() == damaged               # never re-encoded: byte-identical
+    assert not [n for n in os.listdir(log.path) if n.endswith((".cleaned", ".swap"))]
+    assert log.first_dirty_offset == first_dirty
+    with pytest.raises(errors.CorruptRecordError):          # the damage stays visible to readers
+        list(iter_batches(open(path, "rb").read()))
+    again = log.compact(now_ms=0)                          # later rounds skip it
+    assert again.uncleanable == stats.uncleanable and open(path, "rb").read() == damaged
+    assert cleaner.filthiest_first({("test", 0): log}, 0) == []
+    log.close()
+
+
+def test_logdir_reports_uncleanable_partitions_until_the_damage_is_gone(tmp_path):
+    compacted = LogConfig(**{**CONFIG.__dict__, "segment_bytes": 400})
+    with LogDir.open(tmp_path / "dir", LogConfig(fsync=False), topic_configs={"c": compacted}) as logdir:
+        log = logdir.partition("c", 0)
+        for i in range(30):
+            append(log, i % 3, i)
+        log.roll()
+        log.update_high_watermark(log.log_end_offset)
+        log.segments[0].flush()
+        damaged = _flip_a_value_byte(log.segments[0].log_path, 1)
+        results = logdir.clean_logs(now_ms=0)
+        assert results[("c", 0)].uncleanable is not None
+        assert list(logdir.uncleanable_partitions) == [("c", 0)]
+        assert logdir.clean_logs(now_ms=0) == {}             # skipped: not picked again
+        assert open(log.segments[0].log_path, "rb").read() == damaged
+        assert not (tmp_path / "dir" / "cleaner-offset-checkpoint").exists() or \
+            "c 0" not in (tmp_path / "dir" / "cleaner-offset-checkpoint").read_text()
+        assert log.increment_log_start_offset(log.segments[1].base_offset)   # DeleteRecords: the damaged
+        assert open(log.segments[0].log_path, "rb").read() != damaged            # segment goes
+        assert logdir.uncleanable_partitions == {}
+        assert logdir.clean_logs(now_ms=0)[("c", 0)].uncleanable is None  # cleaned again
