@@ -543,8 +543,37 @@ def test_verify_accepts_an_epoch_whose_first_batch_was_compacted_away(tmp_path, 
         assert [b.partition_leader_epoch for b in log.batches()][0] == 0      # epoch 1 starts later now ...
         assert [tuple(e) for e in log.epoch_cache.entries] == [(0, 0), (1, 10)]   # ... the cache is untouched
     assert main(["verify", str(tmp_path / "dir")]) == 0, capsys.readouterr().out
-    os.unlink(tmp_path / "dir" / "cleaner-offset-checkpoint")          # not known as compacted: a problem
+    os.unlink(tmp_path / "dir" / "cleaner-offset-checkpoint")          # the gaps still say compacted
+    assert main(["verify", str(tmp_path / "dir")]) == 0, capsys.readouterr().out
+
+
+def test_verify_accepts_a_log_compacted_without_a_logdir(tmp_path, capsys):
+    """Issue 30 item 18: PartitionLog.compact() writes no cleaner-offset-checkpoint (LogDir
+    does), so verify applied the plain lineage rule to the cleaned log and called the epoch
+    whose first batches the cleaner removed a disagreement.  The gaps the cleaner leaves say
+    the log is compacted, however it was cleaned; a real contradiction stays a problem."""
+    from storage.cli import main
+
+    log = open_log(tmp_path / "dir", segment_bytes=400)
+    log.assign_epoch_start_offset(0)
+    for i in range(10):
+        log.append_as_leader([record(0, i)], 0)
+    log.assign_epoch_start_offset(1)
+    for i in range(12):
+        log.append_as_leader([record(1, i)], 1)
+    log.roll()
+    log.update_high_watermark(log.log_end_offset)
+    log.compact(now_ms=0)
+    assert [b.partition_leader_epoch for b in log.batches()][0] == 0
+    assert [b.base_offset for b in log.batches() if b.partition_leader_epoch == 1][0] > 10
+    log.close()
+    assert not (tmp_path / "dir" / "cleaner-offset-checkpoint").exists()
+    assert main(["verify", str(tmp_path / "dir")]) == 0, capsys.readouterr().out
+    assert "checkpoint agrees" in capsys.readouterr().out
+    # A checkpoint that contradicts a surviving batch is still a problem in a compacted log.
+    (tmp_path / "dir" / "test-0" / "leader-epoch-checkpoint").write_text("0\n2\n0 0\n2 5\n")  # epoch 2 at 21
     assert main(["verify", str(tmp_path / "dir")]) == 1
+    assert "compacted log" in capsys.readouterr().out
 
 
 # ---- replicas compacted at different times: no false divergence ----------------------------------------
