@@ -274,9 +274,22 @@ def _view(log, segment) -> memoryview:
         return segment.view()
 
 
+def _checked_batches(view, segment):
+    """The batches of a sealed segment, each CRC checked; a size field that runs past the end
+    (iter_batches' partial tail: what a crash leaves in an active segment, never in a sealed
+    one) is damage too, or the rest of the segment would be dropped without a word."""
+    end = 0
+    for batch in iter_batches(view, source=segment.log_path):
+        end = batch.position + batch.size_bytes
+        yield batch
+    if end < len(view):
+        raise errors.CorruptRecordError(f"{len(view) - end} bytes after the last whole batch of a sealed segment "
+                                        "(a size field past its end)", file=segment.log_path, position=end)
+
+
 def _map_segment(view, segment, offset_map: OffsetMap, start: int, next_start: int, txns, stats) -> bool:
     """Map one segment's keys; True when the map filled up before its end."""
-    for batch in iter_batches(view, source=segment.log_path):       # CRC checked: see damaged_segment
+    for batch in _checked_batches(view, segment):
         if batch.base_offset >= next_start:
             break
         if batch.is_control:
@@ -460,7 +473,7 @@ def _write_group(log, group: list, group_end: int, cleaned: Segment, offset_map:
     for i, segment in enumerate(group):
         upper = group[i + 1].base_offset if i + 1 < len(group) else group_end
         txns.add(log.collect_aborted_transactions(segment.base_offset, upper))
-        for batch in iter_batches(_view(log, segment), source=segment.log_path):   # CRC checked
+        for batch in _checked_batches(_view(log, segment), segment):
             stats.bytes_read += batch.size_bytes
             out = _filter_batch(batch, offset_map, now_ms, log.config.delete_retention_ms, txns,
                                 last_of_producers, upper_bound, stats)

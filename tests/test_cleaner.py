@@ -853,18 +853,22 @@ def test_an_unclean_open_still_rebuilds_a_cache_the_batches_contradict(tmp_path)
 
 # ---- damage: the cleaner never launders a bad CRC (KIP-346 uncleanable partitions) ------------------
 
-def _flip_a_value_byte(segment_path, batch_index: int) -> bytes:
+def _flip_a_value_byte(segment_path, batch_index: int, kind: str = "crc") -> bytes:
     """Flip the last byte of the batch_index-th batch of a segment (a record's value: the CRC
-    covers it, the size and magic stay sound); returns the damaged file's bytes."""
+    covers it, the size and magic stay sound), or (kind "size") make its length field claim more
+    bytes than the segment holds; returns the damaged file's bytes."""
     data = bytearray(open(segment_path, "rb").read())
     batch = list(iter_batches(bytes(data), verify=False))[batch_index]
-    data[batch.position + batch.size_bytes - 1] ^= 0x01
+    if kind == "size":
+        data[batch.position + 8:batch.position + 12] = (len(data) * 2).to_bytes(4, "big")
+    else:
+        data[batch.position + batch.size_bytes - 1] ^= 0x01
     with open(segment_path, "wb") as f:
         f.write(data)
     return bytes(data)
 
 
-def _damaged_compacted_log(tmp_path, where: str):
+def _damaged_compacted_log(tmp_path, where: str, kind: str = "crc"):
     """A compacted log of keys 0..2 over several sealed segments, one batch of the first segment
     damaged; `where` = "dirty" (the offset map reads it) or "clean" (below the first dirty
     offset: only the rewrite reads it)."""
@@ -877,25 +881,29 @@ def _damaged_compacted_log(tmp_path, where: str):
         log.first_dirty_offset = log.segments[1].base_offset
     first = log.segments[0]
     first.flush()
-    damaged = _flip_a_value_byte(first.log_path, 1)
+    damaged = _flip_a_value_byte(first.log_path, 1, kind)
     return log, first.log_path, damaged
 
 
-@pytest.mark.parametrize("where", ["dirty", "clean"])
-def test_a_damaged_batch_makes_the_partition_uncleanable(tmp_path, where):
+@pytest.mark.parametrize("where, kind", [("dirty", "crc"), ("clean", "crc"), ("dirty", "size"), ("clean", "size")])
+def test_a_damaged_batch_makes_the_partition_uncleanable(tmp_path, where, kind):
     # Kafka's LogCleanerTest.testCorruptMessageSizeLargerThanBytesAvailable and
     # testMessageLargerThanMaxMessageSizeWithCorruptHeader (the cleaner stops on a corrupt batch
-    # instead of cleaning it), with a CRC failure; LogCleanerManager.markPartitionUncleanable.
-    log, path, damaged = _damaged_compacted_log(tmp_path, where)
+    # instead of cleaning it: a size field claiming more than the segment holds), and a CRC
+    # failure; then LogCleanerManager.markPartitionUncleanable instead of an escaping error.
+    log, path, damaged = _damaged_compacted_log(tmp_path, where, kind)
     first_dirty = log.first_dirty_offset
     stats = log.compact(now_ms=0)
     assert stats.aborted and stats.uncleanable is not None
-    assert "CRC mismatch" in stats.uncleanable and path in stats.uncleanable
+    assert ("CRC mismatch" if kind == "crc" else "uncleanable") in stats.uncleanable and path in stats.uncleanable
     assert open(path, "rb").read() == damaged               # never re-encoded: byte-identical
     assert not [n for n in os.listdir(log.path) if n.endswith((".cleaned", ".swap"))]
     assert log.first_dirty_offset == first_dirty
-    with pytest.raises(errors.CorruptRecordError):          # the damage stays visible to readers
-        list(iter_batches(open(path, "rb").read()))
+    if kind == "crc":
+        with pytest.raises(errors.CorruptRecordError):      # the damage stays visible to readers
+            list(iter_batches(open(path, "rb").read()))
+    else:                                                   # a walk stops there (the cleaner used to
+        assert sum(b.size_bytes for b in iter_batches(damaged)) < len(damaged)   # drop the rest silently)
     again = log.compact(now_ms=0)                          # later rounds skip it
     assert again.uncleanable == stats.uncleanable and open(path, "rb").read() == damaged
     assert cleaner.filthiest_first({("test", 0): log}, 0) == []
