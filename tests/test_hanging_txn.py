@@ -177,3 +177,29 @@ def test_cli_on_a_real_kafka_dir(tmp_path, capsys):
     assert main(["abort-txn", str(tmp_path / "kafka"), "--topic", "auth_events", "--partition", "0",
                  "--producer-id", "1", "--producer-epoch", "0"]) == 1
     assert sorted(set(os.listdir(tmp_path / "kafka")) - {".lock"}) == names
+
+
+def test_cli_aborts_in_a_dir_in_kafkas_layout(tmp_path, capsys):
+    """A dir laid out as a Kafka broker leaves it (Kafka's checkpoint files, a clean-shutdown
+    marker, no storage.mdb) with a hanging transaction: the abort writes the marker, adds no
+    file to the log dir and leaves Kafka's checkpoint files as they were."""
+    path = tmp_path / "kafka"
+    with PartitionLog.open(path / "orders-0", CONFIG) as log:
+        log.append_as_leader([b"a"], EPOCH)
+        first = hang(log)
+        log.update_high_watermark(log.log_end_offset)
+        end = log.log_end_offset
+    checkpoints = {"recovery-point-offset-checkpoint": f"0\n1\norders 0 {end}\n",
+                   "replication-offset-checkpoint": f"0\n1\norders 0 {end}\n",
+                   "log-start-offset-checkpoint": "0\n1\norders 0 0\n", ".kafka_cleanshutdown": ""}
+    for name, text in checkpoints.items():
+        (path / name).write_text(text)
+    names = sorted(os.listdir(path))
+    assert main(["abort-txn", str(path), "--topic", "orders", "--partition", "0", "--start-offset", str(first)]) == 0
+    assert f"aborted producer 42 (epoch 7), open from offset {first}: ABORT marker at offset {end}" in \
+        capsys.readouterr().out
+    assert sorted(set(os.listdir(path)) - {".lock"}) == names
+    assert {name: (path / name).read_text() for name in checkpoints} == checkpoints
+    with PartitionLog.open(path / "orders-0", CONFIG, clean_shutdown=True, high_watermark=end + 1) as log:
+        assert log.log_end_offset == end + 1 and hanging.open_transactions(log) == []
+        assert log.last_stable_offset == end + 1
