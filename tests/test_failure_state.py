@@ -228,7 +228,7 @@ def _partition_files(path) -> dict:
             if n.endswith((".log", ".index", ".timeindex", ".txnindex"))}
 
 
-@pytest.mark.parametrize("role", ["leader", "follower"])
+@pytest.mark.parametrize("role", ["leader", "follower", "follower-pieces"])
 @pytest.mark.parametrize("operation", ["pwrite", "fsync", "rename"])
 def test_enospc_on_the_epoch_checkpoint_leaves_nothing_of_the_append(tmp_path, operation, role):
     """Issue 30 item 17: ENOSPC on the leader-epoch-checkpoint write of an append that starts an
@@ -251,8 +251,11 @@ def test_enospc_on_the_epoch_checkpoint_leaves_nothing_of_the_append(tmp_path, o
         with pytest.raises(errors.LogDirOfflineError) as info:
             if role == "leader":
                 log.append_as_leader(batch, 2)
-            else:
+            elif role == "follower":
                 log.append_as_follower(batch)
+            else:                       # vectored writes of the caller's buffers (appends._follower_pieces)
+                second = build_batch([b"more"], base_offset=6, partition_leader_epoch=3)
+                log.append_batches([batch, second], as_leader=False)
         assert seam.fired == [operation]
         assert "No space left" in str(info.value.first_failure), info.value.first_failure
         assert "leader-epoch-checkpoint" in str(info.value.first_failure)
