@@ -177,13 +177,18 @@ def filthiest_first(logs: dict, now_ms: int) -> list:
 
 
 def max_compaction_delay(log, first_dirty: int, now_ms: int) -> int:
-    """How far the oldest dirty sealed segment's first batch is past max_compaction_lag_ms."""
+    """How far the oldest dirty sealed segment's first batch is past max_compaction_lag_ms; a
+    first batch that cannot be read counts as overdue (1): the round then finds the damage and
+    marks the log uncleanable, where raising here would stop the cleaning of every log."""
     firsts = []
     for segment in _segments_from(log, first_dirty)[:-1]:
-        for batch in iter_batches(segment.view(), verify=False):
-            if batch.max_timestamp > 0:
-                firsts.append(batch.max_timestamp)
-            break
+        try:
+            for batch in iter_batches(segment.view(), verify=False):
+                if batch.max_timestamp > 0:
+                    firsts.append(batch.max_timestamp)
+                break
+        except errors.CorruptRecordError:
+            return 1
     lag = max(log.config.max_compaction_lag_ms, 0)
     until = now_ms - lag
     earliest = min(firsts, default=None)

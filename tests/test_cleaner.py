@@ -931,3 +931,24 @@ def test_logdir_reports_uncleanable_partitions_until_the_damage_is_gone(tmp_path
         assert open(log.segments[0].log_path, "rb").read() != damaged            # segment goes
         assert logdir.uncleanable_partitions == {}
         assert logdir.clean_logs(now_ms=0)[("c", 0)].uncleanable is None  # cleaned again
+
+
+def test_a_damaged_first_batch_does_not_stop_clean_logs(tmp_path):
+    # The dirty-ratio pass reads each dirty segment's first batch (max_compaction_lag_ms): a bad
+    # magic there raised out of LogDir.clean_logs, and no log of the dir was cleaned.
+    compacted = LogConfig(**{**CONFIG.__dict__, "segment_bytes": 400})
+    with LogDir.open(tmp_path / "dir", LogConfig(fsync=False), topic_configs={"c": compacted, "d": compacted}) as logdir:
+        damaged, healthy = logdir.partition("c", 0), logdir.partition("d", 0)
+        for log in (damaged, healthy):
+            for i in range(30):
+                append(log, i % 3, i)
+            log.roll()
+            log.update_high_watermark(log.log_end_offset)
+        damaged.segments[0].flush()
+        with open(damaged.segments[0].log_path, "r+b") as f:
+            f.seek(16)                                 # the first batch's magic byte
+            f.write(b"\x07")
+        results = logdir.clean_logs(now_ms=0)
+        assert results[("d", 0)].uncleanable is None and results[("d", 0)].groups
+        assert "invalid magic" in results[("c", 0)].uncleanable
+        assert list(logdir.uncleanable_partitions) == [("c", 0)]
