@@ -203,3 +203,21 @@ def test_cli_aborts_in_a_dir_in_kafkas_layout(tmp_path, capsys):
     with PartitionLog.open(path / "orders-0", CONFIG, clean_shutdown=True, high_watermark=end + 1) as log:
         assert log.log_end_offset == end + 1 and hanging.open_transactions(log) == []
         assert log.last_stable_offset == end + 1
+
+
+def test_cli_refuses_a_damaged_partition_and_keeps_the_dir_clean(tmp_path, capsys):
+    path, first = stopped_dir(tmp_path)
+    segment = path / "orders-0" / "00000000000000000000.log"
+    data = bytearray(segment.read_bytes())
+    data[-1] ^= 0x01                                     # a CRC failure below the recovery point
+    segment.write_bytes(bytes(data))
+    marker = (path / ".kafka_cleanshutdown").read_bytes()
+    assert main(["abort-txn", str(path), "--topic", "orders", "--partition", "0", "--start-offset", str(first)]) == 1
+    err = capsys.readouterr().err
+    assert "damaged, nothing written" in err and "CRC" in err, err
+    assert (path / ".kafka_cleanshutdown").read_bytes() == marker and segment.read_bytes() == bytes(data)
+    os.unlink(path / ".kafka_cleanshutdown")             # a crashed broker's dir: refused, nothing written
+    segment.write_bytes(bytes(data[:-1]))
+    assert main(["abort-txn", str(path), "--topic", "orders", "--partition", "0", "--start-offset", str(first)]) == 1
+    assert "did not stop cleanly" in capsys.readouterr().err
+    assert segment.read_bytes() == bytes(data[:-1])

@@ -5,8 +5,11 @@
 The dir must be stopped: the tool takes its `.lock` both ways a broker holds it (our LogDir's
 flock, Kafka's FileChannel lock, a POSIX record lock) and refuses a live dir, naming the process
 that holds it.  --dry-run lists the partition's open transactions from its batches and changes
-nothing.  Otherwise the partition is opened with the offsets the dir records (storage.mdb, or
-Kafka's checkpoint files, which are left as they are) and storage.hanging.abort_transaction
+nothing.  Otherwise the dir must have been stopped cleanly (its `.kafka_cleanshutdown`: else the
+broker's next start must recover it first), the partition is read as `storage verify` reads it
+(any problem is refused, naming where, and nothing is written), then opened with the offsets the
+dir records (storage.mdb, or Kafka's checkpoint files, which are left as they are) and
+storage.hanging.abort_transaction
 writes the ABORT marker; a clean-shutdown marker is taken away while the log is open and put
 back, byte for byte, once it is closed (a crash in between leaves an unclean dir, which the next
 open recovers).
@@ -20,6 +23,7 @@ import os
 from .. import errors, hanging
 from .. import io as _io
 from ..inspect.discovery import LOG_SUFFIX, LogFile, log_dir_offsets, segment_base
+from ..inspect.scan import scan_partition
 from ..logdir import CLEAN_SHUTDOWN_FILE, LOCK_FILE
 from .output import OK, UsageError, _print_json
 
@@ -78,14 +82,22 @@ def _abort(args, path: str):
     meta = offsets.get((args.topic, args.partition), {})
     seam = _io.current()
     marker = os.path.join(args.dir, CLEAN_SHUTDOWN_FILE)
-    marker_bytes = open(marker, "rb").read() if os.path.exists(marker) else None
-    if marker_bytes is not None:
-        seam.unlink(marker)
-        seam.fsync_dir(args.dir)
+    if not os.path.exists(marker):
+        raise errors.StorageError(f"no {CLEAN_SHUTDOWN_FILE}: the broker did not stop cleanly; its next start "
+                                  "(or `storage recover`) must recover the dir before anything is appended",
+                                  file=args.dir)
+    problems = scan_partition(args.dir, args.topic, args.partition, path,
+                              offsets={(args.topic, args.partition): meta}, check_indexes=False).problems
+    if problems:
+        raise errors.CorruptRecordError(f"damaged, nothing written ({len(problems)} problem(s), "
+                                        f"`storage verify` lists them): {problems[0].line()}", file=path)
+    marker_bytes = open(marker, "rb").read()
+    seam.unlink(marker)
+    seam.fsync_dir(args.dir)
     start = meta.get("log_start_offset", -1)
     log = PartitionLog.open(path, LogConfig(), recovery_point=max(meta.get("recovery_point", 0), 0),
                             log_start_offset=start if start >= 0 else None,
-                            high_watermark=meta.get("high_watermark"), clean_shutdown=marker_bytes is not None)
+                            high_watermark=meta.get("high_watermark"), clean_shutdown=True)
     try:
         found = hanging.open_transactions(log)
         if args.start_offset is not None:
@@ -97,8 +109,7 @@ def _abort(args, path: str):
         aborted = {**txn.as_dict(), "marker_offset": info.first_offset, "leader_epoch": log.latest_epoch}
     finally:
         log.close()                         # a failed close leaves the dir unclean: no marker back
-        if marker_bytes is not None:
-            seam.write_file_atomic(marker, marker_bytes)
+        seam.write_file_atomic(marker, marker_bytes)
     return found, aborted
 
 
