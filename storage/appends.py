@@ -8,6 +8,7 @@ from . import producer_check
 from ._native import ffi, iovec_pieces, lib
 from .clock import wall_ms as _now_ms
 from .config import LogConfig
+from .records import iter_batches
 
 
 class AppendInfo(NamedTuple):
@@ -111,3 +112,39 @@ def _follower_pieces(log, pieces: tuple) -> "AppendInfo | None":
         if v.producer_batch_count:
             log._record_completed(_producer.apply_replicated(log.producer_state, joined))
         return info
+
+
+def assign_epochs(log, v, pointer, length: int) -> None:
+    """Kafka's append loop: every v2 batch's epoch is assigned at its base offset -- for a chunk
+    C just wrote, before the log end offset moves.  When that fails (the leader-epoch-checkpoint
+    cannot be written: an I/O error that takes the dir offline) the chunk is taken back."""
+    cache = log.epoch_cache
+    if v.epoch_count <= lib.PLOG_VALIDATE_MAX_EPOCHS:
+        changes = [(v.epochs[i], v.epoch_offsets[i]) for i in range(v.epoch_count)]
+    else:
+        changes = [(b.partition_leader_epoch, b.base_offset)
+                   for b in iter_batches(ffi.buffer(pointer, length), verify=False)]
+    entries = cache.entries
+    try:
+        for epoch, offset in changes:
+            if epoch >= 0:
+                cache.assign(epoch, offset)
+    except BaseException:
+        take_back(log, entries)
+        raise
+
+
+def take_back(log, epoch_entries: list) -> None:
+    """Undo a chunk C wrote whose epochs could not be recorded (the leader-epoch-checkpoint's
+    write failed: an I/O error that takes the dir offline): the active segment is cut back to
+    the log end offset (its bytes and index entries go; the log end offset and producer state
+    were not moved yet) and the epoch cache holds what it held, so nothing of the chunk is
+    visible and a restart finds the files as they were.  Kafka assigns the epoch before it
+    appends (UnifiedLog.append); here C learns the epochs of a follower's chunk as it writes
+    it, so the write is taken back instead.  A cut that fails too is left to the loader (the
+    dir is offline already; its next open recovers the segment)."""
+    log.epoch_cache.restore(epoch_entries)
+    try:
+        log.segments[-1].truncate_to(log.log_end_offset)
+    except OSError:
+        pass

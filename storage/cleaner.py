@@ -27,6 +27,12 @@ One round (`PartitionLog.compact`, `clean`):
      by the loader (loader.remove_leftovers): `.cleaned` files and the swap files at or above
      them go (the round is undone), a complete set of swap files replaces whatever segment
      files remain in its range.
+Damage (KIP-346): both passes read every batch with its CRC checked; a batch failing its CRC,
+size or magic check stops the round before anything of its group is re-encoded or swapped in,
+and the log is uncleanable (`CleanerStats.uncleanable`, `LogDir.uncleanable_partitions`, an
+error logged) -- skipped by later rounds until a restart or until the damaged segment left the
+log.  Re-encoding a damaged record would give it a fresh, valid CRC that readers and `verify`
+then accept for ever.
 The epoch cache is never rewritten (Kafka's cleaner does not), producer state is kept (the
 last batch of every producer stays), and the transaction index of a cleaned segment lists the
 aborted transactions whose records are still there.
@@ -41,6 +47,7 @@ uncompressed (the engine writes gzip and zstd only).
 from __future__ import annotations
 
 import hashlib
+import logging
 import os
 import threading
 from dataclasses import dataclass, field
@@ -57,6 +64,7 @@ BYTES_PER_ENTRY = 24            # Kafka's SkimpyOffsetMap: a 16-byte MD5 and an 
 LOAD_FACTOR = 0.9               # log.cleaner.io.buffer.load.factor
 DELETE_HORIZON = lib.PLOG_ATTR_DELETE_HORIZON
 _INT32_MAX = 2**31 - 1
+_log = logging.getLogger(__name__)
 
 
 class OffsetMap:
@@ -100,6 +108,7 @@ class CleanerStats:
     bytes_written: int = 0
     groups: list[tuple[int, int]] = field(default_factory=list)    # (new base, segments merged)
     aborted: bool = False                # the log changed under the round: the rest was not swapped
+    uncleanable: str | None = None       # damage found: why the partition is not cleaned (KIP-346)
 
 
 def require_keys(buf, path: str) -> None:
@@ -154,7 +163,7 @@ def filthiest_first(logs: dict, now_ms: int) -> list:
     ranked = []
     for key, log in logs.items():
         with log._lock:
-            if log._closed or not log.segments:
+            if log._closed or not log.segments or uncleanable_reason(log) is not None:
                 continue
             first_dirty = first_dirty_offset(log, log.first_dirty_offset)
             _stop, clean, dirty = cleanable_bytes(log, first_dirty, first_uncleanable_offset(log, first_dirty, now_ms))
@@ -168,13 +177,18 @@ def filthiest_first(logs: dict, now_ms: int) -> list:
 
 
 def max_compaction_delay(log, first_dirty: int, now_ms: int) -> int:
-    """How far the oldest dirty sealed segment's first batch is past max_compaction_lag_ms."""
+    """How far the oldest dirty sealed segment's first batch is past max_compaction_lag_ms; a
+    first batch that cannot be read counts as overdue (1): the round then finds the damage and
+    marks the log uncleanable, where raising here would stop the cleaning of every log."""
     firsts = []
     for segment in _segments_from(log, first_dirty)[:-1]:
-        for batch in iter_batches(segment.view(), verify=False):
-            if batch.max_timestamp > 0:
-                firsts.append(batch.max_timestamp)
-            break
+        try:
+            for batch in iter_batches(segment.view(), verify=False):
+                if batch.max_timestamp > 0:
+                    firsts.append(batch.max_timestamp)
+                break
+        except errors.CorruptRecordError:
+            return 1
     lag = max(log.config.max_compaction_lag_ms, 0)
     until = now_ms - lag
     earliest = min(firsts, default=None)
@@ -265,9 +279,22 @@ def _view(log, segment) -> memoryview:
         return segment.view()
 
 
+def _checked_batches(view, segment):
+    """The batches of a sealed segment, each CRC checked; a size field that runs past the end
+    (iter_batches' partial tail: what a crash leaves in an active segment, never in a sealed
+    one) is damage too, or the rest of the segment would be dropped without a word."""
+    end = 0
+    for batch in iter_batches(view, source=segment.log_path):
+        end = batch.position + batch.size_bytes
+        yield batch
+    if end < len(view):
+        raise errors.CorruptRecordError(f"{len(view) - end} bytes after the last whole batch of a sealed segment "
+                                        "(a size field past its end)", file=segment.log_path, position=end)
+
+
 def _map_segment(view, segment, offset_map: OffsetMap, start: int, next_start: int, txns, stats) -> bool:
     """Map one segment's keys; True when the map filled up before its end."""
-    for batch in iter_batches(view, verify=False, source=segment.log_path):
+    for batch in _checked_batches(view, segment):
         if batch.base_offset >= next_start:
             break
         if batch.is_control:
@@ -294,6 +321,9 @@ def compact(log, now_ms: int, offset_map: OffsetMap | None = None) -> CleanerSta
         log._ensure_open()
         first_dirty = first_dirty_offset(log, log.first_dirty_offset)
         uncleanable = first_uncleanable_offset(log, first_dirty, now_ms)
+        damage = uncleanable_reason(log)
+    if damage is not None:
+        return CleanerStats(first_dirty_offset=first_dirty, end_offset=first_dirty, aborted=True, uncleanable=damage)
     stats = clean(log, first_dirty, uncleanable, now_ms, offset_map)
     if not stats.aborted:
         with log._lock:
@@ -316,6 +346,8 @@ def clean(log, first_dirty: int, first_uncleanable: int, now_ms: int, offset_map
     except errors.LogClosedError:
         stats.aborted = True
         return stats
+    except errors.CorruptRecordError as e:
+        return _mark_uncleanable(log, stats, e)
     end = offset_map.latest_offset + 1
     stats.end_offset = max(end, first_dirty)
     stats.map_entries = len(offset_map)
@@ -325,11 +357,46 @@ def clean(log, first_dirty: int, first_uncleanable: int, now_ms: int, offset_map
         groups = group_segments(log, [s for s in log.segments if s.base_offset < end], first_uncleanable)
         uppers = [_next_base(log, g[-1]) for g in groups]
     for group, upper in zip(groups, uppers):
-        if not _clean_group(log, group, upper, offset_map, now_ms, stats, txns, last_of_producers,
-                            first_uncleanable, truncations):
+        try:
+            swapped = _clean_group(log, group, upper, offset_map, now_ms, stats, txns, last_of_producers,
+                                   first_uncleanable, truncations)
+        except errors.CorruptRecordError as e:     # the group's cleaned files are gone, its segments untouched
+            return _mark_uncleanable(log, stats, e)
+        if not swapped:
             stats.aborted = True
             break
     return stats
+
+
+# ---- damage (KIP-346: uncleanable partitions) -----------------------------------------------------
+
+def _mark_uncleanable(log, stats: CleanerStats, error: errors.CorruptRecordError) -> CleanerStats:
+    """A batch failed its CRC, size or magic check in either pass: the round stops before that
+    batch is re-encoded (a rewrite would give damaged records a fresh, valid CRC), nothing of the
+    damaged group is swapped in, the first dirty offset stays, and later rounds skip the log
+    while the damaged segment is in it (Kafka's LogCleanerManager.markPartitionUncleanable; a
+    restart, or retention or a truncation removing the segment, clears it)."""
+    reason = f"uncleanable: {error}"
+    with log._lock:
+        damaged = next((s for s in log.segments if s.log_path == error.file), None)
+        log.uncleanable = (damaged, reason)
+    _log.error("log cleaner: %s is %s", log.path, reason)
+    stats.aborted = True
+    stats.uncleanable = reason
+    return stats
+
+
+def uncleanable_reason(log) -> str | None:
+    """Why the log is uncleanable, or None: it is while the damaged segment is still in the log
+    (call under the log's lock)."""
+    marked = getattr(log, "uncleanable", None)
+    if marked is None:
+        return None
+    segment, reason = marked
+    if segment is not None and segment not in log.segments:
+        log.uncleanable = None                    # the damage is gone (retention, truncation)
+        return None
+    return reason
 
 
 def _last_batches_of_producers(log) -> dict[int, tuple[int | None, int]]:
@@ -411,7 +478,7 @@ def _write_group(log, group: list, group_end: int, cleaned: Segment, offset_map:
     for i, segment in enumerate(group):
         upper = group[i + 1].base_offset if i + 1 < len(group) else group_end
         txns.add(log.collect_aborted_transactions(segment.base_offset, upper))
-        for batch in iter_batches(_view(log, segment), verify=False, source=segment.log_path):
+        for batch in _checked_batches(_view(log, segment), segment):
             stats.bytes_read += batch.size_bytes
             out = _filter_batch(batch, offset_map, now_ms, log.config.delete_retention_ms, txns,
                                 last_of_producers, upper_bound, stats)

@@ -24,7 +24,7 @@ import os
 import threading
 from typing import NamedTuple
 
-from . import checkpoint, guards
+from . import checkpoint, errors, guards
 
 UNDEFINED_EPOCH = -1
 UNDEFINED_EPOCH_OFFSET = -1
@@ -82,7 +82,13 @@ class LeaderEpochCache:
 
     def _write(self) -> None:
         if self.path is not None:
-            checkpoint.write(self.path, list(zip(self._epochs, self._offsets)), sync=self.fsync)
+            try:
+                checkpoint.write(self.path, list(zip(self._epochs, self._offsets)), sync=self.fsync)
+            except errors.StorageError:
+                raise
+            except OSError as exc:          # the seam's bare OSError: say which file
+                raise errors.StorageIOError(f"cannot write the leader-epoch-checkpoint: {exc.strerror or exc}",
+                                            errno=exc.errno, file=self.path) from exc
             self.writes += 1
         self._dirty = False
 
@@ -124,6 +130,13 @@ class LeaderEpochCache:
                 self._changed()
                 return True
             return False
+
+    def restore(self, entries) -> None:
+        """Put back entries taken from `entries` before a failed change (memory only: the file
+        holds the old or the new entries, and the next load reconciles either with the log)."""
+        with self._lock:
+            self._epochs = [e for e, _ in entries]
+            self._offsets = [o for _, o in entries]
 
     def truncate_from_end(self, end_offset: int) -> bool:
         """Drop every entry starting at or after end_offset (the log was truncated there)."""

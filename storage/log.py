@@ -39,6 +39,7 @@ from .appends import (
     _new_append_info,
     _ProducerCheck,
     _Recheck,
+    assign_epochs,
 )
 from .clock import wall_ms as _now_ms
 from .config import LogConfig
@@ -46,7 +47,7 @@ from .epoch import CHECKPOINT_FILE, LeaderEpochCache
 from .failure import LogDirFailureChannel, guarded
 from .loader import Loader, list_or_create, repair_epoch_cache
 from .reads import LogReads
-from .records import _build, describe_error, error_class, iter_batches
+from .records import _build, describe_error, error_class
 from .segment import INDEX_SUFFIX, LOG_SUFFIX, TIME_INDEX_SUFFIX, Segment, SegmentHome
 from .txnindex import AbortedTxn
 
@@ -430,11 +431,11 @@ class PartitionLog(LogReads):
         out = state.out.tolist()
         out.append(False)
         info = _new_append_info(AppendInfo, out)
-        self.log_end_offset = info[1] + 1
-        self.producer_state.last_map_offset = self.log_end_offset   # Kafka's updateMapEndOffset
         epoch = v.sole_epoch
         if epoch == _EPOCH_MIXED or (epoch >= 0 and epoch != self.epoch_cache.latest_epoch):
-            self._after_append(v, pointer, length)
+            assign_epochs(self, v, pointer, length)     # before the log end offset moves
+        self.log_end_offset = info[1] + 1
+        self.producer_state.last_map_offset = self.log_end_offset   # Kafka's updateMapEndOffset
         return info
 
     def _append_uncommon(self, rc: int, v, pointer, length: int, leader_epoch: int) -> None:
@@ -479,18 +480,6 @@ class PartitionLog(LogReads):
                       offset=v.error_offset)
         self.segments[-1].raise_for(rc, "append", offset=v.first_offset)
         raise AssertionError(f"unexpected append result {rc}")   # _check raised for every rc != 0
-
-    def _after_append(self, v, pointer, length: int) -> None:
-        """Kafka's append loop: every v2 batch's epoch is assigned at its base offset."""
-        cache = self.epoch_cache
-        if v.epoch_count <= lib.PLOG_VALIDATE_MAX_EPOCHS:
-            changes = [(v.epochs[i], v.epoch_offsets[i]) for i in range(v.epoch_count)]
-        else:
-            changes = [(b.partition_leader_epoch, b.base_offset)
-                       for b in iter_batches(ffi.buffer(pointer, length), verify=False)]
-        for epoch, offset in changes:
-            if epoch >= 0:
-                cache.assign(epoch, offset)
 
     def _roll_to(self, base_offset: int) -> Segment:
         old = self.segments[-1]

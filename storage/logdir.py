@@ -436,6 +436,20 @@ class LogDir:
             logs[key].delete_pending_files(now)     # the replaced segments, once their delay is over
         return out
 
+    @property
+    def uncleanable_partitions(self) -> dict:
+        """{(topic, partition): why} of the compacted logs the cleaner found damaged and skips
+        (KIP-346's uncleanable partitions; storage/cleaner.py)."""
+        with self._partitions_lock:
+            logs = dict(self._logs)
+        out = {}
+        for key, log in logs.items():
+            with log._lock:
+                reason = _cleaner.uncleanable_reason(log)
+            if reason is not None:
+                out[key] = reason
+        return out
+
     def _write_cleaner_checkpoint(self) -> None:
         with self._partitions_lock:
             entries = sorted((topic, partition, log.first_dirty_offset) for (topic, partition), log in self._logs.items()

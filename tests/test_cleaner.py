@@ -543,8 +543,37 @@ def test_verify_accepts_an_epoch_whose_first_batch_was_compacted_away(tmp_path, 
         assert [b.partition_leader_epoch for b in log.batches()][0] == 0      # epoch 1 starts later now ...
         assert [tuple(e) for e in log.epoch_cache.entries] == [(0, 0), (1, 10)]   # ... the cache is untouched
     assert main(["verify", str(tmp_path / "dir")]) == 0, capsys.readouterr().out
-    os.unlink(tmp_path / "dir" / "cleaner-offset-checkpoint")          # not known as compacted: a problem
+    os.unlink(tmp_path / "dir" / "cleaner-offset-checkpoint")          # the gaps still say compacted
+    assert main(["verify", str(tmp_path / "dir")]) == 0, capsys.readouterr().out
+
+
+def test_verify_accepts_a_log_compacted_without_a_logdir(tmp_path, capsys):
+    """Issue 30 item 18: PartitionLog.compact() writes no cleaner-offset-checkpoint (LogDir
+    does), so verify applied the plain lineage rule to the cleaned log and called the epoch
+    whose first batches the cleaner removed a disagreement.  The gaps the cleaner leaves say
+    the log is compacted, however it was cleaned; a real contradiction stays a problem."""
+    from storage.cli import main
+
+    log = open_log(tmp_path / "dir", segment_bytes=400)
+    log.assign_epoch_start_offset(0)
+    for i in range(10):
+        log.append_as_leader([record(0, i)], 0)
+    log.assign_epoch_start_offset(1)
+    for i in range(12):
+        log.append_as_leader([record(1, i)], 1)
+    log.roll()
+    log.update_high_watermark(log.log_end_offset)
+    log.compact(now_ms=0)
+    assert [b.partition_leader_epoch for b in log.batches()][0] == 0
+    assert [b.base_offset for b in log.batches() if b.partition_leader_epoch == 1][0] > 10
+    log.close()
+    assert not (tmp_path / "dir" / "cleaner-offset-checkpoint").exists()
+    assert main(["verify", str(tmp_path / "dir")]) == 0, capsys.readouterr().out
+    assert "checkpoint agrees" in capsys.readouterr().out
+    # A checkpoint that contradicts a surviving batch is still a problem in a compacted log.
+    (tmp_path / "dir" / "test-0" / "leader-epoch-checkpoint").write_text("0\n2\n0 0\n2 5\n")  # epoch 2 at 21
     assert main(["verify", str(tmp_path / "dir")]) == 1
+    assert "compacted log" in capsys.readouterr().out
 
 
 # ---- replicas compacted at different times: no false divergence ----------------------------------------
@@ -820,3 +849,106 @@ def test_an_unclean_open_still_rebuilds_a_cache_the_batches_contradict(tmp_path)
     reopened = PartitionLog.open(path, config, recovery_point=0, clean_shutdown=False)
     assert [tuple(e) for e in reopened.epoch_cache.entries] == [(0, 0)]
     reopened.close()
+
+
+# ---- damage: the cleaner never launders a bad CRC (KIP-346 uncleanable partitions) ------------------
+
+def _flip_a_value_byte(segment_path, batch_index: int, kind: str = "crc") -> bytes:
+    """Flip the last byte of the batch_index-th batch of a segment (a record's value: the CRC
+    covers it, the size and magic stay sound), or (kind "size") make its length field claim more
+    bytes than the segment holds; returns the damaged file's bytes."""
+    data = bytearray(open(segment_path, "rb").read())
+    batch = list(iter_batches(bytes(data), verify=False))[batch_index]
+    if kind == "size":
+        data[batch.position + 8:batch.position + 12] = (len(data) * 2).to_bytes(4, "big")
+    else:
+        data[batch.position + batch.size_bytes - 1] ^= 0x01
+    with open(segment_path, "wb") as f:
+        f.write(data)
+    return bytes(data)
+
+
+def _damaged_compacted_log(tmp_path, where: str, kind: str = "crc"):
+    """A compacted log of keys 0..2 over several sealed segments, one batch of the first segment
+    damaged; `where` = "dirty" (the offset map reads it) or "clean" (below the first dirty
+    offset: only the rewrite reads it)."""
+    log = open_log(tmp_path, segment_bytes=400)
+    for i in range(30):
+        append(log, i % 3, i)
+    log.roll()
+    log.update_high_watermark(log.log_end_offset)
+    if where == "clean":
+        log.first_dirty_offset = log.segments[1].base_offset
+    first = log.segments[0]
+    first.flush()
+    damaged = _flip_a_value_byte(first.log_path, 1, kind)
+    return log, first.log_path, damaged
+
+
+@pytest.mark.parametrize("where, kind", [("dirty", "crc"), ("clean", "crc"), ("dirty", "size"), ("clean", "size")])
+def test_a_damaged_batch_makes_the_partition_uncleanable(tmp_path, where, kind):
+    # Kafka's LogCleanerTest.testCorruptMessageSizeLargerThanBytesAvailable and
+    # testMessageLargerThanMaxMessageSizeWithCorruptHeader (the cleaner stops on a corrupt batch
+    # instead of cleaning it: a size field claiming more than the segment holds), and a CRC
+    # failure; then LogCleanerManager.markPartitionUncleanable instead of an escaping error.
+    log, path, damaged = _damaged_compacted_log(tmp_path, where, kind)
+    first_dirty = log.first_dirty_offset
+    stats = log.compact(now_ms=0)
+    assert stats.aborted and stats.uncleanable is not None
+    assert ("CRC mismatch" if kind == "crc" else "uncleanable") in stats.uncleanable and path in stats.uncleanable
+    assert open(path, "rb").read() == damaged               # never re-encoded: byte-identical
+    assert not [n for n in os.listdir(log.path) if n.endswith((".cleaned", ".swap"))]
+    assert log.first_dirty_offset == first_dirty
+    if kind == "crc":
+        with pytest.raises(errors.CorruptRecordError):      # the damage stays visible to readers
+            list(iter_batches(open(path, "rb").read()))
+    else:                                                   # a walk stops there (the cleaner used to
+        assert sum(b.size_bytes for b in iter_batches(damaged)) < len(damaged)   # drop the rest silently)
+    again = log.compact(now_ms=0)                          # later rounds skip it
+    assert again.uncleanable == stats.uncleanable and open(path, "rb").read() == damaged
+    assert cleaner.filthiest_first({("test", 0): log}, 0) == []
+    log.close()
+
+
+def test_logdir_reports_uncleanable_partitions_until_the_damage_is_gone(tmp_path):
+    compacted = LogConfig(**{**CONFIG.__dict__, "segment_bytes": 400})
+    with LogDir.open(tmp_path / "dir", LogConfig(fsync=False), topic_configs={"c": compacted}) as logdir:
+        log = logdir.partition("c", 0)
+        for i in range(30):
+            append(log, i % 3, i)
+        log.roll()
+        log.update_high_watermark(log.log_end_offset)
+        log.segments[0].flush()
+        damaged = _flip_a_value_byte(log.segments[0].log_path, 1)
+        results = logdir.clean_logs(now_ms=0)
+        assert results[("c", 0)].uncleanable is not None
+        assert list(logdir.uncleanable_partitions) == [("c", 0)]
+        assert logdir.clean_logs(now_ms=0) == {}             # skipped: not picked again
+        assert open(log.segments[0].log_path, "rb").read() == damaged
+        assert not (tmp_path / "dir" / "cleaner-offset-checkpoint").exists() or \
+            "c 0" not in (tmp_path / "dir" / "cleaner-offset-checkpoint").read_text()
+        assert log.increment_log_start_offset(log.segments[1].base_offset)   # DeleteRecords: the damaged
+        assert open(log.segments[0].log_path, "rb").read() != damaged            # segment goes
+        assert logdir.uncleanable_partitions == {}
+        assert logdir.clean_logs(now_ms=0)[("c", 0)].uncleanable is None  # cleaned again
+
+
+def test_a_damaged_first_batch_does_not_stop_clean_logs(tmp_path):
+    # The dirty-ratio pass reads each dirty segment's first batch (max_compaction_lag_ms): a bad
+    # magic there raised out of LogDir.clean_logs, and no log of the dir was cleaned.
+    compacted = LogConfig(**{**CONFIG.__dict__, "segment_bytes": 400})
+    with LogDir.open(tmp_path / "dir", LogConfig(fsync=False), topic_configs={"c": compacted, "d": compacted}) as logdir:
+        damaged, healthy = logdir.partition("c", 0), logdir.partition("d", 0)
+        for log in (damaged, healthy):
+            for i in range(30):
+                append(log, i % 3, i)
+            log.roll()
+            log.update_high_watermark(log.log_end_offset)
+        damaged.segments[0].flush()
+        with open(damaged.segments[0].log_path, "r+b") as f:
+            f.seek(16)                                 # the first batch's magic byte
+            f.write(b"\x07")
+        results = logdir.clean_logs(now_ms=0)
+        assert results[("d", 0)].uncleanable is None and results[("d", 0)].groups
+        assert "invalid magic" in results[("c", 0)].uncleanable
+        assert list(logdir.uncleanable_partitions) == [("c", 0)]

@@ -158,3 +158,49 @@ def test_an_index_entry_that_needs_a_new_page_on_a_full_disk(small_disk):
             print("offline")
     """)
     assert result.stdout.split() == ["offline"]
+
+
+def test_an_epoch_change_on_a_full_disk_leaves_the_files_as_they_were(small_disk):
+    """Issue 30 item 17 on a real full disk: the segment's last page still has room for the
+    new epoch's batch, the leader-epoch-checkpoint's new file gets no page (ENOSPC).  The append
+    raises, nothing of it is visible, and once space is back the reopened log is the old one."""
+    path = str(small_disk / "t-0")
+    run_child(f"""
+        import errno, os
+        from storage import LogConfig, PartitionLog, errors
+        log = PartitionLog.open({path!r}, LogConfig(fsync=True))
+        for i in range(5):
+            log.append_as_leader([b"v%d" % i], 1)
+        log.flush()
+        before = {{n: open(os.path.join({path!r}, n), "rb").read() for n in os.listdir({path!r})
+                  if n.endswith((".log", ".index", ".timeindex"))}}
+        fd = os.open({str(small_disk / "filler")!r}, os.O_WRONLY | os.O_CREAT)
+        try:
+            while True:
+                os.write(fd, b"f" * 4096)
+        except OSError as exc:
+            assert exc.errno == errno.ENOSPC, exc
+        os.close(fd)
+        try:
+            log.append_as_leader([b"epoch two"], 2)
+        except errors.LogDirOfflineError as exc:
+            assert exc.first_failure.errno == errno.ENOSPC, exc
+            assert "leader-epoch-checkpoint" in str(exc.first_failure), exc
+        else:
+            raise SystemExit("the append did not fail")
+        assert log.log_end_offset == 5 and log.segments[-1].size == len(before["00000000000000000000.log"])
+        after = {{n: open(os.path.join({path!r}, n), "rb").read() for n in before}}
+        assert after == before
+        try:
+            log.close()
+        except errors.LogDirOfflineError:
+            pass
+    """)
+    os.unlink(small_disk / "filler")
+    run_child(f"""
+        from storage import LogConfig, PartitionLog
+        log = PartitionLog.open({path!r}, LogConfig(), recovery_point=0)
+        assert log.log_end_offset == 5, log.log_end_offset
+        assert [tuple(e) for e in log.epoch_cache.entries] == [(1, 0)], log.epoch_cache.entries
+        log.close()
+    """)

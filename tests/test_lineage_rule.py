@@ -49,3 +49,23 @@ def test_truncate_from_start_is_the_engines(entries, start):
         cache.assign(epoch, offset)
     cache.truncate_from_start(start)
     assert lineage.truncate_from_start(entries, start) == [(e.epoch, e.start_offset) for e in cache.entries]
+
+
+@pytest.mark.parametrize("batches, checkpoint, gaps, agrees", [
+    # the cleaner removed epoch 1's first batches (offsets 10..14): a gap, and the checkpoint's
+    # start of epoch 1 lies in it
+    ([(0, 0), (1, 15)], [(0, 0), (1, 10)], 1, True),
+    # epoch 1 has no batch left at all
+    ([(0, 0), (2, 30)], [(0, 0), (1, 10), (2, 20)], 2, True),
+    # dense offsets (no gap): the plain rule, a disagreement
+    ([(0, 0), (1, 15)], [(0, 0), (1, 10)], 0, False),
+    # gaps or not, a batch carrying an epoch the checkpoint does not give its offset disagrees
+    ([(0, 0), (1, 15)], [(0, 0), (1, 20)], 1, False),
+])
+def test_gaps_make_a_log_compacted_for_the_lineage_rule(batches, checkpoint, gaps, agrees):
+    # Issue 30 item 18: the same answer as a log its cleaner-offset-checkpoint lists
+    assert lineage.lineage_agreement(batches, checkpoint, log_start_offset=0, log_end_offset=40,
+                                     offset_gaps=gaps)[0] is agrees
+    if gaps:
+        assert lineage.lineage_agreement(batches, checkpoint, log_start_offset=0, log_end_offset=40,
+                                         compacted=True)[0] is agrees

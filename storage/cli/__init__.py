@@ -5,6 +5,7 @@
     verify DIR                   read-only check of a log dir: CRCs, structure, indexes, epochs
     recover DIR                  offline unclean-shutdown recovery, with what was truncated
     epochs DIR TOPIC-PARTITION   the leader-epoch-checkpoint next to the lineage in the batches
+    abort-txn DIR --topic T ...  abort a hanging transaction in a stopped broker's dir (KIP-664)
     audit DIR [DIR ...]          the fleet audit on Spark (storage/spark/audit.py)
     serve --data-dir DIR         a Kafka-protocol broker (embedded controller, or --controller)
     controller --data-dir DIR    the controller of a multi-process cluster
@@ -29,6 +30,8 @@ import os
 import sys
 
 from .. import errors
+from .abort_txn import add_parser as add_abort_txn_parser
+from .abort_txn import cmd_abort_txn
 from .demo import run_demo
 from .dump import cmd_dump_log
 from .epochs import cmd_epochs
@@ -103,6 +106,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("partition", metavar="TOPIC-PARTITION", nargs="?", help="e.g. orders-0")
     common(p)
 
+    add_abort_txn_parser(sub, common)
+
     p = sub.add_parser("demo", help="a three-broker cluster: crashes, an unclean election, truncation, KIP-903, "
                                     "then the fleet audit",
                        description="A controller and three brokers in this process, on log dirs under a temporary "
@@ -149,7 +154,7 @@ def main(argv: list[str] | None = None) -> int:
     except SystemExit as exc:          # --help
         return int(exc.code or 0)
     commands = {"dump-log": cmd_dump_log, "verify": cmd_verify, "recover": cmd_recover, "epochs": cmd_epochs,
-                "serve": cmd_serve, "controller": cmd_controller, "cluster": cmd_cluster}
+                "abort-txn": cmd_abort_txn, "serve": cmd_serve, "controller": cmd_controller, "cluster": cmd_cluster}
     try:
         if args.command == "demo":
             return run_demo(args.dir, spark=not args.no_spark, master=args.master, wire=not args.no_wire)

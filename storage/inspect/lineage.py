@@ -19,12 +19,21 @@ def truncate_from_start(lineage: list[tuple[int, int]], start_offset: int) -> li
 
 
 def lineage_agreement(from_batches, from_checkpoint, *, log_start_offset: int | None,
-                      log_end_offset: int, compacted: bool = False) -> tuple[bool | None, str | None]:
+                      log_end_offset: int, compacted: bool = False, offset_gaps: int = 0
+                      ) -> tuple[bool | None, str | None]:
     """(agrees, why not) for a batch lineage and a leader-epoch-checkpoint, after the repairs
     Kafka's loader makes itself: both cut at the log start offset (truncateFromStart), and a
     last checkpoint entry starting exactly at the log end offset ignored (a leader elected that
     has not written yet).  The first entry may start below the first batch (the epoch began
-    before what is left of the log).  None when there is no checkpoint."""
+    before what is left of the log).  None when there is no checkpoint.
+
+    A compacted log gets the compacted rule (_compacted_agreement).  It is compacted when its
+    log dir's cleaner-offset-checkpoint lists it (`compacted`) or when its batches leave offsets
+    out (`offset_gaps`: batches starting past the previous batch's last offset + 1, or a
+    segment's first batch past the segment's base) -- the trace a cleaner leaves, whoever ran
+    it: a PartitionLog.compact() without a LogDir, or another broker's cleaner, writes no
+    checkpoint this tool can read.  An appended log has no gaps (offsets are dense); a follower
+    of a compacted leader copies its gaps, and is compacted too."""
     if from_checkpoint is None:
         return None, "no leader-epoch-checkpoint"
     batches = [tuple(e) for e in from_batches]
@@ -40,7 +49,7 @@ def lineage_agreement(from_batches, from_checkpoint, *, log_start_offset: int | 
         batches[0] = entries[0]
     if batches == entries:
         return True, None
-    if compacted:
+    if compacted or offset_gaps > 0:
         return _compacted_agreement(batches, entries)
     for i, (b, c) in enumerate(zip(batches, entries)):
         if b != c:

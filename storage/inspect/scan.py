@@ -84,6 +84,7 @@ class PartitionScan:
         self.high_watermark: int | None = None
         self.lineage: list[dict] = []          # {"epoch", "start_offset", "last_offset", "batch_count"}
         self.anomalies: list[dict] = []        # epochs going back
+        self.offset_gaps = 0                   # batches past the previous one's last offset + 1
         self.checkpoint: list[tuple[int, int]] | None = None
         self.checkpoint_error: str | None = None
         self.agrees: bool | None = None
@@ -338,6 +339,8 @@ def _check_batch(ps: PartitionScan, seg: SegmentScan, row: BatchRow, base: int, 
     if row.last_offset < row.base_offset:
         ps.problems.append(Issue("corrupt", f"last offset {row.last_offset} below base offset",
                                  seg.path, row.position, row.base_offset))
+    if row.base_offset > (previous_last + 1 if previous_last is not None else base):
+        ps.offset_gaps += 1                 # offsets no batch holds: what a cleaner leaves
     previous_last = max(previous_last if previous_last is not None else -1, row.last_offset)
     # Epoch lineage: a batch whose epoch is above every earlier one starts an entry
     # (what Kafka's segment recovery assigns); a smaller epoch later on is an anomaly.
@@ -387,7 +390,7 @@ def _check_epoch_checkpoint(ps: PartitionScan, path: str, has_segments: bool) ->
     if ps.checkpoint is not None:
         ps.agrees, why = lineage_agreement(ps.lineage_pairs, ps.checkpoint,
                                            log_start_offset=ps.log_start_offset, log_end_offset=ps.log_end_offset,
-                                           compacted=partition_is_compacted(path))
+                                           compacted=partition_is_compacted(path), offset_gaps=ps.offset_gaps)
         if ps.agrees is False:
             ps.disagreement = why
             ps.problems.append(Issue("epoch_lineage", f"leader-epoch-checkpoint disagrees with the batches: {why}",

@@ -84,7 +84,8 @@ def _listed_exceptions(rows, ok, replica_key):
     events = seq.select(*replica_key, "segment_base_offset", "position", F.explode(F.filter(F.array(
         event("epoch", (epoch >= 0) & (prev_epoch.isNull() | (epoch > prev_epoch)), base, epoch),
         event("epoch_regression", (epoch >= 0) & (epoch < prev_epoch), base, epoch, prev_epoch),
-        event("gap", base > prev_last + 1, prev_last + 1, base),
+        event("gap", base > F.coalesce(prev_last + 1, F.col("segment_base_offset")),
+              F.coalesce(prev_last + 1, F.col("segment_base_offset")), base),
         event("disorder", base <= prev_last, base, prev_last),
         event("below_segment_base", base < F.col("segment_base_offset"), base, F.col("segment_base_offset")),
         event("crc", ~F.col("crc_valid"), base, F.lit(None)),
@@ -330,7 +331,8 @@ def _replica_record(ref: discovery.PartitionRef, summary, events: dict, counts: 
     from_checkpoint, checkpoint_error = discovery.read_epoch_checkpoint(ref.path)
     log_start_checkpointed = meta["log_start_offsets"].get(key)
     agrees, why = analysis.lineage_agreement(
-        lineage, from_checkpoint, log_start_offset=log_start_checkpointed, log_end_offset=end)
+        lineage, from_checkpoint, log_start_offset=log_start_checkpointed, log_end_offset=end,
+        compacted=compacted.is_compacted(ref.log_dir, *key), offset_gaps=counts.get("gap", 0))
     if checkpoint_error:
         agrees, why = False, f"unreadable leader-epoch-checkpoint: {checkpoint_error}"
     hw = meta["high_watermarks"].get(key)

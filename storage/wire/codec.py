@@ -54,7 +54,9 @@ SUPPORTED: dict[int, tuple[str, int, int]] = {
     20: ("DeleteTopics", 1, 6),
     22: ("InitProducerId", 0, 4),
     23: ("OffsetForLeaderEpoch", 2, 4),
+    27: ("WriteTxnMarkers", 1, 2),
     32: ("DescribeConfigs", 1, 4),
+    61: ("DescribeProducers", 0, 0),
 }
 
 

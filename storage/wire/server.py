@@ -23,6 +23,7 @@ from . import codec, error_answers
 from .apis import ClientApis, Notifier
 from .groups import GroupCoordinator
 from .node import Node
+from .txn_admin import TxnAdminApis
 
 log = logging.getLogger("storage.wire")
 
@@ -154,6 +155,8 @@ class BrokerServer(FrameServer):
         self.handlers = {0: a.produce, 1: a.fetch, 2: a.list_offsets, 3: a.metadata, 18: a.api_versions,
                          19: a.create_topics, 20: a.delete_topics, 22: a.init_producer_id,
                          23: a.offset_for_leader_epoch, 32: a.describe_configs}
+        txn = TxnAdminApis(node, self.notifier)
+        self.handlers.update({27: txn.write_txn_markers, 61: txn.describe_producers})
 
     def serve_groups(self) -> None:
         """The group coordinator and its APIs (it needs a running event loop for its timers)."""
