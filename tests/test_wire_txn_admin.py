@@ -1,22 +1,51 @@
 """DescribeProducers (61) and WriteTxnMarkers (27) on a live broker (storage/wire/txn_admin.py;
 issue 30 item 7): what Kafka's `kafka-transactions.sh find-hanging` and `abort` send (KIP-664).
 A transactional batch no coordinator will end holds the last stable offset back; the tool's
-two requests find it and abort it, and read_committed fetches pass it."""
+two requests find it and abort it, and read_committed fetches pass it.  Clients cannot produce
+transactional batches to this broker (INVALID_TXN_STATE: no coordinator runs), so the hanging
+transaction is written into the stopped broker's log dir, as a log written elsewhere would hold it."""
 from __future__ import annotations
 
 import pytest
 
 pytest.importorskip("kio", reason="the wire front end needs kio (pip install kio)")
 
+import os  # noqa: E402
+
+from storage.config import LogConfig  # noqa: E402
 from storage.errors import Errors  # noqa: E402
+from storage.logdir import LogDir  # noqa: E402
 from storage.records import build_batch  # noqa: E402
 from storage.wire import codec  # noqa: E402
 from tests.wire_support import Broker, raw_exchange  # noqa: E402
 
 
+TOPICS = ("hanging-1", "hanging-2")
+
+
+def _hang(log_dir: str, topic: str, producer_id: int) -> None:
+    """After the broker's own batch at offset 0: a transaction of two records no marker ends,
+    then a plain batch (offsets 1-2 and 3), appended to the stopped broker's partition."""
+    with LogDir.open(log_dir, LogConfig(fsync=False), background=False) as d:
+        log = d.partition(topic, 0)
+        epoch = log.latest_epoch
+        log.append_as_leader(build_batch([b"t1", b"t2"], producer_id=producer_id, producer_epoch=4, base_sequence=0,
+                                         is_transactional=True), epoch)
+        log.append_as_leader(build_batch([b"after"]), epoch)
+        log.flush()
+
+
 @pytest.fixture(scope="module")
 def broker(tmp_path_factory):
     b = Broker(tmp_path_factory.mktemp("txn-admin") / "data").start()
+    try:
+        for topic in TOPICS:
+            assert _produce(b, topic, build_batch([b"plain"])).error_code == 0
+    finally:
+        b.stop()
+    for version, topic in enumerate(TOPICS, 1):
+        _hang(os.path.join(b.data_dir, "logs"), topic, 9000 + version)
+    b.start()
     yield b
     b.stop()
 
@@ -62,11 +91,6 @@ def _marker(broker, pid, epoch, topic, coordinator_epoch=0, version=1):
 @pytest.mark.parametrize("version", [1, 2])
 def test_find_and_abort_a_hanging_transaction(broker, version):
     topic = f"hanging-{version}"
-    assert _produce(broker, topic, build_batch([b"plain"])).error_code == 0
-    txn = build_batch([b"t1", b"t2"], producer_id=9000 + version, producer_epoch=4, base_sequence=0,
-                      is_transactional=True)
-    assert _produce(broker, topic, txn).error_code == 0
-    assert _produce(broker, topic, build_batch([b"after"])).error_code == 0
     assert _last_stable_offset(broker, topic) == (1, 4)                  # held at the open transaction
     [part] = _producers(broker, topic)
     assert part.error_code == 0

@@ -108,6 +108,18 @@ def _describe_configs(request, code):
                          "configs": []} for r in request.resources]}
 
 
+def _write_txn_markers(request, code):
+    return {"markers": [{"producer_id": mk.producer_id, "topics": [
+        {"name": t.name, "partitions": [{"partition_index": i, "error_code": code} for i in t.partition_indexes]}
+        for t in mk.topics]} for mk in request.markers]}
+
+
+def _describe_producers(request, code):
+    return {"topics": [{"name": t.name, "partitions": [
+        {"partition_index": i, "error_code": code, "error_message": None, "active_producers": []}
+        for i in t.partition_indexes]} for t in request.topics]}
+
+
 def _api_versions(request, code):
     return {"error_code": code, "api_keys": []}
 
@@ -118,7 +130,7 @@ _BODIES = {
     12: _top_level, 13: lambda request, code: {"error_code": code, "members": []}, 14: _top_level,
     15: _describe_groups, 16: lambda request, code: {"error_code": code, "groups": []}, 18: _api_versions,
     19: _create_topics, 20: _delete_topics, 22: _init_producer_id,
-    23: _by_topic("topic"), 32: _describe_configs,
+    23: _by_topic("topic"), 27: _write_txn_markers, 32: _describe_configs, 61: _describe_producers,
     56: _top_level, 62: _top_level, 63: _top_level, 67: _top_level,
 }
 
