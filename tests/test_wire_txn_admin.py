@@ -19,7 +19,6 @@ from storage.records import build_batch  # noqa: E402
 from storage.wire import codec  # noqa: E402
 from tests.wire_support import Broker, raw_exchange  # noqa: E402
 
-
 TOPICS = ("hanging-1", "hanging-2")
 
 
