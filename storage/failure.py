@@ -11,15 +11,23 @@ call on any of its partitions raises `errors.LogDirOfflineError` (Kafka's KAFKA_
   - close() releases descriptors and mappings but neither seals, flushes nor writes the
     clean-shutdown marker, so the next `LogDir.open` recovers the dir as after a crash.
 
+Running out of descriptors (EMFILE, ENFILE) is the exception: only an open fails so, nothing
+was written and no error of the disk was consumed, so the call raises
+`errors.OutOfDescriptorsError` (KAFKA_STORAGE_ERROR, retriable), logged, and the dir stays online.
+
 Invariant: once `first_failure` is set it never changes and is never cleared; only a new open
 of the dir (a new channel) starts clean.
 """
 from __future__ import annotations
 
+import errno as _errno
 import functools
+import logging
 import threading
 
 from . import errors
+
+log = logging.getLogger("storage")
 
 
 class LogDirFailureChannel:
@@ -54,10 +62,38 @@ class LogDirFailureChannel:
         return self.error()
 
 
+# The process (EMFILE) or the system (ENFILE) ran out of descriptors: a limit of this moment,
+# not a fault of the disk.  No data was written or lost (only an open fails so), so the call
+# that met it fails and the dir stays online; the same call succeeds once descriptors are free.
+OUT_OF_DESCRIPTORS = frozenset({_errno.EMFILE, _errno.ENFILE})
+
+
+def is_out_of_descriptors(exc: BaseException) -> bool:
+    """An open failed for want of descriptors (EMFILE, ENFILE), directly or as the cause."""
+    while exc is not None:
+        if isinstance(exc, OSError) and exc.errno in OUT_OF_DESCRIPTORS:
+            return True
+        exc = exc.__cause__
+    return False
+
+
 def is_io_failure(exc: BaseException) -> bool:
     """An error that must take the dir offline: an OSError from the file system (StorageIOError
-    and the metadata store's errors are OSErrors too), never a refusal of bad input."""
-    return isinstance(exc, OSError) and not isinstance(exc, errors.LogDirOfflineError)
+    and the metadata store's errors are OSErrors too), never a refusal of bad input, and never
+    running out of descriptors (is_out_of_descriptors: the request fails, the dir stays)."""
+    return isinstance(exc, OSError) and not isinstance(exc, errors.LogDirOfflineError) \
+        and not is_out_of_descriptors(exc)
+
+
+def out_of_descriptors(exc: BaseException, operation: str, log_dir: str) -> errors.OutOfDescriptorsError:
+    """The error for a call that ran out of descriptors, logged once here: the request fails
+    with KAFKA_STORAGE_ERROR (retriable), the dir stays online."""
+    if isinstance(exc, errors.OutOfDescriptorsError):
+        return exc
+    log.error("%s on log dir %s failed for want of file descriptors (raise RLIMIT_NOFILE or lower "
+              "--max-connections); the dir stays online: %s", operation, log_dir, exc)
+    return errors.OutOfDescriptorsError(f"{operation} failed: out of file descriptors: {exc}",
+                                        errno=getattr(exc, "errno", None), file=log_dir)
 
 
 def guarded(method):
@@ -73,6 +109,8 @@ def guarded(method):
         try:
             return method(self, *args, **kwargs)
         except OSError as exc:
+            if is_out_of_descriptors(exc):
+                raise out_of_descriptors(exc, operation, channel.log_dir) from exc
             if not is_io_failure(exc):
                 raise
             raise channel.fail(exc, operation) from exc

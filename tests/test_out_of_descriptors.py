@@ -1,0 +1,144 @@
+"""Running out of file descriptors is not a disk failure (issue 30, item 9).
+
+EMFILE (this process) or ENFILE (the system) on a segment's open or roll fails that call with
+OutOfDescriptorsError (KAFKA_STORAGE_ERROR, retriable for Kafka's clients), logged; the log dir
+stays online and the same append succeeds once descriptors are free, leaving a log that
+verifies.  Injected through the I/O seam at each open a roll makes, and for real in a child
+process with a lowered RLIMIT_NOFILE.
+"""
+import errno
+import os
+import subprocess
+import sys
+import textwrap
+
+import pytest
+
+from storage import LogConfig, LogDir, errors
+from storage import io as sio
+from storage.records import build_batch
+from tests.test_failure_state import FaultyIO
+
+
+class OpenFaultyIO(FaultyIO):
+    """FaultyIO whose opens fail too: `fail["open"] = (errno, opens to let pass)`."""
+
+    def open(self, path, flags):
+        self._maybe_fail("open", path)
+        return super().open(path, flags)
+
+
+def values_of(plog) -> list[bytes]:
+    return [r.value for b in plog.batches(0) for r in b.records()]
+
+
+# A roll with fsync opens, in order: the rolled segment's two index files (created at its seal),
+# the producer snapshot's temporary file, then the new segment's .log; 0..3 reach each of them.
+@pytest.mark.parametrize("code", [errno.EMFILE, errno.ENFILE])
+@pytest.mark.parametrize("opens_before", [0, 1, 2, 3])
+def test_out_of_descriptors_in_a_roll_fails_the_append_and_the_dir_stays_online(tmp_path, code, opens_before):
+    seam = OpenFaultyIO()
+    with sio.using(seam):
+        logdir = LogDir.open(tmp_path / "logs", LogConfig(segment_bytes=200, fsync=True), background=False)
+        plog = logdir.partition("t", 0)
+        for i in range(2):
+            plog.append_as_leader(build_batch([b"a%d" % i + b"x" * 100]), 0)
+        seam.fail["open"] = (code, opens_before)
+        with pytest.raises(errors.OutOfDescriptorsError) as caught:
+            plog.append_as_leader(build_batch([b"refused" + b"x" * 100]), 0)
+        assert seam.fired == ["open"]
+        assert caught.value.error_code == errors.Errors.KAFKA_STORAGE_ERROR
+        assert caught.value.errno == code and "out of file descriptors" in str(caught.value)
+        assert not logdir.offline
+        # Descriptors are back: the same append, and more, succeed; the log closes cleanly.
+        for i in range(3):
+            plog.append_as_leader(build_batch([b"b%d" % i + b"x" * 100]), 0)
+        expected = [b"a0", b"a1", b"b0", b"b1", b"b2"]
+        assert [v[:2] for v in values_of(plog)] == expected
+        logdir.close()
+    reopened = LogDir.open(tmp_path / "logs", LogConfig(segment_bytes=200, fsync=True), background=False)
+    try:
+        assert reopened.had_clean_shutdown
+        assert [v[:2] for v in values_of(reopened.partition("t", 0))] == expected
+    finally:
+        reopened.close()
+
+
+def test_out_of_descriptors_when_a_partition_is_created_leaves_the_dir_online(tmp_path):
+    seam = OpenFaultyIO()
+    with sio.using(seam):
+        logdir = LogDir.open(tmp_path / "logs", LogConfig(fsync=True), background=False)
+        seam.fail["open"] = (errno.EMFILE, 0)
+        with pytest.raises(errors.OutOfDescriptorsError):
+            logdir.partition("t", 0)
+        assert not logdir.offline
+        logdir.partition("t", 0).append_as_leader(build_batch([b"v"]), 0)
+        logdir.close()
+
+
+def test_an_io_error_on_open_still_takes_the_dir_offline(tmp_path):
+    """The control: only running out of descriptors is spared, EIO on an open is a disk failure."""
+    seam = OpenFaultyIO()
+    with sio.using(seam):
+        logdir = LogDir.open(tmp_path / "logs", LogConfig(segment_bytes=200, fsync=True), background=False)
+        plog = logdir.partition("t", 0)
+        plog.append_as_leader(build_batch([b"x" * 100]), 0)
+        seam.fail["open"] = (errno.EIO, 0)
+        with pytest.raises(errors.LogDirOfflineError):
+            plog.append_as_leader(build_batch([b"y" * 100]), 0)
+        assert logdir.offline
+        with pytest.raises(errors.LogDirOfflineError):
+            logdir.close()
+
+
+CHILD = """
+    import os, resource, sys
+    resource.setrlimit(resource.RLIMIT_NOFILE, (64, 64))
+    from storage import LogConfig, LogDir, errors, segment_home
+    from storage.records import build_batch
+    segment_home.set_open_segments_max(16)
+    logdir = LogDir.open(sys.argv[1], LogConfig(segment_bytes=200, fsync=True), background=False)
+    plog = logdir.partition("t", 0)
+    for i in range(3):
+        plog.append_as_leader(build_batch([b"x" * 100]), 0)
+    hog = []
+    try:
+        while True:
+            hog.append(os.open(os.devnull, os.O_RDONLY))
+    except OSError as exc:
+        assert exc.errno == 24
+    for fd in hog[len(hog) - int(sys.argv[2]):]:
+        os.close(fd)
+    del hog[len(hog) - int(sys.argv[2]):]
+    failed = 0
+    for i in range(3):
+        try:
+            plog.append_as_leader(build_batch([b"y" * 100]), 0)
+        except errors.OutOfDescriptorsError as exc:
+            failed += 1
+            assert exc.error_code == 56 and not logdir.offline, exc
+    for fd in hog:
+        os.close(fd)
+    for i in range(3):
+        plog.append_as_leader(build_batch([b"z" * 100]), 0)
+    logdir.close()
+    print("failed", failed, "offline", logdir.offline, "end", plog.log_end_offset)
+"""
+
+
+@pytest.mark.skipif(sys.platform != "linux", reason="RLIMIT_NOFILE and /dev/null as on Linux")
+@pytest.mark.parametrize("free", [0, 3])
+def test_a_real_emfile_under_a_lowered_rlimit_in_a_child_process(tmp_path, free):
+    """The descriptors run out for real (RLIMIT_NOFILE 64, the rest held by the child): the
+    rolls that meet EMFILE fail, the dir stays online, later appends succeed and `storage
+    verify` finds the log sound."""
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join(sys.path))
+    child = subprocess.run([sys.executable, "-c", textwrap.dedent(CHILD), str(tmp_path / "logs"), str(free)],
+                           capture_output=True, text=True, timeout=60, env=env)
+    assert child.returncode == 0, child.stderr[-3000:]
+    words = child.stdout.split()
+    assert words[:4] == ["failed", "3", "offline", "False"], child.stdout
+    assert "for want of file descriptors" in child.stderr and "the dir stays online" in child.stderr
+    verify = subprocess.run([sys.executable, "-m", "storage", "verify", str(tmp_path / "logs")],
+                            capture_output=True, text=True, timeout=60, env=env)
+    assert verify.returncode == 0 and "0 problems" in verify.stdout, verify.stdout + verify.stderr
