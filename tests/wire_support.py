@@ -21,8 +21,9 @@ _READY = re.compile(r"(?:node|controller) (\d+) listening on ([\d.]+):(\d+) pid 
 class Broker:
     """One broker process on `data_dir` (`command` "controller": a controller process)."""
 
-    def __init__(self, data_dir, *extra: str, command: str = "serve"):
+    def __init__(self, data_dir, *extra: str, command: str = "serve", preexec_fn=None):
         self.data_dir = str(data_dir)
+        self.preexec_fn = preexec_fn              # e.g. a lowered RLIMIT_NOFILE
         self.extra = extra
         self.command = command
         self.proc: subprocess.Popen | None = None
@@ -41,7 +42,7 @@ class Broker:
         self.proc = subprocess.Popen(
             [sys.executable, "-m", "storage", self.command, "--data-dir", self.data_dir, "--listen", listen,
              *options, "--log-level", os.environ.get("STORAGE_WIRE_LOG_LEVEL", "INFO"), *self.extra],
-            stdout=subprocess.PIPE, stderr=stderr, text=True)
+            stdout=subprocess.PIPE, stderr=stderr, text=True, preexec_fn=self.preexec_fn)
         stderr.close()
         deadline = time.monotonic() + timeout
         line = ""

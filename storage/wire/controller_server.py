@@ -44,8 +44,8 @@ PRODUCER_ID_BLOCK = 1_000
 
 class ControllerServer(FrameServer):
     def __init__(self, data_dir, host: str, port: int, *, node_id: int = 3000, min_insync_replicas: int = 1,
-                 session_timeout_ms: int = 9_000, unclean_leader_election: bool = False):
-        super().__init__(codec.CONTROLLER_SUPPORTED)
+                 session_timeout_ms: int = 9_000, unclean_leader_election: bool = False, limits=None):
+        super().__init__(codec.CONTROLLER_SUPPORTED, limits)
         self.node_id, self.host, self.port = node_id, host, port
         self.session_timeout_ms = session_timeout_ms
         os.makedirs(data_dir, exist_ok=True)
