@@ -66,6 +66,9 @@ class Node:
         except BaseException:
             self.controller.close()
             raise
+        # One failure state for the process: a failed commit of the controller's store takes
+        # the log dir offline too -- nothing more is acknowledged and the broker stops.
+        self.controller.failure_channel = self.logdir.failure_channel
         self.manager = ReplicaManager(node_id, self.logdir, min_insync_replicas=min_insync_replicas)
         self.manager.topic_min_isr = topic_configs.min_isrs(topics)
         self._producer_ids = (0, 0)
@@ -87,7 +90,7 @@ class Node:
         meta = self.controller.store.get_document("cluster") or {}
         if "cluster_id" not in meta:
             meta = {"cluster_id": uuid.uuid4().hex[:22]}
-            self.controller.store.put_document("cluster", meta)
+            self.controller.put_document("cluster", meta)
         self.cluster_id = meta["cluster_id"]
         log.info("node %d registered with broker epoch %d (previous %d)", self.node_id, epoch, previous)
 
@@ -187,7 +190,10 @@ class Node:
             return problem
         if validate_only:
             return errors.Errors.NONE, None
-        code = self.controller.create_topic(name, n, rf, configs)
+        try:
+            code = self.controller.create_topic(name, n, rf, configs)
+        except errors.LogDirOfflineError as exc:       # the store's commit failed: the failure state
+            return exc.error_code, f"topic {name!r} not created: {exc}"
         if code == errors.Errors.NONE:
             topic_configs.install(self.logdir, self.manager, self.log_config, name, configs)
             self.pump()
@@ -200,7 +206,10 @@ class Node:
                               {"cleanup.policy": "compact", "segment.bytes": str(100 << 20)})
 
     async def delete_topic(self, name: str) -> int:
-        code = self.controller.delete_topic(name)
+        try:
+            code = self.controller.delete_topic(name)
+        except errors.LogDirOfflineError as exc:       # the store's commit failed: the failure state
+            return exc.error_code
         if code == errors.Errors.NONE:
             self.pump()
             topic_configs.uninstall(self.logdir, self.manager, name)
