@@ -142,3 +142,32 @@ def test_a_real_emfile_under_a_lowered_rlimit_in_a_child_process(tmp_path, free)
     verify = subprocess.run([sys.executable, "-m", "storage", "verify", str(tmp_path / "logs")],
                             capture_output=True, text=True, timeout=60, env=env)
     assert verify.returncode == 0 and "0 problems" in verify.stdout, verify.stdout + verify.stderr
+
+
+def test_a_topic_whose_partition_meets_emfile_is_created_when_descriptors_are_back(tmp_path):
+    """The broker side: CreateTopics is answered (the controller committed the topic), the
+    partition the replica manager could not open is opened at a later pump, and produce works."""
+    import asyncio
+
+    pytest.importorskip("kio", reason="the wire front end needs kio")
+    from storage.wire.node import Node
+    from storage.wire.server import BrokerServer
+    from tests.test_controller_store_failure import create_topics
+    from tests.test_wire_faults import produce
+
+    seam = OpenFaultyIO()
+    loop = asyncio.new_event_loop()
+    with sio.using(seam):
+        node = Node(tmp_path / "node", offsets_partitions=1, log_config=LogConfig(fsync=True), background=False)
+        server = BrokerServer(node, initial_rebalance_delay_ms=0)
+        server.serve_groups()
+        try:
+            seam.fail["open"] = (errno.EMFILE, 0)
+            assert create_topics(server, loop, "t").error_code == errors.Errors.NONE
+            assert seam.fired == ["open"] and not node.logdir.offline
+            assert ("t", 0) not in node.manager.partitions        # its files could not be opened
+            node.pump()                                           # the periodic loop's next pump
+            assert produce(server, loop, b"v").error_code == errors.Errors.NONE
+        finally:
+            loop.run_until_complete(node.shutdown())
+            loop.close()

@@ -73,6 +73,7 @@ class Node:
         self.manager.topic_min_isr = topic_configs.min_isrs(topics)
         self._producer_ids = (0, 0)
         self._last_heartbeat = -10**12
+        self._undelivered: list = []         # controller messages to apply again (see pump)
         self._register()
 
     # ---- start-up ----
@@ -116,19 +117,30 @@ class Node:
     # ---- in-process message delivery ----
     def pump(self) -> None:
         """Deliver what the controller published to the replica manager and the manager's
-        AlterPartition requests to the controller, until both are quiet."""
+        AlterPartition requests to the controller, until both are quiet.  A message the manager
+        could not apply for want of descriptors (a new partition's files) is delivered again at
+        the next pump (the periodic loop's, every 100 ms): the controller has committed it."""
+        undelivered, self._undelivered = self._undelivered, []
+        for message in undelivered:
+            self._deliver(message)
         for _ in range(1000):
             moved = False
             for broker_id, message in self.controller.take_outbox():
                 moved = True
                 if broker_id == self.node_id:
-                    self.manager.handle(message)
+                    self._deliver(message)
             for request in self.manager.take_alter_partition_requests():
                 moved = True
                 self.manager.handle_alter_partition_response(request, self.controller.handle_alter_partition(request))
             if not moved:
                 return
         raise RuntimeError("controller and replica manager did not settle")
+
+    def _deliver(self, message) -> None:
+        try:
+            self.manager.handle(message)
+        except errors.OutOfDescriptorsError:          # logged where it was raised; the dir is online
+            self._undelivered.append(message)
 
     async def start(self, notifier) -> None:
         """Nothing to start: the embedded controller runs in this process."""
