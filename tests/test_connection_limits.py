@@ -254,6 +254,7 @@ def test_silent_connections_cannot_starve_segment_rolls_under_a_low_rlimit(tmp_p
         for s in silent:
             s.close()
         assert broker.stop() == 0, broker.stderr()[-3000:]
+    assert len(list((tmp_path / "b" / "logs" / "t-0").glob("*.log"))) >= 50      # it did roll
 
 
 def test_the_controller_process_caps_its_connections_too(tmp_path):
