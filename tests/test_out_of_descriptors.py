@@ -171,3 +171,30 @@ def test_a_topic_whose_partition_meets_emfile_is_created_when_descriptors_are_ba
         finally:
             loop.run_until_complete(node.shutdown())
             loop.close()
+
+
+@pytest.mark.parametrize("opens_before", [0, 1, 2])
+def test_out_of_descriptors_when_a_suspended_segment_reopens(tmp_path, opens_before):
+    """The open-segment cache suspended the segment (its descriptors closed); its reopen for a
+    read meets EMFILE at its .log, .index or .timeindex: that read fails, the dir stays online,
+    the next read reopens it whole."""
+    from storage import segment_home
+    limit = segment_home.open_segments.limit
+    seam = OpenFaultyIO()
+    segment_home.set_open_segments_max(16)
+    try:
+        with sio.using(seam):
+            logdir = LogDir.open(tmp_path / "logs", LogConfig(fsync=True), background=False)
+            logs = [logdir.partition("t", i) for i in range(20)]
+            for i, plog in enumerate(logs):
+                plog.append_as_leader(build_batch([b"v%d" % i]), 0)
+            seam.fail["open"] = (errno.EMFILE, opens_before)
+            with pytest.raises(errors.OutOfDescriptorsError):
+                logs[0].read(0, 1 << 20)                  # what a Fetch calls
+            assert seam.fired == ["open"] and not logdir.offline
+            assert bytes(logs[0].read(0, 1 << 20)) == bytes(logs[0].read(0, 1 << 20)) != b""
+            assert values_of(logs[0]) == [b"v0"]
+            logs[0].append_as_leader(build_batch([b"w"]), 0)
+            logdir.close()
+    finally:
+        segment_home.open_segments.limit = limit
