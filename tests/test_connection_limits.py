@@ -269,3 +269,30 @@ def test_the_controller_process_caps_its_connections_too(tmp_path):
             s.close()
     finally:
         assert controller.stop() == 0, controller.stderr()[-3000:]
+
+
+def test_request_memory_waits_in_turn_and_a_cancelled_waiter_passes_its_turn_on():
+    from storage.wire.limits import RequestMemory
+
+    async def scenario():
+        memory = RequestMemory(10)
+        await memory.reserve(6)
+        second = asyncio.create_task(memory.reserve(6))       # 12 > 10: waits
+        third = asyncio.create_task(memory.reserve(3))        # would fit, but waits its turn
+        await asyncio.sleep(0.01)
+        assert not second.done() and not third.done() and memory.used_bytes == 6
+        memory.release(6)                                     # second wakes ...
+        second.cancel()                                       # ... and is cancelled before it runs
+        await asyncio.sleep(0.01)
+        assert third.done() and memory.used_bytes == 3        # the turn passed on
+        big = asyncio.create_task(memory.reserve(50))         # larger than the limit: waits for 0
+        await asyncio.sleep(0.01)
+        assert not big.done()
+        memory.release(3)
+        await asyncio.wait_for(big, 1)
+        assert memory.used_bytes == 50
+        memory.release(50)
+        unlimited = RequestMemory(-1)
+        await asyncio.wait_for(asyncio.gather(unlimited.reserve(1 << 40), unlimited.reserve(1 << 40)), 1)
+
+    asyncio.run(scenario())
