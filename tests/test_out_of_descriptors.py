@@ -198,3 +198,52 @@ def test_out_of_descriptors_when_a_suspended_segment_reopens(tmp_path, opens_bef
             logdir.close()
     finally:
         segment_home.open_segments.limit = limit
+
+
+def test_the_background_thread_retries_a_task_that_ran_out_of_descriptors(tmp_path, caplog):
+    """A periodic flush whose index files cannot be opened (EMFILE) is logged and runs again at
+    its next turn; the thread goes on and the dir stays online (it used to end the thread)."""
+    import time
+
+    from storage.background import BackgroundConfig
+
+    seam = OpenFaultyIO()
+    with sio.using(seam):
+        logdir = LogDir.open(tmp_path / "logs", LogConfig(segment_bytes=200, fsync=True), background=True,
+                             background_config=BackgroundConfig(flush_interval_ms=20))
+        try:
+            plog = logdir.partition("t", 0)
+            with plog._lock:                                     # the flush waits until the fault is armed
+                plog.append_as_leader(build_batch([b"v" * 100]), 0)
+                plog.append_as_leader(build_batch([b"w" * 100]), 0)     # a roll: the new segment's
+                seam.fail["open"] = (errno.EMFILE, 0)                    # index files wait for a flush
+            deadline = time.monotonic() + 10
+            while (not seam.fired or logdir.background_runs.get("flush", 0) < 2) and time.monotonic() < deadline:
+                time.sleep(0.01)
+            assert seam.fired == ["open"] and logdir.background_runs.get("flush", 0) >= 2
+            assert not logdir.offline and logdir.background_error is None
+            assert plog.recovery_point == plog.log_end_offset == 2      # the retried flush did it
+            assert "background flush" in caplog.text and "out of file descriptors" in caplog.text
+        finally:
+            logdir.close()
+
+
+def test_emfile_on_the_epoch_checkpoint_after_the_records_are_written_does_not_fail_the_append(tmp_path):
+    """An append writes its records, then assigns the epochs they start (the leader-epoch
+    checkpoint's file): failing there would fail an append whose records are in the log (a
+    producer's retry would write them twice, past its idempotence state too).  The entry is
+    kept in memory and written at the next flush, before any segment."""
+    seam = OpenFaultyIO()
+    with sio.using(seam):
+        logdir = LogDir.open(tmp_path / "logs", LogConfig(fsync=True), background=False)
+        plog = logdir.partition("t", 0)
+        plog.append_as_leader(build_batch([b"a"]), 0)
+        seam.fail["open"] = (errno.EMFILE, 0)
+        info = plog.append_as_leader(build_batch([b"b"]), 3)      # a new epoch: the checkpoint is written
+        assert seam.fired == ["open"] and info.first_offset == 1 and not logdir.offline
+        assert plog.epoch_cache.dirty and plog.latest_epoch == 3
+        plog.flush()
+        assert not plog.epoch_cache.dirty
+        logdir.close()
+    with open(tmp_path / "logs" / "t-0" / "leader-epoch-checkpoint") as f:
+        assert f.read().split("\n")[2:4] == ["0 0", "3 1"]
