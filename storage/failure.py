@@ -69,7 +69,10 @@ OUT_OF_DESCRIPTORS = frozenset({_errno.EMFILE, _errno.ENFILE})
 
 
 def is_out_of_descriptors(exc: BaseException) -> bool:
-    """An open failed for want of descriptors (EMFILE, ENFILE), directly or as the cause."""
+    """An open failed for want of descriptors (EMFILE, ENFILE), directly or as the cause (not
+    the failure state entered for it: LogDirOfflineError carries its first failure's errno)."""
+    if isinstance(exc, errors.LogDirOfflineError):
+        return False
     while exc is not None:
         if isinstance(exc, OSError) and exc.errno in OUT_OF_DESCRIPTORS:
             return True

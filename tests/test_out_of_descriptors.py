@@ -247,3 +247,29 @@ def test_emfile_on_the_epoch_checkpoint_after_the_records_are_written_does_not_f
         logdir.close()
     with open(tmp_path / "logs" / "t-0" / "leader-epoch-checkpoint") as f:
         assert f.read().split("\n")[2:4] == ["0 0", "3 1"]
+
+
+def test_emfile_on_the_transaction_index_after_an_abort_marker_is_the_failure_state(tmp_path):
+    """The abort marker is written before its transaction index entry: an entry that cannot be
+    written would show the aborted records as committed to read_committed readers, so running
+    out of descriptors there takes the dir offline (its reopen rebuilds the index from the log)."""
+    seam = OpenFaultyIO()
+    with sio.using(seam):
+        logdir = LogDir.open(tmp_path / "logs", LogConfig(fsync=True), background=False)
+        plog = logdir.partition("t", 0)
+        plog.append_as_leader(build_batch([b"r"], producer_id=7, producer_epoch=0, base_sequence=0,
+                                          is_transactional=True), 0)
+        seam.fail["open"] = (errno.EMFILE, 0)
+        with pytest.raises(errors.LogDirOfflineError) as caught:
+            plog.append_txn_marker(7, 0, False, coordinator_epoch=0, leader_epoch=0)
+        assert seam.fired == ["open"] and logdir.offline
+        assert caught.value.errno == errno.EMFILE and "transaction index append" in str(caught.value)
+        with pytest.raises(errors.LogDirOfflineError):
+            logdir.close()
+    reopened = LogDir.open(tmp_path / "logs", LogConfig(fsync=True), background=False)
+    try:
+        plog = reopened.partition("t", 0)
+        assert plog.log_end_offset == 2
+        assert [t.producer_id for t in plog.segments[0].txn_index.entries()] == [7]
+    finally:
+        reopened.close()
