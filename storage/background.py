@@ -10,8 +10,8 @@ Each task runs at its own interval, Kafka's defaults: retention every 5 minutes
 cleaner only when clean_interval_ms is set.
 
 A task's I/O failure takes the dir offline (every operation of the dir says so from then on)
-and ends the thread; `LogDir.background_error` keeps what ended it.  Running out of
-descriptors (EMFILE, ENFILE) is not an I/O failure: logged, and the task runs at its next turn.
+and ends the thread; `LogDir.background_error` keeps what ended it.  A task that ran out of
+descriptors (OutOfDescriptorsError: a flush, the checkpoint) is logged and runs at its next turn.
 """
 from __future__ import annotations
 
@@ -19,8 +19,9 @@ import logging
 import threading
 from dataclasses import dataclass
 
+from . import errors
 from .clock import monotonic_ms, wall_ms
-from .failure import is_io_failure, is_out_of_descriptors
+from .failure import is_io_failure
 
 log = logging.getLogger("storage")
 
@@ -72,10 +73,7 @@ class Background(threading.Thread):
                     continue
                 try:
                     run(wall_ms()) if name in ("retention", "producer_expiration", "cleaner") else run()
-                except OSError as exc:
-                    if not is_out_of_descriptors(exc):
-                        self._stop_on(exc, name)
-                        return
+                except errors.OutOfDescriptorsError as exc:
                     # No descriptor for a checkpoint's file: a limit of the moment, the task
                     # runs again at its next turn (the dir stays online).
                     log.error("background %s on %s: out of file descriptors, retried in %d ms: %s",

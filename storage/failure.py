@@ -11,8 +11,9 @@ call on any of its partitions raises `errors.LogDirOfflineError` (Kafka's KAFKA_
   - close() releases descriptors and mappings but neither seals, flushes nor writes the
     clean-shutdown marker, so the next `LogDir.open` recovers the dir as after a crash.
 
-Running out of descriptors (EMFILE, ENFILE) is the exception: only an open fails so, nothing
-was written and no error of the disk was consumed, so the call raises
+Running out of descriptors (EMFILE, ENFILE) is the exception for the operations that can be
+repeated (RETRIABLE_WITHOUT_DESCRIPTORS: appends, rolls, flushes, reads, a partition's creation):
+only an open fails so and no error of the disk was consumed, so the call raises
 `errors.OutOfDescriptorsError` (KAFKA_STORAGE_ERROR, retriable), logged, and the dir stays online.
 
 Invariant: once `first_failure` is set it never changes and is never cleared; only a new open
@@ -63,8 +64,8 @@ class LogDirFailureChannel:
 
 
 # The process (EMFILE) or the system (ENFILE) ran out of descriptors: a limit of this moment,
-# not a fault of the disk.  No data was written or lost (only an open fails so), so the call
-# that met it fails and the dir stays online; the same call succeeds once descriptors are free.
+# not a fault of the disk (only an open fails so).  For the operations that can be repeated
+# (RETRIABLE_WITHOUT_DESCRIPTORS) the call fails and the dir stays online.
 OUT_OF_DESCRIPTORS = frozenset({_errno.EMFILE, _errno.ENFILE})
 
 
@@ -83,9 +84,8 @@ def is_out_of_descriptors(exc: BaseException) -> bool:
 def is_io_failure(exc: BaseException) -> bool:
     """An error that must take the dir offline: an OSError from the file system (StorageIOError
     and the metadata store's errors are OSErrors too), never a refusal of bad input, and never
-    running out of descriptors (is_out_of_descriptors: the request fails, the dir stays)."""
-    return isinstance(exc, OSError) and not isinstance(exc, errors.LogDirOfflineError) \
-        and not is_out_of_descriptors(exc)
+    an operation's OutOfDescriptorsError (the request failed, the dir stays: see guarded)."""
+    return isinstance(exc, OSError) and not isinstance(exc, (errors.LogDirOfflineError, errors.OutOfDescriptorsError))
 
 
 def out_of_descriptors(exc: BaseException, operation: str, log_dir: str) -> errors.OutOfDescriptorsError:
@@ -97,6 +97,19 @@ def out_of_descriptors(exc: BaseException, operation: str, log_dir: str) -> erro
               "--max-connections); the dir stays online: %s", operation, log_dir, exc)
     return errors.OutOfDescriptorsError(f"{operation} failed: out of file descriptors: {exc}",
                                         errno=getattr(exc, "errno", None), file=log_dir)
+
+
+# The operations a call may fail for want of descriptors and leave the dir online: each either
+# fails before it changes anything or, past its point of no return (an append's records
+# written), defers what is left (the epoch checkpoint) or enters the failure state itself (the
+# transaction index), so the same call succeeds when repeated.  Every other operation
+# (truncations, retention and log-start moves, the cleaner's swaps, deletions) changes files in
+# several steps that are only made whole by a reopen's recovery: for them running out of
+# descriptors is still the failure state.
+RETRIABLE_WITHOUT_DESCRIPTORS = frozenset({
+    "append_as_leader", "append_batches", "append_as_follower", "append_txn_marker", "roll", "flush",
+    "update_high_watermark", "end_offset_for_epoch", "assign_epoch_start_offset", "remove_expired_producers",
+    "partition", "checkpoint", "read", "collect_aborted_transactions", "offset_for_timestamp"})
 
 
 def guarded(method):
@@ -112,8 +125,10 @@ def guarded(method):
         try:
             return method(self, *args, **kwargs)
         except OSError as exc:
-            if is_out_of_descriptors(exc):
-                raise out_of_descriptors(exc, operation, channel.log_dir) from exc
+            if is_out_of_descriptors(exc):      # (an inner call's OutOfDescriptorsError too)
+                if operation in RETRIABLE_WITHOUT_DESCRIPTORS:
+                    raise out_of_descriptors(exc, operation, channel.log_dir) from exc
+                raise channel.fail(exc, operation) from exc
             if not is_io_failure(exc):
                 raise
             raise channel.fail(exc, operation) from exc

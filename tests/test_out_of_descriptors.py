@@ -273,3 +273,28 @@ def test_emfile_on_the_transaction_index_after_an_abort_marker_is_the_failure_st
         assert [t.producer_id for t in plog.segments[0].txn_index.entries()] == [7]
     finally:
         reopened.close()
+
+
+def test_out_of_descriptors_inside_a_truncation_is_still_the_failure_state(tmp_path):
+    """A truncation changes files in several steps that only a reopen's recovery makes whole:
+    not in RETRIABLE_WITHOUT_DESCRIPTORS, so EMFILE there (its suspended segment's reopen) takes
+    the dir offline as any I/O failure."""
+    from storage import segment_home
+    limit = segment_home.open_segments.limit
+    seam = OpenFaultyIO()
+    segment_home.set_open_segments_max(16)
+    try:
+        with sio.using(seam):
+            logdir = LogDir.open(tmp_path / "logs", LogConfig(fsync=True), background=False)
+            logs = [logdir.partition("t", i) for i in range(20)]
+            for plog in logs:
+                plog.append_as_leader(build_batch([b"a"]), 0)
+                plog.append_as_leader(build_batch([b"b"]), 0)
+            seam.fail["open"] = (errno.EMFILE, 0)
+            with pytest.raises(errors.LogDirOfflineError) as caught:
+                logs[0].truncate_to(1)
+            assert seam.fired == ["open"] and logdir.offline and caught.value.errno == errno.EMFILE
+            with pytest.raises(errors.LogDirOfflineError):
+                logdir.close()
+    finally:
+        segment_home.open_segments.limit = limit
