@@ -8,6 +8,11 @@ the reason logged (Kafka's InvalidRequestException path); an ApiVersions request
 this broker does not know gets Kafka's answer, UNSUPPORTED_VERSION with the supported ranges in
 ApiVersions v0 (KIP-511).  A handler's own failure is logged with its traceback and closes the
 connection; the broker goes on.
+
+Connections and memory are bounded (limits.py, Kafka's settings): beyond max.connections or
+max.connections.per.ip the newest connection is closed; one silent for connections.max.idle.ms
+is closed; a frame's size is reserved against queued.max.request.bytes before its bytes are
+read, as they arrive, and a frame not whole within request.timeout.ms closes its connection.
 """
 from __future__ import annotations
 
@@ -104,7 +109,8 @@ class FrameServer:
             try:
                 head = await asyncio.wait_for(reader.readexactly(4), idle)
             except TimeoutError:
-                raise ConnectionTimeoutError(f"idle for connections.max.idle.ms={limits.connections_max_idle_ms}") from None
+                raise ConnectionTimeoutError(
+                    f"idle for connections.max.idle.ms={limits.connections_max_idle_ms}") from None
             size = int.from_bytes(head, "big", signed=True)
             if size < 0 or size > codec.MAX_REQUEST_BYTES:
                 raise codec.ProtocolError(f"request size {size} is outside 0..{codec.MAX_REQUEST_BYTES}")
@@ -120,8 +126,9 @@ class FrameServer:
                 try:
                     await asyncio.wait_for(writer.drain(), idle)
                 except TimeoutError:
-                    raise ConnectionTimeoutError(f"the client read no answer for connections.max.idle.ms="
-                                       f"{limits.connections_max_idle_ms}") from None
+                    raise ConnectionTimeoutError(
+                        f"the client read no answer for connections.max.idle.ms={limits.connections_max_idle_ms}"
+                    ) from None
 
     async def _read_frame(self, reader: asyncio.StreamReader, size: int) -> bytes:
         """The `size` bytes of a frame, gathered as they arrive (never `size` bytes allocated for
@@ -137,8 +144,9 @@ class FrameServer:
                     pieces.append(piece)
                     got += len(piece)
         except TimeoutError:
-            raise ConnectionTimeoutError(f"a request of {size} bytes was not whole within request.timeout.ms={timeout_ms} "
-                               f"({got} bytes arrived)") from None
+            raise ConnectionTimeoutError(
+                f"a request of {size} bytes was not whole within request.timeout.ms={timeout_ms} ({got} bytes arrived)"
+            ) from None
         return pieces[0] if len(pieces) == 1 else b"".join(pieces)
 
     def _refuse(self, peer, reason: str) -> None:
