@@ -74,7 +74,8 @@ class ConnectionLimits:
             if getattr(self, field) < 1:
                 raise ValueError(f"{named(field)} must be at least 1, not {getattr(self, field)}")
         if self.max_connections < 0:
-            raise ValueError(f"{named('max_connections')} must be at least 1, not {self.max_connections}")
+            raise ValueError(f"{named('max_connections')} must be at least 1 (0: derived from RLIMIT_NOFILE), "
+                             f"not {self.max_connections}")
         if self.queued_max_request_bytes == 0 or self.queued_max_request_bytes < -1:
             raise ValueError(f"{named('queued_max_request_bytes')} must be -1 (unlimited) or at least 1, "
                              f"not {self.queued_max_request_bytes}")
