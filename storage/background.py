@@ -10,15 +10,20 @@ Each task runs at its own interval, Kafka's defaults: retention every 5 minutes
 cleaner only when clean_interval_ms is set.
 
 A task's I/O failure takes the dir offline (every operation of the dir says so from then on)
-and ends the thread; `LogDir.background_error` keeps what ended it.
+and ends the thread; `LogDir.background_error` keeps what ended it.  A task that ran out of
+descriptors (OutOfDescriptorsError: a flush, the checkpoint) is logged and runs at its next turn.
 """
 from __future__ import annotations
 
+import logging
 import threading
 from dataclasses import dataclass
 
+from . import errors
 from .clock import monotonic_ms, wall_ms
 from .failure import is_io_failure
+
+log = logging.getLogger("storage")
 
 
 @dataclass(frozen=True)
@@ -68,13 +73,22 @@ class Background(threading.Thread):
                     continue
                 try:
                     run(wall_ms()) if name in ("retention", "producer_expiration", "cleaner") else run()
+                except errors.OutOfDescriptorsError as exc:
+                    # No descriptor for a checkpoint's file: a limit of the moment, the task
+                    # runs again at its next turn (the dir stays online).
+                    log.error("background %s on %s: out of file descriptors, retried in %d ms: %s",
+                              name, self.logdir.path, interval, exc)
                 except BaseException as exc:     # offline, or a bug: either way the thread ends
-                    self.error = exc
-                    if is_io_failure(exc):
-                        self.logdir.failure_channel.fail(exc, f"background {name}")
+                    self._stop_on(exc, name)
                     return
-                self.runs[name] = self.runs.get(name, 0) + 1
+                else:
+                    self.runs[name] = self.runs.get(name, 0) + 1
                 task[1] = now + interval
+
+    def _stop_on(self, exc: BaseException, name: str) -> None:
+        self.error = exc
+        if is_io_failure(exc):
+            self.logdir.failure_channel.fail(exc, f"background {name}")
 
     def stop(self) -> None:
         self.stopping.set()

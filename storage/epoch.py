@@ -20,11 +20,15 @@ Lookups are binary searches: end_offset_for and epoch_for_offset cost O(log epoc
 from __future__ import annotations
 
 import bisect
+import logging
 import os
 import threading
 from typing import NamedTuple
 
 from . import checkpoint, errors, guards
+from .failure import is_out_of_descriptors
+
+log = logging.getLogger("storage")
 
 UNDEFINED_EPOCH = -1
 UNDEFINED_EPOCH_OFFSET = -1
@@ -95,8 +99,18 @@ class LeaderEpochCache:
     def _changed(self) -> None:
         if self.epoch_flush == "deferred":
             self._dirty = True
-        else:
+            return
+        try:
             self._write()
+        except OSError as exc:
+            if not is_out_of_descriptors(exc):
+                raise
+            # No descriptor for the file (EMFILE, ENFILE): the change is in memory and its
+            # caller's records may already be written (an append assigns epochs after it), so it
+            # must not fail now; written at the next flush, as a deferred cache's are -- before
+            # any segment is flushed, so no segment is durable before the epochs it starts.
+            self._dirty = True
+            log.error("%s: out of file descriptors, written at the next flush: %s", self.path, exc)
 
     def flush(self) -> None:
         """Write the entries now (what a deferred cache does at each log flush)."""

@@ -198,6 +198,15 @@ class StorageIOError(StorageError, OSError):
         self.errno = errno
 
 
+class OutOfDescriptorsError(StorageIOError):
+    """An open failed because the process (EMFILE) or the system (ENFILE) has no descriptor
+    left: a limit of the moment, not a disk failure.  The call fails, nothing was written, the
+    log dir stays online and the same call succeeds once descriptors are free.  KAFKA_STORAGE_ERROR
+    is retriable for Kafka's clients (they refresh metadata and retry)."""
+
+    error_code = Errors.KAFKA_STORAGE_ERROR
+
+
 class LogDirLockedError(StorageError, RuntimeError):
     """The log dir is locked by another process (Kafka's `.lock` file), or this LogDir was
     superseded by a newer open of the same dir in this process."""

@@ -11,15 +11,24 @@ call on any of its partitions raises `errors.LogDirOfflineError` (Kafka's KAFKA_
   - close() releases descriptors and mappings but neither seals, flushes nor writes the
     clean-shutdown marker, so the next `LogDir.open` recovers the dir as after a crash.
 
+Running out of descriptors (EMFILE, ENFILE) is the exception for the operations that can be
+repeated (RETRIABLE_WITHOUT_DESCRIPTORS: appends, rolls, flushes, reads, a partition's creation):
+only an open fails so and no error of the disk was consumed, so the call raises
+`errors.OutOfDescriptorsError` (KAFKA_STORAGE_ERROR, retriable), logged, and the dir stays online.
+
 Invariant: once `first_failure` is set it never changes and is never cleared; only a new open
 of the dir (a new channel) starts clean.
 """
 from __future__ import annotations
 
+import errno as _errno
 import functools
+import logging
 import threading
 
 from . import errors
+
+log = logging.getLogger("storage")
 
 
 class LogDirFailureChannel:
@@ -54,10 +63,53 @@ class LogDirFailureChannel:
         return self.error()
 
 
+# The process (EMFILE) or the system (ENFILE) ran out of descriptors: a limit of this moment,
+# not a fault of the disk (only an open fails so).  For the operations that can be repeated
+# (RETRIABLE_WITHOUT_DESCRIPTORS) the call fails and the dir stays online.
+OUT_OF_DESCRIPTORS = frozenset({_errno.EMFILE, _errno.ENFILE})
+
+
+def is_out_of_descriptors(exc: BaseException) -> bool:
+    """An open failed for want of descriptors (EMFILE, ENFILE), directly or as the cause (not
+    the failure state entered for it: LogDirOfflineError carries its first failure's errno)."""
+    if isinstance(exc, errors.LogDirOfflineError):
+        return False
+    while exc is not None:
+        if isinstance(exc, OSError) and exc.errno in OUT_OF_DESCRIPTORS:
+            return True
+        exc = exc.__cause__
+    return False
+
+
 def is_io_failure(exc: BaseException) -> bool:
     """An error that must take the dir offline: an OSError from the file system (StorageIOError
-    and the metadata store's errors are OSErrors too), never a refusal of bad input."""
-    return isinstance(exc, OSError) and not isinstance(exc, errors.LogDirOfflineError)
+    and the metadata store's errors are OSErrors too), never a refusal of bad input, and never
+    an operation's OutOfDescriptorsError (the request failed, the dir stays: see guarded)."""
+    return isinstance(exc, OSError) and not isinstance(exc, (errors.LogDirOfflineError, errors.OutOfDescriptorsError))
+
+
+def out_of_descriptors(exc: BaseException, operation: str, log_dir: str) -> errors.OutOfDescriptorsError:
+    """The error for a call that ran out of descriptors, logged once here: the request fails
+    with KAFKA_STORAGE_ERROR (retriable), the dir stays online."""
+    if isinstance(exc, errors.OutOfDescriptorsError):
+        return exc
+    log.error("%s on log dir %s failed for want of file descriptors (raise RLIMIT_NOFILE or lower "
+              "--max-connections); the dir stays online: %s", operation, log_dir, exc)
+    return errors.OutOfDescriptorsError(f"{operation} failed: out of file descriptors: {exc}",
+                                        errno=getattr(exc, "errno", None), file=log_dir)
+
+
+# The operations a call may fail for want of descriptors and leave the dir online: each either
+# fails before it changes anything or, past its point of no return (an append's records
+# written), defers what is left (the epoch checkpoint) or enters the failure state itself (the
+# transaction index), so the same call succeeds when repeated.  Every other operation
+# (truncations, retention and log-start moves, the cleaner's swaps, deletions) changes files in
+# several steps that are only made whole by a reopen's recovery: for them running out of
+# descriptors is still the failure state.
+RETRIABLE_WITHOUT_DESCRIPTORS = frozenset({
+    "append_as_leader", "append_batches", "append_as_follower", "append_txn_marker", "roll", "flush",
+    "update_high_watermark", "end_offset_for_epoch", "assign_epoch_start_offset", "remove_expired_producers",
+    "partition", "checkpoint", "read", "collect_aborted_transactions", "offset_for_timestamp"})
 
 
 def guarded(method):
@@ -73,6 +125,10 @@ def guarded(method):
         try:
             return method(self, *args, **kwargs)
         except OSError as exc:
+            if is_out_of_descriptors(exc):      # (an inner call's OutOfDescriptorsError too)
+                if operation in RETRIABLE_WITHOUT_DESCRIPTORS:
+                    raise out_of_descriptors(exc, operation, channel.log_dir) from exc
+                raise channel.fail(exc, operation) from exc
             if not is_io_failure(exc):
                 raise
             raise channel.fail(exc, operation) from exc

@@ -337,7 +337,7 @@ class PartitionLog(LogReads):
             if txn.is_aborted:
                 segment = self.segments[self._segment_index(txn.last_offset)]
                 entry = AbortedTxn(txn.producer_id, txn.first_offset, txn.last_offset, last_stable)
-                if segment.txn_index.append(entry):
+                if segment.append_aborted(entry):
                     self._dir_dirty = True      # a new file: its name is durable at the next flush
 
     def _leader_write(self, state: "_AppendState", buf, leader_epoch: int, prebuilt: bool) -> AppendInfo:

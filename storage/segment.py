@@ -246,6 +246,16 @@ class Segment:
             self._txn = TransactionIndex(self._path(TXN_INDEX_SUFFIX), sync=self.config.fsync)
         return self._txn
 
+    def append_aborted(self, entry) -> bool:
+        """Add an aborted transaction to the transaction index (True: its file was created now).
+        Its marker is already written, so a missing entry would show the aborted records as
+        committed: any failure, even for want of descriptors, takes the dir offline (a reopen
+        rebuilds the index from the log)."""
+        try:
+            return self.txn_index.append(entry)
+        except OSError as exc:
+            raise self._home.failure.fail(exc, "transaction index append") from exc
+
     def txn_index_absent(self) -> None:
         """The caller's listing of the dir has no transaction index file for this segment: its
         index is empty without a look at the file system."""

@@ -21,14 +21,14 @@ _READY = re.compile(r"(?:node|controller) (\d+) listening on ([\d.]+):(\d+) pid 
 class Broker:
     """One broker process on `data_dir` (`command` "controller": a controller process)."""
 
-    def __init__(self, data_dir, *extra: str, command: str = "serve"):
+    def __init__(self, data_dir, *extra: str, command: str = "serve", preexec_fn=None):
         self.data_dir = str(data_dir)
+        self.preexec_fn = preexec_fn              # run in the child before exec (a resource limit)
         self.extra = extra
         self.command = command
         self.proc: subprocess.Popen | None = None
         self.log_path = os.path.join(self.data_dir + ".stderr")
         self.host, self.port, self.pid = "127.0.0.1", 0, 0
-        self.preexec_fn = None                      # run in the child before exec (a resource limit)
 
     @property
     def bootstrap(self) -> str:

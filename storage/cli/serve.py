@@ -38,6 +38,7 @@ def add_parsers(sub) -> None:
     p.add_argument("--no-fsync", action="store_true", help="never fsync (tests only: a crash of the machine "
                                                           "loses acknowledged data)")
     p.add_argument("--log-level", default="INFO", help="logging level (default INFO)")
+    _connection_flags(p)
 
     p = sub.add_parser("controller", help="run the controller of a multi-process cluster",
                        description="The cluster's controller as its own process: broker registrations and "
@@ -53,6 +54,7 @@ def add_parsers(sub) -> None:
                    help="elect a replica outside the ISR when no ISR member is left (KIP-704: it leads as "
                         "RECOVERING until its recovery completes; acknowledged records it lacks are lost)")
     p.add_argument("--log-level", default="INFO", help="logging level (default INFO)")
+    _connection_flags(p)
 
     p = sub.add_parser("cluster", help="start and supervise a local cluster: a controller and N brokers",
                        description="Starts `storage controller` and N `storage serve` processes on loopback, "
@@ -63,6 +65,33 @@ def add_parsers(sub) -> None:
     p.add_argument("--base-port", type=int, default=9092, help="broker N listens on base+N-1, the controller "
                                                                  "on base+100 (default 9092)")
     p.add_argument("--min-insync-replicas", type=int, default=2, help="min.insync.replicas (default 2)")
+
+
+def _connection_flags(p) -> None:
+    """Kafka's connection and request-memory limits (storage/wire/limits.py)."""
+    p.add_argument("--connections-max-idle-ms", type=int, default=600_000,
+                   help="close a connection silent this long (Kafka's connections.max.idle.ms, default 600000)")
+    p.add_argument("--max-connections", type=int, default=0,
+                   help="connections at once; the newest beyond is closed (Kafka's max.connections; default: "
+                        "what RLIMIT_NOFILE leaves after the log dir's open segments and a reserve)")
+    p.add_argument("--max-connections-per-ip", type=int, default=2**31 - 1,
+                   help="connections from one IP address at once (Kafka's max.connections.per.ip; default "
+                        "unlimited)")
+    p.add_argument("--queued-max-request-bytes", type=int, default=100 << 20,
+                   help="request bytes in memory across connections before reading waits (Kafka's "
+                        "queued.max.request.bytes; default 104857600, -1 unlimited)")
+    p.add_argument("--request-timeout-ms", type=int, default=30_000,
+                   help="a request must arrive whole within this time of its first byte, or its connection "
+                        "is closed (default 30000, Kafka's request.timeout.ms)")
+
+
+def _connection_limits(args):
+    from ..wire.limits import ConnectionLimits
+    try:
+        return ConnectionLimits(args.max_connections, args.max_connections_per_ip, args.connections_max_idle_ms,
+                                args.queued_max_request_bytes, args.request_timeout_ms)
+    except ValueError as exc:
+        raise UsageError(str(exc)) from None
 
 
 def _listen(text: str) -> tuple[str, int]:
@@ -81,6 +110,7 @@ def cmd_serve(args) -> int:
     from ..wire.server import run
 
     host, port = _listen(args.listen)
+    limits = _connection_limits(args)
     _logging(args.log_level)
     options = dict(node_id=args.node_id, host=host, port=port, num_partitions=args.num_partitions,
                    replication_factor=args.replication_factor, auto_create_topics=not args.no_auto_create_topics,
@@ -100,7 +130,8 @@ def cmd_serve(args) -> int:
         # One line on stdout for supervisors and tests: the node, its address and pid.
         print(f"node {node.node_id} listening on {node.host}:{node.port} pid {os.getpid()}", flush=True)
 
-    asyncio.run(run(node, initial_rebalance_delay_ms=args.group_initial_rebalance_delay_ms, ready=ready))
+    asyncio.run(run(node, initial_rebalance_delay_ms=args.group_initial_rebalance_delay_ms, ready=ready,
+                    limits=limits))
     return 0
 
 
@@ -109,12 +140,13 @@ def cmd_controller(args) -> int:
     from ..wire.server import serve
 
     host, port = _listen(args.listen)
+    limits = _connection_limits(args)
     _logging(args.log_level)
 
     async def main() -> None:
         server = ControllerServer(args.data_dir, host, port, min_insync_replicas=args.min_insync_replicas,
                                   session_timeout_ms=args.session_timeout_ms,
-                                  unclean_leader_election=args.unclean_leader_election)
+                                  unclean_leader_election=args.unclean_leader_election, limits=limits)
 
         def ready(s) -> None:
             print(f"controller {s.node_id} listening on {s.host}:{s.port} pid {os.getpid()}", flush=True)

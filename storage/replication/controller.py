@@ -15,18 +15,24 @@ Invariants:
     KIP-841/903, M13);
   - fencing a broker removes it from every ISR except where it is the last member, which stays
     in the ISR with no leader (kafka-reference 8.3);
-  - every change is committed to the store in one transaction before it is published.
+  - every change is committed to the store in one transaction before it is published;
+  - a commit that fails (an I/O error of the store: a full disk, EIO) is the failure state, as a
+    failed log-dir write is: the in-memory state goes back to the store's last commit, the
+    outbox is dropped (nothing of the change is published), the failure channel goes offline
+    and every later commit raises LogDirOfflineError (KAFKA_STORAGE_ERROR); the process stops.
 Published changes (LeaderAndIsr to replicas, MetadataUpdate to every broker, StopReplica) wait
 in an outbox the caller drains with `take_outbox()`.
 """
 from __future__ import annotations
 
+import logging
 import os
 import uuid
 from dataclasses import asdict, dataclass
 
 from .. import guards
 from ..errors import Errors
+from ..failure import LogDirFailureChannel, is_io_failure
 from ..meta import MetaStore
 from .messages import (
     NO_LEADER,
@@ -45,6 +51,8 @@ from .messages import (
     StopReplicaPartition,
     StopReplicaRequest,
 )
+
+log = logging.getLogger("storage.replication")
 
 
 @dataclass
@@ -69,6 +77,9 @@ class Controller:
         if path is not None:
             os.makedirs(path, exist_ok=True)
         self.store = MetaStore(path, sync=sync) if path is not None else None
+        # The failure state a failed commit enters; a process shares its log dir's channel
+        # (Node, ControllerServer), so that nothing more is acknowledged and the process stops.
+        self.failure_channel = LogDirFailureChannel(self.store.path if self.store is not None else "memory")
         self.brokers: dict[int, Registration] = {}
         self.partitions: dict[tuple[str, int], PartitionState] = {}
         self.next_broker_epoch = 1
@@ -84,14 +95,19 @@ class Controller:
 
     # ---- persistence ----
     def _load(self) -> None:
+        self._read_store()
+        self.controller_epoch += 1                  # a new controller incarnation
+        self._commit()
+
+    def _read_store(self) -> None:
+        """The in-memory state from the store's last commit."""
         counters = self.store.get_document("controller") or {}
         self.next_broker_epoch = counters.get("next_broker_epoch", 1)
         self.next_producer_id = counters.get("next_producer_id", 0)
         self.topics = self.store.get_document("topics") or {}
-        self.controller_epoch = counters.get("controller_epoch", 0) + 1   # a new controller incarnation
+        self.controller_epoch = counters.get("controller_epoch", 0)
         self.brokers = {int(b): Registration(**r) for b, r in self.store.brokers().items()}
         self.partitions = {key: PartitionState(**state) for key, state in self.store.partition_states().items()}
-        self._commit()
 
     def _commit(self, *, brokers=(), partitions=(), topics: bool = False, deleted=()) -> None:
         if self.store is None:
@@ -101,10 +117,43 @@ class Controller:
                                     "next_producer_id": self.next_producer_id}}
         if topics:
             documents["topics"] = self.topics
-        self.store.write_batch(
-            brokers={b: asdict(self.brokers[b]) for b in brokers},
-            partition_states={key: asdict(self.partitions[key]) for key in partitions},
-            documents=documents, deleted_partition_states=deleted)
+        try:
+            self.failure_channel.check()
+            self.store.write_batch(
+                brokers={b: asdict(self.brokers[b]) for b in brokers},
+                partition_states={key: asdict(self.partitions[key]) for key in partitions},
+                documents=documents, deleted_partition_states=deleted)
+        except OSError as exc:
+            self._undo()
+            self._fail(exc)
+
+    def _undo(self) -> None:
+        """After a commit that did not happen: memory as the store has it, nothing published of
+        the change (a StopReplica of a deletion is queued before its commit)."""
+        self._outbox.clear()
+        epoch = self.controller_epoch
+        try:
+            self._read_store()
+        except OSError as exc:      # unreadable too: the failure state refuses every commit anyway
+            log.error("the controller store %s cannot be read back after a failed commit: %s", self.store.path, exc)
+        self.controller_epoch = epoch
+
+    def put_document(self, name: str, value: dict) -> None:
+        """A named document of the process (endpoints, the cluster id) in the store, under the
+        same failure rule as a commit."""
+        try:
+            self.failure_channel.check()
+            self.store.put_document(name, value)
+        except OSError as exc:
+            self._fail(exc)
+
+    def _fail(self, exc: OSError):
+        """Raise: `exc` again (the failure state already refused it), or the failure state's
+        error, entered now with one critical line."""
+        if not is_io_failure(exc):
+            raise exc
+        log.critical("the controller store %s failed to commit, the process stops: %s", self.store.path, exc)
+        raise self.failure_channel.fail(exc, "controller store commit") from exc
 
     def close(self) -> None:
         if self.store is not None:

@@ -260,8 +260,11 @@ class ClientApis:
             # Transactions need a transaction coordinator, which this broker does not run yet.
             return {"error_code": Errors.INVALID_REQUEST, "producer_id": -1, "producer_epoch": -1}
         # An idempotent producer gets a new id every time (Kafka's rule for a null transactional id).
-        return {"error_code": Errors.NONE, "producer_id": await self.node.next_producer_id(),
-                "producer_epoch": 0}
+        try:
+            producer_id = await self.node.next_producer_id()
+        except errors.StorageError as exc:      # the block's commit failed (the failure state), or its RPC
+            return {"error_code": exc.error_code, "producer_id": -1, "producer_epoch": -1}
+        return {"error_code": Errors.NONE, "producer_id": producer_id, "producer_epoch": 0}
 
     # ---- CreateTopics / DeleteTopics -----------------------------------------------------------
     async def create_topics(self, header, request) -> dict:

@@ -45,8 +45,8 @@ PRODUCER_ID_BLOCK = 1_000
 
 class ControllerServer(FrameServer):
     def __init__(self, data_dir, host: str, port: int, *, node_id: int = 3000, min_insync_replicas: int = 1,
-                 session_timeout_ms: int = 9_000, unclean_leader_election: bool = False):
-        super().__init__(codec.CONTROLLER_SUPPORTED)
+                 session_timeout_ms: int = 9_000, unclean_leader_election: bool = False, limits=None):
+        super().__init__(codec.CONTROLLER_SUPPORTED, limits)
         self.node_id, self.host, self.port = node_id, host, port
         self.session_timeout_ms = session_timeout_ms
         os.makedirs(data_dir, exist_ok=True)
@@ -55,14 +55,17 @@ class ControllerServer(FrameServer):
                                      unclean_leader_election=unclean_leader_election)
         self.logdir = LogDir.open(os.path.join(data_dir, "metadata"), LogConfig())
         self.log = self.logdir.partition(METADATA_TOPIC, 0)
+        # One failure state for the process: a failed commit of the store, or of the metadata log.
+        self.controller.failure_channel = self.logdir.failure_channel
         self.image = MetadataImage()
         self.endpoints: dict[int, tuple[str, int]] = {
             int(b): tuple(a) for b, a in (self.controller.store.get_document("endpoints") or {}).items()}
         self.last_heartbeat: dict[int, int] = {b: monotonic_ms() for b in self.controller.brokers}
         self.notifier = Notifier()
-        self.handlers = {1: self.fetch, 18: self.api_versions, 19: self.create_topics, 20: self.delete_topics,
-                         56: self.alter_partition, 62: self.register, 63: self.heartbeat,
-                         67: self.allocate_producer_ids}
+        self.handlers = {key: self._answers_failure(key, handler) for key, handler in {
+            1: self.fetch, 19: self.create_topics, 20: self.delete_topics, 56: self.alter_partition,
+            62: self.register, 63: self.heartbeat, 67: self.allocate_producer_ids}.items()}
+        self.handlers[18] = self.api_versions          # touches no state: it cannot meet the failure
         self._ticker: asyncio.Task | None = None
 
     # ---- the metadata log ----
@@ -101,13 +104,15 @@ class ControllerServer(FrameServer):
         while True:
             await asyncio.sleep(0.1)
             now = monotonic_ms()
-            for b, r in list(self.controller.brokers.items()):
-                if not r.fenced and now - self.last_heartbeat.get(b, now) > self.session_timeout_ms:
-                    log.warning("broker %d missed its heartbeats for %d ms: fenced", b, self.session_timeout_ms)
-                    self.controller.fence_broker(b)
             try:
+                for b, r in list(self.controller.brokers.items()):
+                    if not r.fenced and now - self.last_heartbeat.get(b, now) > self.session_timeout_ms:
+                        log.warning("broker %d missed its heartbeats for %d ms: fenced", b, self.session_timeout_ms)
+                        self.controller.fence_broker(b)
                 self.sync()
             except errors.StorageError:
+                # The store's commit or the metadata log failed (each logged it): the failure state.
+                self.request_stop()
                 return
 
     async def close(self) -> None:
@@ -116,6 +121,20 @@ class ControllerServer(FrameServer):
         self.stop_listening()
         self.controller.close()
         self.logdir.close()
+
+    def _answers_failure(self, key: int, handler):
+        """`handler`, answering a request that meets the failure state (the store's commit or the
+        metadata log failed) with KAFKA_STORAGE_ERROR instead of a dropped connection; the
+        controller stops."""
+        async def answering(header, request):
+            try:
+                return await handler(header, request)
+            except errors.LogDirOfflineError as exc:
+                if not self._stopped.is_set():
+                    log.critical("controller %d is in the failure state and stops: %s", self.node_id, exc)
+                    self.request_stop()
+                return failure_answer(key, request, int(exc.error_code), str(exc))
+        return answering
 
     # ---- APIs ----
     async def api_versions(self, header, request) -> dict:
@@ -153,7 +172,7 @@ class ControllerServer(FrameServer):
         listener = request.listeners[0] if request.listeners else None
         if listener is not None:
             self.endpoints[request.broker_id] = (listener.host, listener.port)
-            self.controller.store.put_document("endpoints", {str(b): list(a) for b, a in self.endpoints.items()})
+            self.controller.put_document("endpoints", {str(b): list(a) for b, a in self.endpoints.items()})
         response = self.controller.register_broker(m.BrokerRegistrationRequest(
             request.broker_id, incarnation, getattr(request, "previous_broker_epoch", -1)))
         self.last_heartbeat[request.broker_id] = monotonic_ms()
@@ -231,3 +250,20 @@ class ControllerServer(FrameServer):
             return {"error_code": Errors.STALE_BROKER_EPOCH, "producer_id_start": -1, "producer_id_len": 0}
         first = self.controller.allocate_producer_ids(PRODUCER_ID_BLOCK)
         return {"error_code": Errors.NONE, "producer_id_start": first, "producer_id_len": PRODUCER_ID_BLOCK}
+
+
+def failure_answer(key: int, request, code: int, message: str) -> dict:
+    """The answer of every kind of request this controller serves carrying error `code` (Kafka's
+    getErrorResponse): each topic of a CreateTopics or DeleteTopics, the top level elsewhere."""
+    if key == 19:
+        return {"topics": [{"name": t.name, "topic_id": 0, "error_code": code, "error_message": message,
+                            "num_partitions": -1, "replication_factor": -1, "configs": []} for t in request.topics]}
+    if key == 20:
+        names = [t.name for t in request.topics] if getattr(request, "topics", None) is not None \
+            else list(request.topic_names)
+        return {"responses": [{"name": n, "topic_id": 0, "error_code": code, "error_message": message}
+                              for n in names]}
+    bodies = {1: {"session_id": 0, "responses": []}, 56: {"topics": []}, 62: {"broker_epoch": -1},
+              63: {"is_caught_up": False, "is_fenced": True, "should_shut_down": True},
+              67: {"producer_id_start": -1, "producer_id_len": 0}}
+    return {"error_code": code, **bodies[key]}

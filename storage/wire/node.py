@@ -69,10 +69,14 @@ class Node:
         except BaseException:
             self.controller.close()
             raise
+        # One failure state for the process: a failed commit of the controller's store takes
+        # the log dir offline too -- nothing more is acknowledged and the broker stops.
+        self.controller.failure_channel = self.logdir.failure_channel
         self.manager = ReplicaManager(node_id, self.logdir, min_insync_replicas=min_insync_replicas)
         self.manager.topic_min_isr = topic_configs.min_isrs(topics)
         self._producer_ids = (0, 0)
         self._last_heartbeat = -10**12
+        self._undelivered: list = []         # controller messages to apply again (see pump)
         self._register()
 
     # ---- start-up ----
@@ -90,7 +94,7 @@ class Node:
         meta = self.controller.store.get_document("cluster") or {}
         if "cluster_id" not in meta:
             meta = {"cluster_id": uuid.uuid4().hex[:22]}
-            self.controller.store.put_document("cluster", meta)
+            self.controller.put_document("cluster", meta)
         self.cluster_id = meta["cluster_id"]
         log.info("node %d registered with broker epoch %d (previous %d)", self.node_id, epoch, previous)
 
@@ -116,19 +120,30 @@ class Node:
     # ---- in-process message delivery ----
     def pump(self) -> None:
         """Deliver what the controller published to the replica manager and the manager's
-        AlterPartition requests to the controller, until both are quiet."""
+        AlterPartition requests to the controller, until both are quiet.  A message the manager
+        could not apply for want of descriptors (a new partition's files) is delivered again at
+        the next pump (the periodic loop's, every 100 ms): the controller has committed it."""
+        undelivered, self._undelivered = self._undelivered, []
+        for message in undelivered:
+            self._deliver(message)
         for _ in range(1000):
             moved = False
             for broker_id, message in self.controller.take_outbox():
                 moved = True
                 if broker_id == self.node_id:
-                    self.manager.handle(message)
+                    self._deliver(message)
             for request in self.manager.take_alter_partition_requests():
                 moved = True
                 self.manager.handle_alter_partition_response(request, self.controller.handle_alter_partition(request))
             if not moved:
                 return
         raise RuntimeError("controller and replica manager did not settle")
+
+    def _deliver(self, message) -> None:
+        try:
+            self.manager.handle(message)
+        except errors.OutOfDescriptorsError:          # logged where it was raised; the dir is online
+            self._undelivered.append(message)
 
     async def start(self, notifier) -> None:
         """Nothing to start: the embedded controller runs in this process."""
@@ -194,7 +209,10 @@ class Node:
             return problem
         if validate_only:
             return errors.Errors.NONE, None
-        code = self.controller.create_topic(name, n, rf, configs)
+        try:
+            code = self.controller.create_topic(name, n, rf, configs)
+        except errors.LogDirOfflineError as exc:       # the store's commit failed: the failure state
+            return exc.error_code, f"topic {name!r} not created: {exc}"
         if code == errors.Errors.NONE:
             topic_configs.install(self.logdir, self.manager, self.log_config, name, configs)
             self.pump()
@@ -210,7 +228,10 @@ class Node:
         problem = rules.delete_problem(name)
         if problem:
             return problem[0]
-        code = self.controller.delete_topic(name)
+        try:
+            code = self.controller.delete_topic(name)
+        except errors.LogDirOfflineError as exc:       # the store's commit failed: the failure state
+            return exc.error_code
         if code == errors.Errors.NONE:
             self.pump()
             topic_configs.uninstall(self.logdir, self.manager, name)

@@ -10,6 +10,11 @@ ApiVersions v0 (KIP-511).  A handler's own failure is answered as Kafka's getErr
 (error_answers: the exception's code, UNKNOWN_SERVER_ERROR unless it carries one, at the top
 level or on every topic and partition asked for), logged once with its traceback, and the
 connection stays open.
+
+Connections and memory are bounded (limits.py, Kafka's settings): beyond max.connections or
+max.connections.per.ip the newest connection is closed; one silent for connections.max.idle.ms
+is closed; a frame's size is reserved against queued.max.request.bytes before its bytes are
+read, as they arrive, and a frame not whole within request.timeout.ms closes its connection.
 """
 from __future__ import annotations
 
@@ -22,20 +27,25 @@ from .. import errors
 from . import codec, error_answers
 from .apis import ClientApis, Notifier
 from .groups import GroupCoordinator
+from .limits import ConnectionGate, ConnectionLimits, ConnectionTimeoutError, RequestMemory
 from .node import Node
 from .txn_admin import TxnAdminApis
 
 log = logging.getLogger("storage.wire")
 
 TICK_SECONDS = 0.1
+READ_PIECE_BYTES = 256 * 1024      # a frame is gathered in pieces of at most this size
 
 
 class FrameServer:
     """Kafka's framing and dispatch over `handlers` (API key -> async handler) for the APIs of
     `supported` (codec.SUPPORTED for a broker, codec.CONTROLLER_SUPPORTED for the controller)."""
 
-    def __init__(self, supported: dict):
+    def __init__(self, supported: dict, limits: ConnectionLimits | None = None):
         self.supported = supported
+        self.limits = (limits or ConnectionLimits()).resolved()
+        self.gate = ConnectionGate(self.limits)
+        self.memory = RequestMemory(self.limits.queued_max_request_bytes)
         self.handlers: dict = {}
         self._server: asyncio.AbstractServer | None = None
         self._stopped = asyncio.Event()
@@ -71,27 +81,82 @@ class FrameServer:
     # ---- connections ----
     async def _serve(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
         peer = writer.get_extra_info("peername")
+        ip = peer[0] if isinstance(peer, tuple) and peer else str(peer)
+        refusal = self.gate.admit(ip)
+        if refusal is not None:
+            self._refuse(peer, refusal)
+            writer.close()
+            return
         self._connections.add(writer)
         try:
-            while True:
-                head = await reader.readexactly(4)
-                size = int.from_bytes(head, "big", signed=True)
-                if size < 0 or size > codec.MAX_REQUEST_BYTES:
-                    raise codec.ProtocolError(f"request size {size} is outside 0..{codec.MAX_REQUEST_BYTES}")
-                frame = await reader.readexactly(size)
-                response = await self._dispatch(frame)
-                if response is not None:
-                    writer.write(response)
-                    await writer.drain()
+            await self._requests(reader, writer)
         except (asyncio.IncompleteReadError, ConnectionError):
             pass                                            # the client went away
         except codec.ProtocolError as exc:
             log.warning("closing connection from %s: %s", peer, exc)
+        except ConnectionTimeoutError as exc:
+            log.info("closing connection from %s: %s", peer, exc)
         except Exception:
             log.exception("closing connection from %s after an internal error", peer)
         finally:
+            self.gate.leave(ip)
             self._connections.discard(writer)
             writer.close()
+
+    async def _requests(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        """One request at a time: its size (within connections.max.idle.ms of the last answer),
+        its bytes (within request.timeout.ms of the first, read in pieces against
+        queued.max.request.bytes), the answer (sent within connections.max.idle.ms)."""
+        limits = self.limits
+        idle = limits.connections_max_idle_ms / 1000
+        while True:
+            try:
+                head = await asyncio.wait_for(reader.readexactly(4), idle)
+            except TimeoutError:
+                raise ConnectionTimeoutError(
+                    f"idle for connections.max.idle.ms={limits.connections_max_idle_ms}") from None
+            size = int.from_bytes(head, "big", signed=True)
+            if size < 0 or size > codec.MAX_REQUEST_BYTES:
+                raise codec.ProtocolError(f"request size {size} is outside 0..{codec.MAX_REQUEST_BYTES}")
+            await self.memory.reserve(size)
+            try:
+                frame = await self._read_frame(reader, size)
+                response = await self._dispatch(frame)
+                del frame
+            finally:
+                self.memory.release(size)
+            if response is not None:
+                writer.write(response)
+                try:
+                    await asyncio.wait_for(writer.drain(), idle)
+                except TimeoutError:
+                    raise ConnectionTimeoutError(
+                        f"the client read no answer for connections.max.idle.ms={limits.connections_max_idle_ms}"
+                    ) from None
+
+    async def _read_frame(self, reader: asyncio.StreamReader, size: int) -> bytes:
+        """The `size` bytes of a frame, gathered as they arrive (never `size` bytes allocated for
+        a client that sent a few), whole within request.timeout.ms."""
+        timeout_ms = self.limits.request_timeout_ms
+        pieces, got = [], 0
+        try:
+            async with asyncio.timeout(timeout_ms / 1000):
+                while got < size:
+                    piece = await reader.read(min(size - got, READ_PIECE_BYTES))
+                    if not piece:
+                        raise asyncio.IncompleteReadError(b"", size)
+                    pieces.append(piece)
+                    got += len(piece)
+        except TimeoutError:
+            raise ConnectionTimeoutError(
+                f"a request of {size} bytes was not whole within request.timeout.ms={timeout_ms} ({got} bytes arrived)"
+            ) from None
+        return pieces[0] if len(pieces) == 1 else b"".join(pieces)
+
+    def _refuse(self, peer, reason: str) -> None:
+        """Log a refused connection: the first, then one in 100 (a flood must not flood the log)."""
+        if self.gate.refused % 100 == 1:
+            log.warning("refused connection from %s: %s (%d refused so far)", peer, reason, self.gate.refused)
 
     async def _dispatch(self, frame: bytes) -> bytes | None:
         key, version, correlation_id = codec.peek_api(frame)
@@ -143,8 +208,8 @@ class FrameServer:
 
 
 class BrokerServer(FrameServer):
-    def __init__(self, node, *, initial_rebalance_delay_ms: int = 3_000):
-        super().__init__(codec.SUPPORTED)
+    def __init__(self, node, *, initial_rebalance_delay_ms: int = 3_000, limits: ConnectionLimits | None = None):
+        super().__init__(codec.SUPPORTED, limits)
         self.node = node
         self.notifier = Notifier()
         self.apis = ClientApis(node, self.notifier)
@@ -217,6 +282,7 @@ async def serve(server: "FrameServer", ready=None) -> None:
         await server.close()
 
 
-async def run(node: Node, *, initial_rebalance_delay_ms: int = 3_000, ready=None) -> None:
+async def run(node: Node, *, initial_rebalance_delay_ms: int = 3_000, ready=None,
+              limits: ConnectionLimits | None = None) -> None:
     """A broker on `node` until SIGTERM or SIGINT."""
-    await serve(BrokerServer(node, initial_rebalance_delay_ms=initial_rebalance_delay_ms), ready)
+    await serve(BrokerServer(node, initial_rebalance_delay_ms=initial_rebalance_delay_ms, limits=limits), ready)
