@@ -131,10 +131,13 @@ def lenient_log_config(base: LogConfig, topic: str | None, configs: dict[str, st
             field = TOPIC_CONFIGS.get(name, (None,))[0]
             if name in _KEEP_ALL:
                 effective = dataclasses.replace(effective, **{field: _KEEP_ALL[name]})
-            fallback = _KEEP_ALL.get(name, getattr(effective, field) if field else "the broker's")
+            if field is not None:
+                instead = f"{name}={_KEEP_ALL.get(name, getattr(effective, field))}"
+            else:
+                instead = "the broker's min.insync.replicas" if name in TOPIC_CONFIGS else "that config ignored"
             if topic is not None:
-                log.error("topic %s: stored config %s=%r is refused (%s); it is served with %s=%s instead",
-                          topic, name, raw, exc, name, fallback)
+                log.error("topic %s: stored config %s=%r is refused (%s); the topic is served with %s",
+                          topic, name, raw, exc, instead)
     return effective
 
 
