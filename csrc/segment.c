@@ -610,7 +610,14 @@ int plog_segment_seal(plog_segment *seg) {
     plog_segment_assert_invariants(seg);
     if (!seg->mutable_indexes) return 0;
     if (seg->indexes_lazy) return PLOG_EARG;
-    int rc = plog_time_index_maybe_add(seg, seg->max_timestamp, seg->offset_of_max_timestamp, 1);
+    /* The closing time entry goes in the slot kept for it -- unless segment.index.bytes is
+     * under one time entry (Kafka accepts 4..11): that index has no slot at all, counts as
+     * full from the start, so the log rolled after this segment's one batch and the open
+     * finds its largest timestamp by walking it.  Sealing must not fail then: a log that
+     * cannot seal cannot roll, nor close, nor open again. */
+    int rc = 0;
+    if (seg->time_max_entries > 0)
+        rc = plog_time_index_maybe_add(seg, seg->max_timestamp, seg->offset_of_max_timestamp, 1);
     if (rc) return rc;
     if ((rc = plog_index_sync(plog_offset_index_ref(seg)))) return rc;
     if ((rc = plog_index_sync(plog_time_index_ref(seg)))) return rc;

@@ -70,7 +70,7 @@ def _leader_state(log, origin: str) -> _AppendState:
         state = log._leader_append.get(origin)
         if state is None:
             flags = log._client_flags if origin == "client" else _LEADER_FLAGS
-            state = _AppendState(log.config, flags, log.config.max_message_bytes)
+            state = _AppendState(log.config, flags, log.config.batch_limit_bytes)
             if origin == "client":
                 log._expected = producer_check.ExpectedProducers(log.producer_state, state.v)
             log._leader_append[origin] = state

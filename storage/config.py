@@ -7,7 +7,57 @@ import dataclasses
 from .epoch import FLUSH_MODES
 
 _INT32_MAX = 2**31 - 1
+_INT64_MIN, _INT64_MAX = -2**63, 2**63 - 1
 SEALED_SEGMENT_CHECKS = ("first_use", "open")
+
+# Each number's type and range, Kafka's ConfigDef of the topic config it stands for
+# (storage/src/main/java/org/apache/kafka/storage/internals/log/LogConfig.java, its CONFIG
+# static block: INT is an int32, LONG an int64, atLeast(n) / between(a, b) the bounds).  A
+# value outside them would reach C as an int32/int64 it cannot hold (OverflowError at a start)
+# or ask for something the engine cannot do (an index with no room is fine: see segment.c's
+# plog_segment_seal).  (low, high); a float range for the one DOUBLE.
+RANGES = {
+    "segment_bytes": (14, _INT32_MAX),                  # INT, atLeast(LegacyRecord.RECORD_OVERHEAD_V0)
+    "index_interval_bytes": (0, _INT32_MAX),            # INT, atLeast(0)
+    "segment_index_bytes": (4, _INT32_MAX),             # INT, atLeast(4)
+    "max_message_bytes": (0, _INT32_MAX),               # INT, atLeast(0)
+    "segment_ms": (1, _INT64_MAX),                      # LONG, atLeast(1)
+    "retention_ms": (-1, _INT64_MAX),                   # LONG, atLeast(-1)
+    "retention_bytes": (_INT64_MIN, _INT64_MAX),        # LONG, no bound (any negative: unlimited)
+    "file_delete_delay_ms": (0, _INT64_MAX),            # LONG, atLeast(0)
+    "delete_retention_ms": (0, _INT64_MAX),             # LONG, atLeast(0)
+    "min_compaction_lag_ms": (0, _INT64_MAX),           # LONG, atLeast(0)
+    "max_compaction_lag_ms": (1, _INT64_MAX),           # LONG, atLeast(1)
+    "min_cleanable_dirty_ratio": (0.0, 1.0),            # DOUBLE, between(0, 1)
+    "producer_id_expiration_ms": (1, _INT64_MAX),       # broker producer.id.expiration.ms (atLeast(1)); int64 here
+    "dedupe_buffer_bytes": (24, _INT64_MAX),            # one key slot (24 bytes) at least
+}
+KAFKA_NAMES = {
+    "segment_bytes": "segment.bytes", "index_interval_bytes": "index.interval.bytes",
+    "segment_index_bytes": "segment.index.bytes", "max_message_bytes": "max.message.bytes",
+    "segment_ms": "segment.ms", "retention_ms": "retention.ms", "retention_bytes": "retention.bytes",
+    "file_delete_delay_ms": "file.delete.delay.ms", "delete_retention_ms": "delete.retention.ms",
+    "min_compaction_lag_ms": "min.compaction.lag.ms", "max_compaction_lag_ms": "max.compaction.lag.ms",
+    "min_cleanable_dirty_ratio": "min.cleanable.dirty.ratio",
+    "producer_id_expiration_ms": "producer.id.expiration.ms",
+    "dedupe_buffer_bytes": "log.cleaner.dedupe.buffer.size",
+}
+
+
+def _in_range(value, low, high) -> bool:
+    """An int (a float too where the range is one, NaN never) within [low, high]."""
+    if isinstance(value, bool):
+        return False
+    if isinstance(low, float):
+        return isinstance(value, (int, float)) and low <= value <= high
+    return isinstance(value, int) and low <= value <= high
+
+
+def _describe_range(low, high) -> str:
+    if isinstance(low, float):
+        return f"a number in [{low}, {high}]"
+    kind = "an int32" if high == _INT32_MAX else "an int64"
+    return f"{kind} in [{low}, {high}]"
 
 
 @dataclasses.dataclass(frozen=True)
@@ -39,34 +89,29 @@ class LogConfig:
     dedupe_buffer_bytes: int = 128 << 20        # log.cleaner.dedupe.buffer.size: 24 bytes a key slot
 
     def __post_init__(self):
-        if self.segment_bytes < 14:
-            raise ValueError("segment_bytes must be at least 14 (Kafka's minimum)")
-        if self.segment_bytes > _INT32_MAX:
-            raise ValueError("segment_bytes must fit in an int32: a segment file never exceeds 2 GiB")
-        if self.index_interval_bytes < 0:
-            raise ValueError("index_interval_bytes must be >= 0")
-        if self.segment_index_bytes < 8:
-            raise ValueError("segment_index_bytes must hold at least one offset index entry (8 bytes)")
-        if self.max_message_bytes < 0:
-            raise ValueError("max_message_bytes must be >= 0")
+        for name, (low, high) in RANGES.items():
+            value = getattr(self, name)
+            if not _in_range(value, low, high):
+                raise ValueError(f"{name}={value!r} is out of range: {_describe_range(low, high)} "
+                                 f"(Kafka's {KAFKA_NAMES.get(name, name)})")
+        if self.min_compaction_lag_ms > self.max_compaction_lag_ms:    # Kafka's LogConfig.validateValues
+            raise ValueError(f"min_compaction_lag_ms={self.min_compaction_lag_ms} is above "
+                             f"max_compaction_lag_ms={self.max_compaction_lag_ms}")
         if self.sealed_segment_check not in SEALED_SEGMENT_CHECKS:
             raise ValueError(f"sealed_segment_check must be one of {SEALED_SEGMENT_CHECKS}")
         if self.epoch_flush not in FLUSH_MODES:
             raise ValueError(f"epoch_flush must be one of {FLUSH_MODES}")
-        if set(self.cleanup_policy.replace(" ", "").split(",")) - {"delete", "compact"} or not self.cleanup_policy:
+        if not isinstance(self.cleanup_policy, str) or not self.cleanup_policy.strip() or \
+                set(self.cleanup_policy.replace(" ", "").split(",")) - {"delete", "compact"}:
             raise ValueError(f"cleanup_policy must be 'delete', 'compact' or 'compact,delete', "
                              f"not {self.cleanup_policy!r}")
-        for name in ("retention_ms", "retention_bytes"):
-            if getattr(self, name) < -1:
-                raise ValueError(f"{name} must be >= -1 (-1: unlimited)")
-        if not 0 <= self.min_cleanable_dirty_ratio <= 1:
-            raise ValueError("min_cleanable_dirty_ratio must be in [0, 1]")
-        if self.dedupe_buffer_bytes < 24:
-            raise ValueError("dedupe_buffer_bytes must hold at least one key slot (24 bytes)")
-        for name in ("file_delete_delay_ms", "producer_id_expiration_ms", "delete_retention_ms",
-                     "min_compaction_lag_ms", "max_compaction_lag_ms"):
-            if getattr(self, name) < 0:
-                raise ValueError(f"{name} must be >= 0")
+
+    @property
+    def batch_limit_bytes(self) -> int:
+        """max_message_bytes as C's max_batch_bytes takes it.  C reads 0 as "no limit" (a
+        follower's appends); Kafka's max.message.bytes=0 refuses every batch, and since no
+        batch is under 61 bytes a limit of 1 refuses exactly the same ones."""
+        return self.max_message_bytes or 1
 
     @property
     def compacts(self) -> bool:

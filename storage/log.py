@@ -302,7 +302,7 @@ class PartitionLog(LogReads):
     def _checked_leader_write(self, state: "_AppendState", buf, leader_epoch: int, origin: str) -> AppendInfo:
         """A leader's prebuilt chunk, its producer batches checked in Python first (storage/producer.py)."""
         plan = _producer.plan_leader_chunk(self.producer_state, buf, self.log_end_offset, origin,
-                                           self.config.max_message_bytes)
+                                           self.config.batch_limit_bytes)
         if plan is not None and plan.__class__ is not tuple and plan.duplicate is not None:
             d = plan.duplicate      # Kafka answers a retried batch with its first offsets
             return AppendInfo(d.first_offset, d.last_offset, d.timestamp, d.last_offset, 0, 0, 0, True)
@@ -475,7 +475,7 @@ class PartitionLog(LogReads):
             if rc == lib.PLOG_EAPPENDOFFSET:
                 reason = f"first offset {v.error_offset} is below the log end offset {self.log_end_offset}"
             elif rc == lib.PLOG_ETOOLARGE:
-                reason = f"batch larger than max_message_bytes={v.max_batch_bytes}"
+                reason = f"batch larger than max_message_bytes={self.config.max_message_bytes}"
             raise cls(reason, file=f"{self.path} (appended data)", position=v.error_position,
                       offset=v.error_offset)
         self.segments[-1].raise_for(rc, "append", offset=v.first_offset)

@@ -8,29 +8,72 @@ from __future__ import annotations
 
 import dataclasses
 import logging
+import re
 
 from ..config import LogConfig
 from ..errors import Errors
 
 log = logging.getLogger("storage.wire")
 
-# Kafka name -> (LogConfig field, parser).  min.insync.replicas has no LogConfig field.
-TOPIC_CONFIGS: dict[str, tuple[str | None, type]] = {
-    "cleanup.policy": ("cleanup_policy", str),
-    "retention.ms": ("retention_ms", int),
-    "retention.bytes": ("retention_bytes", int),
-    "segment.bytes": ("segment_bytes", int),
-    "segment.ms": ("segment_ms", int),
-    "segment.index.bytes": ("segment_index_bytes", int),
-    "index.interval.bytes": ("index_interval_bytes", int),
-    "max.message.bytes": ("max_message_bytes", int),
-    "file.delete.delay.ms": ("file_delete_delay_ms", int),
-    "delete.retention.ms": ("delete_retention_ms", int),
-    "min.compaction.lag.ms": ("min_compaction_lag_ms", int),
-    "max.compaction.lag.ms": ("max_compaction_lag_ms", int),
-    "min.cleanable.dirty.ratio": ("min_cleanable_dirty_ratio", float),
-    "min.insync.replicas": (None, int),
+class ConfigError(ValueError):
+    """A config name the engine does not serve or a value it refuses."""
+
+
+# Kafka name -> (LogConfig field, Kafka's type).  min.insync.replicas has no LogConfig field.
+# The types are those of Kafka's LogConfig ConfigDef (storage/src/main/java/org/apache/kafka/
+# storage/internals/log/LogConfig.java): INT an int32, LONG an int64; the ranges (atLeast,
+# between) are LogConfig.RANGES (storage/config.py), checked when the LogConfig is made.
+TOPIC_CONFIGS: dict[str, tuple[str | None, str]] = {
+    "cleanup.policy": ("cleanup_policy", "LIST"),
+    "retention.ms": ("retention_ms", "LONG"),
+    "retention.bytes": ("retention_bytes", "LONG"),
+    "segment.bytes": ("segment_bytes", "INT"),
+    "segment.ms": ("segment_ms", "LONG"),
+    "segment.index.bytes": ("segment_index_bytes", "INT"),
+    "index.interval.bytes": ("index_interval_bytes", "INT"),
+    "max.message.bytes": ("max_message_bytes", "INT"),
+    "file.delete.delay.ms": ("file_delete_delay_ms", "LONG"),
+    "delete.retention.ms": ("delete_retention_ms", "LONG"),
+    "min.compaction.lag.ms": ("min_compaction_lag_ms", "LONG"),
+    "max.compaction.lag.ms": ("max_compaction_lag_ms", "LONG"),
+    "min.cleanable.dirty.ratio": ("min_cleanable_dirty_ratio", "DOUBLE"),
+    "min.insync.replicas": (None, "INT"),           # INT, atLeast(1)
 }
+_BITS = {"INT": 32, "LONG": 64}
+# ConfigDef.parseType trims the string with Java's String.trim: every char <= U+0020.
+_JAVA_TRIM = "".join(map(chr, range(0x21)))
+# Integer.parseInt / Long.parseLong: an optional sign and decimal digits, nothing else.
+_INTEGER = re.compile(r"[+-]?[0-9]+")
+# Double.parseDouble's decimal forms (a trailing d/f is Java's type suffix); NaN and Infinity
+# parse in Java but no ratio is either, so they are refused as out of range below.
+_DECIMAL = re.compile(r"[+-]?([0-9]+\.?[0-9]*|\.[0-9]+)([eE][+-]?[0-9]+)?[dDfF]?")
+_POLICIES = ("compact", "delete")
+
+
+def parse_value(name: str, raw) -> object:
+    """`raw` (a string from CreateTopics or the metadata store) as Kafka's ConfigDef parses the
+    config `name` (its type; the range is LogConfig's): ConfigError names both when it cannot."""
+    kind = TOPIC_CONFIGS[name][1]
+    if not isinstance(raw, str):
+        raise ConfigError(f"invalid value {raw!r} for {name}: a value is required")
+    text = raw.strip(_JAVA_TRIM)
+    if kind in _BITS:
+        if not _INTEGER.fullmatch(text):
+            raise ConfigError(f"invalid value {raw!r} for {name}: not a number ({kind})")
+        value, bits = int(text), _BITS[kind]
+        if not -2 ** (bits - 1) <= value < 2 ** (bits - 1):
+            raise ConfigError(f"invalid value {raw!r} for {name}: does not fit {'an' if kind == 'INT' else 'a'} {kind} ({bits} bits)")
+        if name == "min.insync.replicas" and value < 1:
+            raise ConfigError(f"invalid value {raw!r} for {name}: must be at least 1")
+        return value
+    if kind == "DOUBLE":
+        if not _DECIMAL.fullmatch(text):
+            raise ConfigError(f"invalid value {raw!r} for {name}: not a number (DOUBLE)")
+        return float(text.rstrip("dDfF"))
+    items = [item.strip(_JAVA_TRIM) for item in text.split(",")] if text else []
+    if not items or any(item not in _POLICIES for item in items):
+        raise ConfigError(f"invalid value {raw!r} for {name}: a list of {' and '.join(_POLICIES)}")
+    return ",".join(dict.fromkeys(items))
 
 
 # A CreateTopics (or an auto-creation) asking for more partitions than this is refused with
@@ -47,37 +90,67 @@ def partition_count_problem(count: int) -> str | None:
     return None
 
 
-class ConfigError(ValueError):
-    """A config name the engine does not serve or a value it refuses."""
-
-
-def log_config(base: LogConfig, configs: dict[str, str]) -> LogConfig:
-    """`base` with the topic's overrides applied (ConfigError names a bad one)."""
+def _changes(configs: dict[str, str]) -> dict[str, object]:
+    """The LogConfig fields the Kafka configs set (min.insync.replicas checked, not kept)."""
     changes = {}
     for name, raw in configs.items():
         if name not in TOPIC_CONFIGS:
             raise ConfigError(f"unknown or unsupported topic config {name!r}")
-        field, parse = TOPIC_CONFIGS[name]
-        try:
-            value = parse(raw)
-        except (TypeError, ValueError):
-            raise ConfigError(f"invalid value {raw!r} for {name}") from None
+        value = parse_value(name, raw)
+        field = TOPIC_CONFIGS[name][0]
         if field is not None:
             changes[field] = value
-        elif value < 1:
-            raise ConfigError(f"{name} must be at least 1")
+    return changes
+
+
+def log_config(base: LogConfig, configs: dict[str, str]) -> LogConfig:
+    """`base` with the topic's overrides applied (ConfigError names a bad one)."""
+    changes = _changes(configs)
     try:
         return dataclasses.replace(base, **changes)
     except ValueError as exc:
         raise ConfigError(str(exc)) from None
 
 
+# A stored config this engine refuses falls back to its default, except the two that say what
+# to keep: there the fallback keeps everything (-1), so a bad value never deletes data.
+_KEEP_ALL = {"retention.ms": -1, "retention.bytes": -1}
+
+
+def lenient_log_config(base: LogConfig, topic: str | None, configs: dict[str, str]) -> LogConfig:
+    """The LogConfig of a topic whose configs were stored earlier (by an older version, or by
+    hand): each config this engine refuses is logged, naming the topic, the config and the
+    value (topic None: not logged), and left at its default; every other one applies.  A
+    start never fails on one."""
+    effective = base
+    for name, raw in configs.items():
+        try:
+            one = _changes({name: raw})
+            effective = dataclasses.replace(effective, **one)     # its range, and with the others
+        except (ConfigError, ValueError) as exc:
+            field = TOPIC_CONFIGS.get(name, (None,))[0]
+            if name in _KEEP_ALL:
+                effective = dataclasses.replace(effective, **{field: _KEEP_ALL[name]})
+            if field is not None:
+                instead = f"{name}={_KEEP_ALL.get(name, getattr(effective, field))}"
+            else:
+                instead = "the broker's min.insync.replicas" if name in TOPIC_CONFIGS else "that config ignored"
+            if topic is not None:
+                log.error("topic %s: stored config %s=%r is refused (%s); the topic is served with %s",
+                          topic, name, raw, exc, instead)
+    return effective
+
+
 def describe(base: LogConfig, configs: dict[str, str], min_isr: int) -> list[tuple[str, str, bool]]:
     """(name, value, set on the topic) of every topic config, Kafka's names, sorted."""
-    effective = log_config(base, configs)
+    effective = lenient_log_config(base, None, configs)
+    try:
+        own_min_isr = parse_value("min.insync.replicas", configs.get("min.insync.replicas", str(min_isr)))
+    except ConfigError:
+        own_min_isr = min_isr
     out = []
     for name, (field, _) in sorted(TOPIC_CONFIGS.items()):
-        value = getattr(effective, field) if field is not None else int(configs.get(name, min_isr))
+        value = getattr(effective, field) if field is not None else own_min_isr
         out.append((name, str(value), name in configs))
     return out
 
@@ -113,20 +186,22 @@ def topic_problem(base: LogConfig, name: str, partitions: int, configs: dict[str
 
 
 def log_configs(base: LogConfig, topics: dict[str, dict[str, str]]) -> dict[str, LogConfig]:
-    """Topic name -> the LogConfig its partitions open with.  Configs the engine refuses
-    (validated at creation; a later engine may refuse them) keep the defaults, logged."""
-    out = {}
-    for name, configs in topics.items():
-        try:
-            out[name] = log_config(base, configs)
-        except ConfigError as exc:
-            log.error("topic %s keeps the default configs: %s", name, exc)
-    return out
+    """Topic name -> the LogConfig its partitions open with (lenient_log_config: a stored
+    config this engine refuses is logged and left at its default, never fails a start)."""
+    return {name: lenient_log_config(base, name, configs) for name, configs in topics.items()}
 
 
 def min_isrs(topics: dict[str, dict[str, str]]) -> dict[str, int]:
-    """Topic name -> its min.insync.replicas, for the topics that set one."""
-    return {name: int(c["min.insync.replicas"]) for name, c in topics.items() if "min.insync.replicas" in c}
+    """Topic name -> its min.insync.replicas, for the topics that set a valid one (a stored
+    one this engine refuses is logged and the broker's applies)."""
+    out = {}
+    for name, configs in topics.items():
+        if "min.insync.replicas" in configs:
+            try:
+                out[name] = parse_value("min.insync.replicas", configs["min.insync.replicas"])
+            except ConfigError as exc:
+                log.error("topic %s: %s; the broker's min.insync.replicas applies", name, exc)
+    return out
 
 
 def install(logdir, manager, base: LogConfig, name: str, configs: dict[str, str]) -> None:
