@@ -20,7 +20,10 @@ Conventions shared by every subcommand:
   - progress bars (tqdm, when installed) go to stderr and only when stderr is a terminal;
   - `verify`, `epochs` and `dump-log` never write: segments are read by pread in windows (never
     mapped: a live broker may truncate them) and the LMDB metadata store is opened read-only
-    without its lock file.
+    without its lock file, so they work on a live broker's dir;
+  - `recover` (the one tool that writes a log dir) holds the dir's `.lock` as a broker does and
+    refuses a dir another process holds, with one line naming the holder (the pid its lock
+    file records, and that process's command line); `recover --dry-run` writes only copies.
 """
 from __future__ import annotations
 
