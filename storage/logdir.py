@@ -115,6 +115,33 @@ def locked_for_tool(directory: str, tool: str):
             os.close(fd)
 
 
+def hold_lock(directory) -> None:
+    """Take a log dir's `.lock` before the LogDir opens: a broker takes it before anything else
+    it does at start-up (registering with a controller moves the broker's epoch and fences the
+    broker already running on the dir).  LogDir.open of this dir in this process adopts it;
+    release_held_lock gives it back when no LogDir did."""
+    directory = os.fspath(directory)
+    os.makedirs(directory, exist_ok=True)
+    path = os.path.realpath(os.path.join(directory, LOCK_FILE))
+    with _held_locks_lock:
+        if path not in _held_locks:
+            _held_locks[path] = (_take_lock_file(path, directory), None)
+
+
+def release_held_lock(directory) -> None:
+    """Give back a lock hold_lock took and no LogDir adopted (a LogDir releases its own)."""
+    path = os.path.realpath(os.path.join(os.fspath(directory), LOCK_FILE))
+    with _held_locks_lock:
+        held = _held_locks.get(path)
+        if held is None or held[1] is not None:
+            return
+        del _held_locks[path]
+    try:
+        fcntl.flock(held[0], fcntl.LOCK_UN)
+    finally:
+        os.close(held[0])
+
+
 def _lock_dir(logdir: "LogDir") -> int:
     """Kafka's `.lock`: one process per log dir (flock, exclusive, non-blocking)."""
     path = os.path.realpath(os.path.join(logdir.path, LOCK_FILE))
@@ -122,7 +149,7 @@ def _lock_dir(logdir: "LogDir") -> int:
         held = _held_locks.get(path)
         if held is not None:
             fd, previous = held
-            if previous is not logdir and not previous._closed:
+            if previous is not None and previous is not logdir and not previous._closed:
                 previous.failure_channel.fail(
                     errors.LogDirLockedError("superseded by a newer LogDir.open of this dir in this process",
                                              file=previous.path), "superseded")

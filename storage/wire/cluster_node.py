@@ -25,7 +25,7 @@ from .. import errors
 from .. import metadata_records as mr
 from ..config import LogConfig
 from ..errors import Errors
-from ..logdir import LogDir, read_clean_shutdown_epoch
+from ..logdir import LogDir, hold_lock, read_clean_shutdown_epoch, release_held_lock
 from ..records import iter_batches
 from ..replication import messages as m
 from ..replication.replica import ReplicaManager
@@ -57,10 +57,13 @@ class ClusterNode:
         self.cluster_id = "storage-cluster"
         self.controller_address = controller
         os.makedirs(self.data_dir, exist_ok=True)
+        self.logs_path = os.path.join(self.data_dir, "logs")
+        # The log dir's lock before anything else: a second process on this dir must not
+        # register (that moves this node's broker epoch and fences the broker running here).
+        hold_lock(self.logs_path)
         # The log dir opens once the metadata log is replayed (`_open_logs`): its partitions
         # open with their topics' configs, which only that log holds (a compacted
         # __consumer_offsets must never open under the default delete retention).
-        self.logs_path = os.path.join(self.data_dir, "logs")
         self.previous_broker_epoch = read_clean_shutdown_epoch(self.logs_path)
         self.broker_epoch = -1
         self.logdir: LogDir | None = None
@@ -216,6 +219,8 @@ class ClusterNode:
             task.cancel()
         if self.manager is not None:
             self.manager.shutdown()
+        else:
+            release_held_lock(self.logs_path)       # the log dir never opened
 
     # ---- the metadata log ----------------------------------------------------------------------
     async def _metadata_loop(self) -> None:
@@ -313,13 +318,29 @@ class ClusterNode:
         while not self._stopping:
             try:
                 answer = await self._rpc.call(63, 1, self._heartbeat_body(), timeout_s=5)
-                if answer.error_code:
+                if answer.error_code == Errors.STALE_BROKER_EPOCH:
+                    await self._register_again()
+                elif answer.error_code:
                     log.warning("heartbeat refused: error %d", int(answer.error_code))
                 else:
                     self._unfenced = not answer.is_fenced
             except PeerError as exc:
                 log.warning("heartbeat: %s", exc)
             await asyncio.sleep(HEARTBEAT_INTERVAL_S if self._unfenced else 0.05)
+
+    async def _register_again(self) -> None:
+        """The controller holds a newer registration of this node id (another process registered
+        it): this broker is fenced and every heartbeat with its epoch is refused, so it
+        registers again as a new incarnation, as a restarted broker would, and carries on with
+        the new epoch (the controller takes it out of the ISRs; it rejoins them by fetching)."""
+        stale = self.broker_epoch
+        log.warning("node %d: broker epoch %d is stale (the controller holds a newer registration of this node "
+                    "id): registering again", self.node_id, stale)
+        self._unfenced = False
+        self.previous_broker_epoch = stale
+        await self._register()
+        if self.manager is not None:
+            self.manager.broker_epoch = self.logdir.broker_epoch = self.broker_epoch
 
     async def _alter_partition(self, request: m.AlterPartitionRequest) -> None:
         topic_id = self.topic_id(request.topic)
