@@ -125,3 +125,47 @@ def test_a_second_embedded_broker_on_a_live_data_dir_touches_nothing(tmp_path):
         assert first.alive()
     finally:
         first.stop()
+
+
+
+def _assert_quiet(*processes) -> None:
+    for process in processes:
+        text = process.stderr()
+        assert "Traceback" not in text and " ERROR " not in text and "CRITICAL" not in text, \
+            f"{process.data_dir}:\n{text[-4000:]}"
+
+
+def test_sigterm_with_idle_connections_open_logs_no_traceback(tmp_path, controller):
+    """A controlled shutdown is quiet: a controller and a broker, each with a client connection
+    open and idle, SIGTERM to both, and neither's stderr holds a traceback or an ERROR line
+    (before: asyncio logged 'ERROR asyncio: Exception in callback' with a CancelledError
+    traceback for every connection handler still waiting when the event loop closed)."""
+    import socket
+    broker = _broker(tmp_path, controller).start()
+    idle = [socket.create_connection(("127.0.0.1", p.port), timeout=10) for p in (broker, controller)]
+    try:
+        assert broker.stop() == 0 and controller.stop() == 0
+    finally:
+        broker.kill()
+        for s in idle:
+            s.close()
+    _assert_quiet(broker, controller)
+
+
+@pytest.mark.slow
+def test_sigterm_of_a_replicating_cluster_logs_no_traceback(tmp_path):
+    """The same with two brokers replicating a topic (fetchers connected to each other)."""
+    from confluent_kafka.admin import NewTopic
+
+    from tests.wire_support import Cluster
+    cluster = Cluster(tmp_path, brokers=2, min_isr=1)
+    try:
+        admin = cluster.admin()
+        for future in admin.create_topics([NewTopic("quiet", num_partitions=2, replication_factor=2)]).values():
+            future.result(30)
+        cluster.wait_in_sync("quiet", timeout_s=30)
+        codes = [b.stop() for b in cluster.brokers.values()] + [cluster.controller.stop()]
+    finally:
+        cluster.kill()
+    assert codes == [0, 0, 0]
+    _assert_quiet(*cluster.brokers.values(), cluster.controller)

@@ -80,6 +80,7 @@ class ClusterNode:
         self._producer_ids = (0, 0)
         self.notifier = None
         self._stopping = False
+        self._closing = False
         self._unfenced = False
         self._fetch_wakeup: asyncio.Event | None = None
 
@@ -215,8 +216,16 @@ class ClusterNode:
         await asyncio.sleep(FETCH_MAX_WAIT_MS / 1000)     # the last metadata fetch lands
 
     async def shutdown(self) -> None:
+        self._closing = True
         for task in self._tasks:
             task.cancel()
+        if self._tasks:
+            # Ended here, not cancelled at the event loop's close; bounded: 3.11's wait_for can
+            # swallow a cancellation that meets its inner future's completion (the loops end
+            # at their next turn then, as _closing says).
+            _, late = await asyncio.wait(self._tasks, timeout=2)
+            for task in late:
+                task.cancel()
         if self.manager is not None:
             self.manager.shutdown()
         else:
@@ -225,7 +234,7 @@ class ClusterNode:
     # ---- the metadata log ----------------------------------------------------------------------
     async def _metadata_loop(self) -> None:
         peer = Peer(*self.controller_address, timeout_s=FETCH_MAX_WAIT_MS / 1000 + 10)
-        while True:
+        while not self._closing:
             body = {"replica_id": -1, "max_wait": FETCH_MAX_WAIT_MS, "min_bytes": 1, "max_bytes": 8 << 20,
                     "isolation_level": 0, "session_id": 0, "session_epoch": -1, "rack_id": "",
                     "forgotten_topics_data": [], "topics": [{"topic": METADATA_TOPIC, "partitions": [
@@ -315,7 +324,7 @@ class ClusterNode:
                 "want_shut_down": want_shut_down, "offline_log_dirs": []}
 
     async def _heartbeat_loop(self) -> None:
-        while not self._stopping:
+        while not self._stopping and not self._closing:
             try:
                 answer = await self._rpc.call(63, 1, self._heartbeat_body(), timeout_s=5)
                 if answer.error_code == Errors.STALE_BROKER_EPOCH:
@@ -378,7 +387,7 @@ class ClusterNode:
         must not wait for a timer: the leader's high watermark, and so every acks=all producer,
         waits for it), and every 50 ms for back-offs and new partitions."""
         wakeup = self._fetch_wakeup = asyncio.Event()
-        while not self._stopping:
+        while not self._stopping and not self._closing:
             wakeup.clear()
             if self.caught_up and not self.logdir.offline:
                 for leader, request in self.manager.fetcher.poll():
