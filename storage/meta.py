@@ -62,6 +62,9 @@ def read_partition_offsets(path) -> dict[tuple[str, int], PartitionOffsets]:
     no engine has open).  lmdb's own errors pass through: callers report them."""
     env = lmdb.open(os.fspath(path), subdir=False, readonly=True, lock=False, max_dbs=len(_DATABASES))
     try:
+        problem = meta_pages.missing_page(path, env.stat()["psize"])
+        if problem is not None:         # reading on would be SIGBUS
+            raise lmdb.CorruptedError(problem)
         try:
             db = env.open_db(b"partitions", create=False)
         except lmdb.NotFoundError:

@@ -665,3 +665,19 @@ def test_file_cut_below_a_referenced_page_is_refused_and_one_cut_past_them_opens
     verdict = _check_in_child(tmp_path)
     assert verdict["outcome"] == "MetadataError", verdict
     assert path in verdict["message"] and "reference" in verdict["message"]
+
+
+def test_the_tools_reader_refuses_a_truncated_store_instead_of_dying(tmp_path):
+    """verify/epochs read storage.mdb through read_partition_offsets: a truncated store is a
+    warning of theirs, not a SIGBUS of the tool."""
+    from storage import LogConfig, LogDir
+    with LogDir.open(tmp_path, LogConfig(fsync=False)) as logdir:
+        logdir.partition("t", 0).append_as_leader([b"v"], 0)
+    path = store_path(tmp_path)
+    assert os.path.getsize(path) > 2 * PAGE
+    with open(path, "r+b") as f:
+        f.truncate(2 * PAGE)
+    out = subprocess.run([sys.executable, "-m", "storage", "verify", "--json", os.fspath(tmp_path)],
+                         capture_output=True, text=True, timeout=120)
+    assert out.returncode >= 0, f"killed by signal {-out.returncode}"
+    assert "cannot read the metadata store" in out.stdout and "reference" in out.stdout, out.stdout[-2000:]
