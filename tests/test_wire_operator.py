@@ -169,3 +169,21 @@ def test_sigterm_of_a_replicating_cluster_logs_no_traceback(tmp_path):
         cluster.kill()
     assert codes == [0, 0, 0]
     _assert_quiet(*cluster.brokers.values(), cluster.controller)
+
+
+def test_two_live_brokers_with_one_node_id_do_not_fence_each_other_twice_a_second(tmp_path, controller):
+    """Re-registering is for a registration taken over once; two live brokers configured with
+    the same node id (different data dirs) would otherwise take it from each other at every
+    heartbeat: each registers again at most every 10 s and says why, once."""
+    first = _broker(tmp_path, controller).start()
+    second = _broker(tmp_path, controller, name="broker-1-again")
+    try:
+        second.start()
+        time.sleep(6)
+        registrations = _count(first, "registered with broker epoch") + _count(second, "registered with broker epoch")
+        assert registrations <= 4, first.stderr()[-2000:] + second.stderr()[-2000:]
+        assert _count(first, "another live broker registers node id 1") + \
+            _count(second, "another live broker registers node id 1") >= 1
+    finally:
+        second.kill()
+        first.kill()

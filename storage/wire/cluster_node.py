@@ -41,6 +41,7 @@ log = logging.getLogger("storage.wire")
 HEARTBEAT_INTERVAL_S = 0.5
 FETCH_MAX_WAIT_MS = 500
 ALTER_RETRY_S = 0.2
+REREGISTER_BACKOFF_S = 10.0    # a registration taken over sooner than this is a node-id conflict
 _ = UNSUPPORTED_VERSION
 
 
@@ -81,6 +82,8 @@ class ClusterNode:
         self.notifier = None
         self._stopping = False
         self._closing = False
+        self._registered_at = float("-inf")
+        self._conflict_logged = False
         self._unfenced = False
         self._fetch_wakeup: asyncio.Event | None = None
 
@@ -190,6 +193,7 @@ class ClusterNode:
         else:
             raise errors.StorageError("the controller did not register this broker")
         self.broker_epoch = answer.broker_epoch
+        self._registered_at = asyncio.get_running_loop().time()
         log.info("node %d registered with broker epoch %d (previous %d)", self.node_id, answer.broker_epoch, previous)
 
     async def tick(self) -> None:
@@ -342,7 +346,16 @@ class ClusterNode:
         it): this broker is fenced and every heartbeat with its epoch is refused, so it
         registers again as a new incarnation, as a restarted broker would, and carries on with
         the new epoch (the controller takes it out of the ISRs; it rejoins them by fetching)."""
-        stale = self.broker_epoch
+        stale, now = self.broker_epoch, asyncio.get_running_loop().time()
+        if now - self._registered_at < REREGISTER_BACKOFF_S:
+            # Taken over again right after the last registration: another live process uses
+            # this node id.  Registering at once would fence it, and it us, twice a second.
+            if not self._conflict_logged:
+                log.error("node %d: another live broker registers node id %d too (two brokers with one "
+                          "--node-id?); registering again at most every %.0f s", self.node_id, self.node_id,
+                          REREGISTER_BACKOFF_S)
+                self._conflict_logged = True
+            return
         log.warning("node %d: broker epoch %d is stale (the controller holds a newer registration of this node "
                     "id): registering again", self.node_id, stale)
         self._unfenced = False
