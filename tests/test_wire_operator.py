@@ -187,3 +187,15 @@ def test_two_live_brokers_with_one_node_id_do_not_fence_each_other_twice_a_secon
     finally:
         second.kill()
         first.kill()
+
+
+def test_sigterm_of_an_embedded_broker_with_an_idle_connection_logs_no_traceback(tmp_path):
+    import socket
+    broker = Broker(tmp_path / "solo").start()
+    idle = socket.create_connection(("127.0.0.1", broker.port), timeout=10)
+    try:
+        assert broker.stop() == 0
+    finally:
+        broker.kill()
+        idle.close()
+    _assert_quiet(broker)
