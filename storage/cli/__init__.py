@@ -92,7 +92,9 @@ def build_parser() -> argparse.ArgumentParser:
                                    "none): CRCs and sizes checked, indexes rebuilt, each log cut at its first "
                                    "invalid batch, later segments deleted, the epoch checkpoint repaired.  Damage "
                                    "below the recovery point is reported and nothing is changed, unless --force.  "
-                                   "For a stopped broker only.  Exit 1 when data was cut or a partition refused.")
+                                   "For a stopped broker only: it takes the dir's .lock and refuses a dir another "
+                                   "process holds, naming it.  Exit 1 when data was cut, a partition refused or "
+                                   "the dir is in use.")
     p.add_argument("dir", metavar="DIR", help="a broker log dir (or one partition dir)")
     p.add_argument("--dry-run", action="store_true", help="recover copies in a temporary dir; change nothing")
     p.add_argument("--force", action="store_true",
