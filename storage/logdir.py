@@ -63,6 +63,85 @@ _held_locks: dict[str, tuple[int, "LogDir"]] = {}
 _held_locks_lock = threading.Lock()
 
 
+def lock_holder(lock_path: str) -> str:
+    """Who holds a `.lock` file, as far as it tells: the pid its holder wrote into it when it
+    locked (ours do; Kafka's lock file is empty) and that process's command line."""
+    try:
+        with open(lock_path, "rb") as f:
+            pid = int(f.read(32).split()[0])
+    except (OSError, ValueError, IndexError):
+        return "another process (its .lock file records no pid)"
+    try:
+        with open(f"/proc/{pid}/cmdline", "rb") as f:
+            command = " ".join(f.read(4096).replace(b"\0", b" ").decode(errors="replace").split())
+    except OSError:
+        command = ""
+    return f"process {pid}" + (f" ({command[:200]})" if command else "")
+
+
+def _take_lock_file(path: str, directory: str, why: str = "") -> int:
+    """flock `path` exclusively without waiting and write this process's pid into it (so a
+    refused opener can name the holder); a held lock is LogDirLockedError naming the holder."""
+    fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o644)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except OSError as exc:
+        os.close(fd)
+        if exc.errno in (errno.EWOULDBLOCK, errno.EAGAIN, errno.EACCES):
+            raise errors.LogDirLockedError(f"the log dir is locked by {lock_holder(path)}, the holder of its "
+                                           f".lock file{why}", file=directory) from None
+        raise errors.StorageIOError(f"cannot lock the log dir: {exc.strerror}", errno=exc.errno,
+                                    file=path) from exc
+    try:
+        os.ftruncate(fd, 0)
+        os.pwrite(fd, f"{os.getpid()}\n".encode(), 0)
+    except OSError:
+        pass        # the pid is a courtesy to a refused opener; the flock is the lock
+    return fd
+
+
+@contextlib.contextmanager
+def locked_for_tool(directory: str, tool: str):
+    """An offline tool that writes a log dir holds its `.lock` as a broker does: a dir a broker
+    (or another tool) has open is refused with a LogDirLockedError naming the holder."""
+    path = os.path.realpath(os.path.join(directory, LOCK_FILE))
+    fd = _take_lock_file(path, directory, f"; {tool} writes the log dir: for a stopped broker only")
+    try:
+        yield
+    finally:
+        try:
+            fcntl.flock(fd, fcntl.LOCK_UN)
+        finally:
+            os.close(fd)
+
+
+def hold_lock(directory) -> None:
+    """Take a log dir's `.lock` before the LogDir opens: a broker takes it before anything else
+    it does at start-up (registering with a controller moves the broker's epoch and fences the
+    broker already running on the dir).  LogDir.open of this dir in this process adopts it;
+    release_held_lock gives it back when no LogDir did."""
+    directory = os.fspath(directory)
+    os.makedirs(directory, exist_ok=True)
+    path = os.path.realpath(os.path.join(directory, LOCK_FILE))
+    with _held_locks_lock:
+        if path not in _held_locks:
+            _held_locks[path] = (_take_lock_file(path, directory), None)
+
+
+def release_held_lock(directory) -> None:
+    """Give back a lock hold_lock took and no LogDir adopted (a LogDir releases its own)."""
+    path = os.path.realpath(os.path.join(os.fspath(directory), LOCK_FILE))
+    with _held_locks_lock:
+        held = _held_locks.get(path)
+        if held is None or held[1] is not None:
+            return
+        del _held_locks[path]
+    try:
+        fcntl.flock(held[0], fcntl.LOCK_UN)
+    finally:
+        os.close(held[0])
+
+
 def _lock_dir(logdir: "LogDir") -> int:
     """Kafka's `.lock`: one process per log dir (flock, exclusive, non-blocking)."""
     path = os.path.realpath(os.path.join(logdir.path, LOCK_FILE))
@@ -70,7 +149,7 @@ def _lock_dir(logdir: "LogDir") -> int:
         held = _held_locks.get(path)
         if held is not None:
             fd, previous = held
-            if previous is not logdir and not previous._closed:
+            if previous is not None and previous is not logdir and not previous._closed:
                 previous.failure_channel.fail(
                     errors.LogDirLockedError("superseded by a newer LogDir.open of this dir in this process",
                                              file=previous.path), "superseded")
@@ -78,16 +157,7 @@ def _lock_dir(logdir: "LogDir") -> int:
                     previous.meta.close()    # LMDB allows one environment per file and process
             _held_locks[path] = (fd, logdir)
             return fd
-        fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o644)
-        try:
-            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-        except OSError as exc:
-            os.close(fd)
-            if exc.errno in (errno.EWOULDBLOCK, errno.EAGAIN, errno.EACCES):
-                raise errors.LogDirLockedError("the log dir is locked by another process (its .lock file)",
-                                               file=logdir.path) from None
-            raise errors.StorageIOError(f"cannot lock the log dir: {exc.strerror}", errno=exc.errno,
-                                        file=path) from exc
+        fd = _take_lock_file(path, logdir.path)
         _held_locks[path] = (fd, logdir)
         return fd
 

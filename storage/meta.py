@@ -27,7 +27,7 @@ from typing import NamedTuple
 
 import lmdb
 
-from . import errors
+from . import errors, meta_pages
 
 FILE_NAME = "storage.mdb"
 _OFFSETS = struct.Struct(">qqq")
@@ -62,6 +62,9 @@ def read_partition_offsets(path) -> dict[tuple[str, int], PartitionOffsets]:
     no engine has open).  lmdb's own errors pass through: callers report them."""
     env = lmdb.open(os.fspath(path), subdir=False, readonly=True, lock=False, max_dbs=len(_DATABASES))
     try:
+        problem = meta_pages.missing_page(path, env.stat()["psize"])
+        if problem is not None:         # reading on would be SIGBUS
+            raise lmdb.CorruptedError(problem)
         try:
             db = env.open_db(b"partitions", create=False)
         except lmdb.NotFoundError:
@@ -105,12 +108,12 @@ class MetaStore:
         self._env, self._pid = env, os.getpid()
 
     def _check_size(self, env) -> None:
-        """A file shorter than the pages its meta page claims would fault (SIGBUS) on access."""
-        info, stat = env.info(), env.stat()
-        needed = (info["last_pgno"] + 1) * stat["psize"]
-        actual = os.path.getsize(self.path)
-        if actual < needed:
-            raise lmdb.CorruptedError(f"file is {actual} bytes, its pages need {needed}")
+        """A file shorter than the pages its trees reference would fault (SIGBUS) on access.
+        Not the meta page's last_pgno: pages allocated and freed in one transaction count
+        there but are never written, so a healthy file may end before it (meta_pages)."""
+        problem = meta_pages.missing_page(self.path, env.stat()["psize"])
+        if problem is not None:
+            raise lmdb.CorruptedError(problem)
 
     def _environment(self):
         if self._env is None:

@@ -26,9 +26,10 @@ def request(key: int, version: int, **body):
 
 
 class Groups:
-    def __init__(self, path):
+    def __init__(self, path, offsets_partitions: int = 1):
         self.path = path
-        self.node = Node(path, offsets_partitions=1, log_config=LogConfig(fsync=False), background=False)
+        self.node = Node(path, offsets_partitions=offsets_partitions, log_config=LogConfig(fsync=False),
+                         background=False)
         asyncio.run(self.node.ensure_offsets_topic())     # what a client's FindCoordinator does
         self.coordinator = GroupCoordinator(self.node, initial_rebalance_delay_ms=0)
 
@@ -247,3 +248,56 @@ def test_join_before_the_offsets_topic_exists_is_not_coordinator(tmp_path):
         assert answer["error_code"] == Errors.NOT_COORDINATOR
     finally:
         run(node.shutdown())
+
+
+def _listed(coordinator, states=()) -> dict[str, str]:
+    answer = run(coordinator.list_groups(HEADER, request(16, 4, states_filter=list(states))))
+    assert answer["error_code"] == Errors.NONE
+    return {g["group_id"]: g["group_state"] for g in answer["groups"]}
+
+
+def test_list_groups_after_a_restart_lists_every_group_of_every_offsets_partition(tmp_path):
+    # GroupMetadataManagerTest's load cases (loadGroupsAndOffsets on a partition's election):
+    # the coordinator loads every offsets partition it leads when it takes it over, so a
+    # ListGroups right after a restart answers with all the groups, not only those whose
+    # partition a request has touched (it answered [] before).
+    names = [f"group-{i}" for i in range(12)]
+    first = Groups(tmp_path / "node", offsets_partitions=5)
+    try:
+        async def write():
+            for name in names:
+                member, _ = await first.joined(group=name)
+                await first.sync(member, 1, [(member, b"")], group=name)
+                assert set((await first.commit(member, 1, {("t", 0): 5}, group=name)).values()) == {Errors.NONE}
+        run(write())
+        assert len({first.coordinator.partition_for(n) for n in names}) > 1
+    finally:
+        first.close()
+    second = Groups(tmp_path / "node", offsets_partitions=5)
+    try:
+        assert _listed(second.coordinator) == {name: EMPTY for name in names}
+        assert _listed(second.coordinator, [EMPTY]).keys() == set(names)
+        assert _listed(second.coordinator, [STABLE]) == {}
+    finally:
+        second.close()
+
+
+def test_the_tick_loads_the_offsets_partitions_it_leads(tmp_path):
+    first = Groups(tmp_path / "node", offsets_partitions=3)
+    try:
+        async def write():
+            for name in ("a", "b", "c", "d"):
+                member, _ = await first.joined(group=name)
+                await first.sync(member, 1, [(member, b"")], group=name)
+                assert set((await first.commit(member, 1, {("t", 0): 1}, group=name)).values()) == {Errors.NONE}
+        run(write())
+    finally:
+        first.close()
+    second = Groups(tmp_path / "node", offsets_partitions=3)
+    try:
+        assert second.coordinator.groups == {}
+        second.coordinator.tick()
+        assert set(second.coordinator.groups) == {"a", "b", "c", "d"}
+        assert second.coordinator.groups["c"].offsets[("t", 0)][0] == 1
+    finally:
+        second.close()

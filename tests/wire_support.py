@@ -21,6 +21,9 @@ _READY = re.compile(r"(?:node|controller) (\d+) listening on ([\d.]+):(\d+) pid 
 class Broker:
     """One broker process on `data_dir` (`command` "controller": a controller process)."""
 
+    # A serve process's options unless a test sets others (() runs the defaults, as the README).
+    options = ("--group-initial-rebalance-delay-ms", "0", "--offsets-partitions", "5", "--no-fsync")
+
     def __init__(self, data_dir, *extra: str, command: str = "serve", preexec_fn=None):
         self.data_dir = str(data_dir)
         self.preexec_fn = preexec_fn              # run in the child before exec (a resource limit)
@@ -37,8 +40,7 @@ class Broker:
     def start(self, timeout: float = 30.0) -> "Broker":
         listen = f"127.0.0.1:{self.port}"          # the same port again after a restart
         stderr = open(self.log_path, "ab")
-        options = ["--group-initial-rebalance-delay-ms", "0", "--offsets-partitions", "5", "--no-fsync"] \
-            if self.command == "serve" else []
+        options = list(self.options) if self.command == "serve" else []
         self.proc = subprocess.Popen(
             [sys.executable, "-m", "storage", self.command, "--data-dir", self.data_dir, "--listen", listen,
              *options, "--log-level", os.environ.get("STORAGE_WIRE_LOG_LEVEL", "INFO"), *self.extra],

@@ -21,7 +21,10 @@ Conventions shared by every subcommand:
   - progress bars (tqdm, when installed) go to stderr and only when stderr is a terminal;
   - `verify`, `epochs` and `dump-log` never write: segments are read by pread in windows (never
     mapped: a live broker may truncate them) and the LMDB metadata store is opened read-only
-    without its lock file.
+    without its lock file, so they work on a live broker's dir;
+  - `recover` (the one tool that writes a log dir) holds the dir's `.lock` as a broker does and
+    refuses a dir another process holds, with one line naming the holder (the pid its lock
+    file records, and that process's command line); `recover --dry-run` writes only copies.
 """
 from __future__ import annotations
 
@@ -92,7 +95,9 @@ def build_parser() -> argparse.ArgumentParser:
                                    "none): CRCs and sizes checked, indexes rebuilt, each log cut at its first "
                                    "invalid batch, later segments deleted, the epoch checkpoint repaired.  Damage "
                                    "below the recovery point is reported and nothing is changed, unless --force.  "
-                                   "For a stopped broker only.  Exit 1 when data was cut or a partition refused.")
+                                   "For a stopped broker only: it takes the dir's .lock and refuses a dir another "
+                                   "process holds, naming it.  Exit 1 when data was cut, a partition refused or "
+                                   "the dir is in use.")
     p.add_argument("dir", metavar="DIR", help="a broker log dir (or one partition dir)")
     p.add_argument("--dry-run", action="store_true", help="recover copies in a temporary dir; change nothing")
     p.add_argument("--force", action="store_true",

@@ -1,6 +1,7 @@
 """`storage recover DIR`: offline unclean-shutdown recovery, with a report of what was cut."""
 from __future__ import annotations
 
+import contextlib
 import os
 import shutil
 import tempfile
@@ -19,7 +20,7 @@ from ..inspect.discovery import (
 from ..inspect.lineage import _entries, _lineage_text
 from ..inspect.progress import _plural, _progress
 from ..inspect.scan import _partition_bytes, scan_partition
-from ..logdir import CLEAN_SHUTDOWN_FILE
+from ..logdir import CLEAN_SHUTDOWN_FILE, locked_for_tool
 from .output import OK, PROBLEMS, _print_json
 
 
@@ -136,6 +137,14 @@ def _update_metadata(log_dir: str, results: list[dict], old: dict) -> bool:
 def cmd_recover(args) -> int:
     target = os.path.abspath(args.dir)
     parts = partition_dirs(target)
+    with contextlib.ExitStack() as locks:
+        if not args.dry_run:            # a dry run writes only its scratch copies
+            for log_dir in dict.fromkeys(log_dir for log_dir, *_ in parts):
+                locks.enter_context(locked_for_tool(log_dir, "recover"))
+        return _recover(args, target, parts)
+
+
+def _recover(args, target: str, parts: list) -> int:
     scratch = None
     if args.dry_run:
         scratch = tempfile.mkdtemp(prefix="storage-recover-")

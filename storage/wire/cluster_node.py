@@ -25,7 +25,7 @@ from .. import errors
 from .. import metadata_records as mr
 from ..config import LogConfig
 from ..errors import Errors
-from ..logdir import LogDir, read_clean_shutdown_epoch
+from ..logdir import LogDir, hold_lock, read_clean_shutdown_epoch, release_held_lock
 from ..records import iter_batches
 from ..replication import messages as m
 from ..replication.replica import ReplicaManager
@@ -43,6 +43,7 @@ log = logging.getLogger("storage.wire")
 HEARTBEAT_INTERVAL_S = 0.5
 FETCH_MAX_WAIT_MS = 500
 ALTER_RETRY_S = 0.2
+REREGISTER_BACKOFF_S = 10.0    # a registration taken over sooner than this is a node-id conflict
 _ = UNSUPPORTED_VERSION
 
 
@@ -60,10 +61,13 @@ class ClusterNode:
         self.cluster_id = "storage-cluster"
         self.controller_address = controller
         os.makedirs(self.data_dir, exist_ok=True)
+        self.logs_path = os.path.join(self.data_dir, "logs")
+        # The log dir's lock before anything else: a second process on this dir must not
+        # register (that moves this node's broker epoch and fences the broker running here).
+        hold_lock(self.logs_path)
         # The log dir opens once the metadata log is replayed (`_open_logs`): its partitions
         # open with their topics' configs, which only that log holds (a compacted
         # __consumer_offsets must never open under the default delete retention).
-        self.logs_path = os.path.join(self.data_dir, "logs")
         self.previous_broker_epoch = read_clean_shutdown_epoch(self.logs_path)
         self.broker_epoch = -1
         self.logdir: LogDir | None = None
@@ -80,6 +84,9 @@ class ClusterNode:
         self._producer_ids = (0, 0)
         self.notifier = None
         self._stopping = False
+        self._closing = False
+        self._registered_at = float("-inf")
+        self._conflict_logged = False
         self._unfenced = False
         self._fetch_wakeup: asyncio.Event | None = None
 
@@ -196,6 +203,7 @@ class ClusterNode:
         else:
             raise errors.StorageError("the controller did not register this broker")
         self.broker_epoch = answer.broker_epoch
+        self._registered_at = asyncio.get_running_loop().time()
         log.info("node %d registered with broker epoch %d (previous %d)", self.node_id, answer.broker_epoch, previous)
 
     async def tick(self) -> None:
@@ -222,15 +230,25 @@ class ClusterNode:
         await asyncio.sleep(FETCH_MAX_WAIT_MS / 1000)     # the last metadata fetch lands
 
     async def shutdown(self) -> None:
+        self._closing = True
         for task in self._tasks:
             task.cancel()
+        if self._tasks:
+            # Ended here, not cancelled at the event loop's close; bounded: 3.11's wait_for can
+            # swallow a cancellation that meets its inner future's completion (the loops end
+            # at their next turn then, as _closing says).
+            _, late = await asyncio.wait(self._tasks, timeout=2)
+            for task in late:
+                task.cancel()
         if self.manager is not None:
             self.manager.shutdown()
+        else:
+            release_held_lock(self.logs_path)       # the log dir never opened
 
     # ---- the metadata log ----------------------------------------------------------------------
     async def _metadata_loop(self) -> None:
         peer = Peer(*self.controller_address, timeout_s=FETCH_MAX_WAIT_MS / 1000 + 10)
-        while True:
+        while not self._closing:
             body = {"replica_id": -1, "max_wait": FETCH_MAX_WAIT_MS, "min_bytes": 1, "max_bytes": 8 << 20,
                     "isolation_level": 0, "session_id": 0, "session_epoch": -1, "rack_id": "",
                     "forgotten_topics_data": [], "topics": [{"topic": METADATA_TOPIC, "partitions": [
@@ -320,16 +338,41 @@ class ClusterNode:
                 "want_shut_down": want_shut_down, "offline_log_dirs": []}
 
     async def _heartbeat_loop(self) -> None:
-        while not self._stopping:
+        while not self._stopping and not self._closing:
             try:
                 answer = await self._rpc.call(63, 1, self._heartbeat_body(), timeout_s=5)
-                if answer.error_code:
+                if answer.error_code == Errors.STALE_BROKER_EPOCH:
+                    await self._register_again()
+                elif answer.error_code:
                     log.warning("heartbeat refused: error %d", int(answer.error_code))
                 else:
                     self._unfenced = not answer.is_fenced
             except PeerError as exc:
                 log.warning("heartbeat: %s", exc)
             await asyncio.sleep(HEARTBEAT_INTERVAL_S if self._unfenced else 0.05)
+
+    async def _register_again(self) -> None:
+        """The controller holds a newer registration of this node id (another process registered
+        it): this broker is fenced and every heartbeat with its epoch is refused, so it
+        registers again as a new incarnation, as a restarted broker would, and carries on with
+        the new epoch (the controller takes it out of the ISRs; it rejoins them by fetching)."""
+        stale, now = self.broker_epoch, asyncio.get_running_loop().time()
+        if now - self._registered_at < REREGISTER_BACKOFF_S:
+            # Taken over again right after the last registration: another live process uses
+            # this node id.  Registering at once would fence it, and it us, twice a second.
+            if not self._conflict_logged:
+                log.error("node %d: another live broker registers node id %d too (two brokers with one "
+                          "--node-id?); registering again at most every %.0f s", self.node_id, self.node_id,
+                          REREGISTER_BACKOFF_S)
+                self._conflict_logged = True
+            return
+        log.warning("node %d: broker epoch %d is stale (the controller holds a newer registration of this node "
+                    "id): registering again", self.node_id, stale)
+        self._unfenced = False
+        self.previous_broker_epoch = stale
+        await self._register()
+        if self.manager is not None:
+            self.manager.broker_epoch = self.logdir.broker_epoch = self.broker_epoch
 
     async def _alter_partition(self, request: m.AlterPartitionRequest) -> None:
         topic_id = self.topic_id(request.topic)
@@ -367,7 +410,7 @@ class ClusterNode:
         must not wait for a timer: the leader's high watermark, and so every acks=all producer,
         waits for it), and every 50 ms for back-offs and new partitions."""
         wakeup = self._fetch_wakeup = asyncio.Event()
-        while not self._stopping:
+        while not self._stopping and not self._closing:
             wakeup.clear()
             if self.caught_up and not self.logdir.offline:
                 for leader, request in self.manager.fetcher.poll():

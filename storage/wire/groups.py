@@ -23,7 +23,7 @@ from dataclasses import dataclass, field
 
 from .. import coordinator_records as cr
 from ..clock import monotonic_ms, wall_ms
-from ..errors import Errors
+from ..errors import Errors, StorageError
 from ..records import build_batch
 from ..replication import messages as m
 from .codec import ms
@@ -102,6 +102,7 @@ class GroupCoordinator:
         self.groups: dict[str, Group] = {}
         self._loaded: dict[int, int] = {}       # offsets partition -> the leader epoch it was loaded at
         self._offsets_count = (0, 0)            # (topic id, partition count) of __consumer_offsets
+        self._load_failed: set[tuple[int, int]] = set()     # (partition, leader epoch) the tick could not load
 
     # ---- the log ----------------------------------------------------------------------------
     def partition_for(self, group_id: str) -> int:
@@ -128,12 +129,40 @@ class GroupCoordinator:
         state = self.node.partition_state(OFFSETS_TOPIC, partition)
         if state is None or state.leader != self.node.node_id:
             return Errors.NOT_COORDINATOR
-        if self._loaded.get(partition) != state.leader_epoch:
+        self._take_over(partition, state.leader_epoch)
+        return Errors.NONE
+
+    def _take_over(self, partition: int, leader_epoch: int) -> None:
+        if self._loaded.get(partition) != leader_epoch:
             for gid in [g for g in self.groups if self.partition_for(g) == partition]:
                 del self.groups[gid]
             self._load_partition(partition)
-            self._loaded[partition] = state.leader_epoch
-        return Errors.NONE
+            self._loaded[partition] = leader_epoch
+
+    def _led_partitions(self) -> dict[int, int]:
+        """offsets partition -> leader epoch, for every one this broker leads."""
+        led = {}
+        for partition in range(self._offsets_partition_count()):
+            state = self.node.partition_state(OFFSETS_TOPIC, partition)
+            if state is not None and state.leader == self.node.node_id:
+                led[partition] = state.leader_epoch
+        return led
+
+    def load_led_partitions(self) -> None:
+        """Load every offsets partition this broker leads and has not loaded at its current
+        leader epoch: Kafka's coordinator loads a partition when it takes it over, so that
+        ListGroups (and the first request of any group) sees every group after a restart or a
+        leader change, not only those something has asked about."""
+        for partition, epoch in self._led_partitions().items():
+            if self._loaded.get(partition) == epoch or (partition, epoch) in self._load_failed:
+                continue
+            try:
+                self._take_over(partition, epoch)
+            except StorageError as exc:
+                # Logged once per leader epoch; a request for one of its groups tries again
+                # (and answers the error), the periodic work goes on.
+                self._load_failed.add((partition, epoch))
+                log.error("cannot load %s-%d (leader epoch %d): %s", OFFSETS_TOPIC, partition, epoch, exc)
 
     def _load_partition(self, partition: int) -> None:
         """Rebuild committed offsets and group generations from a `__consumer_offsets` partition."""
@@ -292,7 +321,9 @@ class GroupCoordinator:
                 self._complete_join(g)
 
     def tick(self) -> None:
-        """Expire sessions (members that stopped heartbeating) and unclaimed member ids."""
+        """Load the offsets partitions this broker took over; expire sessions (members that
+        stopped heartbeating) and unclaimed member ids."""
+        self.load_led_partitions()
         now = monotonic_ms()
         for g in list(self.groups.values()):
             expired = [member_id for member_id, expiry in g.pending.items() if expiry <= now]
@@ -518,9 +549,12 @@ class GroupCoordinator:
 
     async def list_groups(self, header, request) -> dict:
         states = set(getattr(request, "states_filter", ()) or ())
+        self.load_led_partitions()
+        led = self._led_partitions()
         return {"error_code": Errors.NONE,
                 "groups": [{"group_id": g.group_id, "protocol_type": g.protocol_type or "", "group_state": g.state}
-                           for g in self.groups.values() if not states or g.state in states]}
+                           for g in self.groups.values()
+                           if self.partition_for(g.group_id) in led and (not states or g.state in states)]}
 
     async def describe_groups(self, header, request) -> dict:
         out = []

@@ -23,7 +23,7 @@ import uuid
 from .. import errors
 from ..clock import monotonic_ms
 from ..config import LogConfig
-from ..logdir import LogDir
+from ..logdir import LogDir, hold_lock, release_held_lock
 from ..replication.controller import Controller
 from ..replication.messages import (
     NO_LEADER,
@@ -60,14 +60,21 @@ class Node:
         self.log_config = log_config or LogConfig()
         self.cluster_id = None
         os.makedirs(self.data_dir, exist_ok=True)
-        self.controller = Controller(os.path.join(self.data_dir, "controller"),
-                                     min_insync_replicas=min_insync_replicas)
+        logs = os.path.join(self.data_dir, "logs")
+        hold_lock(logs)         # before anything else: the controller's store is this dir's too
+        try:
+            self.controller = Controller(os.path.join(self.data_dir, "controller"),
+                                         min_insync_replicas=min_insync_replicas)
+        except BaseException:
+            release_held_lock(logs)
+            raise
         topics = {name: t["configs"] for name, t in self.controller.topics.items()}
         try:
-            self.logdir = LogDir.open(os.path.join(self.data_dir, "logs"), self.log_config, background=background,
+            self.logdir = LogDir.open(logs, self.log_config, background=background,
                                       topic_configs=topic_configs.log_configs(self.log_config, topics))
         except BaseException:
             self.controller.close()
+            release_held_lock(logs)
             raise
         # One failure state for the process: a failed commit of the controller's store takes
         # the log dir offline too -- nothing more is acknowledged and the broker stops.

@@ -262,8 +262,40 @@ class BrokerServer(FrameServer):
         await self.node.controlled_shutdown()
         if self._ticker is not None:
             self._ticker.cancel()
+            await asyncio.gather(self._ticker, return_exceptions=True)     # ended, not left cancelled
         self.stop_listening()
+        await _connections_end()
         await self.node.shutdown()
+
+
+CONNECTIONS_END_S = 2.0      # a fetch's long poll is 0.5 s for every client we know
+
+
+async def _connections_end(timeout_s: float = CONNECTIONS_END_S) -> None:
+    """Wait for the connection handlers to end on their own once stop_listening closed their
+    sockets (a handler waiting for a request sees the end of the stream; one answering a
+    request finishes it).  A handler still running when asyncio.run ends is cancelled there,
+    and asyncio's stream protocol (3.11) logs a cancelled handler as an ERROR with a
+    CancelledError traceback, so none is left to it: after `timeout_s` the rest are cancelled
+    here and their cancellation is consumed."""
+    current = asyncio.current_task()
+    handlers = [t for t in asyncio.all_tasks() if t is not current and not t.done()
+                and getattr(t.get_coro(), "__qualname__", "") == "FrameServer._serve"]
+    if not handlers:
+        return
+    _, late = await asyncio.wait(handlers, timeout=timeout_s)
+    for task in late:
+        task.cancel()
+    await asyncio.gather(*late, return_exceptions=True)
+
+
+def _shutdown_exception_handler(loop, context) -> None:
+    """During shutdown a cancellation is what was asked for, not an error (asyncio's stream
+    protocol reports a cancelled connection handler through the loop's exception handler)."""
+    if isinstance(context.get("exception"), asyncio.CancelledError):
+        log.debug("cancelled at shutdown: %s", context.get("message"))
+        return
+    loop.default_exception_handler(context)
 
 
 async def serve(server: "FrameServer", ready=None) -> None:
@@ -279,7 +311,11 @@ async def serve(server: "FrameServer", ready=None) -> None:
         await server.serve_until_stopped()
     finally:
         log.info("shutting down")
-        await server.close()
+        loop.set_exception_handler(_shutdown_exception_handler)
+        try:
+            await server.close()
+        finally:
+            await _connections_end()
 
 
 async def run(node: Node, *, initial_rebalance_delay_ms: int = 3_000, ready=None,
