@@ -183,6 +183,26 @@ def test_the_coordinator_hashes_over_the_partitions_the_offsets_topic_has(tmp_pa
         again.stop()
 
 
+def test_list_groups_after_a_restart_with_fewer_offsets_partitions_lists_every_group(tmp_path):
+    """The coordinator loads every offsets partition the topic has when it takes them over, not
+    only the first --offsets-partitions: a restart with a smaller flag still lists every group."""
+    data = tmp_path / "data"
+    first = Broker(data).start()            # --offsets-partitions 5
+    try:
+        groups = [f"listed-{i}" for i in range(8)]
+        assert {offsets_partition(g, 5) for g in groups} - {0, 1}
+        for i, g in enumerate(groups):
+            group_works(first, g, i + 10)
+    finally:
+        first.stop()
+    again = Broker(data, "--offsets-partitions", "2").start()
+    try:
+        listed = ask(again, 16, 4, {"states_filter": []})
+        assert listed.error_code == 0 and sorted(g.group_id for g in listed.groups) == sorted(groups)
+    finally:
+        again.stop()
+
+
 def test_the_controller_port_refuses_clients_internal_topics(tmp_path):
     """The controller process applies the rule itself: a client that sends CreateTopics or
     DeleteTopics straight to it is refused; a broker's creation (its client id) passes the rule
