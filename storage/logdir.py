@@ -64,13 +64,16 @@ _held_locks_lock = threading.Lock()
 
 
 def lock_holder(lock_path: str) -> str:
-    """Who holds a `.lock` file, as far as it tells: the pid its holder wrote into it when it
-    locked (ours do; Kafka's lock file is empty) and that process's command line."""
-    try:
-        with open(lock_path, "rb") as f:
-            pid = int(f.read(32).split()[0])
-    except (OSError, ValueError, IndexError):
-        return "another process (its .lock file records no pid)"
+    """Who holds a `.lock` file, as far as it tells: the process /proc/locks shows holding a
+    lock on it (a Kafka broker's POSIX lock, our flock), else the pid its holder wrote into it
+    when it locked (ours do; Kafka's lock file is empty), and that process's command line."""
+    pid = _proc_locks_holder(lock_path)
+    if pid is None:
+        try:
+            with open(lock_path, "rb") as f:
+                pid = int(f.read(32).split()[0])
+        except (OSError, ValueError, IndexError):
+            return "another process (its .lock file records no pid)"
     try:
         with open(f"/proc/{pid}/cmdline", "rb") as f:
             command = " ".join(f.read(4096).replace(b"\0", b" ").decode(errors="replace").split())
@@ -79,12 +82,33 @@ def lock_holder(lock_path: str) -> str:
     return f"process {pid}" + (f" ({command[:200]})" if command else "")
 
 
-def _take_lock_file(path: str, directory: str, why: str = "") -> int:
+def _proc_locks_holder(lock_path: str) -> int | None:
+    """The pid /proc/locks shows holding a flock or POSIX lock on `lock_path`, or None."""
+    try:
+        inode = os.stat(lock_path).st_ino
+        with open("/proc/locks") as f:
+            lines = f.read().splitlines()
+    except OSError:
+        return None
+    for line in lines:
+        fields = line.split()
+        if len(fields) >= 6 and fields[1] in ("FLOCK", "POSIX", "OFDLCK") and fields[4].isdigit() \
+                and fields[5].rsplit(":", 1)[-1] == str(inode):
+            return int(fields[4])
+    return None
+
+
+def _take_lock_file(path: str, directory: str, why: str = "", *, posix: bool = False) -> int:
     """flock `path` exclusively without waiting and write this process's pid into it (so a
-    refused opener can name the holder); a held lock is LogDirLockedError naming the holder."""
+    refused opener can name the holder); a held lock is LogDirLockedError naming the holder.
+    `posix`: a POSIX record lock too, which is what a Kafka broker holds (Java's
+    FileChannel.tryLock; Linux keeps flock and POSIX locks apart) -- for short-lived tools only,
+    since a process loses its POSIX locks on a file when it closes any descriptor of it."""
     fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o644)
     try:
         fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        if posix:
+            fcntl.lockf(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
     except OSError as exc:
         os.close(fd)
         if exc.errno in (errno.EWOULDBLOCK, errno.EAGAIN, errno.EACCES):
@@ -102,10 +126,11 @@ def _take_lock_file(path: str, directory: str, why: str = "") -> int:
 
 @contextlib.contextmanager
 def locked_for_tool(directory: str, tool: str):
-    """An offline tool that writes a log dir holds its `.lock` as a broker does: a dir a broker
-    (or another tool) has open is refused with a LogDirLockedError naming the holder."""
+    """An offline tool that writes a log dir holds its `.lock` as our broker does (flock) and as
+    Kafka's does (a POSIX lock): a dir a broker, ours or Kafka's, or another tool has open is
+    refused with a LogDirLockedError naming the holder."""
     path = os.path.realpath(os.path.join(directory, LOCK_FILE))
-    fd = _take_lock_file(path, directory, f"; {tool} writes the log dir: for a stopped broker only")
+    fd = _take_lock_file(path, directory, f"; {tool} writes the log dir: for a stopped broker only", posix=True)
     try:
         yield
     finally:

@@ -146,7 +146,7 @@ def test_cli_refuses_a_live_dir_naming_the_holder(tmp_path, capsys):
         assert main(["abort-txn", str(path), "--topic", "orders", "--partition", "0",
                      "--start-offset", str(first)]) == 1
         err = capsys.readouterr().err
-        assert "in use" in err and f"pid {holder.pid}" in err, err
+        assert "locked by" in err and f"process {holder.pid}" in err, err
     finally:
         holder.kill()
         holder.wait(timeout=10)

@@ -29,7 +29,7 @@ KAFKA_HOLDER = textwrap.dedent("""
     import fcntl, os, sys
     fd = os.open(sys.argv[1], os.O_RDWR | os.O_CREAT)
     os.ftruncate(fd, 0)                       # Kafka's .lock is empty
-    fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    fcntl.lockf(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)    # Java's FileChannel.tryLock: a POSIX lock
     print("ready", flush=True)
     sys.stdin.read()
 """)
@@ -93,7 +93,9 @@ def test_recover_refuses_a_live_dir_naming_the_holder_and_changes_nothing(held, 
     assert _files(log_dir) == before
 
 
-def test_recover_names_an_unknown_holder_of_a_kafka_lock(log_dir):
+def test_recover_refuses_a_kafka_brokers_lock_naming_its_holder(log_dir):
+    """A Kafka broker holds its empty `.lock` with a POSIX lock (FileChannel.tryLock), which
+    Linux keeps apart from flock: the tool takes both and names the holder from /proc/locks."""
     child = subprocess.Popen([sys.executable, "-c", KAFKA_HOLDER, str(log_dir / ".lock")], stdin=subprocess.PIPE,
                              stdout=subprocess.PIPE, text=True)
     try:
@@ -102,7 +104,7 @@ def test_recover_names_an_unknown_holder_of_a_kafka_lock(log_dir):
         out = _tool("recover", log_dir)
         assert out.returncode != 0
         assert len(out.stderr.strip().splitlines()) == 1, out.stderr
-        assert "records no pid" in out.stderr and str(log_dir) in out.stderr
+        assert f"process {child.pid}" in out.stderr and str(log_dir) in out.stderr, out.stderr
         assert _files(log_dir) == before
     finally:
         child.kill()

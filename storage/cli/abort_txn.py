@@ -3,8 +3,8 @@
 (Kafka's `kafka-transactions.sh abort`, KIP-664), ours or one a Kafka broker wrote.
 
 The dir must be stopped: the tool takes its `.lock` both ways a broker holds it (our LogDir's
-flock, Kafka's FileChannel lock, a POSIX record lock) and refuses a live dir, naming the process
-that holds it.  --dry-run lists the partition's open transactions from its batches and changes
+flock, Kafka's FileChannel lock, a POSIX record lock: logdir.locked_for_tool, as `recover` does)
+and refuses a live dir, naming the process that holds it.  --dry-run lists the partition's open transactions from its batches and changes
 nothing.  Otherwise the dir must have been stopped cleanly (its `.kafka_cleanshutdown`: else the
 broker's next start must recover it first), the partition is read as `storage verify` reads it
 (any problem is refused, naming where, and nothing is written), then opened with the offsets the
@@ -16,15 +16,13 @@ open recovers).
 """
 from __future__ import annotations
 
-import errno
-import fcntl
 import os
 
 from .. import errors, hanging
 from .. import io as _io
 from ..inspect.discovery import LOG_SUFFIX, LogFile, log_dir_offsets, segment_base
 from ..inspect.scan import scan_partition
-from ..logdir import CLEAN_SHUTDOWN_FILE, LOCK_FILE
+from ..logdir import CLEAN_SHUTDOWN_FILE, locked_for_tool
 from .output import OK, UsageError, _print_json
 
 
@@ -56,14 +54,11 @@ def cmd_abort_txn(args) -> int:
             raise UsageError("name the transaction: --start-offset O, or --producer-id X --producer-epoch E")
         if by_producer and (args.producer_id is None or args.producer_epoch is None):
             raise UsageError("--producer-id and --producer-epoch go together")
-    fd = _lock(args.dir)
-    try:
+    with locked_for_tool(args.dir, "abort-txn"):
         if args.dry_run:
             found, aborted = hanging.scan_open_transactions(_batches(path)), None
         else:
             found, aborted = _abort(args, path)
-    finally:
-        os.close(fd)                       # releases both locks
     return _report(args, path, found, aborted)
 
 
@@ -111,46 +106,6 @@ def _abort(args, path: str):
         log.close()                         # a failed close leaves the dir unclean: no marker back
         seam.write_file_atomic(marker, marker_bytes)
     return found, aborted
-
-
-def _lock(log_dir: str) -> int:
-    """The dir's `.lock`, taken as our LogDir takes it (flock) and as Kafka does (a POSIX lock);
-    LogDirLockedError naming the holder when a broker has it."""
-    lock = os.path.join(log_dir, LOCK_FILE)
-    fd = os.open(lock, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o644)
-    try:
-        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-        fcntl.lockf(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-    except OSError as exc:
-        os.close(fd)
-        if exc.errno in (errno.EWOULDBLOCK, errno.EAGAIN, errno.EACCES):
-            raise errors.LogDirLockedError(f"the log dir is in use by {lock_holder(lock)}: stop its broker first",
-                                           file=log_dir) from None
-        raise
-    return fd
-
-
-def lock_holder(lock: str) -> str:
-    """"pid N (command line)" of a process holding a lock on the file `lock` (/proc/locks), or
-    "another process"."""
-    try:
-        inode = os.stat(lock).st_ino
-        with open("/proc/locks") as f:
-            lines = f.read().splitlines()
-    except OSError:
-        return "another process"
-    for line in lines:
-        fields = line.split()
-        if len(fields) >= 6 and fields[1] in ("FLOCK", "POSIX", "OFDLCK") and fields[4].isdigit() and \
-                fields[5].rsplit(":", 1)[-1] == str(inode):
-            pid = int(fields[4])
-            try:
-                with open(f"/proc/{pid}/cmdline", "rb") as f:
-                    command = f.read().replace(b"\0", b" ").decode(errors="replace").strip()
-            except OSError:
-                command = ""
-            return f"pid {pid}" + (f" ({command[:120]})" if command else "")
-    return "another process"
 
 
 def _report(args, path: str, found: list, aborted: dict | None) -> int:
