@@ -8,8 +8,8 @@
   under max.message.bytes) and a fetch returns the record.
 - The restart check: after each accepted request the broker is stopped -- SIGTERM and SIGKILL
   in turn -- and started again, and must serve every topic it should.  A request kind is a
-  `Case` (CreateTopics with fuzzed configs, DeleteTopics); more kinds (internal-topic requests,
-  ...) are new `Case`s.  Once, the same for a 3-broker cluster: all three brokers start again.
+  `Case` (CreateTopics with fuzzed configs, DeleteTopics, a big topic created and deleted, a
+  client's requests on the internal topics); more kinds are new `Case`s.  Once, the same for a 3-broker cluster: all three brokers start again.
 
 The normal tier runs a small, fixed-seed representative and the cluster restart; the slow tier
 a wider draw."""
@@ -194,6 +194,38 @@ class DeleteTopicCase(Case):
         return True
 
 
+@dataclasses.dataclass
+class BigTopicCycleCase(Case):
+    """Issue 30 item 3: a topic of many partitions created, then deleted; the controller's store
+    then held pages allocated and freed unwritten, and the next start refused it."""
+    partitions: int = 258
+
+    def send(self, broker: Broker, served: Served, name: str) -> bool:
+        made = ask(broker, 19, 7, {"topics": [{"name": name, "num_partitions": self.partitions,
+                                               "replication_factor": 1, "assignments": [], "configs": []}],
+                                   "timeout": 30000, "validate_only": False}).topics[0]
+        assert made.error_code == Errors.NONE, made
+        gone = ask(broker, 20, 6, {"topics": [{"name": name, "topic_id": 0}], "timeout": 30000}).responses[0]
+        assert gone.error_code == Errors.NONE, gone
+        served.absent.add(name)
+        return True
+
+
+@dataclasses.dataclass
+class InternalTopicCase(Case):
+    """Issue 30 item 4: a client's CreateTopics, DeleteTopics and Produce of an internal topic
+    are refused, and leave a broker that starts again with its groups' topic as it made it."""
+    topic: str = "__consumer_offsets"
+
+    def send(self, broker: Broker, served: Served, name: str) -> bool:
+        made = create_topic(broker, self.topic, {"cleanup.policy": "delete"})
+        assert made.error_code == Errors.INVALID_REQUEST, made
+        gone = ask(broker, 20, 6, {"topics": [{"name": self.topic, "topic_id": 0}], "timeout": 5000}).responses[0]
+        assert gone.error_code == Errors.INVALID_REQUEST, gone
+        assert produce(broker, self.topic, b"forged").error_code == Errors.INVALID_TOPIC_EXCEPTION
+        return True                                 # refused, and still a restart must follow
+
+
 def run_with_restarts(broker: Broker, cases: list[Case], max_restarts: int = 10**6, prefix: str = "fuzz",
                       served: Served | None = None) -> Served:
     """Each case's request, then after each accepted one (up to max_restarts; the later ones are
@@ -246,6 +278,16 @@ def test_config_fuzzer_with_restarts_representative(broker):
     cases: list[Case] = [CreateTopicCase({name: rng.choice(edge_values(name))}) for name in sorted(TOPIC_CONFIGS)]
     cases.insert(4, DeleteTopicCase())
     run_with_restarts(broker, cases, max_restarts=4)
+    assert "Traceback" not in broker.stderr()
+
+
+def test_restarts_after_a_big_topic_cycle_and_refused_internal_topic_requests(broker):
+    """Items 3 and 4 through the same check: after each request (a 258-partition topic created
+    and deleted; a client's requests on each internal topic) the broker stops and starts again."""
+    cases: list[Case] = [CreateTopicCase({}), BigTopicCycleCase(),
+                         *(InternalTopicCase(t) for t in ("__consumer_offsets", "__transaction_state",
+                                                          "__cluster_metadata")), BigTopicCycleCase(64)]
+    run_with_restarts(broker, cases)
     assert "Traceback" not in broker.stderr()
 
 
