@@ -410,7 +410,11 @@ def _last_batches_of_producers(log) -> dict[int, tuple[int | None, int]]:
 
 def group_segments(log, segments: list, first_uncleanable: int) -> list[list]:
     """Kafka's groupSegmentsBySize: consecutive segments whose sizes (log, and each index at
-    its full entry count) fit one segment and whose offsets fit an int32 past the group's base."""
+    its full entry count) fit one segment and whose offsets fit an int32 past the group's base.
+    Each segment a group adds counts one index entry more than it holds: its first batch, the
+    first of its own segment (no entry), follows other batches in the cleaned one and may get
+    an entry -- so an index too small for an entry (segment.index.bytes under 12, a segment per
+    batch) is cleaned segment by segment, where a merge would find its index full."""
     max_size, max_index = log.config.segment_bytes, log.config.segment_index_bytes
     groups, rest = [], list(segments)
     while rest:
@@ -419,8 +423,8 @@ def group_segments(log, segments: list, first_uncleanable: int) -> list[list]:
         while rest:
             s = rest[0]
             last = rest[1].base_offset - 1 if len(rest) > 1 else first_uncleanable - 1
-            if not (size + s.size <= max_size and index + _index_bytes(s, 8) <= max_index
-                    and time_index + _index_bytes(s, 12) <= max_index
+            if not (size + s.size <= max_size and index + _index_bytes(s, 8) + 8 <= max_index
+                    and time_index + _index_bytes(s, 12) + 12 <= max_index
                     and (s.size == 0 or last - group[0].base_offset <= _INT32_MAX)):
                 break
             group.append(rest.pop(0))

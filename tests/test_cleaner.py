@@ -299,6 +299,22 @@ def test_segment_grouping(tmp_path):
     log.close()
 
 
+@pytest.mark.parametrize("index_bytes", [4, 8, 11])
+def test_a_log_whose_index_holds_no_entry_is_cleaned_segment_by_segment(tmp_path, index_bytes):
+    # segment.index.bytes under one time-index entry: a segment per batch (as Kafka rolls on a
+    # full index); merging them would give the cleaned segment index entries it has no room for.
+    log = open_log(tmp_path, segment_index_bytes=index_bytes, index_interval_bytes=0)
+    for i in range(12):
+        append(log, i % 3, i)
+    assert len(log.segments) == 12
+    clean(log, 0)
+    assert keys_in_log(log) == [2, 0, 1, 2] and offsets_in_log(log) == [8, 9, 10, 11]   # 11: active
+    log.close()
+    log = open_log(tmp_path, segment_index_bytes=index_bytes, index_interval_bytes=0)
+    assert offsets_in_log(log) == [8, 9, 10, 11] and log.log_end_offset == 12
+    log.close()
+
+
 def test_compact_leaves_the_epoch_cache_and_keeps_the_offsets(log):
     for i in range(30):
         append(log, i % 3, i)
