@@ -196,7 +196,9 @@ def test_the_default_max_connections_leaves_the_segments_their_descriptors():
 @pytest.mark.parametrize("command", ["serve", "controller"])
 @pytest.mark.parametrize("flag,value", [("--max-connections", "-1"), ("--max-connections-per-ip", "0"),
                                         ("--connections-max-idle-ms", "0"), ("--queued-max-request-bytes", "0"),
-                                        ("--request-timeout-ms", "-5")])
+                                        ("--request-timeout-ms", "-5"), ("--max-connections", str(2**31)),
+                                        ("--request-timeout-ms", str(2**70)),
+                                        ("--connections-max-idle-ms", str(2**63))])
 def test_a_bad_limit_is_a_usage_error_naming_it(tmp_path, capsys, command, flag, value):
     from storage.cli import USAGE, main
     assert main([command, "--data-dir", str(tmp_path / "d"), "--listen", "127.0.0.1:0", flag, value]) == USAGE

@@ -73,6 +73,12 @@ class ConnectionLimits:
         for field in ("max_connections_per_ip", "connections_max_idle_ms", "request_timeout_ms"):
             if getattr(self, field) < 1:
                 raise ValueError(f"{named(field)} must be at least 1, not {getattr(self, field)}")
+        # Kafka's types: connections.max.idle.ms is a LONG, the others INTs.
+        for field, high in (("max_connections", 2**31 - 1), ("max_connections_per_ip", 2**31 - 1),
+                            ("queued_max_request_bytes", 2**31 - 1), ("request_timeout_ms", 2**31 - 1),
+                            ("connections_max_idle_ms", 2**63 - 1)):
+            if getattr(self, field) > high:
+                raise ValueError(f"{named(field)} must be at most {high}, not {getattr(self, field)}")
         if self.max_connections < 0:
             raise ValueError(f"{named('max_connections')} must be at least 1 (0: derived from RLIMIT_NOFILE), "
                              f"not {self.max_connections}")
