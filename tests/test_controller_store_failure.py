@@ -148,6 +148,7 @@ def test_the_controller_process_answers_the_failure_and_stops(tmp_path):
         answer = loop.run_until_complete(server._dispatch(frame[4:]))
         topic = codec.decode_response(19, 7, answer[4:])[1].topics[0]
         assert fired and topic.error_code == STORAGE_ERROR and "new" not in server.controller.topics
+        assert "mdb_txn_commit" in topic.error_message
         assert server._stopped.is_set() and server.logdir.offline
         answer = loop.run_until_complete(server._dispatch(register[4:]))
         assert codec.decode_response(62, 3, answer[4:])[1].error_code == STORAGE_ERROR

@@ -62,7 +62,7 @@ class ControllerServer(FrameServer):
             int(b): tuple(a) for b, a in (self.controller.store.get_document("endpoints") or {}).items()}
         self.last_heartbeat: dict[int, int] = {b: monotonic_ms() for b in self.controller.brokers}
         self.notifier = Notifier()
-        self.handlers = {key: self._answers_failure(key, handler) for key, handler in {
+        self.handlers = {key: self._stops_on_failure(handler) for key, handler in {
             1: self.fetch, 19: self.create_topics, 20: self.delete_topics, 56: self.alter_partition,
             62: self.register, 63: self.heartbeat, 67: self.allocate_producer_ids}.items()}
         self.handlers[18] = self.api_versions          # touches no state: it cannot meet the failure
@@ -122,19 +122,19 @@ class ControllerServer(FrameServer):
         self.controller.close()
         self.logdir.close()
 
-    def _answers_failure(self, key: int, handler):
-        """`handler`, answering a request that meets the failure state (the store's commit or the
-        metadata log failed) with KAFKA_STORAGE_ERROR instead of a dropped connection; the
-        controller stops."""
-        async def answering(header, request):
+    def _stops_on_failure(self, handler):
+        """`handler`, stopping the controller when a request meets the failure state (the
+        store's commit or the metadata log failed); FrameServer answers that request with
+        KAFKA_STORAGE_ERROR (error_answers), never a dropped connection."""
+        async def stopping(header, request):
             try:
                 return await handler(header, request)
             except errors.LogDirOfflineError as exc:
                 if not self._stopped.is_set():
                     log.critical("controller %d is in the failure state and stops: %s", self.node_id, exc)
                     self.request_stop()
-                return failure_answer(key, request, int(exc.error_code), str(exc))
-        return answering
+                raise
+        return stopping
 
     # ---- APIs ----
     async def api_versions(self, header, request) -> dict:
@@ -251,19 +251,3 @@ class ControllerServer(FrameServer):
         first = self.controller.allocate_producer_ids(PRODUCER_ID_BLOCK)
         return {"error_code": Errors.NONE, "producer_id_start": first, "producer_id_len": PRODUCER_ID_BLOCK}
 
-
-def failure_answer(key: int, request, code: int, message: str) -> dict:
-    """The answer of every kind of request this controller serves carrying error `code` (Kafka's
-    getErrorResponse): each topic of a CreateTopics or DeleteTopics, the top level elsewhere."""
-    if key == 19:
-        return {"topics": [{"name": t.name, "topic_id": 0, "error_code": code, "error_message": message,
-                            "num_partitions": -1, "replication_factor": -1, "configs": []} for t in request.topics]}
-    if key == 20:
-        names = [t.name for t in request.topics] if getattr(request, "topics", None) is not None \
-            else list(request.topic_names)
-        return {"responses": [{"name": n, "topic_id": 0, "error_code": code, "error_message": message}
-                              for n in names]}
-    bodies = {1: {"session_id": 0, "responses": []}, 56: {"topics": []}, 62: {"broker_epoch": -1},
-              63: {"is_caught_up": False, "is_fenced": True, "should_shut_down": True},
-              67: {"producer_id_start": -1, "producer_id_len": 0}}
-    return {"error_code": code, **bodies[key]}

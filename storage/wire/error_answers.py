@@ -135,6 +135,15 @@ _BODIES = {
 }
 
 
-def error_body(key: int, request, code: int) -> dict:
-    """The body of `key`'s response answering `request` with `code` everywhere it can be said."""
-    return _BODIES[key](request, code)
+# The APIs whose per-topic rows carry an error message: CreateTopics, DeleteTopics.
+_MESSAGE_ROWS = {19: "topics", 20: "responses"}
+
+
+def error_body(key: int, request, code: int, message: str | None = None) -> dict:
+    """The body of `key`'s response answering `request` with `code` everywhere it can be said
+    (and `message` where a row has an error message)."""
+    body = _BODIES[key](request, code)
+    if message is not None and key in _MESSAGE_ROWS:
+        for row in body[_MESSAGE_ROWS[key]]:
+            row["error_message"] = message
+    return body

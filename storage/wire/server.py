@@ -184,15 +184,19 @@ class FrameServer:
 
     def _error_response(self, key: int, version: int, correlation_id: int, header, request, exc) -> bytes | None:
         """Kafka's getErrorResponse for a handler that raised: the API's response with the
-        exception's code (a StorageError's own, INVALID_REQUEST for codec.InvalidRequestError --
-        a refusal, logged without a traceback --, else UNKNOWN_SERVER_ERROR) where the response
-        has one, else on every topic and partition asked for; logged once with its traceback;
+        exception's code (a StorageError's own, with its text where a row has a message;
+        INVALID_REQUEST for codec.InvalidRequestError -- a refusal, logged without a traceback,
+        as the failure state's LogDirOfflineError is --; else UNKNOWN_SERVER_ERROR) where the
+        response has one, else on every topic and partition asked for; logged once with its traceback;
         the connection stays open.  If even that answer cannot be built, the exception goes on
         and closes the connection."""
         code = getattr(exc, "error_code", errors.Errors.UNKNOWN_SERVER_ERROR)
+        message = str(exc) if hasattr(exc, "error_code") else None      # an error Kafka names, not a bug
         what = f"{codec.api_name(key)} v{version} (correlation id {correlation_id}) from {header.client_id!r}"
         if isinstance(exc, codec.InvalidRequestError):      # the client's mistake, not a bug here
             log.warning("answering %s with INVALID_REQUEST: %s", what, exc)
+        elif isinstance(exc, errors.LogDirOfflineError):    # the failure state, logged where it was entered
+            log.warning("answering %s with KAFKA_STORAGE_ERROR: %s", what, exc)
         else:
             self.handler_errors[(key, version)] += 1
             log.error("answering %s with error code %d: the handler raised", what, code, exc_info=exc)
@@ -201,7 +205,7 @@ class FrameServer:
                 return codec.encode_response(key, version, correlation_id,
                                              ClientApis.api_versions_body(int(code), self.supported))
             return codec.encode_error_response(key, version, correlation_id,
-                                               error_answers.error_body(key, request, int(code)))
+                                               error_answers.error_body(key, request, int(code), message))
         except Exception as answer_exc:
             answer_exc.add_note(f"while answering {what} after its handler raised {exc!r}")
             raise
