@@ -50,6 +50,7 @@ class FrameServer:
         self._server: asyncio.AbstractServer | None = None
         self._stopped = asyncio.Event()
         self._connections: set[asyncio.StreamWriter] = set()
+        self._handlers: set[asyncio.Task] = set()       # the connection handlers running (_serve)
         self.served: collections.Counter = collections.Counter()    # (api key, version) -> requests
         self.handler_errors: collections.Counter = collections.Counter()  # (api key, version) -> raised
         # Requests other than ApiVersions wait while the node starts (a cluster broker opens its
@@ -88,6 +89,8 @@ class FrameServer:
             writer.close()
             return
         self._connections.add(writer)
+        handler = asyncio.current_task()
+        self._handlers.add(handler)
         try:
             await self._requests(reader, writer)
         except (asyncio.IncompleteReadError, ConnectionError):
@@ -100,6 +103,7 @@ class FrameServer:
             log.exception("closing connection from %s after an internal error", peer)
         finally:
             self.gate.leave(ip)
+            self._handlers.discard(handler)
             self._connections.discard(writer)
             writer.close()
 
@@ -268,23 +272,22 @@ class BrokerServer(FrameServer):
             self._ticker.cancel()
             await asyncio.gather(self._ticker, return_exceptions=True)     # ended, not left cancelled
         self.stop_listening()
-        await _connections_end()
+        await _connections_end(self)
         await self.node.shutdown()
 
 
 CONNECTIONS_END_S = 2.0      # a fetch's long poll is 0.5 s for every client we know
 
 
-async def _connections_end(timeout_s: float = CONNECTIONS_END_S) -> None:
-    """Wait for the connection handlers to end on their own once stop_listening closed their
-    sockets (a handler waiting for a request sees the end of the stream; one answering a
+async def _connections_end(server: FrameServer, timeout_s: float = CONNECTIONS_END_S) -> None:
+    """Wait for `server`'s connection handlers to end on their own once stop_listening closed
+    their sockets (a handler waiting for a request sees the end of the stream; one answering a
     request finishes it).  A handler still running when asyncio.run ends is cancelled there,
     and asyncio's stream protocol (3.11) logs a cancelled handler as an ERROR with a
     CancelledError traceback, so none is left to it: after `timeout_s` the rest are cancelled
     here and their cancellation is consumed."""
     current = asyncio.current_task()
-    handlers = [t for t in asyncio.all_tasks() if t is not current and not t.done()
-                and getattr(t.get_coro(), "__qualname__", "") == "FrameServer._serve"]
+    handlers = [t for t in server._handlers if t is not current and not t.done()]
     if not handlers:
         return
     _, late = await asyncio.wait(handlers, timeout=timeout_s)
@@ -319,7 +322,7 @@ async def serve(server: "FrameServer", ready=None) -> None:
         try:
             await server.close()
         finally:
-            await _connections_end()
+            await _connections_end(server)
 
 
 async def run(node: Node, *, initial_rebalance_delay_ms: int = 3_000, ready=None,
