@@ -106,9 +106,10 @@ class LeaderEpochCache:
             if not is_out_of_descriptors(exc):
                 raise
             # No descriptor for the file (EMFILE, ENFILE): the change is in memory and its
-            # caller's records may already be written (an append assigns epochs after it), so it
-            # must not fail now; written at the next flush, as a deferred cache's are -- before
-            # any segment is flushed, so no segment is durable before the epochs it starts.
+            # caller's records may already be written (an append assigns epochs after C wrote
+            # the chunk, before the log end offset moves), so it must not fail now; written at
+            # the next flush, as a deferred cache's are -- before any segment is flushed, so no
+            # segment is durable before the epochs it starts.
             self._dirty = True
             log.error("%s: out of file descriptors, written at the next flush: %s", self.path, exc)
 

@@ -34,6 +34,7 @@ from __future__ import annotations
 
 import struct
 
+from .._native import lib
 from ..errors import Errors
 
 OFFSETS_TOPIC = "__consumer_offsets"
@@ -42,9 +43,9 @@ METADATA_TOPIC = "__cluster_metadata"
 INTERNAL_TOPICS = frozenset({OFFSETS_TOPIC, TRANSACTION_STATE_TOPIC, METADATA_TOPIC})
 
 # The v2 batch header: base offset (8), length (4), leader epoch (4), magic (1), crc (4),
-# attributes (2).  Bits 4 and 5 of the attributes: transactional, control.
+# attributes (2), whose transactional and control bits are the C core's.
 _LENGTH_AT, _MAGIC_AT, _ATTRIBUTES_AT, _HEADER_BYTES = 8, 16, 21, 23
-_TRANSACTIONAL, _CONTROL = 0x10, 0x20
+_TRANSACTIONAL, _CONTROL = lib.PLOG_ATTR_TRANSACTIONAL, lib.PLOG_ATTR_CONTROL
 
 
 def is_internal(topic: str | None) -> bool:
