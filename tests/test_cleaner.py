@@ -541,20 +541,26 @@ def test_grab_filthiest_compacted_log_returns_the_dirtiest(tmp_path):
         assert cleaner.filthiest_first(logs, 0) == [("b", 0), ("c", 0)]
 
 
+def _two_epochs_of_one_key_each(log):
+    """Epoch 0: ten updates of key 0; epoch 1: twelve of key 1; rolled, all committed -- a
+    clean keeps only the last of each, so epoch 1's first batch is cleaned away."""
+    log.assign_epoch_start_offset(0)
+    for i in range(10):
+        log.append_as_leader([record(0, i)], 0)
+    log.assign_epoch_start_offset(1)
+    for i in range(12):
+        log.append_as_leader([record(1, i)], 1)
+    log.roll()
+    log.update_high_watermark(log.log_end_offset)
+    return log
+
+
 def test_verify_accepts_an_epoch_whose_first_batch_was_compacted_away(tmp_path, capsys):
     from storage.cli import main
 
     compacted = LogConfig(**{**CONFIG.__dict__, "segment_bytes": 400})
     with LogDir.open(tmp_path / "dir", LogConfig(fsync=False), topic_configs={"c": compacted}) as logdir:
-        log = logdir.partition("c", 0)
-        log.assign_epoch_start_offset(0)
-        for i in range(10):
-            log.append_as_leader([record(0, i)], 0)
-        log.assign_epoch_start_offset(1)
-        for i in range(12):
-            log.append_as_leader([record(1, i)], 1)
-        log.roll()
-        log.update_high_watermark(log.log_end_offset)
+        log = _two_epochs_of_one_key_each(logdir.partition("c", 0))
         logdir.clean_logs(now_ms=0)
         assert [b.partition_leader_epoch for b in log.batches()][0] == 0      # epoch 1 starts later now ...
         assert [tuple(e) for e in log.epoch_cache.entries] == [(0, 0), (1, 10)]   # ... the cache is untouched
@@ -570,15 +576,7 @@ def test_verify_accepts_a_log_compacted_without_a_logdir(tmp_path, capsys):
     the log is compacted, however it was cleaned; a real contradiction stays a problem."""
     from storage.cli import main
 
-    log = open_log(tmp_path / "dir", segment_bytes=400)
-    log.assign_epoch_start_offset(0)
-    for i in range(10):
-        log.append_as_leader([record(0, i)], 0)
-    log.assign_epoch_start_offset(1)
-    for i in range(12):
-        log.append_as_leader([record(1, i)], 1)
-    log.roll()
-    log.update_high_watermark(log.log_end_offset)
+    log = _two_epochs_of_one_key_each(open_log(tmp_path / "dir", segment_bytes=400))
     log.compact(now_ms=0)
     assert [b.partition_leader_epoch for b in log.batches()][0] == 0
     assert [b.base_offset for b in log.batches() if b.partition_leader_epoch == 1][0] > 10
