@@ -13,7 +13,7 @@ import sys
 import textwrap
 
 import pytest
-from tests.test_failure_state import FaultyIO
+from faulty_io import FaultyIO
 
 from storage import LogConfig, LogDir
 from storage.core import errors
@@ -151,11 +151,10 @@ def test_a_topic_whose_partition_meets_emfile_is_created_when_descriptors_are_ba
     import asyncio
 
     pytest.importorskip("kio", reason="the wire front end needs kio")
-    from tests.test_controller_store_failure import create_topics
-    from tests.test_wire_faults import produce
-
     from storage.wire.node import Node
     from storage.wire.server import BrokerServer
+    from tests.wire.test_controller_store_failure import create_topics
+    from tests.wire.test_wire_faults import produce
 
     seam = OpenFaultyIO()
     loop = asyncio.new_event_loop()

@@ -12,7 +12,7 @@ import pytest
 
 pytest.importorskip("kio", reason="the wire front end needs kio")
 
-from tests.test_failure_state import FaultyIO  # noqa: E402
+from faulty_io import FaultyIO  # noqa: E402
 
 from storage import LogConfig  # noqa: E402
 from storage.core import io as sio  # noqa: E402

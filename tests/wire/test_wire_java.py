@@ -8,8 +8,8 @@ import subprocess
 from pathlib import Path
 
 import pytest
-from tests.test_interop_jvm import jvm_classpath
 
+from tests.interop.test_interop_jvm import jvm_classpath
 from tests.wire_support import Broker, assert_readme_column
 
 pytestmark = pytest.mark.slow
