@@ -8,6 +8,7 @@ import tempfile
 from bisect import bisect_left
 
 from ..core import errors
+from ..core.files import segment_file
 from ..dir.logdir import CLEAN_SHUTDOWN_FILE, locked_for_tool
 from ..inspect.discovery import (
     LOG_SUFFIX,
@@ -55,7 +56,7 @@ def _segment_changes(before, sizes_before: dict, sizes_after: dict, report: dict
         truncated_total += entry["truncated_bytes"]
         segments.append(entry)
     for base in sorted(set(sizes_after) - set(sizes_before)):
-        segments.append({"base_offset": base, "file": os.path.join(path, f"{base:020d}{LOG_SUFFIX}"),
+        segments.append({"base_offset": base, "file": segment_file(path, base, LOG_SUFFIX),
                          "bytes_before": None, "bytes_after": sizes_after[base], "truncated_bytes": 0,
                          "status": "created", "reason": "an empty partition gets its first segment",
                          "position": None, "first_offset_removed": None, "batches_removed": 0})

@@ -19,10 +19,9 @@ from __future__ import annotations
 
 from . import errors, guards
 from . import io as _io
+from .files import INT32_MAX, INT64_MAX
 
 VERSION = 0
-_INT32_MAX = 2**31 - 1
-_INT64_MAX = 2**63 - 1
 
 
 class CheckpointError(errors.CorruptRecordError):
@@ -120,7 +119,7 @@ def read_offsets(path) -> dict[tuple[str, int], int]:
         except ValueError as exc:
             raise CheckpointError(f"line {number}: non-integer partition or offset in {topic} {partition} {offset}",
                                   file=path) from exc
-        if not 0 <= key[1] <= _INT32_MAX or not 0 <= value <= _INT64_MAX:
+        if not 0 <= key[1] <= INT32_MAX or not 0 <= value <= INT64_MAX:
             raise OffsetCheckpointRangeError(
                 f"line {number}: {topic} {partition} {offset} is out of range (partitions are int32 and "
                 f"offsets int64, both >= 0); nothing was loaded from this file", file=path)

@@ -4,9 +4,10 @@ from __future__ import annotations
 
 import dataclasses
 
+from .files import INT32_MAX, INT64_MAX
+
 FLUSH_MODES = ("sync", "deferred")   # when the epoch cache's checkpoint is written
-_INT32_MAX = 2**31 - 1
-_INT64_MIN, _INT64_MAX = -2**63, 2**63 - 1
+_INT64_MIN = -2**63
 SEALED_SEGMENT_CHECKS = ("first_use", "open")
 
 # Each number's type and range, Kafka's ConfigDef of the topic config it stands for
@@ -16,20 +17,20 @@ SEALED_SEGMENT_CHECKS = ("first_use", "open")
 # or ask for something the engine cannot do (an index with no room is fine: see segment.c's
 # plog_segment_seal).  (low, high); a float range for the one DOUBLE.
 RANGES = {
-    "segment_bytes": (14, _INT32_MAX),                  # INT, atLeast(LegacyRecord.RECORD_OVERHEAD_V0)
-    "index_interval_bytes": (0, _INT32_MAX),            # INT, atLeast(0)
-    "segment_index_bytes": (4, _INT32_MAX),             # INT, atLeast(4)
-    "max_message_bytes": (0, _INT32_MAX),               # INT, atLeast(0)
-    "segment_ms": (1, _INT64_MAX),                      # LONG, atLeast(1)
-    "retention_ms": (-1, _INT64_MAX),                   # LONG, atLeast(-1)
-    "retention_bytes": (_INT64_MIN, _INT64_MAX),        # LONG, no bound (any negative: unlimited)
-    "file_delete_delay_ms": (0, _INT64_MAX),            # LONG, atLeast(0)
-    "delete_retention_ms": (0, _INT64_MAX),             # LONG, atLeast(0)
-    "min_compaction_lag_ms": (0, _INT64_MAX),           # LONG, atLeast(0)
-    "max_compaction_lag_ms": (1, _INT64_MAX),           # LONG, atLeast(1)
+    "segment_bytes": (14, INT32_MAX),                  # INT, atLeast(LegacyRecord.RECORD_OVERHEAD_V0)
+    "index_interval_bytes": (0, INT32_MAX),            # INT, atLeast(0)
+    "segment_index_bytes": (4, INT32_MAX),             # INT, atLeast(4)
+    "max_message_bytes": (0, INT32_MAX),               # INT, atLeast(0)
+    "segment_ms": (1, INT64_MAX),                      # LONG, atLeast(1)
+    "retention_ms": (-1, INT64_MAX),                   # LONG, atLeast(-1)
+    "retention_bytes": (_INT64_MIN, INT64_MAX),        # LONG, no bound (any negative: unlimited)
+    "file_delete_delay_ms": (0, INT64_MAX),            # LONG, atLeast(0)
+    "delete_retention_ms": (0, INT64_MAX),             # LONG, atLeast(0)
+    "min_compaction_lag_ms": (0, INT64_MAX),           # LONG, atLeast(0)
+    "max_compaction_lag_ms": (1, INT64_MAX),           # LONG, atLeast(1)
     "min_cleanable_dirty_ratio": (0.0, 1.0),            # DOUBLE, between(0, 1)
-    "producer_id_expiration_ms": (1, _INT64_MAX),       # broker producer.id.expiration.ms (atLeast(1)); int64 here
-    "dedupe_buffer_bytes": (24, _INT64_MAX),            # one key slot (24 bytes) at least
+    "producer_id_expiration_ms": (1, INT64_MAX),       # broker producer.id.expiration.ms (atLeast(1)); int64 here
+    "dedupe_buffer_bytes": (24, INT64_MAX),            # one key slot (24 bytes) at least
 }
 KAFKA_NAMES = {
     "segment_bytes": "segment.bytes", "index_interval_bytes": "index.interval.bytes",
@@ -55,7 +56,7 @@ def _in_range(value, low, high) -> bool:
 def _describe_range(low, high) -> str:
     if isinstance(low, float):
         return f"a number in [{low}, {high}]"
-    kind = "an int32" if high == _INT32_MAX else "an int64"
+    kind = "an int32" if high == INT32_MAX else "an int64"
     return f"{kind} in [{low}, {high}]"
 
 
@@ -83,7 +84,7 @@ class LogConfig:
     # Compaction (PartitionLog.compact, storage/log/cleaner.py), Kafka's topic and cleaner configs.
     delete_retention_ms: int = 86_400_000       # how long a tombstone outlives its clean
     min_compaction_lag_ms: int = 0
-    max_compaction_lag_ms: int = 2**63 - 1
+    max_compaction_lag_ms: int = INT64_MAX
     min_cleanable_dirty_ratio: float = 0.5
     dedupe_buffer_bytes: int = 128 << 20        # log.cleaner.dedupe.buffer.size: 24 bytes a key slot
 

@@ -18,17 +18,14 @@ import os
 from typing import Iterator, NamedTuple
 
 from ..core import checkpoint, errors
+from ..core.files import INDEX_SUFFIX, LEFTOVER_SUFFIXES, LOG_SUFFIX, SNAPSHOT_SUFFIX, TIME_INDEX_SUFFIX, segment_base  # noqa: E402,F401
 from ..core.records import RecordBatch, iter_batches
 from ..dir.logdir import CLEAN_SHUTDOWN_FILE, parse_partition_dir
 from ..log.epoch import CHECKPOINT_FILE
 from ..log.loader import SCAN_WINDOW, first_window, whole_batch_window
-from ..log.segment import segment_base
 from . import UsageError
 
-LOG_SUFFIX, INDEX_SUFFIX, TIME_INDEX_SUFFIX, SNAPSHOT_SUFFIX = ".log", ".index", ".timeindex", ".snapshot"
-
-
-_LEFTOVER_SUFFIXES = (".deleted", ".cleaned", ".swap")
+_LEFTOVER_SUFFIXES = LEFTOVER_SUFFIXES
 
 
 _where = errors.location

@@ -11,9 +11,9 @@ from array import array
 from bisect import bisect_left
 
 from ..core import checkpoint, errors
+from ..core.files import INT32_MAX, TXN_INDEX_SUFFIX
 from ..core.records import decompress
 from ..log.epoch import CHECKPOINT_FILE
-from ..log.txnindex import TXN_INDEX_SUFFIX
 from ..topics.coordinator_records import RecordFormatError, decode_offsets_record, decode_transaction_record
 from .discovery import (
     INDEX_SUFFIX,
@@ -25,7 +25,6 @@ from .discovery import (
 from .lineage import _entries
 from .progress import _progress
 from .scan import (
-    _INT32_MAX,
     _OFFSET_ENTRY,
     _TIME_ENTRY,
     BatchRow,
@@ -38,8 +37,8 @@ _CONTROL_TYPES = {0: "ABORT", 1: "COMMIT", 2: "LEADER_CHANGE", 3: "SNAPSHOT_HEAD
 
 
 def _increment_sequence(sequence: int, increment: int) -> int:
-    if sequence > _INT32_MAX - increment:
-        return increment - (_INT32_MAX - sequence) - 1
+    if sequence > INT32_MAX - increment:
+        return increment - (INT32_MAX - sequence) - 1
     return sequence + increment
 
 

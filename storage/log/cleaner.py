@@ -48,22 +48,20 @@ from __future__ import annotations
 
 import hashlib
 import logging
-import os
 import threading
 from dataclasses import dataclass, field
 
 from ..core import errors
 from ..core import io as _io
 from ..core._native import build_listed, ffi, lib
+from ..core.files import CLEANED_SUFFIX, INT32_MAX, SEGMENT_FILE_KINDS, SWAP_SUFFIX, segment_file
 from ..core.records import BATCH_OVERHEAD, CODEC_NAMES, WRITABLE_CODECS, Record, compress, describe_error, iter_batches
-from .loader import CLEANED_SUFFIX, SWAP_SUFFIX
 from .segment import Segment, SegmentHome
 from .txnindex import AbortedTxn
 
 BYTES_PER_ENTRY = 24            # Kafka's SkimpyOffsetMap: a 16-byte MD5 and an 8-byte offset
 LOAD_FACTOR = 0.9               # log.cleaner.io.buffer.load.factor
 DELETE_HORIZON = lib.PLOG_ATTR_DELETE_HORIZON
-_INT32_MAX = 2**31 - 1
 _log = logging.getLogger(__name__)
 
 
@@ -425,7 +423,7 @@ def group_segments(log, segments: list, first_uncleanable: int) -> list[list]:
             last = rest[1].base_offset - 1 if len(rest) > 1 else first_uncleanable - 1
             if not (size + s.size <= max_size and index + _index_bytes(s, 8) + 8 <= max_index
                     and time_index + _index_bytes(s, 12) + 12 <= max_index
-                    and (s.size == 0 or last - group[0].base_offset <= _INT32_MAX)):
+                    and (s.size == 0 or last - group[0].base_offset <= INT32_MAX)):
                 break
             group.append(rest.pop(0))
             size += s.size
@@ -498,8 +496,8 @@ def _write_group(log, group: list, group_end: int, cleaned: Segment, offset_map:
 
 
 def _new_cleaned_segment(log, seam, base: int, owner_lock) -> Segment:
-    for suffix in (".log", ".index", ".timeindex", ".txnindex"):
-        stale = os.path.join(log.path, f"{base:020d}{suffix}{CLEANED_SUFFIX}")
+    for suffix in SEGMENT_FILE_KINDS:
+        stale = segment_file(log.path, base, suffix + CLEANED_SUFFIX)
         if seam.exists(stale):                  # an earlier round that failed before its swap
             seam.unlink(stale)
     return Segment(SegmentHome(log.path, log.config, owner_lock, failure=log.failure_channel), base, create=True, active=True,

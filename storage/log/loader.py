@@ -61,21 +61,20 @@ import struct
 
 from ..core import errors, guards
 from ..core._native import ffi, lib
-from ..core.records import BATCH_OVERHEAD, LOG_OVERHEAD, iter_batches
-from .epoch import CHECKPOINT_FILE
-from .segment import (
+from ..core.files import (
+    CLEANED_SUFFIX,
     DELETED_SUFFIX,
     INDEX_SUFFIX,
     LOG_SUFFIX,
+    SWAP_SUFFIX,
     TIME_INDEX_SUFFIX,
-    OnDiskSegment,
-    ScanReport,
-    Segment,
+    TXN_INDEX_SUFFIX,
     segment_base,
+    segment_name,
 )
-from .txnindex import TXN_INDEX_SUFFIX
-
-CLEANED_SUFFIX, SWAP_SUFFIX = ".cleaned", ".swap"     # the cleaner's (storage/log/cleaner.py)
+from ..core.records import BATCH_OVERHEAD, LOG_OVERHEAD, iter_batches
+from .epoch import CHECKPOINT_FILE
+from .segment import OnDiskSegment, ScanReport, Segment
 
 RECOVER_MODES = ("strict", "scan", "force")
 _LEFTOVER_SUFFIXES = (DELETED_SUFFIX, CLEANED_SUFFIX)
@@ -158,7 +157,7 @@ def remove_leftovers(seam, path: str, listing: tuple[list[str], set[str]] | None
     listed = set(names)
     log_set, files = None, listed - dirs
     for name in indexes:   # index files without their .log
-        if name[:20] + LOG_SUFFIX in files:
+        if name.partition(".")[0] + LOG_SUFFIX in files:
             continue        # (the common case, without parsing the name)
         base = segment_base(name)
         if log_set is None:
@@ -179,7 +178,7 @@ def _finish_swap(seam, path: str, swaps: list[str], names: list[str]) -> None:
     low, high = None, None
     for name in swaps:
         base = segment_base(name)
-        if base is None or name[:-len(SWAP_SUFFIX)] != f"{base:020d}{LOG_SUFFIX}":
+        if base is None or name[:-len(SWAP_SUFFIX)] != segment_name(base) + LOG_SUFFIX:
             continue
         data = seam.read_file(os.path.join(path, name))
         end = base
@@ -364,7 +363,7 @@ class Loader:
         defer = self.clean and not (self.force or self.scan_trusted) and log.config.sealed_segment_check == "first_use"
         for i, base in enumerate(logs):
             place = "candidate" if is_candidate(i, logs, self.recovery_point) else "below"
-            stem = f"{base:020d}"
+            stem = segment_name(base)
             index_missing = stem + INDEX_SUFFIX not in names
             last = i == len(logs) - 1
             if defer and not last and not index_missing and stem + TIME_INDEX_SUFFIX in names:
@@ -402,7 +401,7 @@ class Loader:
         if log.segments:
             last = log.segments[-1]
             last.unseal()
-            if f"{last.base_offset:020d}{TXN_INDEX_SUFFIX}" not in names:
+            if segment_name(last.base_offset) + TXN_INDEX_SUFFIX not in names:
                 last.txn_index_absent()          # the producer-state rebuild asks for it
 
     def _recover(self, i: int, logs: list[int], segment: Segment) -> bool:

@@ -27,6 +27,7 @@ from ..core._native import ffi, lib
 from ..core.clock import wall_ms as _now_ms
 from ..core.config import LogConfig
 from ..core.failure import LogDirFailureChannel, guarded
+from ..core.files import INDEX_SUFFIX, INT32_MAX, LOG_SUFFIX, TIME_INDEX_SUFFIX, segment_name
 from ..core.records import _build, describe_error, error_class
 from . import cleaner as _cleaner
 from . import producer as _producer
@@ -49,11 +50,8 @@ from .appends import (
 from .epoch import CHECKPOINT_FILE, LeaderEpochCache
 from .loader import Loader, list_or_create, repair_epoch_cache
 from .reads import LogReads
-from .segment import INDEX_SUFFIX, LOG_SUFFIX, TIME_INDEX_SUFFIX, Segment, SegmentHome
+from .segment import Segment, SegmentHome
 from .txnindex import AbortedTxn
-
-_INT32_MAX = 2**31 - 1
-
 
 # The chunk refusals that name their failing batch (the classes come from records.error_class).
 _REFUSALS = frozenset((lib.PLOG_ECRC, lib.PLOG_ECORRUPT, lib.PLOG_EMAGIC, lib.PLOG_EPARTIAL, lib.PLOG_EEMPTY,
@@ -199,7 +197,7 @@ class PartitionLog(LogReads):
             self.recovery_point = start
 
     def _new_segment(self, base_offset: int) -> Segment:
-        prefix = os.path.join(self.path, f"{base_offset:020d}")
+        prefix = os.path.join(self.path, segment_name(base_offset))
         seam = _io.current()
         for suffix in (LOG_SUFFIX, INDEX_SUFFIX, TIME_INDEX_SUFFIX):
             if seam.exists(prefix + suffix):
@@ -443,7 +441,7 @@ class PartitionLog(LogReads):
         """Roll and append (PLOG_EROLL: the chunk was found valid, nothing written), or raise."""
         if rc == lib.PLOG_EROLL:
             new_base = max(v.first_offset, self.log_end_offset)
-            if v.last_offset - new_base > _INT32_MAX:
+            if v.last_offset - new_base > INT32_MAX:
                 # Not even a new segment could hold it: refuse before rolling, so that a refused
                 # append leaves no empty segment behind.
                 raise errors.RecordListTooLargeError(

@@ -31,7 +31,6 @@ its CRC either way, ours is never torn).
 from __future__ import annotations
 
 import bisect
-import os
 import struct
 from collections import deque
 from dataclasses import dataclass
@@ -42,13 +41,12 @@ from ..core import io as _io
 from ..core._native import ffi, lib
 
 NUM_BATCHES_TO_RETAIN = 5
+from ..core.files import INT32_MAX, SNAPSHOT_SUFFIX, segment_base, segment_file  # noqa: E402
+
 NO_PRODUCER_ID = -1
 NO_PRODUCER_EPOCH = -1
 NO_SEQUENCE = -1
 NO_TIMESTAMP = -1
-_INT32_MAX = 2**31 - 1
-
-SNAPSHOT_SUFFIX = ".snapshot"
 SNAPSHOT_VERSION = 1
 _HEADER = struct.Struct(">hIi")           # version, crc, entry count
 _ENTRY = struct.Struct(">qhiqiqiq")       # 46 bytes, ProducerSnapshot.json's field order
@@ -62,14 +60,14 @@ ABORT, COMMIT = 0, 1                      # ControlRecordType of an end-transact
 
 def increment_sequence(sequence: int, increment: int) -> int:
     """Kafka's DefaultRecordBatch.incrementSequence: sequences wrap from 2^31-1 to 0."""
-    if sequence > _INT32_MAX - increment:
-        return increment - (_INT32_MAX - sequence) - 1
+    if sequence > INT32_MAX - increment:
+        return increment - (INT32_MAX - sequence) - 1
     return sequence + increment
 
 
 def decrement_sequence(sequence: int, decrement: int) -> int:
     if sequence < decrement:
-        return _INT32_MAX - (decrement - sequence) + 1
+        return INT32_MAX - (decrement - sequence) + 1
     return sequence - decrement
 
 
@@ -231,7 +229,7 @@ class ProducerAppendInfo:
         else:
             last = NO_SEQUENCE
         # No current epoch (the producer's data was all retained or deleted away): any sequence.
-        in_sequence = first_seq == last + 1 or (first_seq == 0 and last == _INT32_MAX)
+        in_sequence = first_seq == last + 1 or (first_seq == 0 and last == INT32_MAX)
         if self.current.producer_epoch != NO_PRODUCER_EPOCH and not in_sequence:
             self._fail(errors.OutOfOrderSequenceError, f"sequence {first_seq} does not follow the last "
                        f"sequence {last} (epoch {producer_epoch})", offset)
@@ -270,15 +268,12 @@ class ProducerAppendInfo:
 # ---- snapshots ----------------------------------------------------------------------------
 
 def snapshot_path(directory: str, offset: int) -> str:
-    return os.path.join(directory, f"{offset:020d}{SNAPSHOT_SUFFIX}")
+    return segment_file(directory, offset, SNAPSHOT_SUFFIX)
 
 
 def snapshot_offset(name: str) -> int | None:
     """The offset a snapshot file is named by, None for any other name."""
-    stem, dot, suffix = name.partition(".")
-    if dot and "." + suffix == SNAPSHOT_SUFFIX and len(stem) == 20 and stem.isdigit():
-        return int(stem)
-    return None
+    return segment_base(name, SNAPSHOT_SUFFIX)
 
 
 def encode_snapshot(entries) -> bytes:
@@ -685,7 +680,7 @@ def plan_leader_chunk(manager: ProducerStateManager, buf, log_end_offset: int, o
                 entry = manager.producers.get(pid)
                 if entry is not None and entry.producer_epoch == epoch and entry.current_txn_first_offset is None:
                     batches = entry.batch_metadata
-                    if batches and sequence == batches[-1][0] + 1 and 0 <= delta <= _INT32_MAX - sequence:
+                    if batches and sequence == batches[-1][0] + 1 and 0 <= delta <= INT32_MAX - sequence:
                         return (entry, sequence + delta, delta, max_ts)
     found = producer_batches(buf)
     if not found:

@@ -17,7 +17,8 @@ come through here (a follower append, a marker, truncation, reload, expiry) bump
 from __future__ import annotations
 
 from ..core._native import lib
-from .producer import _INT32_MAX, BatchMetadata, ProducerStateManager, _new_batch_metadata
+from ..core.files import INT32_MAX
+from .producer import BatchMetadata, ProducerStateManager, _new_batch_metadata
 
 SLOTS = lib.PLOG_EXPECTED_PRODUCERS
 ENABLED = True          # read when a log opens; tests turn it off to compare with the Python check
@@ -57,7 +58,7 @@ class ExpectedProducers:
             entry = producers.get(pid)
             slot = next((i for i in range(v.expected_count) if v.expected_id[i] == pid), None)
             eligible = (entry is not None and entry.current_txn_first_offset is None and entry.batch_metadata
-                        and entry.batch_metadata[-1][0] < _INT32_MAX)
+                        and entry.batch_metadata[-1][0] < INT32_MAX)
             if not eligible:
                 if slot is not None:
                     v.expected_id[slot] = -1

@@ -26,35 +26,22 @@ import time
 from ..core import errors
 from ..core import io as _io
 from ..core._native import ffi, lib
+from ..core.files import (  # noqa: E402
+    DELETED_SUFFIX,
+    INDEX_SUFFIX,
+    INT32_MAX,
+    LOG_SUFFIX,
+    SEGMENT_FILE_KINDS,
+    TIME_INDEX_SUFFIX,
+    TXN_INDEX_SUFFIX,
+    segment_name,
+)
 from ..core.records import describe_error, error_class, forget_source, register_source
 from .segment_home import SegmentHome, open_segments, retired_mappings, set_open_segments_max  # noqa: F401
-from .txnindex import TXN_INDEX_SUFFIX, TransactionIndex
+from .txnindex import TransactionIndex
 
 PAGE_BYTES = os.sysconf("SC_PAGE_SIZE")
-LOG_SUFFIX, INDEX_SUFFIX, TIME_INDEX_SUFFIX = ".log", ".index", ".timeindex"
-DELETED_SUFFIX = ".deleted"
 _LOG_BYTES, _INDEX_BYTES, _TIME_INDEX_BYTES = (s.encode() for s in (LOG_SUFFIX, INDEX_SUFFIX, TIME_INDEX_SUFFIX))
-_FILE_KINDS = (LOG_SUFFIX, INDEX_SUFFIX, TIME_INDEX_SUFFIX, TXN_INDEX_SUFFIX)     # Kafka's order
-_INT64_MAX = 2**63 - 1
-_INT32_MAX = 2**31 - 1
-
-
-def segment_base(name: str, suffix: str | None = None) -> int | None:
-    """The base offset of a Kafka segment file name (20 decimal digits, then a suffix), or None
-    for any other name, including 20 digits beyond int64."""
-    stem, dot, rest = name.partition(".")
-    if not dot or len(stem) != 20 or not stem.isdigit():
-        return None
-    if suffix is not None and "." + rest != suffix:
-        return None
-    base = int(stem)
-    return base if base <= _INT64_MAX else None
-
-
-
-def segment_name(base_offset: int) -> str:
-    """Kafka's file prefix: the base offset as 20 zero-padded decimal digits."""
-    return f"{base_offset:020d}"
 
 
 def _round_pages(n: int) -> int:
@@ -225,7 +212,7 @@ class Segment:
 
     def paths(self) -> tuple[str, str, str, str]:
         """The four files, in Kafka's order: log, offset index, time index, transaction index."""
-        return tuple(self._path(kind) for kind in _FILE_KINDS)
+        return tuple(self._path(kind) for kind in SEGMENT_FILE_KINDS)
 
     @property
     def log_path(self) -> str:
@@ -319,8 +306,8 @@ class Segment:
         range, offset-index entries increasing inside [base, next offset) at positions inside
         the log, time-index timestamps not decreasing (for model-based tests)."""
         base, size, next_offset = self.base_offset, self.size, self.next_offset
-        assert 0 <= size <= _INT32_MAX, (self, size)
-        assert base <= next_offset <= base + _INT32_MAX + 1, (self, next_offset)
+        assert 0 <= size <= INT32_MAX, (self, size)
+        assert base <= next_offset <= base + INT32_MAX + 1, (self, next_offset)
         entries = self.offset_index_entries()
         assert all(a[0] < b[0] and a[1] < b[1] for a, b in zip(entries, entries[1:])), (self, entries)
         assert all(base <= o < max(next_offset, base + 1) and 0 <= p < max(size, 1) for o, p in entries), \

@@ -19,7 +19,6 @@ from typing import NamedTuple
 from ..core import errors
 from ..core import io as _io
 
-TXN_INDEX_SUFFIX = ".txnindex"
 ENTRY = struct.Struct(">hqqqq")
 ENTRY_BYTES = ENTRY.size          # 34
 VERSION = 0

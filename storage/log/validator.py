@@ -28,12 +28,12 @@ import struct
 
 from ..core import errors
 from ..core._native import ffi, lib
+from ..core.files import INT64_MAX
 from ..core.records import BATCH_OVERHEAD, decompress
 
 _CRC_START = 21            # the CRC covers the batch from its attributes on
 _POS_CRC = 17
 _POS_MAX_TIMESTAMP = 35
-_INT64_MAX = 2**63 - 1
 
 
 def _parse(pointer, length: int, pos: int):
@@ -112,7 +112,7 @@ def recheck(buf: bytearray, *, file) -> None:
             finally:
                 section.release()
             newest = info.base_timestamp + max_delta
-            if not -2**63 <= newest <= _INT64_MAX:
+            if not -2**63 <= newest <= INT64_MAX:
                 raise errors.InvalidTimestampError(
                     f"record timestamp {info.base_timestamp} + {max_delta} overflows", file=file,
                     position=pos, offset=info.base_offset)

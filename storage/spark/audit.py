@@ -36,9 +36,9 @@ import threading
 import time
 
 from ..core import checkpoint
+from ..core.files import segment_base
 from ..inspect import compacted, discovery
 from ..inspect import verdict as analysis
-from ..log.segment import segment_base
 
 EXAMPLES_MAX = 20       # failures / gaps / anomalies listed per replica (all are counted)
 _STRUCTURAL = analysis.STRUCTURAL

@@ -17,8 +17,8 @@ from storage import LogConfig, LogDir, PartitionLog, Record, build_batch, iter_b
 from storage.core import errors
 from storage.core import io as sio
 from storage.core._native import lib
+from storage.core.files import segment_base
 from storage.log.loader import DECISIONS, Action, decide
-from storage.log.segment import segment_base
 
 CONFIG = LogConfig(segment_bytes=600, index_interval_bytes=100, segment_index_bytes=1024, fsync=False)
 
