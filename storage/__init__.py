@@ -5,7 +5,7 @@ EpochEntry, LogConfig, LogDir, PartitionLog, errors.  The C core is loaded (and 
 stale build) on import.
 """
 from ._version import __version__
-from .core import errors
+from .core import errors, io  # noqa: F401 -- io: the I/O seam, `from storage import io` as before
 from .core._native import NativeBuildError
 from .core.columns import BatchColumns, batch_columns
 from .core.config import LogConfig

@@ -19,7 +19,7 @@ from storage import LogConfig, PartitionLog, iter_batches
 SWEEP = """
     import errno, os, shutil, sys, tempfile
     from storage import LogConfig, PartitionLog, errors
-    from storage import io as sio
+    from storage.core import io as sio
 
     class FailKth(sio.PosixIO):
         def __init__(self, kind, k):
