@@ -39,7 +39,7 @@ from bench_append import FileWrite, Lmdb, OursFollower, Peer, _log_config, _Stat
 from benchlib import Contender, make_values, paired
 
 import storage
-from storage.records import iter_batches
+from storage.core.records import iter_batches
 
 ROOT = Path(__file__).resolve().parent.parent
 SOURCE = Path(__file__).resolve().parent / "jvm" / "KafkaPeer.java"

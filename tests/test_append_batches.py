@@ -10,8 +10,9 @@ from hypothesis import strategies as st
 from test_failure_state import FaultyIO
 
 import storage
-from storage import LogConfig, LogDir, PartitionLog, errors
-from storage import io as sio
+from storage import LogConfig, LogDir, PartitionLog
+from storage.core import errors
+from storage.core import io as sio
 
 CONFIG = LogConfig(segment_bytes=4096, index_interval_bytes=256, fsync=False)
 

@@ -8,10 +8,11 @@ import os
 
 import pytest
 
-from storage import LogConfig, PartitionLog, build_batch, errors, iter_batches
-from storage import io as sio
-from storage._native import ffi, lib
-from storage.segment import Segment, SegmentHome
+from storage import LogConfig, PartitionLog, build_batch, iter_batches
+from storage.core import errors
+from storage.core import io as sio
+from storage.core._native import ffi, lib
+from storage.log.segment import Segment, SegmentHome
 
 PIECE = lib.PLOG_APPEND_PIECE_BYTES
 

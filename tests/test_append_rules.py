@@ -4,16 +4,17 @@ import os
 
 import pytest
 
-from storage import LogConfig, PartitionLog, build_batch, errors
-from storage import io as sio
-from storage import log as log_module
+from storage import LogConfig, PartitionLog, build_batch
+from storage.core import errors
+from storage.core import io as sio
+from storage.log import partition as log_module
 
 CONFIG = LogConfig(segment_bytes=1 << 20, fsync=False)
 
 
 def _batch_with_last_offset_delta(base_offset: int, delta: int) -> bytes:
     """A valid batch (CRC included) claiming `delta` as its last offset delta."""
-    from storage._native import ffi, lib
+    from storage.core._native import ffi, lib
 
     raw = bytearray(build_batch([b"x"], base_offset=base_offset))
     info = ffi.new("plog_batch_info *")

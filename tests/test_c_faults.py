@@ -129,7 +129,7 @@ def test_a_broken_segment_invariant_aborts_in_an_asserting_build(tmp_path):
     size went negative aborts at the next mutating call, naming the condition."""
     code = textwrap.dedent(f"""
         from storage import LogConfig, PartitionLog
-        from storage._native import lib
+        from storage.core._native import lib
         log = PartitionLog.open({str(tmp_path / 't-0')!r}, LogConfig(fsync=False))
         log.append_as_leader([b"v"], 0)
         segment = log.segments[-1]

@@ -1,11 +1,13 @@
-"""Log compaction (storage/cleaner.py): the cases of Kafka's LogCleanerTest in our words, named
+"""Log compaction (storage/log/cleaner.py): the cases of Kafka's LogCleanerTest in our words, named
 after them, plus the crash-safe swap and what LogDir adds (the dirty ratio, the checkpoint)."""
 import os
 import time
 
 import pytest
 
-from storage import LogConfig, LogDir, PartitionLog, Record, build_batch, cleaner, errors, iter_batches
+from storage import LogConfig, LogDir, PartitionLog, Record, build_batch, iter_batches
+from storage.core import errors
+from storage.log import cleaner
 
 CONFIG = LogConfig(fsync=False, cleanup_policy="compact", segment_bytes=1024)
 LARGE = 2**63 - 1 - CONFIG.delete_retention_ms - 1        # Kafka's largeTimestamp
@@ -770,7 +772,7 @@ def test_cleaning_in_a_loop_beside_a_writer_thread(tmp_path, monkeypatch):
     import threading
 
     from storage.cli import main
-    from storage.segment import open_segments
+    from storage.log.segment import open_segments
 
     monkeypatch.setattr(open_segments, "limit", 16)
 

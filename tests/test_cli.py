@@ -582,7 +582,7 @@ def test_local_comparison_gives_the_audits_verdicts_on_a_faulted_fleet(tmp_path)
 
 def test_dump_log_of_a_producer_snapshot_the_log_wrote(tmp_path, capsys):
     """kafka-dump-log's snapshot lines (DumpLogSegments.dumpProducerIdSnapshot), read with the
-    engine's own snapshot reader (storage.producer.decode_snapshot)."""
+    engine's own snapshot reader (storage.log.producer.decode_snapshot)."""
     from storage import build_batch
 
     with PartitionLog.open(tmp_path / "t-0", LogConfig(fsync=False)) as log:

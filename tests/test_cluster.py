@@ -5,8 +5,8 @@ import hashlib
 import os
 
 from storage import LogConfig
-from storage import io as sio
-from storage.errors import Errors
+from storage.core import io as sio
+from storage.core.errors import Errors
 from storage.sim.channel import Channel
 from storage.sim.cluster import Cluster
 

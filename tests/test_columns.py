@@ -1,4 +1,4 @@
-"""storage.columns.batch_columns: the headers of every batch of a buffer in one C call.
+"""storage.core.columns.batch_columns: the headers of every batch of a buffer in one C call.
 
 Checked against the per-batch reader (records.iter_batches, itself checked against Kafka's
 files and kafka-python) on real broker-written segments, Kafka's own JVM-written batches,
@@ -14,9 +14,9 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 import storage
-from storage import errors
-from storage.columns import batch_columns
-from storage.records import iter_batches
+from storage.core import errors
+from storage.core.columns import batch_columns
+from storage.core.records import iter_batches
 
 FIELDS = ("base_offset", "last_offset", "size_bytes", "partition_leader_epoch", "magic", "crc", "attributes",
           "max_timestamp", "producer_id", "producer_epoch", "base_sequence", "record_count")

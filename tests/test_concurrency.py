@@ -14,8 +14,10 @@ import threading
 
 import pytest
 
-from storage import LogConfig, LogDir, PartitionLog, errors, segment_home
-from storage._native import lib
+from storage import LogConfig, LogDir, PartitionLog
+from storage.core import errors
+from storage.core._native import lib
+from storage.log import segment_home
 
 STRESS = """
     import random, threading, sys, tempfile
@@ -135,7 +137,7 @@ def test_a_view_keeps_its_bytes_through_every_later_cut(tmp_path, between):
         sys.path.insert(0, {os.path.dirname(__file__)!r})
         from test_concurrency import _log_of_30
         from storage import LogConfig, PartitionLog
-        from storage.segment import open_segments
+        from storage.log.segment import open_segments
 
         path = {str(tmp_path / "t-0")!r}
         log = _log_of_30(path)

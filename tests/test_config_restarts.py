@@ -23,9 +23,9 @@ import pytest
 
 pytest.importorskip("kio", reason="the wire front end needs kio (pip install kio)")
 
-from storage.config import RANGES  # noqa: E402
-from storage.errors import Errors  # noqa: E402
-from storage.records import build_batch  # noqa: E402
+from storage.core.config import RANGES  # noqa: E402
+from storage.core.errors import Errors  # noqa: E402
+from storage.core.records import build_batch  # noqa: E402
 from storage.wire import codec  # noqa: E402
 from storage.wire.configs import TOPIC_CONFIGS  # noqa: E402
 from tests.wire_support import Broker, raw_exchange  # noqa: E402

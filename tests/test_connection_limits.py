@@ -28,7 +28,7 @@ import pytest
 
 pytest.importorskip("kio", reason="the wire front end needs kio")
 
-from storage.segment_home import open_segments  # noqa: E402
+from storage.log.segment_home import open_segments  # noqa: E402
 from storage.wire import codec  # noqa: E402
 from storage.wire.apis import ClientApis  # noqa: E402
 from storage.wire.limits import ConnectionLimits, default_max_connections, descriptor_budget  # noqa: E402
@@ -219,7 +219,7 @@ def create_topic_frame(name: str, segment_bytes: int) -> bytes:
 
 
 def produce_frame(correlation_id: int, value: bytes) -> bytes:
-    from storage.records import build_batch
+    from storage.core.records import build_batch
     return codec.encode_request(0, 9, correlation_id, "t", {
         "transactional_id": None, "acks": 1, "timeout": 5000, "topic_data": [{"name": "t", "partition_data": [
             {"index": 0, "records": build_batch([value])}]}]})

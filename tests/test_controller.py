@@ -7,8 +7,8 @@ from __future__ import annotations
 
 import pytest
 
-from storage import guards
-from storage.errors import Errors
+from storage.core import guards
+from storage.core.errors import Errors
 from storage.replication.controller import Controller
 from storage.replication.messages import (
     NO_LEADER,

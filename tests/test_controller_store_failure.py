@@ -21,8 +21,8 @@ import pytest
 pytest.importorskip("kio", reason="the wire front end needs kio")
 
 from storage import LogConfig  # noqa: E402
-from storage.errors import Errors, LogDirOfflineError  # noqa: E402
-from storage.meta import MetadataError, MetaStore  # noqa: E402
+from storage.core.errors import Errors, LogDirOfflineError  # noqa: E402
+from storage.dir.meta import MetadataError, MetaStore  # noqa: E402
 from storage.replication.controller import Controller  # noqa: E402
 from storage.replication.messages import BrokerHeartbeatRequest, BrokerRegistrationRequest  # noqa: E402
 from storage.wire import codec  # noqa: E402

@@ -1,4 +1,4 @@
-"""The records of __consumer_offsets and __transaction_state (storage/coordinator_records.py) and
+"""The records of __consumer_offsets and __transaction_state (storage/topics/coordinator_records.py) and
 kafka-dump-log's --offsets-decoder / --transaction-log-decoder.
 
 The byte layouts are packed by hand here from Kafka's message specs (OffsetCommitKey/Value,
@@ -15,7 +15,7 @@ from kafka.protocol.consumer import ConsumerProtocolAssignment, ConsumerProtocol
 
 from storage import LogConfig, PartitionLog, Record
 from storage.cli import main
-from storage.coordinator_records import (
+from storage.topics.coordinator_records import (
     GROUP_METADATA_VALUE,
     OFFSET_COMMIT_KEY,
     OFFSET_COMMIT_VALUE,

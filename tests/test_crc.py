@@ -3,7 +3,7 @@ import random
 
 import pytest
 
-from storage._native import lib
+from storage.core._native import lib
 
 
 def crc(data: bytes) -> int:

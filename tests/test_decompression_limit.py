@@ -6,8 +6,9 @@ import struct
 import pytest
 import zstandard
 
-from storage import build_batch, errors, iter_batches
-from storage.records import DECOMPRESSED_BYTES_MAX, decompress
+from storage import build_batch, iter_batches
+from storage.core import errors
+from storage.core.records import DECOMPRESSED_BYTES_MAX, decompress
 
 CHUNK = bytes(1 << 20)
 
@@ -20,7 +21,7 @@ def _zstd_bomb(expanded_mib: int) -> bytes:
 def _batch_with_section(codec_name: str, section: bytes) -> bytes:
     """A valid v2 batch (CRC and all) whose records section is `section`: build one, then
     put the section in and let the C core rewrite the header."""
-    from storage._native import ffi, lib
+    from storage.core._native import ffi, lib
 
     template = bytearray(build_batch([b"x"], compression=codec_name))
     out = bytearray(template[:61] + section)

@@ -8,7 +8,8 @@ from conftest import TESTDATA
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from storage import EpochEntry, LeaderEpochCache, checkpoint
+from storage import EpochEntry, LeaderEpochCache
+from storage.core import checkpoint
 
 
 def cache_with(*entries, path=None):
@@ -248,7 +249,7 @@ def test_a_deferred_partition_costs_no_fsync_until_its_first_flush(tmp_path):
     from test_failure_state import FaultyIO
 
     from storage import LogConfig, LogDir
-    from storage import io as sio
+    from storage.core import io as sio
 
     class Counting(FaultyIO):
         def __init__(self):
@@ -374,8 +375,9 @@ def test_a_failed_first_flush_of_a_deferred_partition_takes_the_dir_offline(tmp_
     any other: its failure is the failure state (error 56), never retried into success."""
     from test_failure_state import FaultyIO
 
-    from storage import LogConfig, LogDir, errors
-    from storage import io as sio
+    from storage import LogConfig, LogDir
+    from storage.core import errors
+    from storage.core import io as sio
 
     seam = FaultyIO()
     with sio.using(seam):

@@ -1,19 +1,20 @@
-"""The failure state of a log dir (storage/failure.py; issue 13 item 1).
+"""The failure state of a log dir (storage/core/failure.py; issue 13 item 1).
 
 Any I/O failure takes the dir offline: the failing call and every later call on its partitions
 raise LogDirOfflineError (KAFKA_STORAGE_ERROR, 56) naming the dir and the first failure; nothing
 is retried into success (fsyncgate: after a failed fsync a later fsync proves nothing); close()
 writes neither offsets nor the clean-shutdown marker; a new LogDir.open recovers the dir as after
-an unclean shutdown.  Faults are injected through the I/O seam (storage.io).
+an unclean shutdown.  Faults are injected through the I/O seam (storage.core.io).
 """
 import errno
 import os
 
 import pytest
 
-from storage import LogConfig, LogDir, PartitionLog, errors
-from storage import io as sio
-from storage.logdir import CLEAN_SHUTDOWN_FILE
+from storage import LogConfig, LogDir, PartitionLog
+from storage.core import errors
+from storage.core import io as sio
+from storage.dir.logdir import CLEAN_SHUTDOWN_FILE
 
 
 class FaultyIO(sio.PosixIO):

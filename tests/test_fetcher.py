@@ -12,8 +12,9 @@ import dataclasses
 
 import pytest
 
-from storage import LogConfig, LogDir, build_batch, guards
-from storage.errors import Errors
+from storage import LogConfig, LogDir, build_batch
+from storage.core import guards
+from storage.core.errors import Errors
 from storage.replication import fetcher as fetcher_module
 from storage.replication.fetcher import FETCHING, RESETTING, TRANSITIONS, TRUNCATING
 from storage.replication.messages import (

@@ -8,8 +8,9 @@ import os
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from storage import LogConfig, PartitionLog, build_batch, errors, iter_batches
-from storage._native import ffi, lib
+from storage import LogConfig, PartitionLog, build_batch, iter_batches
+from storage.core import errors
+from storage.core._native import ffi, lib
 
 BASE = b"".join([
     build_batch([(b"k1", b"v" * 30), (None, None), (b"k3", b"x", [("h", b"1"), ("n", None)])], base_offset=0),

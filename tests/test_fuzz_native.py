@@ -10,8 +10,9 @@ import random
 
 import pytest
 
-from storage import LogConfig, PartitionLog, batch_columns, build_batch, errors, iter_batches
-from storage._native import ffi, lib
+from storage import LogConfig, PartitionLog, batch_columns, build_batch, iter_batches
+from storage.core import errors
+from storage.core._native import ffi, lib
 
 pytestmark = pytest.mark.sanitize
 

@@ -1,4 +1,4 @@
-"""Aborting a hanging transaction (storage/hanging.py, storage/cli/abort_txn.py; issue 30 item
+"""Aborting a hanging transaction (storage/dir/hanging.py, storage/cli/abort_txn.py; issue 30 item
 7): Kafka's KIP-664 `kafka-transactions.sh abort` -- the open transaction's producer id and epoch
 (DescribeProducers), then an ABORT marker (WriteTxnMarkers) -- for one log and for a stopped
 broker's log dir, ours or Kafka's."""
@@ -9,8 +9,10 @@ import sys
 
 import pytest
 
-from storage import LogConfig, LogDir, PartitionLog, Record, build_batch, errors, hanging, iter_batches
+from storage import LogConfig, LogDir, PartitionLog, Record, build_batch, iter_batches
 from storage.cli import main
+from storage.core import errors
+from storage.dir import hanging
 
 EPOCH = 3
 CONFIG = LogConfig(fsync=False)

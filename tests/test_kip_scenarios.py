@@ -1,10 +1,10 @@
 """Each KIP's motivating story (storage/sim/stories.py), with the guard it motivates switched
 on -- the story ends safely -- and off -- it ends in the failure the KIP describes.  Guards can
-only be switched off in simulation mode (storage.guards)."""
+only be switched off in simulation mode (storage.core.guards)."""
 import pytest
 
-from storage import guards
-from storage.errors import Errors
+from storage.core import guards
+from storage.core.errors import Errors
 from storage.replication import messages as m
 from storage.sim import oracle, stories
 from storage.sim.rig import Rig

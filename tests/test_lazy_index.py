@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import os
 
-import storage.io as sio
+import storage.core.io as sio
 from storage import LogConfig, PartitionLog
 from storage.sim.fs import SimFS
 

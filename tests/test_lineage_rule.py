@@ -10,9 +10,9 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from storage.epoch import LeaderEpochCache
 from storage.inspect import lineage
 from storage.inspect import verdict as analysis
+from storage.log.epoch import LeaderEpochCache
 
 
 def test_the_audit_and_verify_share_the_rule():

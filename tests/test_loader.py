@@ -1,4 +1,4 @@
-"""The loader's decision table (storage/loader.py), a test per row, and what recovery must
+"""The loader's decision table (storage/log/loader.py), a test per row, and what recovery must
 never destroy (issue 13 item 3).
 
 Kafka's LogLoaderTest checks that recovery accepts offset gaps between segments (compacted
@@ -13,11 +13,12 @@ import pytest
 from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 
-from storage import LogConfig, LogDir, PartitionLog, Record, build_batch, errors, iter_batches
-from storage import io as sio
-from storage._native import lib
-from storage.loader import DECISIONS, Action, decide
-from storage.segment import segment_base
+from storage import LogConfig, LogDir, PartitionLog, Record, build_batch, iter_batches
+from storage.core import errors
+from storage.core import io as sio
+from storage.core._native import lib
+from storage.log.loader import DECISIONS, Action, decide
+from storage.log.segment import segment_base
 
 CONFIG = LogConfig(segment_bytes=600, index_interval_bytes=100, segment_index_bytes=1024, fsync=False)
 

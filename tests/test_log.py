@@ -4,9 +4,10 @@ import os
 
 import pytest
 
-from storage import LogConfig, PartitionLog, Record, build_batch, errors, iter_batches
-from storage import io as sio
-from storage.reads import EARLIEST_TIMESTAMP, LATEST_TIMESTAMP, MAX_TIMESTAMP
+from storage import LogConfig, PartitionLog, Record, build_batch, iter_batches
+from storage.core import errors
+from storage.core import io as sio
+from storage.log.reads import EARLIEST_TIMESTAMP, LATEST_TIMESTAMP, MAX_TIMESTAMP
 
 
 def batches_of(view):
@@ -435,7 +436,7 @@ def test_every_file_operation_goes_through_the_seam(tmp_path, small_config):
     assert all(c[1] & sio.SYNC_NOOP for c in seam.calls if c[0] in ("fsync", "fsync_dir"))
     assert sum(c[0] == "pwrite" and c[1].endswith(".log") for c in seam.calls) == 30
     assert ("pwrite", "leader-epoch-checkpoint.tmp", len(b"0\n1\n0 0\n")) in seam.calls
-    assert not __import__("storage")._native.lib.plog_io_python_active()
+    assert not __import__("storage").core._native.lib.plog_io_python_active()
 
 
 def test_failed_write_leaves_log_unchanged_and_takes_the_dir_offline(tmp_path, small_config):
@@ -467,7 +468,7 @@ def test_failed_write_leaves_log_unchanged_and_takes_the_dir_offline(tmp_path, s
 def test_segment_read_is_find_then_span(make_log):
     """plog_segment_read (one C call per point read) answers what plog_segment_find followed
     by plog_batches_span answer, for every offset, byte and offset bound."""
-    from storage._native import ffi, lib
+    from storage.core._native import ffi, lib
 
     log = make_log(config=LogConfig(index_interval_bytes=100, fsync=False))
     for i in range(40):
@@ -493,7 +494,7 @@ def test_a_truncation_survives_page_cache_loss(tmp_path):
     # Simulator seed 508392: a follower truncated a divergent tail, refetched the leader's
     # batches, lost its page cache -- and the removed tail (of a newer epoch) came back and
     # passed recovery.  The cut is durable at once now: a crash keeps nothing of that tail.
-    from storage import io as sio
+    from storage.core import io as sio
     from storage.sim.fs import SimFS
     fs = SimFS(tmp_path, seed=1)
     config = LogConfig(fsync=False)

@@ -3,7 +3,7 @@
 Rules: leader append, follower append (with gaps), read, roll, truncate, raise the log start
 offset, flush, clean reopen, segments pushed out of the open-segment cache, crash and unclean
 reopen.  After every rule the invariants of
-storage/log.py are checked against the model.
+storage/log/partition.py are checked against the model.
 """
 import shutil
 import tempfile
@@ -13,8 +13,8 @@ from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, invariant, rule
 
 from storage import LogConfig, PartitionLog, build_batch, iter_batches
-from storage import segment as segment_module
-from storage.segment import OnDiskSegment
+from storage.log import segment as segment_module
+from storage.log.segment import OnDiskSegment
 
 CONFIG = LogConfig(segment_bytes=1500, index_interval_bytes=200, segment_index_bytes=400, fsync=False)
 

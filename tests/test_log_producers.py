@@ -6,7 +6,8 @@ import os
 
 import pytest
 
-from storage import LogConfig, PartitionLog, build_batch, errors
+from storage import LogConfig, PartitionLog, build_batch
+from storage.core import errors
 
 CONFIG = LogConfig(fsync=False, segment_bytes=4096)
 PID = 1000
@@ -231,13 +232,13 @@ def _state(log):
 
 
 def test_the_next_in_sequence_fast_path_is_the_general_path(tmp_path, monkeypatch):
-    """A client's next batch in sequence skips the general planning (storage/producer.py
+    """A client's next batch in sequence skips the general planning (storage/log/producer.py
     _NextInSequence); on random appends -- retries, gaps, epoch bumps, transactions, wraps --
     both paths answer and leave the state alike."""
     from hypothesis import HealthCheck, given, settings
     from hypothesis import strategies as st
 
-    from storage import producer
+    from storage.log import producer
 
     step = st.tuples(st.sampled_from([1, 2]), st.sampled_from([0, 0, 0, 1]), st.sampled_from([0, 1, 1, 1, 2, -1, -3]),
                      st.integers(1, 3), st.booleans())

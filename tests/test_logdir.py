@@ -9,9 +9,10 @@ import shutil
 import pytest
 from conftest import TESTDATA
 
-from storage import LogConfig, LogDir, Record, build_batch, errors, iter_batches
-from storage import io as sio
-from storage.logdir import CLEAN_SHUTDOWN_FILE, parse_partition_dir
+from storage import LogConfig, LogDir, Record, build_batch, iter_batches
+from storage.core import errors
+from storage.core import io as sio
+from storage.dir.logdir import CLEAN_SHUTDOWN_FILE, parse_partition_dir
 from storage.sim import invariants
 
 CONFIG = LogConfig(segment_bytes=700, index_interval_bytes=300, segment_index_bytes=1200, fsync=False)
@@ -318,7 +319,7 @@ def test_both_flush_modes_recover_the_same_cache(tmp_path, epoch_flush):
 
 
 def test_deferred_epoch_file_is_flushed_before_the_segment(tmp_path):
-    import storage.io as sio
+    import storage.core.io as sio
 
     order = []
 

@@ -25,7 +25,7 @@ What must hold, and why it is not more (kafka-reference 5, 11.1):
     partition are not checked;
   - the checkpoint file has no checksum: damage that still parses (a digit changed) is
     trusted as Kafka trusts it, so then only the cache's structure is checked.  Damage that
-    does not parse makes the log rebuild the cache "from every batch" (storage/log.py); a
+    does not parse makes the log rebuild the cache "from every batch" (storage/log/partition.py); a
     missing (or empty) checkpoint only gets the epochs of the segments recovery scans;
   - a trusted index is used as it is (Kafka's sanity check looks at its length and last entry
     only), so a damaged one may send a read astray or make the next index append -- the
@@ -51,20 +51,13 @@ from hypothesis import HealthCheck, event, given, note, settings
 from hypothesis import strategies as st
 from hypothesis.control import currently_in_test_context
 
-from storage import (
-    LeaderEpochCache,
-    LogConfig,
-    LogDir,
-    build_batch,
-    checkpoint,
-    errors,
-    iter_batches,
-)
-from storage.config import SEALED_SEGMENT_CHECKS
-from storage.epoch import CHECKPOINT_FILE
-from storage.logdir import CLEAN_SHUTDOWN_FILE
-from storage.meta import FILE_NAME as META_FILE
-from storage.meta import MetadataError, MetaStore
+from storage import LeaderEpochCache, LogConfig, LogDir, build_batch, iter_batches
+from storage.core import checkpoint, errors
+from storage.core.config import SEALED_SEGMENT_CHECKS
+from storage.dir.logdir import CLEAN_SHUTDOWN_FILE
+from storage.dir.meta import FILE_NAME as META_FILE
+from storage.dir.meta import MetadataError, MetaStore
+from storage.log.epoch import CHECKPOINT_FILE
 
 CONFIG = LogConfig(segment_bytes=1500, index_interval_bytes=200, segment_index_bytes=1024, fsync=False)
 EXAMPLES = int(os.environ.get("CORRUPTION_EXAMPLES", "150"))

@@ -1,4 +1,4 @@
-"""MetaStore: the log dir's LMDB environment (storage/meta.py).
+"""MetaStore: the log dir's LMDB environment (storage/dir/meta.py).
 
 Round trips of the databases, values surviving a reopen, one transaction per
 `put_partitions` call (proved by failing a call half-way), map growth from a tiny map, use
@@ -18,8 +18,8 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from storage import errors
-from storage.meta import FILE_NAME, MetadataError, MetaStore, PartitionOffsets
+from storage.core import errors
+from storage.dir.meta import FILE_NAME, MetadataError, MetaStore, PartitionOffsets
 
 PAGE = 4096   # LMDB's page size on Linux x86-64 (two meta pages, then data pages)
 
@@ -175,7 +175,7 @@ def test_reopen_in_another_process_sees_committed_data(tmp_path):
     code = textwrap.dedent(f"""
         import sys
         sys.path.insert(0, {os.getcwd()!r})
-        from storage.meta import MetaStore
+        from storage.dir.meta import MetaStore
         s = MetaStore({str(tmp_path)!r})
         print(sorted((k, tuple(v)) for k, v in s.partitions().items()))
     """)
@@ -403,7 +403,7 @@ _CHECKER = textwrap.dedent("""
     import json, sys
     sys.path.insert(0, sys.argv[2])
     from storage import errors
-    from storage.meta import MetaStore, MetadataError
+    from storage.dir.meta import MetaStore, MetadataError
 
     def run():
         store = MetaStore(sys.argv[1], sync=False)
@@ -568,8 +568,8 @@ def test_the_tools_read_the_store_through_one_reader(tmp_path):
     """verify/epochs (storage.inspect) and the fleet audit (storage.spark) read partition offsets
     through meta.read_partition_offsets (they had two readers with different lock flags)."""
     from storage import LogConfig, LogDir
+    from storage.dir.meta import FILE_NAME, read_partition_offsets
     from storage.inspect.discovery import log_dir_offsets
-    from storage.meta import FILE_NAME, read_partition_offsets
     from storage.spark.audit import log_dir_metadata
 
     with LogDir.open(tmp_path, LogConfig(fsync=False)) as logdir:
@@ -646,7 +646,7 @@ def test_create_delete_cycles_with_restarts_always_reopen(tmp_path_factory, step
 def test_file_cut_below_a_referenced_page_is_refused_and_one_cut_past_them_opens(tmp_path):
     """The guard stays: cut the file at the last page a tree references -> MetadataError (not
     SIGBUS); a file whose unwritten tail is only pages LMDB never reaches opens."""
-    from storage import meta_pages
+    from storage.dir import meta_pages
     path = _build_store(tmp_path)
     with MetaStore(tmp_path) as store:
         store.write_batch(partition_states=_topic_states("big", 258, 0))

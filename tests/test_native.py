@@ -60,6 +60,6 @@ class TestBuildChecks:
 
 
 def test_version_string_embeds_package_version():
-    from storage._native import ffi, lib
+    from storage.core._native import ffi, lib
 
     assert ffi.string(lib.plog_version()).decode().startswith(storage.__version__ + "+")

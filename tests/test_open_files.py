@@ -14,10 +14,12 @@ import threading
 
 import pytest
 
-from storage import LogConfig, PartitionLog, errors, iter_batches, loader
-from storage import io as sio
-from storage import segment as segment_module
-from storage.segment import OnDiskSegment
+from storage import LogConfig, PartitionLog, iter_batches
+from storage.core import errors
+from storage.core import io as sio
+from storage.log import loader
+from storage.log import segment as segment_module
+from storage.log.segment import OnDiskSegment
 
 
 def _open_fds() -> int:

@@ -14,9 +14,10 @@ import textwrap
 
 import pytest
 
-from storage import LogConfig, LogDir, errors
-from storage import io as sio
-from storage.records import build_batch
+from storage import LogConfig, LogDir
+from storage.core import errors
+from storage.core import io as sio
+from storage.core.records import build_batch
 from tests.test_failure_state import FaultyIO
 
 
@@ -95,7 +96,7 @@ CHILD = """
     import os, resource, sys
     resource.setrlimit(resource.RLIMIT_NOFILE, (64, 64))
     from storage import LogConfig, LogDir, errors, segment_home
-    from storage.records import build_batch
+    from storage.core.records import build_batch
     segment_home.set_open_segments_max(16)
     logdir = LogDir.open(sys.argv[1], LogConfig(segment_bytes=200, fsync=True), background=False)
     plog = logdir.partition("t", 0)
@@ -178,7 +179,7 @@ def test_out_of_descriptors_when_a_suspended_segment_reopens(tmp_path, opens_bef
     """The open-segment cache suspended the segment (its descriptors closed); its reopen for a
     read meets EMFILE at its .log, .index or .timeindex: that read fails, the dir stays online,
     the next read reopens it whole."""
-    from storage import segment_home
+    from storage.log import segment_home
     limit = segment_home.open_segments.limit
     seam = OpenFaultyIO()
     segment_home.set_open_segments_max(16)
@@ -205,7 +206,7 @@ def test_the_background_thread_retries_a_task_that_ran_out_of_descriptors(tmp_pa
     its next turn; the thread goes on and the dir stays online (it used to end the thread)."""
     import time
 
-    from storage.background import BackgroundConfig
+    from storage.dir.background import BackgroundConfig
 
     seam = OpenFaultyIO()
     with sio.using(seam):
@@ -279,7 +280,7 @@ def test_out_of_descriptors_inside_a_truncation_is_still_the_failure_state(tmp_p
     """A truncation changes files in several steps that only a reopen's recovery makes whole:
     not in RETRIABLE_WITHOUT_DESCRIPTORS, so EMFILE there (its suspended segment's reopen) takes
     the dir offline as any I/O failure."""
-    from storage import segment_home
+    from storage.log import segment_home
     limit = segment_home.open_segments.limit
     seam = OpenFaultyIO()
     segment_home.set_open_segments_max(16)

@@ -1,4 +1,4 @@
-"""The leader's producer check in C (storage/producer_check.py, PLOG_VALIDATE_PRODUCERS): an
+"""The leader's producer check in C (storage/log/producer_check.py, PLOG_VALIDATE_PRODUCERS): an
 expected producer's next batch is checked and written by one C call; everything else comes
 back to the Python check.  It is a cache of the producer state, so it must answer exactly as
 the Python check does, whatever happened to the state in between."""
@@ -6,7 +6,9 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from storage import LogConfig, PartitionLog, build_batch, errors, producer, producer_check
+from storage import LogConfig, PartitionLog, build_batch
+from storage.core import errors
+from storage.log import producer, producer_check
 
 CONFIG = LogConfig(fsync=False, segment_bytes=4096)
 
@@ -147,8 +149,8 @@ def test_the_c_check_answers_as_the_python_checks(tmp_path, monkeypatch):
     slots), retries, gaps, epoch bumps, transactions, two producers in one chunk, truncations,
     markers, expiry, rolls, sequences near the wrap: the C check, the Python next-in-sequence
     path alone, and the general Python check answer alike and end in the same state."""
-    import storage.log
-    monkeypatch.setattr(storage.log, "_now_ms", lambda: 1_700_000_000_000)    # markers' timestamps alike
+    import storage.log.partition
+    monkeypatch.setattr(storage.log.partition, "_now_ms", lambda: 1_700_000_000_000)    # markers' timestamps alike
     runs = [0]
 
     @settings(max_examples=80, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])

@@ -1,4 +1,4 @@
-"""The producer-state manager on its own (storage/producer.py): our version of the cases of
+"""The producer-state manager on its own (storage/log/producer.py): our version of the cases of
 Kafka's ProducerStateManagerTest (storage/src/test/java/.../ProducerStateManagerTest.java),
 named after them.  The verification-guard cases (KIP-890) and the late-transaction timer are
 not part of this engine."""
@@ -6,8 +6,8 @@ import os
 
 import pytest
 
-from storage import errors
-from storage.producer import (
+from storage.core import errors
+from storage.log.producer import (
     ABORT,
     CLIENT,
     COMMIT,
@@ -469,7 +469,7 @@ def test_truncation_skips_the_replay_when_no_producer_was_known(tmp_path, monkey
     with a producer in it, the truncation replays and the producer's last batch is the one
     below the cut."""
     from storage import LogConfig, PartitionLog, build_batch
-    from storage import producer as producer_module
+    from storage.log import producer as producer_module
 
     replays = []
     real_replay = producer_module.replay

@@ -13,9 +13,10 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from storage import Record, build_batch, errors, iter_batches
-from storage import records as records_module
-from storage._native import build_listed, decode_records, ffi, lib
+from storage import Record, build_batch, iter_batches
+from storage.core import errors
+from storage.core import records as records_module
+from storage.core._native import build_listed, decode_records, ffi, lib
 
 STAMP = 1_700_000_000_000
 

@@ -3,8 +3,9 @@ import struct
 
 import pytest
 
-from storage import Record, RecordBatch, build_batch, errors, iter_batches
-from storage._native import ffi, lib
+from storage import Record, RecordBatch, build_batch, iter_batches
+from storage.core import errors
+from storage.core._native import ffi, lib
 
 B1 = bytes.fromhex(
     "0000000000000000" "00000047" "00000007" "02" "fa4029f1" "0000" "00000001"
@@ -250,8 +251,8 @@ def test_a_kept_error_from_a_mapped_view_does_not_crash_the_collector():
 def test_one_map_from_c_error_codes_to_exceptions():
     """records.error_class is the one table (it was four: the log's append, iter_batches, the
     segment's checks and the validator each mapped codes themselves, and they differed)."""
-    from storage._native import lib
-    from storage.records import error_class
+    from storage.core._native import lib
+    from storage.core.records import error_class
 
     assert error_class(lib.PLOG_ETOOLARGE) is errors.RecordTooLargeError
     assert error_class(lib.PLOG_ECRC) is errors.CorruptRecordError

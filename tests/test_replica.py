@@ -11,10 +11,11 @@ import os
 
 import pytest
 
-from storage import LogConfig, LogDir, Record, build_batch, errors, guards
-from storage import io as sio
-from storage.errors import Errors
-from storage.reads import EARLIEST_TIMESTAMP, LATEST_TIMESTAMP
+from storage import LogConfig, LogDir, Record, build_batch
+from storage.core import errors, guards
+from storage.core import io as sio
+from storage.core.errors import Errors
+from storage.log.reads import EARLIEST_TIMESTAMP, LATEST_TIMESTAMP
 from storage.replication.messages import (
     EPOCH_DURING_DELETE,
     NO_EPOCH,
@@ -85,7 +86,7 @@ def make_manager(tmp_path, now):
 
 @pytest.fixture
 def simulation(monkeypatch):
-    """Allow guards to be switched off (storage.guards refuses outside simulation); the
+    """Allow guards to be switched off (storage.core.guards refuses outside simulation); the
     module's simulation flag is restored afterwards."""
     monkeypatch.setattr(guards, "_simulation", guards._simulation)
     guards.enter_simulation()

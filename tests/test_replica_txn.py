@@ -9,7 +9,7 @@ import pytest
 from test_replica import CONSUMER, TOPIC, fetch, log_of, make_manager, now, state  # noqa: F401 (fixtures)
 
 from storage import build_batch
-from storage.errors import Errors
+from storage.core.errors import Errors
 from storage.replication.messages import (
     READ_COMMITTED,
     AbortedTransaction,

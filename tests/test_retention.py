@@ -1,4 +1,4 @@
-"""Retention (storage/retention.py): which segments go, when their files go, and what moves
+"""Retention (storage/log/retention.py): which segments go, when their files go, and what moves
 with the log start offset.  Our version of the retention cases of Kafka's UnifiedLogTest,
 named after them; the clock is passed in (now_ms), as Kafka's tests use MockTime."""
 import os
@@ -7,7 +7,7 @@ import time
 import pytest
 
 from storage import LogConfig, LogDir, PartitionLog, build_batch
-from storage.background import BackgroundConfig
+from storage.dir.background import BackgroundConfig
 
 NOW = 1_700_000_000_000
 
@@ -237,8 +237,8 @@ def test_config_rejects_a_policy_it_does_not_know():
 
 def test_an_io_failure_in_the_background_takes_the_dir_offline_and_ends_the_thread(tmp_path):
     # testBackgroundDeletionWithIOException, in our words
-    from storage import errors
-    from storage import io as sio
+    from storage.core import errors
+    from storage.core import io as sio
 
     class FailingRenames(sio.PosixIO):
         def rename(self, source, target):

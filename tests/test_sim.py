@@ -7,8 +7,8 @@ import sys
 
 import pytest
 
-from storage import guards
-from storage import io as sio
+from storage.core import guards
+from storage.core import io as sio
 from storage.sim.crash import CLASSIC, enumerate_crashes
 from storage.sim.fs import SimFS, snapshot
 from storage.sim.simulator import run_seed
@@ -149,7 +149,7 @@ def test_every_triple_of_producer_and_retention_operations_crash_recovers(tmp_pa
 def test_enumeration_checks_the_recovered_transaction_index(tmp_path, monkeypatch):
     """I17 can fail: a transaction index that keeps a torn entry (zeros that reached the disk
     before the entry's data) recovers an aborted transaction the batches do not have."""
-    from storage.txnindex import TransactionIndex
+    from storage.log.txnindex import TransactionIndex
 
     keep_everything_below = TransactionIndex.truncate_to
 
@@ -173,7 +173,7 @@ def test_a_crash_anywhere_in_a_compaction_keeps_every_key(tmp_path):
 def test_the_compaction_enumeration_catches_swap_files_deleted_at_open(tmp_path, monkeypatch):
     """I21 can fail: the loader this engine had before compaction deleted every `.swap` file,
     which loses the cleaned data once the old segments were renamed `.deleted`."""
-    from storage import loader
+    from storage.log import loader
     from storage.sim.crash_compaction import enumerate_compaction_crashes
 
     def delete_them(seam, path, swaps, _names):
@@ -187,7 +187,7 @@ def test_the_compaction_enumeration_catches_swap_files_deleted_at_open(tmp_path,
 def test_the_swarm_catches_a_cleaner_that_drops_a_latest_value(tmp_path, monkeypatch):
     """I22 can fail: a cleaner that drops every record of one key is caught on the broker
     that cleans (seed 19 runs the compacted topic)."""
-    from storage import cleaner
+    from storage.log import cleaner
     from storage.sim.compaction import Compaction
     from storage.sim.simulator import run_seed
 
@@ -275,7 +275,7 @@ def test_cli_mutate_and_canary():
 def test_simfs_injects_errors_and_a_failed_fsync_makes_nothing_durable(tmp_path):
     import errno as _errno
 
-    from storage import io as sio
+    from storage.core import io as sio
     from storage.sim.fs import SimFS
 
     fs = SimFS(tmp_path)
@@ -312,7 +312,7 @@ def test_io_fault_enumeration_of_one_operation_is_clean(tmp_path):
 def test_io_fault_enumeration_catches_a_dir_that_stays_online(tmp_path, monkeypatch):
     """Prove the I16 check can fail: a failure channel that forgets its failure lets later
     calls succeed, and the enumeration reports it."""
-    from storage import failure
+    from storage.core import failure
     from storage.sim.crash import enumerate_io_faults
 
     monkeypatch.setattr(failure.LogDirFailureChannel, "fail", lambda self, exc, operation: failure.errors.LogDirOfflineError(
@@ -420,7 +420,7 @@ def test_a_full_truncation_below_the_stored_recovery_point_is_stored_at_once(tmp
     seals, so the one segment a stale point could wrongly trust is the active one, which
     recovery always scans; the store now says what the log says, at once."""
     from storage import LogConfig, LogDir
-    from storage.meta import PartitionOffsets
+    from storage.dir.meta import PartitionOffsets
 
     config = LogConfig(segment_bytes=1024, fsync=False)
     fs = SimFS(tmp_path, seed=4)
@@ -469,7 +469,7 @@ def test_the_producer_workload_runs_clean_and_writes_what_it_should(tmp_path):
 def test_the_swarm_catches_duplicates_without_the_sequence_and_duplicate_checks(tmp_path, monkeypatch):
     """I18 can fail: with Kafka's duplicate detection and sequence check both off, a retried
     idempotent batch is written twice (seed 15)."""
-    from storage import producer
+    from storage.log import producer
     from storage.sim.simulator import Simulation
 
     monkeypatch.setattr(producer.ProducerStateEntry, "find_duplicate", lambda self, e, f, last: None)
@@ -482,7 +482,7 @@ def test_the_swarm_catches_duplicates_without_the_sequence_and_duplicate_checks(
 def test_the_swarm_catches_aborted_records_shown_to_read_committed(tmp_path, monkeypatch):
     """I20 can fail: with the transaction index ignored, a read_committed reader shows aborted
     records (seed 15)."""
-    from storage.reads import LogReads
+    from storage.log.reads import LogReads
     from storage.sim.simulator import Simulation
 
     monkeypatch.setattr(LogReads, "collect_aborted_transactions", lambda self, start, end: [])

@@ -4,8 +4,8 @@ table lists for it -- judged by the stories' oracle (oracle.violations), not by 
 internal state.  Where another invariant trips first, the comment says why."""
 import pytest
 
-from storage import guards
-from storage.epoch import LeaderEpochCache
+from storage.core import guards
+from storage.log.epoch import LeaderEpochCache
 from storage.sim import oracle, recipes, stories
 
 SHOULD_TRIP = {

@@ -25,9 +25,9 @@ import pyarrow.parquet as pq  # noqa: E402
 import xxhash  # noqa: E402
 
 from storage import LogConfig, LogDir, Record, build_batch, iter_batches  # noqa: E402
+from storage.dir.logdir import parse_partition_dir  # noqa: E402
 from storage.inspect import discovery  # noqa: E402
 from storage.inspect import verdict as analysis  # noqa: E402
-from storage.logdir import parse_partition_dir  # noqa: E402
 from storage.spark import audit, generate  # noqa: E402
 
 TESTDATA = os.path.join(os.path.dirname(os.path.abspath(__file__)), "data")
@@ -604,7 +604,7 @@ def test_producer_columns(spark, tmp_path):
 
 
 def test_batch_rows_from_header_columns_equal_the_row_path(tmp_path, monkeypatch):
-    """The batch level's Arrow batches come from storage.columns (one C call a segment, no Python
+    """The batch level's Arrow batches come from storage.core.columns (one C call a segment, no Python
     object a batch); on every real segment, and on flipped, torn and broken ones, they hold
     exactly what the per-batch row path (scan.scan_batches) gives -- every column, payload
     included, also when a batch is cut at maxRecordsPerBatch."""

@@ -9,12 +9,12 @@ import logging
 
 import pytest
 
-from storage import errors
 from storage.cli import main as cli_main
-from storage.config import RANGES, LogConfig
-from storage.errors import Errors
-from storage.log import PartitionLog
-from storage.records import Record
+from storage.core import errors
+from storage.core.config import RANGES, LogConfig
+from storage.core.errors import Errors
+from storage.core.records import Record
+from storage.log.partition import PartitionLog
 from storage.wire import configs
 
 INT32_MAX, INT64_MAX = 2**31 - 1, 2**63 - 1

@@ -6,8 +6,9 @@ import struct
 
 import pytest
 
-from storage import LogConfig, PartitionLog, build_batch, errors, iter_batches
-from storage.txnindex import ENTRY_BYTES, AbortedTxn, TransactionIndex
+from storage import LogConfig, PartitionLog, build_batch, iter_batches
+from storage.core import errors
+from storage.log.txnindex import ENTRY_BYTES, AbortedTxn, TransactionIndex
 
 CONFIG = LogConfig(fsync=False, segment_bytes=5 << 20)
 EPOCH = 0

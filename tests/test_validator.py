@@ -1,5 +1,5 @@
 """Leader appends of producer batches are checked as Kafka's LogValidator checks them
-(storage/validator.py, csrc/batch.c check_client_batch).
+(storage/log/validator.py, csrc/batch.c check_client_batch).
 
 Ported cases (Kafka's storage/src/test/.../LogValidatorTest.java, in our words):
   testBatchWithoutRecordsNotAllowed            -> test_batch_without_records_is_refused
@@ -27,8 +27,8 @@ import pytest
 from kafka.record.default_records import DefaultRecordBatchBuilder
 
 import storage
-from storage import errors
-from storage._native import lib
+from storage.core import errors
+from storage.core._native import lib
 
 TS0 = 1_700_000_000_000
 

@@ -1,5 +1,5 @@
 """`storage verify` flags everything recovery would cut, because both ask one implementation
-(storage/loader.py `_scan`: the scan plog_segment_recover cuts by).
+(storage/log/loader.py `_scan`: the scan plog_segment_recover cuts by).
 
 The property: for a partition dir damaged at random (a flipped byte, a torn tail, garbage
 appended, a length or offset field overwritten), if a recovery from offset 0 cuts anything,
@@ -18,11 +18,12 @@ import pytest
 from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 
-from storage import LogConfig, PartitionLog, errors, iter_batches
-from storage._native import ffi
+from storage import LogConfig, PartitionLog, iter_batches
+from storage.core import errors
+from storage.core._native import ffi
 from storage.inspect.discovery import LogFile
 from storage.inspect.scan import scan_partition
-from storage.loader import _scan, scan_log_file
+from storage.log.loader import _scan, scan_log_file
 
 CONFIG = LogConfig(segment_bytes=2048, index_interval_bytes=128, fsync=False)
 

@@ -257,7 +257,7 @@ def test_kip320_a_restarted_leader_truncates_its_unreplicated_tail(cluster):
 def _partition_records(controller_dir, topic: str) -> list[dict]:
     """The PartitionRecords of `topic` in the controller's metadata log, in order."""
     from storage import LogConfig, PartitionLog
-    from storage import metadata_records as mr
+    from storage.topics import metadata_records as mr
     log = PartitionLog.open(controller_dir / "metadata" / "__cluster_metadata-0", LogConfig(fsync=False))
     try:
         decoded = [mr.decode(r.value) for b in log.batches() for r in b.records()]

@@ -1,4 +1,4 @@
-"""I/O failures under the wire front end, injected through the I/O seam (storage.io): every
+"""I/O failures under the wire front end, injected through the I/O seam (storage.core.io): every
 path ends in the failure state -- the request that met the failure and every later one get
 KAFKA_STORAGE_ERROR (56) or the group coordinator's COORDINATOR_NOT_AVAILABLE, nothing is
 acknowledged, the broker's periodic loop stops it (Kafka halts a broker whose last log dir
@@ -13,9 +13,9 @@ import pytest
 pytest.importorskip("kio", reason="the wire front end needs kio")
 
 from storage import LogConfig  # noqa: E402
-from storage import io as sio  # noqa: E402
-from storage.errors import Errors, LogDirOfflineError  # noqa: E402
-from storage.records import build_batch  # noqa: E402
+from storage.core import io as sio  # noqa: E402
+from storage.core.errors import Errors, LogDirOfflineError  # noqa: E402
+from storage.core.records import build_batch  # noqa: E402
 from storage.wire import codec  # noqa: E402
 from storage.wire.controller_server import ControllerServer  # noqa: E402
 from storage.wire.node import Node  # noqa: E402

@@ -15,8 +15,8 @@ pytest.importorskip("kio", reason="the wire front end needs kio")
 from hypothesis import HealthCheck, event, example, given, settings  # noqa: E402
 from hypothesis import strategies as st  # noqa: E402
 
-from storage.config import LogConfig  # noqa: E402
-from storage.records import build_batch  # noqa: E402
+from storage.core.config import LogConfig  # noqa: E402
+from storage.core.records import build_batch  # noqa: E402
 from storage.wire import codec  # noqa: E402
 from storage.wire.node import Node  # noqa: E402
 from storage.wire.server import BrokerServer  # noqa: E402

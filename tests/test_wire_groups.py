@@ -11,8 +11,8 @@ import pytest
 
 pytest.importorskip("kio", reason="the wire front end needs kio")
 
-from storage.config import LogConfig  # noqa: E402
-from storage.errors import Errors  # noqa: E402
+from storage.core.config import LogConfig  # noqa: E402
+from storage.core.errors import Errors  # noqa: E402
 from storage.wire import codec  # noqa: E402
 from storage.wire.groups import EMPTY, STABLE, GroupCoordinator  # noqa: E402
 from storage.wire.node import Node  # noqa: E402

@@ -13,7 +13,7 @@ import pytest
 pytest.importorskip("kio", reason="the wire front end needs kio")
 from wire_frames import full_frame, served  # noqa: E402
 
-from storage import errors  # noqa: E402
+from storage.core import errors  # noqa: E402
 from storage.wire import codec  # noqa: E402
 from storage.wire.server import FrameServer  # noqa: E402
 

@@ -9,8 +9,8 @@ import pytest
 
 pytest.importorskip("kio", reason="the wire front end needs kio (pip install kio)")
 
-from storage.errors import Errors  # noqa: E402
-from storage.records import build_batch, iter_batches  # noqa: E402
+from storage.core.errors import Errors  # noqa: E402
+from storage.core.records import build_batch, iter_batches  # noqa: E402
 from storage.wire import codec  # noqa: E402
 from storage.wire.client import CLIENT_ID as BROKER_CLIENT_ID  # noqa: E402
 from storage.wire.groups import offsets_partition  # noqa: E402

@@ -11,8 +11,8 @@ import uuid
 import pytest
 
 pytest.importorskip("kio", reason="the wire front end needs kio")
-from storage.config import LogConfig  # noqa: E402
-from storage.errors import Errors  # noqa: E402
+from storage.core.config import LogConfig  # noqa: E402
+from storage.core.errors import Errors  # noqa: E402
 from storage.wire import codec  # noqa: E402
 from storage.wire.apis import delete_topics_targets  # noqa: E402
 from storage.wire.controller_server import ControllerServer  # noqa: E402

@@ -12,10 +12,10 @@ pytest.importorskip("kio", reason="the wire front end needs kio (pip install kio
 
 import os  # noqa: E402
 
-from storage.config import LogConfig  # noqa: E402
-from storage.errors import Errors  # noqa: E402
-from storage.logdir import LogDir  # noqa: E402
-from storage.records import build_batch  # noqa: E402
+from storage.core.config import LogConfig  # noqa: E402
+from storage.core.errors import Errors  # noqa: E402
+from storage.core.records import build_batch  # noqa: E402
+from storage.dir.logdir import LogDir  # noqa: E402
 from storage.wire import codec  # noqa: E402
 from tests.wire_support import Broker, raw_exchange  # noqa: E402
 

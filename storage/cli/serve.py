@@ -11,7 +11,7 @@ import os
 import re
 import sys
 
-from ..config import LogConfig
+from ..core.config import LogConfig
 from ..wire.configs import MAX_PARTITIONS_PER_TOPIC
 from .output import UsageError
 

@@ -10,11 +10,11 @@ import zlib
 from array import array
 from bisect import bisect_left
 
-from .. import checkpoint, errors
-from ..coordinator_records import RecordFormatError, decode_offsets_record, decode_transaction_record
-from ..epoch import CHECKPOINT_FILE
-from ..records import decompress
-from ..txnindex import TXN_INDEX_SUFFIX
+from ..core import checkpoint, errors
+from ..core.records import decompress
+from ..log.epoch import CHECKPOINT_FILE
+from ..log.txnindex import TXN_INDEX_SUFFIX
+from ..topics.coordinator_records import RecordFormatError, decode_offsets_record, decode_transaction_record
 from .discovery import (
     INDEX_SUFFIX,
     LOG_SUFFIX,
@@ -497,7 +497,7 @@ class _Dump:
 
     # ---- transaction index (Kafka's TransactionIndex: 34-byte aborted-transaction entries)
     def dump_txn_index(self, name: str, doc: dict | None) -> None:
-        from ..txnindex import ENTRY, ENTRY_BYTES
+        from ..log.txnindex import ENTRY, ENTRY_BYTES
 
         with open(name, "rb") as f:
             data = f.read()
@@ -515,7 +515,7 @@ class _Dump:
 
     # ---- producer-state snapshot (Kafka's ProducerStateManager format, version 1)
     def dump_snapshot(self, name: str, doc: dict | None) -> None:
-        from ..producer import SNAPSHOT_VERSION, decode_snapshot
+        from ..log.producer import SNAPSHOT_VERSION, decode_snapshot
 
         with open(name, "rb") as f:
             entries = decode_snapshot(f.read(), file=name)      # the engine's one reader

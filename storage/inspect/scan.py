@@ -6,9 +6,9 @@ import struct
 from array import array
 from typing import NamedTuple
 
-from .. import errors
-from ..epoch import CHECKPOINT_FILE
-from ..loader import scan_log_file
+from ..core import errors
+from ..log.epoch import CHECKPOINT_FILE
+from ..log.loader import scan_log_file
 from .compacted import partition_is_compacted
 from .discovery import (
     _LEFTOVER_SUFFIXES,
@@ -359,7 +359,7 @@ def _check_batch(ps: PartitionScan, seg: SegmentScan, row: BatchRow, base: int, 
 
 
 def _note_recovery_cuts(ps: PartitionScan, cuts: list, segment_count: int) -> None:
-    """The verdict recovery cuts by (storage/loader.py, one implementation): whatever the batch
+    """The verdict recovery cuts by (storage/log/loader.py, one implementation): whatever the batch
     walk found or missed, a segment recovery would cut is a problem here."""
     bases_after = segment_count
     for n, (k, seg, verdict) in enumerate(cuts):

@@ -20,12 +20,12 @@ import os
 import shutil
 from dataclasses import dataclass, field
 
-from .. import errors
-from .. import io as sio
-from ..config import LogConfig
-from ..logdir import CLEAN_SHUTDOWN_FILE, LogDir
-from ..producer import ProducerStateManager, apply_replicated
-from ..records import build_batch, iter_batches
+from ..core import errors
+from ..core import io as sio
+from ..core.config import LogConfig
+from ..core.records import build_batch, iter_batches
+from ..dir.logdir import CLEAN_SHUTDOWN_FILE, LogDir
+from ..log.producer import ProducerStateManager, apply_replicated
 from . import invariants
 from .fs import CrashNow, SimFS, snapshot, write_tree
 

@@ -1,4 +1,4 @@
-"""Crash enumeration of log compaction (storage/cleaner.py), as storage/sim/crash.py does for the
+"""Crash enumeration of log compaction (storage/log/cleaner.py), as storage/sim/crash.py does for the
 other operations: a compacted partition with overwritten keys, a tombstone, an idempotent
 producer and an aborted transaction, flushed; then short sequences of "clean" (LogDir.clean_logs:
 the rewrite, the .cleaned -> .swap -> final swap, the cleaner checkpoint), "append" (a fresh key)
@@ -18,11 +18,11 @@ import errno
 import os
 import shutil
 
-from .. import errors
-from .. import io as sio
-from ..config import LogConfig
-from ..logdir import LogDir
-from ..records import Record, build_batch, iter_batches
+from ..core import errors
+from ..core import io as sio
+from ..core.config import LogConfig
+from ..core.records import Record, build_batch, iter_batches
+from ..dir.logdir import LogDir
 from . import invariants
 from .crash import STATES, Outcome, _check_producers, _is_crash, _meta_files, close_reporting
 from .fs import SimFS, snapshot, write_tree

@@ -22,8 +22,8 @@ from __future__ import annotations
 
 import os
 
-from ..epoch import UNDEFINED_EPOCH
-from ..errors import Errors
+from ..core.errors import Errors
+from ..log.epoch import UNDEFINED_EPOCH
 from ..replication import messages as m
 from . import oracle
 from .rig import Rig

@@ -5,9 +5,9 @@ stories with it; tests/test_kip_scenarios.py checks them)."""
 import os
 import shutil
 
-from ..config import LogConfig
-from ..logdir import LogDir
-from ..records import build_batch
+from ..core.config import LogConfig
+from ..core.records import build_batch
+from ..dir.logdir import LogDir
 from ..replication import messages as m
 from ..replication.controller import Controller
 from ..replication.replica import ReplicaManager

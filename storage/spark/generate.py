@@ -36,9 +36,10 @@ import random
 import shutil
 import sys
 
-from .. import LogConfig, LogDir, Record, build_batch, checkpoint
-from ..epoch import CHECKPOINT_FILE
-from ..records import iter_batches
+from .. import LogConfig, LogDir, Record, build_batch
+from ..core import checkpoint
+from ..core.records import iter_batches
+from ..log.epoch import CHECKPOINT_FILE
 
 KINDS = ("hidden", "missing", "tail", "corrupt", "lineage")
 EXPECTED = {"hidden": "divergent_below_hw", "missing": "divergent_below_hw", "tail": "divergent_above_hw",

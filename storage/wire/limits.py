@@ -14,7 +14,7 @@ Kafka's names:
 At max.connections or max.connections.per.ip the newest connection is closed as soon as it is
 accepted (Kafka closes a connection over its IP's quota, and stops accepting at max.connections).
 
-The descriptor budget: the open-segment cache (storage/segment_home.py) lets its segments hold
+The descriptor budget: the open-segment cache (storage/log/segment_home.py) lets its segments hold
 up to 3 x its limit descriptors (a quarter of the soft RLIMIT_NOFILE segments by default, so
 about three quarters of the descriptors); `default_max_connections` gives connections what is
 left after those and a reserve (an eighth, at least 32) for the metadata store, checkpoints,
@@ -34,7 +34,7 @@ import logging
 import resource
 from dataclasses import dataclass
 
-from ..segment_home import open_segments
+from ..log.segment_home import open_segments
 
 log = logging.getLogger("storage.wire")
 

@@ -59,10 +59,10 @@ import logging
 import os
 import struct
 
-from . import errors, guards
-from ._native import ffi, lib
+from ..core import errors, guards
+from ..core._native import ffi, lib
+from ..core.records import BATCH_OVERHEAD, LOG_OVERHEAD, iter_batches
 from .epoch import CHECKPOINT_FILE
-from .records import BATCH_OVERHEAD, LOG_OVERHEAD, iter_batches
 from .segment import (
     DELETED_SUFFIX,
     INDEX_SUFFIX,
@@ -75,7 +75,7 @@ from .segment import (
 )
 from .txnindex import TXN_INDEX_SUFFIX
 
-CLEANED_SUFFIX, SWAP_SUFFIX = ".cleaned", ".swap"     # the cleaner's (storage/cleaner.py)
+CLEANED_SUFFIX, SWAP_SUFFIX = ".cleaned", ".swap"     # the cleaner's (storage/log/cleaner.py)
 
 RECOVER_MODES = ("strict", "scan", "force")
 _LEFTOVER_SUFFIXES = (DELETED_SUFFIX, CLEANED_SUFFIX)

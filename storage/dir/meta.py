@@ -27,7 +27,8 @@ from typing import NamedTuple
 
 import lmdb
 
-from . import errors, meta_pages
+from ..core import errors
+from . import meta_pages
 
 FILE_NAME = "storage.mdb"
 _OFFSETS = struct.Struct(">qqq")

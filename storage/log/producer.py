@@ -37,9 +37,9 @@ from collections import deque
 from dataclasses import dataclass
 from typing import NamedTuple
 
-from . import errors
-from . import io as _io
-from ._native import ffi, lib
+from ..core import errors
+from ..core import io as _io
+from ..core._native import ffi, lib
 
 NUM_BATCHES_TO_RETAIN = 5
 NO_PRODUCER_ID = -1
@@ -589,7 +589,7 @@ def end_txn_marker_batch(producer_id: int, producer_epoch: int, commit: bool, co
                          timestamp: int) -> bytes:
     """Kafka's end-transaction marker: a transactional control batch of one record whose key is
     (version 0, COMMIT or ABORT) and value (version 0, coordinator epoch) (EndTransactionMarker)."""
-    from .records import build_batch
+    from ..core.records import build_batch
 
     key = struct.pack(">hh", 0, COMMIT if commit else ABORT)
     value = struct.pack(">hi", 0, coordinator_epoch)
@@ -600,7 +600,7 @@ def end_txn_marker_batch(producer_id: int, producer_epoch: int, commit: bool, co
 def end_txn_marker(view, batch: ProducerBatch) -> tuple[int, int] | None:
     """(ABORT or COMMIT, coordinator epoch) of a control batch's first record; None for an
     empty control batch or another control type."""
-    from .records import iter_batches
+    from ..core.records import iter_batches
 
     length = struct.unpack_from(">i", view, batch.position + 8)[0]
     try:

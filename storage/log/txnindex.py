@@ -9,15 +9,15 @@ segment, is cut with it (entries whose marker is at or above the cut), fsynced w
 derived data: the load rebuilds the entries above the producer-state snapshot it replays from,
 and a torn or damaged tail (an entry of another version, or first offset above last) is dropped.
 
-All file operations go through the I/O seam (storage/io.py).
+All file operations go through the I/O seam (storage/core/io.py).
 """
 from __future__ import annotations
 
 import struct
 from typing import NamedTuple
 
-from . import errors
-from . import io as _io
+from ..core import errors
+from ..core import io as _io
 
 TXN_INDEX_SUFFIX = ".txnindex"
 ENTRY = struct.Struct(">hqqqq")

@@ -20,7 +20,7 @@ from __future__ import annotations
 
 from typing import NamedTuple
 
-from . import errors
+from ..core import errors
 
 
 class OpenTxn(NamedTuple):

@@ -23,10 +23,10 @@ from __future__ import annotations
 import os
 import time
 
-from . import errors
-from . import io as _io
-from ._native import ffi, lib
-from .records import describe_error, error_class, forget_source, register_source
+from ..core import errors
+from ..core import io as _io
+from ..core._native import ffi, lib
+from ..core.records import describe_error, error_class, forget_source, register_source
 from .segment_home import SegmentHome, open_segments, retired_mappings, set_open_segments_max  # noqa: F401
 from .txnindex import TXN_INDEX_SUFFIX, TransactionIndex
 

@@ -21,13 +21,18 @@ from __future__ import annotations
 import os
 import threading
 
+from ..core import errors, guards
+from ..core import io as _io
+from ..core._native import ffi, lib
+from ..core.clock import wall_ms as _now_ms
+from ..core.config import LogConfig
+from ..core.failure import LogDirFailureChannel, guarded
+from ..core.records import _build, describe_error, error_class
 from . import cleaner as _cleaner
-from . import errors, guards, validator
-from . import io as _io
 from . import producer as _producer
 from . import producer_check as _producer_check
 from . import retention as _retention
-from ._native import ffi, lib
+from . import validator
 from .appends import (
     _EPOCH_MIXED,
     AppendInfo,
@@ -41,13 +46,9 @@ from .appends import (
     _Recheck,
     assign_epochs,
 )
-from .clock import wall_ms as _now_ms
-from .config import LogConfig
 from .epoch import CHECKPOINT_FILE, LeaderEpochCache
-from .failure import LogDirFailureChannel, guarded
 from .loader import Loader, list_or_create, repair_epoch_cache
 from .reads import LogReads
-from .records import _build, describe_error, error_class
 from .segment import INDEX_SUFFIX, LOG_SUFFIX, TIME_INDEX_SUFFIX, Segment, SegmentHome
 from .txnindex import AbortedTxn
 
@@ -142,7 +143,7 @@ class PartitionLog(LogReads):
         high_watermark: checkpointed high watermark (clamped to the log);
         recover_mode: "strict" (default) refuses to open over damage below the recovery point
         (CorruptSegmentError naming file, position and offset); "force" cuts there instead and
-        says what went in `recovery_report` (storage/loader.py has the decision table).
+        says what went in `recovery_report` (storage/log/loader.py has the decision table).
         The leader-epoch cache is loaded from `leader-epoch-checkpoint`, given the epochs of
         recovered batches, and truncated to the recovered log (kafka-reference 5.2, 5.5).
         """
@@ -242,7 +243,7 @@ class PartitionLog(LogReads):
         rewritten), or an iterable of records (as `build_batch` takes) built into one batch
         with `compression`.
         origin: "client" (a producer's batches, checked as Kafka's LogValidator does:
-        storage/validator.py) or "coordinator" (the broker's own batches, such as
+        storage/log/validator.py) or "coordinator" (the broker's own batches, such as
         transaction markers: control batches allowed, records not walked).
         """
         _check_leader_append(leader_epoch, origin)
@@ -284,7 +285,7 @@ class PartitionLog(LogReads):
             self._ensure_open()
             if prebuilt and state.v.flags & lib.PLOG_VALIDATE_PRODUCERS:
                 # One C call for a plain batch or an expected producer's next batch
-                # (storage/producer_check.py); any other batch with a producer id comes back.
+                # (storage/log/producer_check.py); any other batch with a producer id comes back.
                 expected = self._expected
                 expected.sync()
                 try:
@@ -300,7 +301,7 @@ class PartitionLog(LogReads):
             return self._leader_write(state, buf, leader_epoch, prebuilt)
 
     def _checked_leader_write(self, state: "_AppendState", buf, leader_epoch: int, origin: str) -> AppendInfo:
-        """A leader's prebuilt chunk, its producer batches checked in Python first (storage/producer.py)."""
+        """A leader's prebuilt chunk, its producer batches checked in Python first (storage/log/producer.py)."""
         plan = _producer.plan_leader_chunk(self.producer_state, buf, self.log_end_offset, origin,
                                            self.config.batch_limit_bytes)
         if plan is not None and plan.__class__ is not tuple and plan.duplicate is not None:
@@ -341,7 +342,7 @@ class PartitionLog(LogReads):
                     self._dir_dirty = True      # a new file: its name is durable at the next flush
 
     def _leader_write(self, state: "_AppendState", buf, leader_epoch: int, prebuilt: bool) -> AppendInfo:
-        """Write a leader's chunk: one C call, or the validator's recheck first (storage/validator.py)."""
+        """Write a leader's chunk: one C call, or the validator's recheck first (storage/log/validator.py)."""
         try:
             if not prebuilt:
                 # Our own builder's batch: its records and max timestamp are right.
@@ -667,7 +668,7 @@ class PartitionLog(LogReads):
 
     @guarded
     def delete_old_segments(self, now_ms: int | None = None) -> int:
-        """Kafka's retention pass (storage/retention.py): segments below the log start offset,
+        """Kafka's retention pass (storage/log/retention.py): segments below the log start offset,
         then (with "delete" in cleanup_policy) beyond retention_bytes, then older than
         retention_ms; never past the high watermark.  Returns how many segments went."""
         with self._lock:
@@ -676,7 +677,7 @@ class PartitionLog(LogReads):
 
     @guarded
     def compact(self, now_ms: int | None = None) -> "_cleaner.CleanerStats":
-        """One round of Kafka's log cleaner (storage/cleaner.py) from `first_dirty_offset` up to
+        """One round of Kafka's log cleaner (storage/log/cleaner.py) from `first_dirty_offset` up to
         the first uncleanable offset, as far as the offset map reaches; the dirty ratio is the
         caller's (LogDir.clean_logs) to judge.  Appends go on while it runs; a truncation or a
         deletion of its segments meanwhile aborts the rest of the round (stats.aborted)."""

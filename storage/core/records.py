@@ -549,7 +549,7 @@ def _decode_records(payload, count: int, batch: RecordBatch) -> list[Record]:
         f"({ffi.string(lib.plog_strerror(rc)).decode()})", **batch._where())
 
 
-# The read mappings of segment files (storage/segment.py registers and forgets them): a view
+# The read mappings of segment files (storage/log/segment.py registers and forgets them): a view
 # that PartitionLog.read() returns knows no file, but its address lies in one mapping, so an
 # error found in it names the file and the byte position there.  Looked up on errors only.
 _mapped_starts: list[int] = []

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import os
 
-from ._version import __version__
+from .._version import __version__
 
 _REBUILD = "rebuild it with `pip install -e .` (or `pip install .`) from the project root"
 EXPECTED_ABI = 10
@@ -20,7 +20,7 @@ class NativeBuildError(ImportError):
 
 
 try:
-    from ._plog import ffi, lib  # noqa: F401
+    from .._plog import ffi, lib  # noqa: F401
 except ImportError as exc:  # pragma: no cover - exercised by tests through a subprocess
     raise NativeBuildError(f"storage: the native core storage._plog is not built ({exc}); {_REBUILD}") from exc
 
@@ -33,7 +33,7 @@ def _check() -> None:
     version, _, digest = built.partition("+")
     if version != __version__:
         raise NativeBuildError(f"storage: native core built for version {version}, package is {__version__}; {_REBUILD}")
-    csrc = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "csrc")
+    csrc = os.path.join(os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))), "csrc")
     if os.path.isfile(os.path.join(csrc, "build_plog.py")) and not os.environ.get("PLOG_SKIP_STALE_CHECK"):
         current = _source_digest(csrc)
         if current != digest:
@@ -59,10 +59,10 @@ def _source_digest(csrc: str) -> str:
 _check()
 
 try:
-    from ._pyrecords import bind as _bind_pyrecords
-    from ._pyrecords import build as build_listed  # noqa: F401 -- build_batch's walk over a list (csrc/pyrecords.c)
-    from ._pyrecords import decode as decode_records  # noqa: F401 -- RecordBatch.records() (csrc/pyrecords.c)
-    from ._pyrecords import pieces as iovec_pieces  # noqa: F401 -- append_batches' buffers (csrc/pyrecords.c)
+    from .._pyrecords import bind as _bind_pyrecords
+    from .._pyrecords import build as build_listed  # noqa: F401 -- build_batch's walk over a list (csrc/pyrecords.c)
+    from .._pyrecords import decode as decode_records  # noqa: F401 -- RecordBatch.records() (csrc/pyrecords.c)
+    from .._pyrecords import pieces as iovec_pieces  # noqa: F401 -- append_batches' buffers (csrc/pyrecords.c)
 except ImportError as exc:  # pragma: no cover - a partial build
     raise NativeBuildError(f"storage: the native module storage._pyrecords is not built ({exc}); {_REBUILD}") from exc
 _bind_pyrecords(*(int(ffi.cast("uintptr_t", ffi.addressof(lib, name))) for name in (

@@ -39,14 +39,14 @@ import threading
 import time
 import uuid
 
-from . import checkpoint, errors, guards
-from . import cleaner as _cleaner
-from . import io as _io
+from ..core import checkpoint, errors, guards
+from ..core import io as _io
+from ..core.clock import wall_ms
+from ..core.config import LogConfig
+from ..core.failure import LogDirFailureChannel, guarded
+from ..log import cleaner as _cleaner
+from ..log.partition import PartitionLog
 from .background import Background, BackgroundConfig
-from .clock import wall_ms
-from .config import LogConfig
-from .failure import LogDirFailureChannel, guarded
-from .log import PartitionLog
 from .meta import FILE_NAME as META_FILE
 from .meta import MetaStore, PartitionOffsets
 
@@ -411,7 +411,7 @@ class LogDir:
     # ---- failure state ----
     @property
     def offline(self) -> bool:
-        """True once an I/O failure took this dir offline (see storage/failure.py)."""
+        """True once an I/O failure took this dir offline (see storage/core/failure.py)."""
         return self.failure_channel.offline
 
     @property
@@ -534,7 +534,7 @@ class LogDir:
     @property
     def uncleanable_partitions(self) -> dict:
         """{(topic, partition): why} of the compacted logs the cleaner found damaged and skips
-        (KIP-346's uncleanable partitions; storage/cleaner.py)."""
+        (KIP-346's uncleanable partitions; storage/log/cleaner.py)."""
         with self._partitions_lock:
             logs = dict(self._logs)
         out = {}

@@ -4,8 +4,7 @@ from __future__ import annotations
 
 import dataclasses
 
-from .epoch import FLUSH_MODES
-
+FLUSH_MODES = ("sync", "deferred")   # when the epoch cache's checkpoint is written
 _INT32_MAX = 2**31 - 1
 _INT64_MIN, _INT64_MAX = -2**63, 2**63 - 1
 SEALED_SEGMENT_CHECKS = ("first_use", "open")
@@ -73,15 +72,15 @@ class LogConfig:
     epoch_flush: str = "sync"
     # After a clean shutdown a sealed segment is opened and checked (indexes, the headers after
     # the last index entry) at its first use, as Kafka does (KAFKA-7283): "first_use"; or each
-    # one at the open, a damaged one keeping its partition unopened: "open" (storage/loader.py).
+    # one at the open, a damaged one keeping its partition unopened: "open" (storage/log/loader.py).
     sealed_segment_check: str = "first_use"
-    # Retention (PartitionLog.delete_old_segments) and producer state (storage/producer.py).
+    # Retention (PartitionLog.delete_old_segments) and producer state (storage/log/producer.py).
     cleanup_policy: str = "delete"              # "delete", "compact" or "compact,delete"
     retention_ms: int = 7 * 24 * 3600 * 1000    # -1: unlimited
     retention_bytes: int = -1                   # -1: unlimited
     file_delete_delay_ms: int = 60_000
     producer_id_expiration_ms: int = 86_400_000
-    # Compaction (PartitionLog.compact, storage/cleaner.py), Kafka's topic and cleaner configs.
+    # Compaction (PartitionLog.compact, storage/log/cleaner.py), Kafka's topic and cleaner configs.
     delete_retention_ms: int = 86_400_000       # how long a tombstone outlives its clean
     min_compaction_lag_ms: int = 0
     max_compaction_lag_ms: int = 2**63 - 1

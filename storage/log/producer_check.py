@@ -1,6 +1,6 @@
 """The leader's producer check in C, for the common case: an idempotent producer's next batch.
 
-A client's batch with a producer id must pass the producer-state check (storage/producer.py)
+A client's batch with a producer id must pass the producer-state check (storage/log/producer.py)
 before it is written.  For the batch that simply follows its producer's last one -- one batch,
 same epoch, no transaction, the next sequence -- that check is three comparisons, and the C
 append makes them itself (PLOG_VALIDATE_PRODUCERS, csrc/plog.h): the log keeps up to
@@ -16,7 +16,7 @@ come through here (a follower append, a marker, truncation, reload, expiry) bump
 """
 from __future__ import annotations
 
-from ._native import lib
+from ..core._native import lib
 from .producer import _INT32_MAX, BatchMetadata, ProducerStateManager, _new_batch_metadata
 
 SLOTS = lib.PLOG_EXPECTED_PRODUCERS

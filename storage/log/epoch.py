@@ -25,15 +25,15 @@ import os
 import threading
 from typing import NamedTuple
 
-from . import checkpoint, errors, guards
-from .failure import is_out_of_descriptors
+from ..core import checkpoint, errors, guards
+from ..core.config import FLUSH_MODES
+from ..core.failure import is_out_of_descriptors
 
 log = logging.getLogger("storage")
 
 UNDEFINED_EPOCH = -1
 UNDEFINED_EPOCH_OFFSET = -1
 CHECKPOINT_FILE = "leader-epoch-checkpoint"
-FLUSH_MODES = ("sync", "deferred")
 
 
 class EpochEntry(NamedTuple):

@@ -7,10 +7,10 @@ from __future__ import annotations
 import bisect
 from typing import NamedTuple
 
-from . import errors
-from .columns import batch_columns
-from .failure import guarded
-from .records import iter_batches
+from ..core import errors
+from ..core.columns import batch_columns
+from ..core.failure import guarded
+from ..core.records import iter_batches
 from .segment import Segment
 from .txnindex import AbortedTxn
 
@@ -113,7 +113,7 @@ class LogReads:
     def segment_columns(self, start_offset: int | None = None, window: int = 1 << 20, *, skip_bases=()):
         """(BatchColumns, view) for the batches from the one holding start_offset (default the
         log start) to the log end, a window of about `window` bytes at a time: the headers of a
-        window's batches from one C call (storage.columns; CRCs not checked), so that memory
+        window's batches from one C call (storage.core.columns; CRCs not checked), so that memory
         stays bounded whatever the segment's size; the same snapshot rules as `batches`.
         Segments whose base offset is in skip_bases are passed over."""
         for segment, view, position in self._segment_views(start_offset):

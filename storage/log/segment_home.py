@@ -1,4 +1,4 @@
-"""What the segments of a process and of a log share (used by storage/segment.py).
+"""What the segments of a process and of a log share (used by storage/log/segment.py).
 
 `open_segments`: the process's cache of segments holding descriptors, least recently used
 first (RocksDB's max_open_files); `SegmentHome`: one log's directory, config, lock, recovery
@@ -11,10 +11,10 @@ import resource
 import threading
 import weakref
 
-from . import errors
-from ._native import ffi, lib
-from .failure import LogDirFailureChannel
-from .records import describe_error
+from ..core import errors
+from ..core._native import ffi, lib
+from ..core.failure import LogDirFailureChannel
+from ..core.records import describe_error
 
 
 def _default_open_segments_max() -> int:

@@ -19,9 +19,9 @@ import logging
 import threading
 from dataclasses import dataclass
 
-from . import errors
-from .clock import monotonic_ms, wall_ms
-from .failure import is_io_failure
+from ..core import errors
+from ..core.clock import monotonic_ms, wall_ms
+from ..core.failure import is_io_failure
 
 log = logging.getLogger("storage")
 

@@ -26,9 +26,9 @@ from __future__ import annotations
 
 import struct
 
-from . import errors
-from ._native import ffi, lib
-from .records import BATCH_OVERHEAD, decompress
+from ..core import errors
+from ..core._native import ffi, lib
+from ..core.records import BATCH_OVERHEAD, decompress
 
 _CRC_START = 21            # the CRC covers the batch from its attributes on
 _POS_CRC = 17

@@ -52,11 +52,11 @@ import os
 import threading
 from dataclasses import dataclass, field
 
-from . import errors
-from . import io as _io
-from ._native import build_listed, ffi, lib
+from ..core import errors
+from ..core import io as _io
+from ..core._native import build_listed, ffi, lib
+from ..core.records import BATCH_OVERHEAD, CODEC_NAMES, WRITABLE_CODECS, Record, compress, describe_error, iter_batches
 from .loader import CLEANED_SUFFIX, SWAP_SUFFIX
-from .records import BATCH_OVERHEAD, CODEC_NAMES, WRITABLE_CODECS, Record, compress, describe_error, iter_batches
 from .segment import Segment, SegmentHome
 from .txnindex import AbortedTxn
 

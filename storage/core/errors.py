@@ -126,7 +126,7 @@ class CorruptRecordError(StorageError, ValueError):
 
 class CorruptSegmentError(CorruptRecordError):
     """A segment the open must trust (below the recovery point, or after a clean shutdown) is
-    damaged: the partition does not open, and nothing is cut or deleted (storage/loader.py).
+    damaged: the partition does not open, and nothing is cut or deleted (storage/log/loader.py).
     The code is KAFKA_STORAGE_ERROR: the partition is unavailable from this log dir."""
 
     error_code = Errors.KAFKA_STORAGE_ERROR
@@ -233,7 +233,7 @@ class LogDirOfflineError(StorageIOError):
                                       f"{first_failure}", errno=errno, file=log_dir)
 
 
-# ---- idempotent and transactional producers (storage/producer.py) ----
+# ---- idempotent and transactional producers (storage/log/producer.py) ----
 
 class ProducerStateError(StorageError, ValueError):
     """A producer's batch breaks the rules of its producer state (Kafka's ProducerAppendInfo);

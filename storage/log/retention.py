@@ -22,7 +22,7 @@ nothing of them is visible.
 """
 from __future__ import annotations
 
-from . import io as _io
+from ..core import io as _io
 
 
 def _largest_timestamp(segment) -> int:

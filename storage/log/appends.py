@@ -3,12 +3,12 @@ from __future__ import annotations
 
 from typing import NamedTuple
 
+from ..core._native import ffi, iovec_pieces, lib
+from ..core.clock import wall_ms as _now_ms
+from ..core.config import LogConfig
+from ..core.records import iter_batches
 from . import producer as _producer
 from . import producer_check
-from ._native import ffi, iovec_pieces, lib
-from .clock import wall_ms as _now_ms
-from .config import LogConfig
-from .records import iter_batches
 
 
 class AppendInfo(NamedTuple):
