@@ -14,7 +14,7 @@ Load sequence (`LogDir.open`):
      scan per segment), the log is cut at the first invalid batch and later segments go, and
      the epoch cache is repaired (docs/kafka-formats.md 5.2-5.5).
 
-Recovery decision table (a row per partition, tested in tests/test_logdir.py):
+Recovery decision table (a row per partition, tested in tests/dir/test_logdir.py):
   | marker | offsets known | what happens                                              |
   | yes    | yes           | no scan; indexes trusted unless missing                   |
   | yes    | no            | no scan (Kafka: a clean dir is trusted)                   |

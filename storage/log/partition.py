@@ -1,7 +1,7 @@
 """`PartitionLog`: one partition's segments, appended as leader or follower, read, rolled,
 truncated, with a log start offset, a high watermark and a recovery point.
 
-Invariants (checked by tests/test_log_model.py after every step):
+Invariants (checked by tests/log/test_log_model.py after every step):
   - segments are sorted by base offset, do not overlap, and only the last one is active;
   - log_start_offset <= high_watermark <= log_end_offset, recovery_point <= log_end_offset;
   - offsets in the log strictly increase; a leader append assigns offsets from the log end

@@ -1,7 +1,7 @@
 """A hand-driven replication rig for step-by-step scenarios: a memory-only Controller and
 ReplicaManagers wired by direct calls, so a scenario decides exactly which fetch, AlterPartition
 or metadata update is delivered, held back or lost (storage/sim/stories.py tells the KIPs'
-stories with it; tests/test_kip_scenarios.py checks them)."""
+stories with it; tests/replication/test_kip_scenarios.py checks them)."""
 import os
 import shutil
 

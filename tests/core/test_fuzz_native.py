@@ -28,7 +28,7 @@ def _corpus() -> list[bytes]:
         build_batch([b""], base_offset=2**40, partition_leader_epoch=2**31 - 1),
         build_batch([(b"k", b"v", [("x" * 300, b"y" * 300)])] * 5, base_offset=9),
     ]
-    here = os.path.dirname(__file__)
+    here = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
     for directory in (os.path.join(here, "data"),):
         for root, _dirs, names in os.walk(directory):
             for name in sorted(names):

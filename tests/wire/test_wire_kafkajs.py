@@ -1,5 +1,5 @@
 """kafkajs 2.2.4 (Node.js) against a `python -m storage serve` process (slow tier):
-tests/node/wire_client_check.js creates a topic, produces keyed records idempotently with
+tests/wire/node/wire_client_check.js creates a topic, produces keyed records idempotently with
 acks=all, consumes in a group committing each offset, and resumes at the committed offsets.
 kafkajs is installed once with npm into $KPS_NODE_CACHE or ~/.cache/kafka-partition-storage/node;
 the test skips with the reason when node/npm are missing or the install fails."""

@@ -2,7 +2,7 @@
 (segments, indexes, time indexes, leader-epoch-checkpoint, the clean-shutdown marker), or delete
 the file or append garbage to it -> reopening gives a valid prefix of what was written and a
 consistent leader-epoch cache, or a clear `StorageError` naming a file; never an exception from
-deep inside.  The LMDB store is not damaged here (tests/test_meta.py does that, in a subprocess:
+deep inside.  The LMDB store is not damaged here (tests/dir/test_meta.py does that, in a subprocess:
 LMDB can take the process down), except by deleting it, which makes recovery scan every segment.
 
 One pristine dir is built per module (several partitions, epochs started as a new leader does,

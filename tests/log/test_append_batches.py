@@ -5,9 +5,9 @@ from __future__ import annotations
 import errno
 
 import pytest
+from faulty_io import FaultyIO
 from hypothesis import given, settings
 from hypothesis import strategies as st
-from test_failure_state import FaultyIO
 
 import storage
 from storage import LogConfig, LogDir, PartitionLog

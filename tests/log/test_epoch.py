@@ -246,7 +246,7 @@ def test_a_deferred_partition_costs_no_fsync_until_its_first_flush(tmp_path):
     epoch_flush="deferred" (issue 18: no fsync per new partition); its first flush writes the
     epoch file, then makes the new dir's name durable in the log dir (Kafka flushes the parent
     dir lazily too), and a crash before that flush loses nothing that was flushed."""
-    from test_failure_state import FaultyIO
+    from faulty_io import FaultyIO
 
     from storage import LogConfig, LogDir
     from storage.core import io as sio
@@ -373,7 +373,7 @@ def test_matches_a_literal_reading_of_the_reference(tmp_path_factory, operations
 def test_a_failed_first_flush_of_a_deferred_partition_takes_the_dir_offline(tmp_path, operation):
     """The deferred first flush (the parent dir's entry, the epoch file) is an I/O path like
     any other: its failure is the failure state (error 56), never retried into success."""
-    from test_failure_state import FaultyIO
+    from faulty_io import FaultyIO
 
     from storage import LogConfig, LogDir
     from storage.core import errors

@@ -30,7 +30,7 @@ from storage.inspect import discovery  # noqa: E402
 from storage.inspect import verdict as analysis  # noqa: E402
 from storage.spark import audit, generate  # noqa: E402
 
-TESTDATA = os.path.join(os.path.dirname(os.path.abspath(__file__)), "data")
+TESTDATA = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "data")
 T0 = 1_700_000_000_000
 CONFIG = LogConfig(segment_bytes=2048, index_interval_bytes=256, segment_index_bytes=4096, fsync=False)
 

@@ -22,7 +22,7 @@ from kafka.record.memory_records import MemoryRecords
 
 import storage
 
-TESTDATA = Path(__file__).resolve().parent / "data"
+TESTDATA = Path(__file__).resolve().parents[1] / "data"
 
 REAL = TESTDATA / "kafka-real"
 JVM = TESTDATA / "kafka-jvm-generated"

@@ -246,7 +246,7 @@ def test_the_canary_fires(tmp_path):
 
 def sim(*args):
     result = subprocess.run([sys.executable, "-m", "storage.sim", *args], capture_output=True, text=True,
-                            cwd=os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+                            cwd=os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))))
     return result.returncode, result.stdout, result.stderr
 
 

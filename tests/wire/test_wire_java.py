@@ -1,5 +1,5 @@
 """Kafka's own Java client (kafka-clients 3.9.1, the jar the JVM interop tests use) against a
-`python -m storage serve` process (slow tier): tests/jvm/WireClientCheck.java creates a topic,
+`python -m storage serve` process (slow tier): tests/interop/jvm/WireClientCheck.java creates a topic,
 produces keyed records idempotently with acks=all, consumes in a group, commits, and resumes at
 the committed offsets.  Skips with the reason when java/javac or the jars are missing."""
 from __future__ import annotations
@@ -8,14 +8,14 @@ import subprocess
 from pathlib import Path
 
 import pytest
-
 from tests.test_interop_jvm import jvm_classpath
+
 from tests.wire_support import Broker, assert_readme_column
 
 pytestmark = pytest.mark.slow
 pytest.importorskip("kio", reason="the wire front end needs kio")
 
-SOURCE = Path(__file__).resolve().parent / "jvm" / "WireClientCheck.java"
+SOURCE = Path(__file__).resolve().parents[1] / "interop" / "jvm" / "WireClientCheck.java"
 
 
 @pytest.fixture(scope="module")

@@ -1,7 +1,7 @@
 """Topic and broker configs: Kafka's types and ranges (its LogConfig ConfigDef), what a value
 Kafka accepts does in the engine (an index with no room, max.message.bytes=0), a bad config
 already stored, and the broker flags.  The broker-process fuzzer and the restart checks are in
-tests/test_config_restarts.py."""
+tests/wire/test_config_restarts.py."""
 from __future__ import annotations
 
 import dataclasses

@@ -12,6 +12,8 @@ import pytest
 
 pytest.importorskip("kio", reason="the wire front end needs kio")
 
+from tests.test_failure_state import FaultyIO  # noqa: E402
+
 from storage import LogConfig  # noqa: E402
 from storage.core import io as sio  # noqa: E402
 from storage.core.errors import Errors, LogDirOfflineError  # noqa: E402
@@ -20,7 +22,6 @@ from storage.wire import codec  # noqa: E402
 from storage.wire.controller_server import ControllerServer  # noqa: E402
 from storage.wire.node import Node  # noqa: E402
 from storage.wire.server import BrokerServer  # noqa: E402
-from tests.test_failure_state import FaultyIO  # noqa: E402
 
 STORAGE_ERROR = Errors.KAFKA_STORAGE_ERROR
 

@@ -8,7 +8,7 @@ import pytest
 
 from storage.inspect import discovery
 
-TESTDATA = os.path.join(os.path.dirname(os.path.abspath(__file__)), "data")
+TESTDATA = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "data")
 
 
 def _real_log_dirs():

@@ -455,7 +455,7 @@ def test_snapshot_bytes_are_kafkas_layout():
 def test_real_kafka_snapshots_load_and_match_our_empty_snapshot():
     import glob
 
-    here = os.path.join(os.path.dirname(os.path.abspath(__file__)), "data", "kafka-real")
+    here = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "data", "kafka-real")
     found = sorted(glob.glob(os.path.join(here, "**", "*.snapshot"), recursive=True))
     assert found, "tests/data ships Kafka-written snapshots"
     for path in found:

@@ -20,6 +20,9 @@ import pytest
 
 pytest.importorskip("kio", reason="the wire front end needs kio")
 
+from tests.test_full_disk import small_disk  # noqa: E402,F401  (the tmpfs fixture)
+from tests.test_wire_faults import produce  # noqa: E402
+
 from storage import LogConfig  # noqa: E402
 from storage.core.errors import Errors, LogDirOfflineError  # noqa: E402
 from storage.dir.meta import MetadataError, MetaStore  # noqa: E402
@@ -29,8 +32,6 @@ from storage.wire import codec  # noqa: E402
 from storage.wire.controller_server import ControllerServer  # noqa: E402
 from storage.wire.node import Node  # noqa: E402
 from storage.wire.server import BrokerServer  # noqa: E402
-from tests.test_full_disk import small_disk  # noqa: E402,F401  (the tmpfs fixture)
-from tests.test_wire_faults import produce  # noqa: E402
 
 STORAGE_ERROR = Errors.KAFKA_STORAGE_ERROR
 

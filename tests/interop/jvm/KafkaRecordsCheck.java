@@ -13,7 +13,7 @@ import org.apache.kafka.common.utils.AppInfoParser;
 
 /**
  * Reads log segment files with Apache Kafka's own record classes (kafka-clients) and prints
- * what Kafka sees, one tab-separated line per item, for tests/test_interop_jvm.py:
+ * what Kafka sees, one tab-separated line per item, for tests/interop/test_interop_jvm.py:
  *
  *   VERSION  kafkaVersion  commitId
  *   FILE     path  fileRecordsSizeInBytes

@@ -1,7 +1,7 @@
 """Interoperability with Apache Kafka's own Java record classes (slow tier).
 
 A multi-segment `PartitionLog` is written with the Python API and every `.log` file is read
-back by `tests/jvm/KafkaRecordsCheck.java`, which uses kafka-clients 3.9.1:
+back by `tests/interop/jvm/KafkaRecordsCheck.java`, which uses kafka-clients 3.9.1:
 `FileRecords.open(file, false).batches()`, `batch.ensureValid()` (size + CRC-32C) and, while
 Kafka decompresses and parses every record, `record.ensureValid()`.  What Kafka reports must
 equal what was appended, field for field: offsets (incl. a follower gap), partition leader
@@ -17,7 +17,7 @@ and a segment with one flipped payload byte is rejected.
 The jars come from the PyPI wheel `shigawire-apache-flink-libraries==2.0.0.post1` (pure zip;
 pyflink/lib/ holds kafka-clients 3.9.1 and its codec jars), downloaded once with pip (hash
 pinned) into $KPS_JAR_CACHE or ~/.cache/kafka-partition-storage/jars.  Without java/javac or
-without the jars the module skips.  Run with:  python -m pytest -m slow tests/test_interop_jvm.py
+without the jars the module skips.  Run with:  python -m pytest -m slow tests/interop/test_interop_jvm.py
 """
 from __future__ import annotations
 
@@ -44,7 +44,7 @@ WHEEL_SHA256 = "aaa65537d3f0c0ff279185d8243024f0efd95788ba044bf249ba0f40b69289cd
 JARS = ("kafka-clients.jar", "zstd-jni.jar", "lz4-java.jar", "snappy-java.jar", "slf4j-api.jar")
 KAFKA_VERSION = "3.9.1"
 JAVA_SOURCE = Path(__file__).resolve().parent / "jvm" / "KafkaRecordsCheck.java"
-JVM_TESTDATA = Path(__file__).resolve().parent / "data" / "kafka-jvm-generated"
+JVM_TESTDATA = Path(__file__).resolve().parents[1] / "data" / "kafka-jvm-generated"
 TS = 1_700_000_000_000
 
 

@@ -13,12 +13,12 @@ import sys
 import textwrap
 
 import pytest
+from tests.test_failure_state import FaultyIO
 
 from storage import LogConfig, LogDir
 from storage.core import errors
 from storage.core import io as sio
 from storage.core.records import build_batch
-from tests.test_failure_state import FaultyIO
 
 
 class OpenFaultyIO(FaultyIO):
@@ -151,10 +151,11 @@ def test_a_topic_whose_partition_meets_emfile_is_created_when_descriptors_are_ba
     import asyncio
 
     pytest.importorskip("kio", reason="the wire front end needs kio")
-    from storage.wire.node import Node
-    from storage.wire.server import BrokerServer
     from tests.test_controller_store_failure import create_topics
     from tests.test_wire_faults import produce
+
+    from storage.wire.node import Node
+    from storage.wire.server import BrokerServer
 
     seam = OpenFaultyIO()
     loop = asyncio.new_event_loop()
