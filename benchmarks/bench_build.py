@@ -1,4 +1,4 @@
-"""Building batches from Python records (design.md target: >= 10x kafka-python's builder,
+"""Building batches from Python records (docs/design.md "Performance targets": >= 10x kafka-python's builder,
 >= 5 M records/s uncompressed, 100-byte records; one C call per batch).
 
 Each round builds `build_batches` batches of `build_records` 100-byte values (no key, no

@@ -1,4 +1,4 @@
-"""Reads from the page cache (design.md targets: sequential fetch >= LMDB's read-all; point
+"""Reads from the page cache (docs/design.md "Performance targets": sequential fetch >= LMDB's read-all; point
 read by offset p50 <= 3 µs).
 
 Every contender reads the same batches: the session's big log (conftest.big_log: 1 GiB of

@@ -1,6 +1,6 @@
 """An embedded storage engine for Kafka-style partition logs and leader-epoch caches.
 
-Public API (design.md): build_batch, iter_batches, batch_columns, RecordBatch, Record, LeaderEpochCache,
+Public API (docs/design.md "Public API"): build_batch, iter_batches, batch_columns, RecordBatch, Record, LeaderEpochCache,
 EpochEntry, LogConfig, LogDir, PartitionLog, errors.  The C core is loaded (and checked for a
 stale build) on import.
 """

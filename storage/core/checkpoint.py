@@ -1,4 +1,4 @@
-"""Kafka's checkpoint text files (kafka-reference 3.1-3.2, 5.1).
+"""Kafka's checkpoint text files (docs/kafka-formats.md 3.1-3.2, 5.1).
 
     0                 <- version, always 0
     3                 <- number of entry lines
@@ -133,7 +133,7 @@ class OffsetCheckpointRangeError(CheckpointError):
 
 
 def read_offsets_lenient(path) -> dict[tuple[str, int], int]:
-    """Kafka's rule for an unreadable log-dir checkpoint: treated as empty (kafka-reference
+    """Kafka's rule for an unreadable log-dir checkpoint: treated as empty (docs/kafka-formats.md
     5.1).  A file that parses but holds out-of-range values is not unreadable: it raises."""
     try:
         return read_offsets(path)

@@ -1,9 +1,9 @@
-"""Protocol guards, by their id in the reliability model's catalogue (M1-M32).
+"""Protocol guards, by their id in docs/reliability.md 3 (M0-M32).
 
 Every guard site in the engine reads `on("Mn")`.  In production every guard is on and cannot
 be switched off: `disable` refuses unless the simulator (storage.sim) has entered simulation
 mode, where a mutation run turns one guard off to prove the simulator finds the violation
-it prevents (reliability-model.md section 3).
+it prevents (docs/reliability.md 3).
 """
 from __future__ import annotations
 

@@ -5,7 +5,7 @@ Invariants:
     are parsed once, its records only when `records()` is called;
   - `build_batch` makes one foreign call per batch (plus one compression call), never one
     per record; what it returns is a complete v2 batch with a valid CRC-32C;
-  - `iter_batches` follows Kafka's in-memory iteration rules (kafka-reference 1.6): a partial
+  - `iter_batches` follows Kafka's in-memory iteration rules (docs/kafka-formats.md 1.6): a partial
     trailing batch ends the iteration silently, a size, magic or (with verify) CRC failure
     raises `CorruptRecordError` naming the source, the byte position and the offset;
   - legacy message sets (magic 0 and 1) are read, including compressed wrappers; every

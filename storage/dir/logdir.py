@@ -1,5 +1,5 @@
 """`LogDir`: one broker log directory -- many `<topic>-<partition>/` logs, one metadata store,
-the clean-shutdown marker, and loading with recovery (kafka-reference 5).
+the clean-shutdown marker, and loading with recovery (docs/kafka-formats.md 5).
 
 Load sequence (`LogDir.open`):
   1. the clean-shutdown marker `.kafka_cleanshutdown` is read and deleted at once (and the
@@ -12,7 +12,7 @@ Load sequence (`LogDir.open`):
   4. every partition dir is opened by `PartitionLog` with those values: after an unclean
      shutdown every segment from the one holding the recovery point on is recovered (one C
      scan per segment), the log is cut at the first invalid batch and later segments go, and
-     the epoch cache is repaired (kafka-reference 5.2-5.5).
+     the epoch cache is repaired (docs/kafka-formats.md 5.2-5.5).
 
 Recovery decision table (a row per partition, tested in tests/dir/test_logdir.py):
   | marker | offsets known | what happens                                              |

@@ -1,6 +1,6 @@
 """`LeaderEpochCache`: epoch -> start offset, with Kafka's `leader-epoch-checkpoint` file.
 
-Semantics are Kafka's LeaderEpochFileCache (kafka-reference 4), KIP-101 and KIP-279:
+Semantics are Kafka's LeaderEpochFileCache (docs/kafka-formats.md 4), KIP-101 and KIP-279:
 
 Invariants after every mutation:
   - entries are sorted, epochs strictly increase and start offsets strictly increase;

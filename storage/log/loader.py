@@ -1,5 +1,5 @@
 """Loading a partition directory: Kafka's LogLoader, with the per-segment recovery decision as
-one table (kafka-reference 5.2-5.5).
+one table (docs/kafka-formats.md 5.2-5.5).
 
 The loader walks the `.log` files in offset order and, for each segment, looks up what to do in
 DECISIONS from four facts:

@@ -12,7 +12,7 @@ Invariants (checked by tests/log/test_log_model.py after every step):
     is disabled) before the recovery point moved past it.
 
 Kafka's semantics are kept where they are surprising: truncation is batch-granular but sets
-the log end offset to the requested target (kafka-reference 2.5), a segment rolls when the
+the log end offset to the requested target (docs/kafka-formats.md 2.5), a segment rolls when the
 append would push it past segment_bytes (never splitting a chunk), and the log start offset
 may only move up to the high watermark.
 """
@@ -143,7 +143,7 @@ class PartitionLog(LogReads):
         (CorruptSegmentError naming file, position and offset); "force" cuts there instead and
         says what went in `recovery_report` (storage/log/loader.py has the decision table).
         The leader-epoch cache is loaded from `leader-epoch-checkpoint`, given the epochs of
-        recovered batches, and truncated to the recovered log (kafka-reference 5.2, 5.5).
+        recovered batches, and truncated to the recovered log (docs/kafka-formats.md 5.2, 5.5).
         """
         return cls(path, config, **kwargs)
 
@@ -158,7 +158,7 @@ class PartitionLog(LogReads):
             if exc_type is None:
                 raise
 
-    # ---- loading (kafka-reference 5.2-5.4) ----
+    # ---- loading (docs/kafka-formats.md 5.2-5.4) ----
     def _load(self, seam, listing, recovery_point: int, log_start_offset: int | None, clean: bool,
               recover_mode: str = "strict") -> None:
         # The per-segment decision (trust, recover, rebuild the index, refuse) is loader.py's table.
@@ -394,7 +394,7 @@ class PartitionLog(LogReads):
             return AppendInfo(-1, -1, -1, -1, 0, 0, 0)
 
     def _maybe_restart_empty_log(self, pointer, length: int) -> None:
-        """Kafka's follower special case (kafka-reference 6.7): an empty log whose first fetched
+        """Kafka's follower special case (docs/kafka-formats.md 6.7): an empty log whose first fetched
         batch starts below the log end offset but reaches it restarts at that batch's base."""
         if self.log_end_offset != self.log_start_offset or self.size_bytes:
             return
@@ -762,7 +762,7 @@ class PartitionLog(LogReads):
                 pass    # releasing can only fail on a bad descriptor; nothing is written
 
     def _check_invariants(self) -> None:
-        """Raise AssertionError unless the log's state is one the reliability model allows:
+        """Raise AssertionError unless the log's state is one docs/reliability.md allows (I8, I9):
         segments in base-offset order without overlap (gaps allowed), the log end offset at or
         above the last segment's next offset, log start <= high watermark <= log end, recovery point <=
         log end, epoch entries below the log end, and every segment's and the cache's own

@@ -774,7 +774,7 @@ def rebuild(manager: ProducerStateManager, log, now_ms: int, *, at_most: int | N
 
 
 def remove_stray_and_rebuild(manager: ProducerStateManager, log, now_ms: int) -> None:
-    """The load's step (kafka-reference 5.2.7): snapshots not at a segment base go (except the
+    """The load's step (docs/kafka-formats.md 5.2, step 7): snapshots not at a segment base go (except the
     newest one above every base, which a clean shutdown wrote at the log end), then rebuild."""
     manager.remove_stray_snapshots(log._bases)
     # A recovered segment's transaction index is derived again, as Kafka's segment recovery

@@ -1,4 +1,4 @@
-"""One log segment: `NNNNNNNNNNNNNNNNNNNN.log`, `.index` and `.timeindex` (kafka-reference 2).
+"""One log segment: `NNNNNNNNNNNNNNNNNNNN.log`, `.index` and `.timeindex` (docs/kafka-formats.md 2).
 
 The C core (csrc/segment.c) owns the write side and the indexes; this class owns the read
 mapping of the `.log` and the life cycle (active -> sealed -> deleted).
@@ -301,7 +301,7 @@ class Segment:
         self._check(rc, what, offset=offset)
 
     def _check_invariants(self) -> None:
-        """Raise AssertionError unless the segment's state is one the reliability model allows:
+        """Raise AssertionError unless the segment's state is one docs/reliability.md allows (I9):
         size within int32, the next offset at or above the base and within the relative-offset
         range, offset-index entries increasing inside [base, next offset) at positions inside
         the log, time-index timestamps not decreasing (for model-based tests)."""
@@ -423,7 +423,7 @@ class Segment:
         return before - self._c.size
 
     def recover(self, *, check_crc: bool = True) -> tuple[int, object]:
-        """Unclean-shutdown recovery of this segment (kafka-reference 5.4): validate every
+        """Unclean-shutdown recovery of this segment (docs/kafka-formats.md 5.4): validate every
         batch, rebuild both indexes, cut the .log at the first invalid batch.  Returns
         (bytes truncated, scan report)."""
         self._use()

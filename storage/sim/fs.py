@@ -3,7 +3,7 @@
 The real files are the page cache.  SimFS records what each flush point made durable -- a
 file's data at its fsync (or the fsync the engine would have made: `SYNC_NOOP` flush points
 count), a directory's names at its fsync -- and on a crash rewrites the files under a
-directory to one state the fault model allows (reliability-model.md 1.1):
+directory to one state the fault model allows (docs/reliability.md 1.1):
 
   S1 page-cache loss, one of four modes: (a) nothing volatile survives; (b) a per-file prefix
      of the volatile appends and a prefix of the volatile namespace changes survive (ordered);

@@ -1,4 +1,4 @@
-"""Minimal fault recipes: one hand-driven story per guard (reliability-model.md section 3, the
+"""Minimal fault recipes: one hand-driven story per guard (docs/reliability.md 3, the
 "minimal fault recipe" column), on the rig the KIPs' stories use (storage.sim.rig).  With every
 guard on a recipe ends clean; with its guard switched off it ends in a violation that the
 stories' oracle (oracle.violations) reports.  `python -m storage.sim mutate ID` tries a

@@ -43,7 +43,7 @@ from .targeted import TargetedSites
 
 TOPIC, PARTITION = "t", 0
 
-# BUGGIFY sites (reliability-model.md 1.4): each is active in a seed with p = 0.25.
+# BUGGIFY sites (docs/reliability.md 1.4): each is active in a seed with p = 0.25.
 BUGGIFY_SITES = (
     "tiny_segments",      # tiny segment size: rolls all the time
     "tiny_fetch",         # tiny fetch byte limit: splits at batch boundaries

@@ -11,7 +11,7 @@ def crc(data: bytes) -> int:
 
 
 def test_check_value():
-    # kafka-reference 1.8
+    # docs/kafka-formats.md 1.8
     assert crc(b"123456789") == 0xE3069283
 
 

@@ -1,4 +1,4 @@
-"""Batch format: byte-exact vectors (kafka-reference 1.8), building, iteration, bad input."""
+"""Batch format: byte-exact vectors (docs/kafka-formats.md 1.8), building, iteration, bad input."""
 import struct
 
 import pytest

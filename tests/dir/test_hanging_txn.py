@@ -8,6 +8,7 @@ import subprocess
 import sys
 
 import pytest
+from conftest import TESTDATA
 
 from storage import LogConfig, LogDir, PartitionLog, Record, build_batch, iter_batches
 from storage.cli import main
@@ -166,7 +167,7 @@ def test_cli_on_a_real_kafka_dir(tmp_path, capsys):
     """A dir a real Kafka broker wrote (no transactions in our test data): the dry run lists
     none, an abort is refused, and nothing is added to the dir (no storage.mdb)."""
     import shutil
-    source = "/work/shared/testdata/kafka-real/binaya-sharma__soc-streaming-detection"
+    source = str(TESTDATA / "kafka-real" / "binaya-sharma__soc-streaming-detection")
     found = [r for r, dirs, _ in os.walk(source) if "auth_events-0" in dirs] if \
         os.path.isdir(source) else []
     if not found:

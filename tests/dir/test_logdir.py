@@ -1,4 +1,4 @@
-"""LogDir loading and recovery: Kafka's LogLoaderTest / LogSegmentTest scenarios (kafka-reference
+"""LogDir loading and recovery: Kafka's LogLoaderTest / LogSegmentTest scenarios (docs/kafka-formats.md
 9.2-9.3) in our words, the clean-shutdown marker, the epoch cache repair, Kafka dir import."""
 import dataclasses
 import errno

@@ -9,7 +9,7 @@ One pristine dir is built per module (several partitions, epochs started as a ne
 leader and follower appends, rolls, an empty partition and an empty active segment), with a
 model of every batch written.  Each example damages a fresh copy.
 
-What must hold, and why it is not more (kafka-reference 5, 11.1):
+What must hold, and why it is not more (docs/kafka-formats.md 5, 11.1):
   - segments are *trusted* after a clean shutdown, and below the recovery point after an
     unclean one (LogLoader only recovers from the segment holding the recovery point on; a
     segment whose offset index is missing is recovered either way).  Damage to the `.log` or
@@ -301,7 +301,7 @@ def _pdir(key) -> str:
 
 def _below_recovery_point(pristine: Pristine, damage: Damage, root: str, key) -> set[int]:
     """Bases of the segments the loader does not scan unless their files look wrong
-    (kafka-reference 5.2-5.3): all of them after a clean shutdown, those below the segment
+    (docs/kafka-formats.md 5.2-5.3): all of them after a clean shutdown, those below the segment
     holding the recovery point after an unclean one."""
     pdir = os.path.join(root, _pdir(key))
     bases = sorted(int(n[:20]) for n in os.listdir(pdir) if n.endswith(".log"))

@@ -1,5 +1,5 @@
 """LeaderEpochCache: Kafka's LeaderEpochFileCacheTest behaviours in our words, the checkpoint
-file, the deferred flush, and a model check against a literal reading of kafka-reference 4."""
+file, the deferred flush, and a model check against a literal reading of docs/kafka-formats.md 4."""
 import errno
 import os
 
@@ -76,7 +76,7 @@ def test_end_offset_sentinels():
 def test_requested_epoch_below_the_first_is_echoed_with_the_first_start():
     cache = cache_with((5, 11), (6, 12))
     assert cache.end_offset_for(4, 20) == (4, 11)
-    assert cache_with((1, 0)).end_offset_for(0, 5) == (0, 0)               # kafka-reference 11.3
+    assert cache_with((1, 0)).end_offset_for(0, 5) == (0, 0)               # docs/kafka-formats.md 11.3
 
 
 def test_end_offset_is_the_start_of_the_next_larger_epoch():
@@ -285,7 +285,7 @@ def test_unknown_flush_mode():
 # ---- model check -----------------------------------------------------------------------------
 
 class Literal:
-    """kafka-reference 4.1-4.4 read word for word, on a plain list."""
+    """docs/kafka-formats.md 4.1-4.4 read word for word, on a plain list."""
 
     def __init__(self):
         self.entries = []

@@ -195,7 +195,7 @@ def test_roll_names_and_trimmed_indexes(make_log, small_config):
 
 def expected_index(batch_sizes, last_offsets, interval):
     """Kafka's cadence: an entry before a chunk when strictly more than `interval` bytes were
-    appended since the last entry (kafka-reference 2.2)."""
+    appended since the last entry (docs/kafka-formats.md 2.2)."""
     entries, since, position = [], 0, 0
     for size, last in zip(batch_sizes, last_offsets):
         if since > interval:

@@ -148,7 +148,7 @@ class LogMachine(RuleBasedStateMachine):
     @invariant()
     def the_engines_own_invariants(self):
         # PartitionLog/Segment/LeaderEpochCache._check_invariants: what the engine asserts of
-        # itself (the reliability model's shapes), after every step.
+        # itself (the shapes docs/reliability.md I8 and I9 allow), after every step.
         self.log._check_invariants()
 
     @invariant()

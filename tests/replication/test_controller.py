@@ -1,5 +1,5 @@
 """Controller: registrations, heartbeats, fencing, controlled shutdown, elections and
-AlterPartition validation (kafka-reference 8.1-8.3; ReplicationControlManagerTest-like scenarios
+AlterPartition validation (docs/kafka-formats.md 8.1-8.3; ReplicationControlManagerTest-like scenarios
 in our own words).  Most tests run on a memory-only controller (`Controller(None)`); the
 persistence tests reopen an LMDB store under tmp_path.
 """

@@ -1,6 +1,6 @@
 """ReplicaFetcher: the follower side, wired to a real leader ReplicaManager.
 
-Our own version of the AbstractFetcherThreadTest scenarios (kafka-reference 6 and 9.3).  Two
+Our own version of the AbstractFetcherThreadTest scenarios (docs/kafka-formats.md 6 and 9.3).  Two
 ReplicaManagers with separate LogDirs: broker 1 leads, broker 2 follows; `pump` carries the
 follower's `fetcher.poll()` requests to the leader's handlers and the answers back through
 `fetcher.handle_response`.  `truncate_on_fetch=False` exercises the OffsetForLeaderEpoch path
@@ -152,7 +152,7 @@ def one_round(follower):
 
 @pytest.fixture
 def diverged(make_manager):
-    """kafka-reference 6.3 worked example: follower 0@e0 1@e2 2@e4, leader 0@e1 1@e3 2@e5 (epoch 5)."""
+    """docs/kafka-formats.md 6.3 worked example: follower 0@e0 1@e2 2@e4, leader 0@e1 1@e3 2@e5 (epoch 5)."""
     def make(**fetcher_options):
         leader = make_manager(LEADER)
         seed(leader, (1, 0), (3, 1), (5, 2))

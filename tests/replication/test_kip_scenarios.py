@@ -206,7 +206,7 @@ def test_kip570_without_the_epoch_check_the_replica_is_deleted(tmp_path):
 
 
 def test_shouldSurviveFastLeaderChange(tmp_path):
-    # kafka-reference 9.1: rounds of write, bounce the follower, bounce the leader -- no loss.
+    # docs/kafka-formats.md 9.1: rounds of write, bounce the follower, bounce the leader -- no loss.
     rig = Rig(tmp_path, 2)
     rig.controller.create_partition("t", 0, [1, 2])
     rig.publish()

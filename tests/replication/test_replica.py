@@ -1,6 +1,6 @@
 """ReplicaManager, driven directly: the leader and follower sides of one broker.
 
-Scenarios follow kafka-reference sections 7 and 8 (PartitionTest, ReplicaManagerTest and the
+Scenarios follow docs/kafka-formats.md 7 and 8 (PartitionTest, ReplicaManagerTest and the
 KIP-704/841/903/570 rules) and are written from those descriptions, not from Kafka's code.
 Every test builds its own LogDir under tmp_path and drives a manual clock (`now[0]`, in ms).
 """
@@ -154,7 +154,7 @@ def reject(manager: ReplicaManager, request, code: int) -> None:
     manager.handle_alter_partition_response(request, AlterPartitionResponse(code, request.topic, request.partition))
 
 
-# ---- becoming leader (kafka-reference 7.1) -----------------------------------------------------
+# ---- becoming leader (docs/kafka-formats.md 7.1) -----------------------------------------------------
 
 def test_make_leader_updates_epoch_cache(make_manager):
     leader = make_manager(1)

@@ -1,5 +1,5 @@
 """The minimal fault recipes (storage/sim/recipes.py): each ends clean with every guard on and,
-with its guard switched off, in a violation of an invariant the reliability model's mutation
+with its guard switched off, in a violation of an invariant docs/reliability.md 3's mutation
 table lists for it -- judged by the stories' oracle (oracle.violations), not by the guard's
 internal state.  Where another invariant trips first, the comment says why."""
 import pytest

@@ -1,7 +1,7 @@
 """A failed commit of the controller's LMDB store is the failure state (issue 30, item 10).
 
-The README's rule: the process enters the failure state and stops; a client gets an error code,
-never a dropped connection.  So: the request that met the failure is answered
+The wire guide's rule (docs/guide-broker.md): the process enters the failure state and stops; a
+client gets an error code, never a dropped connection.  So: the request that met the failure is answered
 KAFKA_STORAGE_ERROR (56), the in-memory state stays the store's last commit (nothing of the
 change published), every later commit is refused, the broker acknowledges nothing more and its
 periodic loop stops it; `storage controller` likewise.  The failure is injected at the store's

@@ -12,7 +12,7 @@ import pytest
 
 pytest.importorskip("kio", reason="the wire front end needs kio (pip install kio)")
 
-from tests.wire_support import README, Broker, assert_readme_column  # noqa: E402
+from tests.wire_support import GUIDE, Broker, assert_readme_column  # noqa: E402
 
 N = 200
 @pytest.fixture
@@ -208,18 +208,18 @@ def test_two_consumers_split_the_partitions_and_admin_sees_the_group(broker):
 
 
 def test_the_readme_client_example_runs(tmp_path, capsys):
-    """Against a broker started as the README starts it: only --data-dir and --listen, so the
+    """Against a broker started as the wire guide (docs/guide-broker.md) starts it: only --data-dir and --listen, so the
     group's initial rebalance delay is the default 3 s (the example's consumer timeout of 2 s
     printed [] against it; the test broker's delay of 0 hid that)."""
     import re
-    serve = re.search(r"```sh\n(python -m storage serve [^\n]*)\n", README.read_text()).group(1)
+    serve = re.search(r"```sh\n(python -m storage serve [^\n]*)\n", GUIDE.read_text()).group(1)
     assert serve.split()[4:] == ["--data-dir", "/tmp/broker", "--listen", "127.0.0.1:9092"], serve
     broker = Broker(tmp_path / "data")
     broker.options = ()
     broker.start()
     try:
-        code = re.search(r"```python\n((?:from|import)[^`]*?KafkaConsumer.*?)```", README.read_text(), re.S).group(1)
-        exec(compile(code.replace("127.0.0.1:9092", broker.bootstrap), "README.md", "exec"), {})
+        code = re.search(r"```python\n((?:from|import)[^`]*?KafkaConsumer.*?)```", GUIDE.read_text(), re.S).group(1)
+        exec(compile(code.replace("127.0.0.1:9092", broker.bootstrap), "guide-broker.md", "exec"), {})
     finally:
         broker.kill()
     assert capsys.readouterr().out.strip() == str(sorted(b"order %d" % i for i in range(10)))
