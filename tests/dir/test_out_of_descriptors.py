@@ -95,7 +95,8 @@ def test_an_io_error_on_open_still_takes_the_dir_offline(tmp_path):
 CHILD = """
     import os, resource, sys
     resource.setrlimit(resource.RLIMIT_NOFILE, (64, 64))
-    from storage import LogConfig, LogDir, errors, segment_home
+    from storage import LogConfig, LogDir, errors
+    from storage.log import segment_home
     from storage.core.records import build_batch
     segment_home.set_open_segments_max(16)
     logdir = LogDir.open(sys.argv[1], LogConfig(segment_bytes=200, fsync=True), background=False)
