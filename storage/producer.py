@@ -750,7 +750,7 @@ def replay(manager: ProducerStateManager, log, start_offset: int, producer_free=
         for i in [i for i, pid in enumerate(cols.producer_id) if pid >= 0]:
             if magic[i] >= 2 and last[i] >= start_offset:
                 position = positions[i]
-                log._record_completed(apply_replicated(manager, view[position:position + sizes[i]]))
+                log.local.record_completed(apply_replicated(manager, view[position:position + sizes[i]]))
     manager.update_map_end_offset(log.log_end_offset)
 
 
@@ -771,18 +771,19 @@ def rebuild(manager: ProducerStateManager, log, now_ms: int, *, at_most: int | N
     manager.truncate_and_reload(log.log_start_offset, log.log_end_offset, now_ms, at_most=at_most)
     start = max(manager.map_end_offset, log.log_start_offset)
     # The transaction indexes above the replay's start are derived again by the replay.
-    for segment in log.segments[max(log._segment_index(start), 0):]:
+    for segment in log.segments[max(log.local.segment_index(start), 0):]:
         segment.txn_index.truncate_to(start, segment_base=segment.base_offset)
     if manager.map_end_offset < log.log_end_offset and not empty_before:
         replay(manager, log, start, producer_free)
     manager.update_map_end_offset(log.log_end_offset)
 
 
-def remove_stray_and_rebuild(manager: ProducerStateManager, log, now_ms: int) -> None:
+def remove_stray_and_rebuild(manager: ProducerStateManager, log, now_ms: int, recovered: list[tuple]) -> None:
     """The load's step (kafka-reference 5.2.7): snapshots not at a segment base go (except the
-    newest one above every base, which a clean shutdown wrote at the log end), then rebuild."""
-    manager.remove_stray_snapshots(log._bases)
+    newest one above every base, which a clean shutdown wrote at the log end), then rebuild;
+    `recovered`: Loader.recovered."""
+    manager.remove_stray_snapshots(log.local.bases)
     # A recovered segment's transaction index is derived again, as Kafka's segment recovery
     # does: replay from a snapshot at or below the first recovered segment.
-    rebuild(manager, log, now_ms, at_most=min((base for base, *_ in log._recovered), default=None),
-            producer_free={base for base, _end, _e, producers in log._recovered if producers == 0})
+    rebuild(manager, log, now_ms, at_most=min((base for base, *_ in recovered), default=None),
+            producer_free={base for base, _end, _e, producers in recovered if producers == 0})

@@ -178,7 +178,7 @@ class Segment:
             self._state = _OPEN
         open_segments.touch(self)
 
-    def _suspend(self) -> bool:
+    def suspend(self) -> bool:
         """Close its descriptors (the open-segment cache): False when it stays open, because the
         flush before the close failed -- the log dir is then offline."""
         if self._state != _OPEN:
@@ -313,7 +313,7 @@ class Segment:
         """Raise the exception for a nonzero C code from an operation on this segment."""
         self._check(rc, what, offset=offset)
 
-    def _check_invariants(self) -> None:
+    def check_invariants(self) -> None:
         """Raise AssertionError unless the segment's state is one the reliability model allows:
         size within int32, the next offset at or above the base and within the relative-offset
         range, offset-index entries increasing inside [base, next offset) at positions inside
@@ -653,7 +653,7 @@ class OnDiskSegment(Segment):
     @classmethod
     def of(cls, home: SegmentHome, base_offset: int) -> "OnDiskSegment":
         segment = object.__new__(cls)
-        segment._fields(home, base_offset, "")
+        cls._fields(segment, home, base_offset, "")
         return segment
 
     def _open(self) -> None:
@@ -702,7 +702,7 @@ class OnDiskSegment(Segment):
     def flush(self) -> bool:
         return False            # flushed when it was sealed (roll, close, the cleaner's swap)
 
-    def _suspend(self) -> bool:
+    def suspend(self) -> bool:
         return True
 
     def close(self) -> None:

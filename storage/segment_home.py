@@ -66,7 +66,7 @@ class _OpenSegments:
             if lock is not None and not lock.acquire(blocking=False):
                 continue
             try:
-                closed = victim._suspend()
+                closed = victim.suspend()
             finally:
                 if lock is not None:
                     lock.release()

@@ -147,9 +147,9 @@ class LogMachine(RuleBasedStateMachine):
 
     @invariant()
     def the_engines_own_invariants(self):
-        # PartitionLog/Segment/LeaderEpochCache._check_invariants: what the engine asserts of
+        # PartitionLog/Segment/LeaderEpochCache.check_invariants: what the engine asserts of
         # itself (the reliability model's shapes), after every step.
-        self.log._check_invariants()
+        self.log.check_invariants()
 
     @invariant()
     def offsets_and_segments(self):
