@@ -26,8 +26,8 @@ import time
 from . import errors
 from . import io as _io
 from ._native import ffi, lib
-from .records import describe_error, error_class, forget_source, register_source
-from .segment_home import SegmentHome, open_segments, retired_mappings, set_open_segments_max  # noqa: F401
+from .records import describe_error, error_class
+from .segment_home import Mapping, SegmentHome, open_segments, retired_mappings, set_open_segments_max  # noqa: F401
 from .txnindex import TXN_INDEX_SUFFIX, TransactionIndex
 
 PAGE_BYTES = os.sysconf("SC_PAGE_SIZE")
@@ -61,43 +61,6 @@ def _round_pages(n: int) -> int:
     return (n + PAGE_BYTES - 1) // PAGE_BYTES * PAGE_BYTES
 
 
-class _Mapping:
-    """A read-only mapping of a .log file; unmapped by cffi when nothing references it."""
-
-    __slots__ = ("pointer", "length", "view")
-
-    def __init__(self, fd: int, length: int, file: str | None = None):
-        out = ffi.new("uint8_t **")
-        rc = lib.plog_io_mmap(fd, length, 0, out)
-        if rc:
-            raise errors.StorageIOError(f"mmap failed: {describe_error(rc)}", errno=rc if rc > 0 else None)
-        pointer = out[0]
-        seam = _io.current()  # unmap through the seam the mapping came from
-
-        # What it calls is bound now: at interpreter exit the module's globals may already be
-        # gone when the last mappings are released.
-        def release(p, length=length, seam=seam, cast=ffi.cast, forget=forget_source, current=_io.current,
-                    munmap=lib.plog_io_munmap):
-            forget(int(cast("uintptr_t", p)))
-            if seam is current():
-                munmap(p, length)
-            else:
-                seam.munmap(int(cast("uintptr_t", p)), length)
-
-        self.pointer = ffi.gc(pointer, release, size=length) if length else pointer
-        self.length = length
-        # Read-only, as the mapping is (PROT_READ): a caller writing into a view it was given
-        # gets a TypeError, not a SIGSEGV.
-        self.view = memoryview(ffi.buffer(self.pointer, length)).toreadonly() if length else memoryview(b"")
-        if length and file is not None:
-            register_source(int(ffi.cast("uintptr_t", pointer)), length, file)
-
-    def retire_from(self, position: int) -> None:
-        """Zero-page everything from `position` on (nothing valid lies there)."""
-        if self.length and position < self.length:
-            lib.plog_io_mmap_retire(self.pointer + position, self.length - position)
-
-
 _OPEN, _SUSPENDED, _CLOSED = 0, 1, 2
 
 
@@ -123,7 +86,7 @@ class Segment:
         self._suffix = suffix
         self._txn: TransactionIndex | None = None
         self._c = None
-        self._mapping: _Mapping | None = None
+        self._mapping: Mapping | None = None
         self._state = _OPEN
         self.created_ms = None
 
@@ -346,7 +309,7 @@ class Segment:
         raise error_class(rc)(f"{what}: {describe_error(rc)}", file=path, offset=offset)
 
     # ---- reading ----
-    def mapping(self) -> _Mapping:
+    def mapping(self) -> Mapping:
         """The current read mapping, covering at least `size` bytes."""
         self._use()
         m = self._mapping
@@ -355,7 +318,7 @@ class Segment:
             if m is not None:
                 self._drop_mapping()
             reserve = max(size, self.config.segment_bytes) if self.active else size
-            m = self._mapping = _Mapping(self._c.log_fd, _round_pages(reserve), self.log_path)
+            m = self._mapping = Mapping(self._c.log_fd, _round_pages(reserve), self.log_path)
         return m
 
     def _drop_mapping(self, valid: int | None = None) -> None:
