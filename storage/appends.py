@@ -30,6 +30,16 @@ class _ProducerCheck(Exception):
     """PLOG_EPRODUCER: the producer state must check the chunk before C can append it."""
 
 
+_ORIGINS = ("client", "coordinator")      # where a leader append comes from
+
+
+def _check_leader_append(leader_epoch: int, origin: str) -> None:
+    if leader_epoch < 0:
+        raise ValueError("leader_epoch must be >= 0")
+    if origin not in _ORIGINS:
+        raise ValueError(f"origin must be one of {_ORIGINS}")
+
+
 _EPOCH_MIXED = lib.PLOG_EPOCH_MIXED
 # AppendInfo from the seven int64 fields plog_validate leads with (plog.h): what
 # NamedTuple._make does, without its length check (the C layout fixes the length).

@@ -60,7 +60,9 @@ import os
 import struct
 
 from . import errors, guards
+from . import producer as _producer
 from ._native import ffi, lib
+from .clock import wall_ms
 from .epoch import CHECKPOINT_FILE
 from .records import BATCH_OVERHEAD, LOG_OVERHEAD, iter_batches
 from .segment import (
@@ -464,6 +466,24 @@ class Loader:
         for path in self._missing:
             if self.seam.exists(path) and self.seam.file_size(path) == 0:
                 self.seam.unlink(path)
+
+
+def load(log, seam, listing, recovery_point: int, log_start_offset: int | None, log_start_trusted: bool,
+         clean: bool, recover_mode: str) -> None:
+    """Kafka's LogLoader.load for a PartitionLog (its producer state and epoch cache made, its
+    LocalLog's lock held): the segments into the LocalLog (Loader), the log's offsets, the epoch
+    cache repaired and the producer state rebuilt from its snapshots and the log."""
+    local = log.local
+    loader = Loader(local, log.producer_state, seam, recovery_point, clean, recover_mode)
+    loader.load(listing)
+    start, log.log_end_offset, local.recovery_point = loader.offsets(log_start_offset, log_start_trusted,
+                                                                      log.epoch_cache)
+    log.log_start_offset = log.high_watermark = start
+    # Kafka's load resizes the active segment's indexes (creating their files); LazyIndex after.
+    if local.active_segment.attach_indexes():
+        local.dir_dirty = True
+    repair_epoch_cache(log, loader.recovered)
+    _producer.remove_stray_and_rebuild(log.producer_state, log, wall_ms(), loader.recovered)
 
 
 # ---- the epoch cache after a load ------------------------------------------------------------

@@ -7,6 +7,11 @@ truncations of the segments, flush and the recovery point it moves, and the pend
 It knows nothing of epochs, producers, the high watermark or the log start offset: that is
 `PartitionLog` (storage/log.py, Kafka's UnifiedLog), which holds one and tells it, as explicit
 arguments, the offsets a step needs.  Every method expects the caller to hold `lock` (an RLock).
+
+Invariants (LocalLog.check_invariants):
+  - segments are sorted by base offset, do not overlap (gaps allowed), only the last is active;
+  - every batch below the recovery point was flushed (fsync'd, or a flush point when fsync
+    is disabled) before the recovery point moved past it.
 """
 from __future__ import annotations
 

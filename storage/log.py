@@ -1,15 +1,13 @@
 """`PartitionLog`: one partition's segments, appended as leader or follower, read, rolled,
 truncated, with a log start offset, a high watermark and a recovery point.
 
-Invariants (checked by tests/test_log_model.py after every step):
-  - segments are sorted by base offset, do not overlap, and only the last one is active;
+Invariants (checked by tests/test_log_model.py after every step; the segments' own are
+storage/local_log.py's):
   - log_start_offset <= high_watermark <= log_end_offset, recovery_point <= log_end_offset;
   - offsets in the log strictly increase; a leader append assigns offsets from the log end
     offset and stamps the leader epoch; a follower append keeps the batches' own offsets and
     must start at or after the log end offset;
-  - an append is all or nothing: a rejected chunk leaves the files and the offsets untouched;
-  - every batch below the recovery point was flushed (fsync'd, or a flush point when fsync
-    is disabled) before the recovery point moved past it.
+  - an append is all or nothing: a rejected chunk leaves the files and the offsets untouched.
 
 Kafka's semantics are kept where they are surprising: truncation is batch-granular but sets
 the log end offset to the requested target (kafka-reference 2.5), a segment rolls when the
@@ -32,6 +30,7 @@ from .appends import (
     _EPOCH_MIXED,
     AppendInfo,
     _AppendState,
+    _check_leader_append,
     _client_flags,
     _follower_pieces,
     _follower_state,
@@ -45,9 +44,9 @@ from .clock import wall_ms as _now_ms
 from .config import LogConfig
 from .epoch import CHECKPOINT_FILE, LeaderEpochCache
 from .failure import LogDirFailureChannel, guarded
-from .loader import Loader, list_or_create, repair_epoch_cache
+from .loader import list_or_create, load
 from .local_log import LocalLog
-from .reads import EARLIEST_TIMESTAMP, ISOLATIONS, LATEST_TIMESTAMP, MAX_TIMESTAMP, TimestampAndOffset
+from .reads import ISOLATIONS, TimestampAndOffset
 from .records import _build, describe_error, error_class
 from .segment import Segment
 from .txnindex import AbortedTxn
@@ -58,16 +57,6 @@ _INT32_MAX = 2**31 - 1
 # The chunk refusals that name their failing batch (the classes come from records.error_class).
 _REFUSALS = frozenset((lib.PLOG_ECRC, lib.PLOG_ECORRUPT, lib.PLOG_EMAGIC, lib.PLOG_EPARTIAL, lib.PLOG_EEMPTY,
                        lib.PLOG_ETOOLARGE, lib.PLOG_EORDER, lib.PLOG_EAPPENDOFFSET))
-
-
-_ORIGINS = ("client", "coordinator")
-
-
-def _check_leader_append(leader_epoch: int, origin: str) -> None:
-    if leader_epoch < 0:
-        raise ValueError("leader_epoch must be >= 0")
-    if origin not in _ORIGINS:
-        raise ValueError(f"origin must be one of {_ORIGINS}")
 
 
 class PartitionLog:
@@ -101,18 +90,8 @@ class PartitionLog:
                                                 epoch_flush=self.config.epoch_flush)
             if self.epoch_cache.writes:      # it wrote the checkpoint it missed: the listing is stale
                 listing = None
-            # The per-segment decision (trust, recover, rebuild the index, refuse) is loader.py's table.
-            loader = Loader(local, self.producer_state, seam, recovery_point or 0, clean_shutdown, recover_mode)
-            loader.load(listing)
-            start, self.log_end_offset, local.recovery_point = loader.offsets(
-                log_start_offset, log_start_offset_trusted, self.epoch_cache)
-            self.log_start_offset = self.high_watermark = start
-            recovered = loader.recovered
-            # Kafka's load resizes the active segment's indexes (creating their files); LazyIndex after.
-            if local.active_segment.attach_indexes():
-                local.dir_dirty = True
-            repair_epoch_cache(self, recovered)
-            _producer.remove_stray_and_rebuild(self.producer_state, self, _now_ms(), recovered)
+            load(self, seam, listing, recovery_point or 0, log_start_offset, log_start_offset_trusted,
+                 clean_shutdown, recover_mode)
             if high_watermark is not None:
                 self.update_high_watermark(high_watermark)
         except BaseException as exc:
@@ -180,10 +159,6 @@ class PartitionLog:
     def recovery_point(self) -> int:
         return self._local.recovery_point
 
-    @recovery_point.setter
-    def recovery_point(self, offset: int) -> None:
-        self._local.recovery_point = offset
-
     @guarded
     def update_high_watermark(self, offset: int) -> int:
         """Set the high watermark, clamped to [log_start_offset, log_end_offset]."""
@@ -232,7 +207,8 @@ class PartitionLog:
         if as_leader:
             _check_leader_append(leader_epoch, origin)
             return self._leader_chunk(bytearray().join(pieces), leader_epoch, origin)
-        return _follower_pieces(self, pieces, self._follower_state, self._appended) or self._follower_chunk(bytearray().join(pieces), partial_tail=False)
+        return _follower_pieces(self, pieces, self._follower_state, self._appended) or \
+            self._follower_chunk(bytearray().join(pieces), partial_tail=False)
 
     def _leader_chunk(self, buf, leader_epoch: int, origin: str, prebuilt: bool = True) -> AppendInfo:
         """A leader's chunk: a bytearray this log owns (rewritten in place: offsets, epoch), or
@@ -295,7 +271,7 @@ class PartitionLog:
             changes = self.producer_state.changes
             completed = _producer.commit_append(self.producer_state, plan, info.first_offset)
             if completed:
-                self._record_completed(completed)
+                self._local.record_completed(completed)
             if in_c:
                 self._expected.learn(_producer.planned_producers(plan), changes)
         return info
@@ -308,9 +284,6 @@ class PartitionLog:
         producer's transaction closes; an aborted one is recorded in the transaction index."""
         marker = _producer.end_txn_marker_batch(producer_id, producer_epoch, commit, coordinator_epoch, _now_ms())
         return self.append_as_leader(marker, leader_epoch, origin="coordinator")
-
-    def _record_completed(self, completed) -> None:
-        self._local.record_completed(completed)
 
     def _leader_write(self, state: "_AppendState", buf, leader_epoch: int, prebuilt: bool) -> AppendInfo:
         """Write a leader's chunk: one C call, or the validator's recheck first (storage/validator.py)."""
@@ -355,7 +328,7 @@ class PartitionLog:
                 state = self._follower_append or self._follower_state()
                 info = self._append(state, pointer, length, -1, partial_tail)
                 if state.v.producer_batch_count:
-                    self._record_completed(_producer.apply_replicated(self.producer_state,
+                    self._local.record_completed(_producer.apply_replicated(self.producer_state,
                                                                       ffi.buffer(pointer, info.size_bytes)))
                 return info
 
@@ -490,14 +463,7 @@ class PartitionLog:
             max_offset = bound if max_offset is None else min(max_offset, bound)
         with self._lock:
             self._local.ensure_open()
-            if offset == self.log_end_offset or (max_offset is not None and offset >= max_offset
-                                                 and self.log_start_offset <= offset <= self.log_end_offset):
-                return memoryview(b"")
-            if offset < self.log_start_offset or offset > self.log_end_offset:
-                raise errors.OffsetOutOfRangeError(
-                    f"offset {offset} outside [{self.log_start_offset}, {self.log_end_offset}]",
-                    file=self.path, offset=offset)
-            return _reads.read(self._local, offset, max_bytes, -1 if max_offset is None else max_offset)
+            return _reads.read(self._local, offset, max_bytes, max_offset, self.log_start_offset, self.log_end_offset)
 
     @property
     def last_stable_offset(self) -> int:
@@ -519,21 +485,14 @@ class PartitionLog:
             return _reads.collect_aborted_transactions(self._local, start_offset, upper_bound_offset)
 
     def batches(self, start_offset: int | None = None):
-        """Every batch from start_offset (default the log start) to the log end, zero-copy.
-
-        Safe against a concurrent writer: the segment list is taken under the lock, and each
-        segment's view is cut under the lock at its size of that moment; a segment the writer
-        deleted meanwhile (retention, truncation) is skipped, and a view the writer truncated
-        under keeps the bytes it had (segment.py).  The batches are those of some moment of
-        the log, never torn or zeroed ones."""
+        """Every batch from start_offset (default the log start) to the log end, zero-copy; safe
+        against a concurrent writer (reads.batches says how)."""
         return _reads.batches(self._local, start_offset, lambda: self.log_start_offset)
 
     def segment_columns(self, start_offset: int | None = None, window: int = 1 << 20, *, skip_bases=()):
         """(BatchColumns, view) for the batches from the one holding start_offset (default the
-        log start) to the log end, a window of about `window` bytes at a time: the headers of a
-        window's batches from one C call (storage.columns; CRCs not checked), so that memory
-        stays bounded whatever the segment's size; the same snapshot rules as `batches`.
-        Segments whose base offset is in skip_bases are passed over."""
+        log start) to the log end, about `window` bytes at a time (reads.segment_columns);
+        segments whose base offset is in skip_bases are passed over."""
         return _reads.segment_columns(self._local, start_offset, lambda: self.log_start_offset, window, skip_bases)
 
     @guarded
@@ -542,15 +501,8 @@ class PartitionLog:
         EARLIEST_TIMESTAMP (-2), LATEST_TIMESTAMP (-1), MAX_TIMESTAMP (-3)."""
         with self._lock:
             self._local.ensure_open()
-            if timestamp == EARLIEST_TIMESTAMP:
-                return TimestampAndOffset(-1, self.log_start_offset, self.epoch_for_offset(self.log_start_offset))
-            if timestamp == LATEST_TIMESTAMP:
-                return TimestampAndOffset(-1, self.log_end_offset, self.latest_epoch)
-            if timestamp == MAX_TIMESTAMP:
-                return _reads.max_timestamp_offset(self._local, self.log_start_offset)
-            if timestamp < 0:
-                raise ValueError(f"invalid timestamp {timestamp}")
-            return _reads.offset_for_timestamp(self._local, timestamp, self.log_start_offset)
+            return _reads.offset_for_timestamp(self._local, timestamp, self.log_start_offset, self.log_end_offset,
+                                               self.epoch_cache)
 
     # ---- epochs ----
     def epoch_for_offset(self, offset: int) -> int | None:
@@ -593,8 +545,8 @@ class PartitionLog:
                 if guards.on("M25"):
                     # Kafka's UnifiedLog.truncateTo: an epoch entry starting at the log end
                     # offset goes even when the target lies beyond it
-                    # (testTruncateToEndOffsetClearsEpochCache).
-                    self._after_truncate(self.log_end_offset)
+                    # (testTruncateToEndOffsetClearsEpochCache, KAFKA-10706).
+                    self.epoch_cache.truncate_from_end(self.log_end_offset)
                 return False
             local = self._local
             if offset < local.segments[0].base_offset:
@@ -607,13 +559,9 @@ class PartitionLog:
             if lowered:
                 self._store_lowered_recovery_point()
             self.log_start_offset = min(self.log_start_offset, offset)
-            self._after_truncate(offset)
+            self.epoch_cache.truncate_from_end(offset)
             _producer.rebuild(self.producer_state, self, _now_ms(), truncation=True)
             return True
-
-    def _after_truncate(self, offset: int) -> None:
-        # Also when offset >= the log end offset: an epoch starting there goes (KAFKA-10706).
-        self.epoch_cache.truncate_from_end(offset)
 
     def _truncate_fully(self, offset: int) -> None:
         lowered = self._local.truncate_fully(offset)

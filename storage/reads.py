@@ -8,6 +8,7 @@ from __future__ import annotations
 import bisect
 from typing import NamedTuple
 
+from . import errors
 from .columns import batch_columns
 from .records import iter_batches
 from .segment import Segment
@@ -34,9 +35,18 @@ class TimestampAndOffset(NamedTuple):
     leader_epoch: int | None
 
 
-def read(local, offset: int, max_bytes: int, bound: int) -> memoryview:
-    """The batches from the one holding `offset` (inside the log: the caller checked), under
-    the caller's hold of local.lock; `bound` is the max offset, -1 for none (Segment.read)."""
+def read(local, offset: int, max_bytes: int, max_offset: int | None, log_start_offset: int,
+         log_end_offset: int) -> memoryview:
+    """PartitionLog.read under the caller's hold of local.lock, the isolation's bound already in
+    max_offset: empty at the log end offset or at max_offset, OffsetOutOfRangeError outside
+    [log_start_offset, log_end_offset], else the batches from the one holding `offset`."""
+    if offset == log_end_offset or (max_offset is not None and offset >= max_offset
+                                    and log_start_offset <= offset <= log_end_offset):
+        return memoryview(b"")
+    if offset < log_start_offset or offset > log_end_offset:
+        raise errors.OffsetOutOfRangeError(f"offset {offset} outside [{log_start_offset}, {log_end_offset}]",
+                                           file=local.path, offset=offset)
+    bound = -1 if max_offset is None else max_offset
     segments = local.segments
     i = _bisect_right(local.bases, offset) - 1
     if i < 0:
@@ -63,14 +73,22 @@ def collect_aborted_transactions(local, start_offset: int, upper_bound_offset: i
 
 def batches(local, start_offset: int | None, log_start_offset):
     """Every batch from start_offset (None: `log_start_offset()`, read under the lock) to the
-    log end, zero-copy (PartitionLog.batches says what a concurrent writer does to it)."""
+    log end, zero-copy.
+
+    Safe against a concurrent writer: the segment list is taken under the lock, and each
+    segment's view is cut under the lock at its size of that moment; a segment the writer
+    deleted meanwhile (retention, truncation) is skipped, and a view the writer truncated
+    under keeps the bytes it had (segment.py).  The batches are those of some moment of
+    the log, never torn or zeroed ones."""
     for segment, view, position in _segment_views(local, start_offset, log_start_offset):
         yield from iter_batches(view, source=segment.log_path, start_position=position, verify=False)
 
 
 def segment_columns(local, start_offset: int | None, log_start_offset, window: int, skip_bases):
-    """(BatchColumns, view) windows of about `window` bytes from the batch holding start_offset
-    (PartitionLog.segment_columns)."""
+    """(BatchColumns, view) for the batches from the one holding start_offset to the log end, a
+    window of about `window` bytes at a time: the headers of a window's batches from one C call
+    (storage.columns; CRCs not checked), so that memory stays bounded whatever the segment's
+    size; the same snapshot rules as `batches`.  Segments based at skip_bases are passed over."""
     for segment, view, position in _segment_views(local, start_offset, log_start_offset):
         if segment.base_offset in skip_bases:
             continue
@@ -106,9 +124,18 @@ def _segment_views(local, start_offset: int | None, log_start_offset):
         yield segment, view, position
 
 
-def offset_for_timestamp(local, timestamp: int, log_start_offset: int) -> TimestampAndOffset | None:
-    """The first record with timestamp >= `timestamp` (>= 0) at or above the log start, under
-    the caller's lock."""
+def offset_for_timestamp(local, timestamp: int, log_start_offset: int, log_end_offset: int,
+                         epoch_cache) -> TimestampAndOffset | None:
+    """PartitionLog.offset_for_timestamp under the caller's lock: the special values, or the first
+    record with timestamp >= `timestamp` at or above the log start."""
+    if timestamp == EARLIEST_TIMESTAMP:
+        return TimestampAndOffset(-1, log_start_offset, epoch_cache.epoch_for_offset(log_start_offset))
+    if timestamp == LATEST_TIMESTAMP:
+        return TimestampAndOffset(-1, log_end_offset, epoch_cache.latest_epoch)
+    if timestamp == MAX_TIMESTAMP:
+        return _max_timestamp_offset(local, log_start_offset)
+    if timestamp < 0:
+        raise ValueError(f"invalid timestamp {timestamp}")
     for segment in local.segments:
         if segment.max_timestamp < timestamp:
             continue
@@ -135,7 +162,7 @@ def _first_record_at_or_after(segment: Segment, position: int, timestamp: int, m
     return None
 
 
-def max_timestamp_offset(local, log_start_offset: int) -> TimestampAndOffset | None:
+def _max_timestamp_offset(local, log_start_offset: int) -> TimestampAndOffset | None:
     """The first record carrying the log's largest timestamp (ListOffsets MAX_TIMESTAMP)."""
     best = None
     for segment in local.segments:
