@@ -361,28 +361,28 @@ class Loader:
         return Segment(self.local.segment_home, base, create=False, active=active)
 
     def load(self, listing: tuple[list[str], set[str]] | None = None) -> None:
-        log = self.local
-        logs, names = remove_leftovers(self.seam, log.path, listing)
+        local = self.local
+        logs, names = remove_leftovers(self.seam, local.path, listing)
         self.producer_state.use_listing(names)          # its snapshots: no second listing of the dir
         marker = "clean" if self.clean else "unclean"
         # After a clean shutdown the sealed segments are opened at their first use (Kafka's
         # KAFKA-7283), unless the config or the recover mode (scan, force) asks to look now.
-        defer = self.clean and not (self.force or self.scan_trusted) and log.config.sealed_segment_check == "first_use"
+        defer = self.clean and not (self.force or self.scan_trusted) and local.config.sealed_segment_check == "first_use"
         for i, base in enumerate(logs):
             place = "candidate" if is_candidate(i, logs, self.recovery_point) else "below"
             stem = f"{base:020d}"
             index_missing = stem + INDEX_SUFFIX not in names
             last = i == len(logs) - 1
             if defer and not last and not index_missing and stem + TIME_INDEX_SUFFIX in names:
-                log.add_segment(OnDiskSegment.of(log.segment_home, base))
+                local.add_segment(OnDiskSegment.of(local.segment_home, base))
                 continue
-            self._missing = [os.path.join(log.path, stem + suffix) for suffix in (INDEX_SUFFIX, TIME_INDEX_SUFFIX)
+            self._missing = [os.path.join(local.path, stem + suffix) for suffix in (INDEX_SUFFIX, TIME_INDEX_SUFFIX)
                              if stem + suffix not in names]
             action = decide(marker, place, "*", "*") if (marker, place) == ("unclean", "candidate") else None
             # The last segment is opened active (its index entries read into memory), as it
             # stays: not mapped sealed first and copied out at the unseal.
             segment = self._open_segment(base, active=action is Action.RECOVER or index_missing or last)
-            log.add_segment(segment)
+            local.add_segment(segment)
             if action is None:
                 action, problem, damage = verdict(segment, marker, place, index_missing)
                 if action is Action.TRUST:
@@ -403,8 +403,8 @@ class Loader:
                     self.recovery_report.append((base, 0, f"rebuilt: {problem}"))
             if self._recover(i, logs, segment):
                 break
-        if log.segments:
-            last = log.segments[-1]
+        if local.segments:
+            last = local.segments[-1]
             last.unseal()
             if f"{last.base_offset:020d}{TXN_INDEX_SUFFIX}" not in names:
                 last.txn_index_absent()          # the producer-state rebuild asks for it
@@ -439,7 +439,7 @@ class Loader:
 
     def _recover(self, i: int, logs: list[int], segment: Segment) -> bool:
         """Kafka's LogSegment.recover of one segment; True when it cut and later segments went."""
-        log = self.local
+        local = self.local
         base = segment.base_offset
         truncated, report = segment.recover(check_crc=guards.on("M24"))
         segment.seal()
@@ -455,7 +455,7 @@ class Loader:
             self.recovery_report.append((later, -1, f"deleted: after the first invalid batch at offset "
                                                     f"{report.stop_offset} in segment {base}"))
         if logs[i + 1:]:
-            log.flush_dir()
+            local.flush_dir()
         segment.flush()
         return True
 
