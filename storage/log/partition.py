@@ -445,7 +445,7 @@ class PartitionLog:
             self._local.ensure_open()
             return self._roll_to(self.log_end_offset)
 
-    # ---- reads (storage/reads.py walks the segments) ----
+    # ---- reads (storage/log/reads.py walks the segments) ----
     @guarded
     def read(self, offset: int, max_bytes: int, *, max_offset: int | None = None,
              isolation: str = "log_end") -> memoryview:

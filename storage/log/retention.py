@@ -1,6 +1,6 @@
 """Retention: which segments of a `PartitionLog` go, and how (Kafka's UnifiedLog.deleteOldSegments,
 LocalLog.deletableSegments, in our words).  Called by `PartitionLog.delete_old_segments` under
-the log's lock.
+the log's lock, with its LocalLog, config and offsets as arguments.
 
 Three passes, each over the segments that are left, oldest first, stopping at the first that
 stays:
@@ -16,7 +16,7 @@ moves to the first segment left; the epoch cache and the producer state move wit
 producer snapshots of the deleted segments go.
 
 A deleted segment's files are renamed `*.deleted` at once (the segment is gone from every read
-from then on) and removed file_delete_delay_ms later by `delete_pending_files` (Kafka's
+from then on) and removed file_delete_delay_ms later by `LocalLog.delete_pending_files` (Kafka's
 asynchronous delete).  A crash in between leaves `*.deleted` files, which the next load removes;
 nothing of them is visible.
 """
