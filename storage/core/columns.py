@@ -46,7 +46,7 @@ class BatchColumns:
     last inner message's) as base and last offset, and record_count 1; `batch(i)` decodes
     its inner messages when they are wanted (RecordBatch does)."""
 
-    __slots__ = ("data", "end", "stop", "source", "start_position", "_block") + \
+    __slots__ = ("data", "end", "stop", "source", "start_position", "block") + \
         tuple(name for name, _ in _COLUMNS)
 
     def __len__(self) -> int:
@@ -101,7 +101,7 @@ def batch_columns(buffer, *, crc: str = "raise", strict: bool = True, source=Non
     with ffi.from_buffer(view) as buf:
         lib.plog_batch_columns_scan(buf, len(view), max_batch_bytes, 0, c)      # counting pass
         rows = c.count
-        block = out._block = ffi.new("char[]", max(rows, 1) * _ROW_BYTES)
+        block = out.block = ffi.new("char[]", max(rows, 1) * _ROW_BYTES)
         offset = 0
         pointers = {}
         for name, fmt in _COLUMNS:

@@ -430,7 +430,7 @@ class RecordBatch:
     def is_control(self) -> bool:
         return self.magic >= 2 and bool(self.attributes & lib.PLOG_ATTR_CONTROL)
 
-    def _where(self) -> dict:
+    def where(self) -> dict:
         if self.source is None:             # a batch of a log.read() view: find its file
             file, position = mapped_source(self._view)
             if file is not None:
@@ -448,7 +448,7 @@ class RecordBatch:
     def ensure_valid(self) -> None:
         if not self.is_valid():
             raise errors.CorruptRecordError(
-                f"CRC mismatch: stored 0x{self.crc:08x}", **self._where())
+                f"CRC mismatch: stored 0x{self.crc:08x}", **self.where())
 
     def to_bytes(self) -> bytes:
         return bytes(self._view)
@@ -466,11 +466,11 @@ class RecordBatch:
         payload = self._view[BATCH_OVERHEAD:]
         codec = self.attributes & 7
         if codec:
-            payload = decompress(codec, bytes(payload), max_bytes=max_decompressed_bytes, **self._where())
+            payload = decompress(codec, bytes(payload), max_bytes=max_decompressed_bytes, **self.where())
         count = self.record_count
         if count < 0 or count * _MIN_RECORD_BYTES > len(payload) + (0 if count else 1):
             raise errors.InvalidRecordError(
-                f"record count {count} does not fit in {len(payload)} bytes of records", **self._where())
+                f"record count {count} does not fit in {len(payload)} bytes of records", **self.where())
         return _decode_records(payload, count, self)
 
     def __iter__(self):
@@ -504,7 +504,7 @@ class RecordBatch:
             if value_length > len(view) - pos:
                 raise ValueError(f"value length {value_length} runs past the message")
         except (struct.error, ValueError) as exc:
-            raise errors.CorruptRecordError(f"malformed legacy message: {exc}", **self._where()) from exc
+            raise errors.CorruptRecordError(f"malformed legacy message: {exc}", **self.where()) from exc
         value = None if value_length < 0 else bytes(view[pos:pos + value_length])
         return Record(offset, timestamp, key, value, [])
 
@@ -513,9 +513,9 @@ class RecordBatch:
             return self._legacy_records
         wrapper = self._legacy_single()
         if wrapper.value is None:
-            raise errors.CorruptRecordError("compressed legacy message without a value", **self._where())
+            raise errors.CorruptRecordError("compressed legacy message without a value", **self.where())
         data = decompress(self.attributes & 7, wrapper.value, magic=self.magic, max_bytes=max_decompressed_bytes,
-                          **self._where())
+                          **self.where())
         inner = []
         pos = 0
         while pos + 12 <= len(data):
@@ -543,10 +543,10 @@ def _decode_records(payload, count: int, batch: RecordBatch) -> list[Record]:
         return decoded
     rc, position, in_headers = decoded
     if in_headers:
-        raise errors.InvalidRecordError("malformed record header", **batch._where())
+        raise errors.InvalidRecordError("malformed record header", **batch.where())
     raise errors.InvalidRecordError(
         f"malformed record at byte {position} of the records section "
-        f"({ffi.string(lib.plog_strerror(rc)).decode()})", **batch._where())
+        f"({ffi.string(lib.plog_strerror(rc)).decode()})", **batch.where())
 
 
 # The read mappings of segment files (storage/log/segment.py registers and forgets them): a view

@@ -39,8 +39,8 @@ class OpenTxn(NamedTuple):
 
 def open_transactions(log) -> list[OpenTxn]:
     """The producers of `log` with an open transaction, the oldest first."""
-    with log._lock:
-        log._ensure_open()
+    with log.local.lock:
+        log.local.ensure_open()
         found = [OpenTxn(pid, e.producer_epoch, e.coordinator_epoch, e.current_txn_first_offset,
                          e.last_sequence, e.last_timestamp)
                  for pid, e in log.producer_state.active_producers.items() if e.current_txn_first_offset is not None]
@@ -65,8 +65,8 @@ def abort_transaction(log, producer_id: int, producer_epoch: int, *, coordinator
     WriteTxnMarkers would (PartitionLog.append_txn_marker); returns its AppendInfo.
     coordinator_epoch: default the last one the partition saw (at least 0);
     leader_epoch: default the log's latest epoch (at least 0): no new epoch starts."""
-    with log._lock:
-        log._ensure_open()
+    with log.local.lock:
+        log.local.ensure_open()
         entry = log.producer_state.last_entry(producer_id)
         if entry is None or entry.current_txn_first_offset is None:
             raise errors.InvalidTxnStateError(f"producer {producer_id} has no open transaction in this partition: "

@@ -174,7 +174,7 @@ def _lock_dir(logdir: "LogDir") -> int:
         held = _held_locks.get(path)
         if held is not None:
             fd, previous = held
-            if previous is not None and previous is not logdir and not previous._closed:
+            if previous is not None and previous is not logdir and not previous.closed:
                 previous.failure_channel.fail(
                     errors.LogDirLockedError("superseded by a newer LogDir.open of this dir in this process",
                                              file=previous.path), "superseded")
@@ -274,7 +274,7 @@ class LogDir:
         except BaseException as exc:
             # A failed open releases what it opened: logs, the metadata store, the lock.
             for log in self._logs.values():
-                log._release_segments()
+                log.local.release_segments()
             if self.meta is not None:
                 self.meta.close()
             _unlock_dir(self)
@@ -311,7 +311,7 @@ class LogDir:
             if name not in dirs:
                 continue
             if name.endswith("-delete"):
-                self._remove_tree(os.path.join(self.path, name))
+                _remove_tree(os.path.join(self.path, name))
                 continue
             key = parse_partition_dir(name)
             if key is not None:
@@ -447,7 +447,7 @@ class LogDir:
             raise ValueError(f"invalid topic name {topic!r}")
         log = self._open_partition(key, None)
         if log.config.epoch_flush == "deferred":
-            log.parent_dir_dirty = True     # the new dir's name is made durable by its first flush
+            log.local.parent_dir_dirty = True     # the new dir's name is made durable by its first flush
         else:
             _io.current().fsync_dir(self.path, self._sync_flags)
         return log
@@ -471,19 +471,12 @@ class LogDir:
         seam.rename(log.path, doomed)
         seam.fsync_dir(self.path, self._sync_flags)
         self.meta.delete_partition(topic, partition)
-        self._remove_tree(doomed)
+        _remove_tree(doomed)
         return True
 
-    @staticmethod
-    def _remove_tree(path: str) -> None:
-        seam = _io.current()
-        for name in seam.listdir(path):
-            full = os.path.join(path, name)
-            if seam.isdir(full):
-                LogDir._remove_tree(full)
-            else:
-                seam.unlink(full)
-        seam.rmdir(path)
+    @property
+    def closed(self) -> bool:
+        return self._closed
 
     # ---- durability ----
     @guarded
@@ -539,7 +532,7 @@ class LogDir:
             logs = dict(self._logs)
         out = {}
         for key, log in logs.items():
-            with log._lock:
+            with log.local.lock:
                 reason = _cleaner.uncleanable_reason(log)
             if reason is not None:
                 out[key] = reason
@@ -637,3 +630,14 @@ class LogDir:
 
     def __repr__(self) -> str:
         return f"LogDir({self.path!r}, partitions={len(self._logs)}, had_clean_shutdown={self.had_clean_shutdown})"
+
+
+def _remove_tree(path: str) -> None:
+    seam = _io.current()
+    for name in seam.listdir(path):
+        full = os.path.join(path, name)
+        if seam.isdir(full):
+            _remove_tree(full)
+        else:
+            seam.unlink(full)
+    seam.rmdir(path)

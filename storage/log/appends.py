@@ -30,6 +30,16 @@ class _ProducerCheck(Exception):
     """PLOG_EPRODUCER: the producer state must check the chunk before C can append it."""
 
 
+_ORIGINS = ("client", "coordinator")      # where a leader append comes from
+
+
+def _check_leader_append(leader_epoch: int, origin: str) -> None:
+    if leader_epoch < 0:
+        raise ValueError("leader_epoch must be >= 0")
+    if origin not in _ORIGINS:
+        raise ValueError(f"origin must be one of {_ORIGINS}")
+
+
 _EPOCH_MIXED = lib.PLOG_EPOCH_MIXED
 # AppendInfo from the seven int64 fields plog_validate leads with (plog.h): what
 # NamedTuple._make does, without its length check (the C layout fixes the length).
@@ -64,41 +74,39 @@ def _client_flags() -> int:
     return _LEADER_FLAGS | lib.PLOG_VALIDATE_CLIENT | (lib.PLOG_VALIDATE_PRODUCERS if producer_check.ENABLED else 0)
 
 
-def _leader_state(log, origin: str) -> _AppendState:
-    """`log`'s state for leader appends from `origin` ("client": with its expected producers)."""
-    with log._lock:
-        state = log._leader_append.get(origin)
-        if state is None:
-            flags = log._client_flags if origin == "client" else _LEADER_FLAGS
-            state = _AppendState(log.config, flags, log.config.batch_limit_bytes)
-            if origin == "client":
-                log._expected = producer_check.ExpectedProducers(log.producer_state, state.v)
-            log._leader_append[origin] = state
-        return state
+def _leader_state(config: LogConfig, producer_state, origin: str, client_flags: int):
+    """A new state for leader appends from `origin`, and for "client" the producers it expects
+    (producer_check.ExpectedProducers; else None)."""
+    flags = client_flags if origin == "client" else _LEADER_FLAGS
+    state = _AppendState(config, flags, config.batch_limit_bytes)
+    expected = producer_check.ExpectedProducers(producer_state, state.v) if origin == "client" else None
+    return state, expected
 
 
-def _follower_state(log) -> _AppendState:
-    log._follower_append = _AppendState(log.config, lib.PLOG_VALIDATE_REQUIRE_FIRST, 0)
-    return log._follower_append
+def _follower_state(config: LogConfig) -> _AppendState:
+    return _AppendState(config, lib.PLOG_VALIDATE_REQUIRE_FIRST, 0)
 
 
-def _follower_pieces(log, pieces: tuple) -> "AppendInfo | None":
+def _follower_pieces(log, pieces: tuple, follower_state, appended) -> "AppendInfo | None":
     """PartitionLog.append_batches as a follower with the caller's `bytes` written as they lie
     (plog_segment_append_pieces: one C call, vectored writes), or None when they are to be
     gathered into one chunk first: fewer than two, not all bytes, an empty log (Kafka's
     restart rule reads its first batch), a roll by age due, or any refusal -- C wrote nothing
-    then, and the gathered append rolls, or explains the refusal as it always has."""
+    then, and the gathered append rolls, or explains the refusal as it always has.
+    follower_state(): the log's follower append state; appended: the log's step after C wrote
+    a chunk (PartitionLog._appended)."""
     # `pieces` (a tuple: no other thread can take a buffer out of it) holds the buffers while C
     # writes them without the GIL.
     packed = iovec_pieces(pieces) if len(pieces) > 1 else None
     if packed is None:
         return None
-    with log._lock:
-        log._ensure_open()
-        segment = log.segments[-1]
+    local = log.local
+    with local.lock:
+        local.ensure_open()
+        segment = local.segments[-1]
         if log.log_end_offset == log.log_start_offset or segment.rolls_by_age(log.config.segment_ms, _now_ms):
             return None
-        state = log._follower_append or _follower_state(log)
+        state = follower_state()
         v = state.v
         rc = segment.append_pieces(ffi.from_buffer("plog_iovec[]", packed), len(pieces), log.log_end_offset, v)
         if rc < 0:
@@ -108,9 +116,9 @@ def _follower_pieces(log, pieces: tuple) -> "AppendInfo | None":
         joined = b""                    # what the producer state and an epoch overflow read
         if v.producer_batch_count or v.epoch_count > lib.PLOG_VALIDATE_MAX_EPOCHS:
             joined = b"".join(pieces)
-        info = log._appended(state, ffi.from_buffer(joined), len(joined))
+        info = appended(state, ffi.from_buffer(joined), len(joined))
         if v.producer_batch_count:
-            log._record_completed(_producer.apply_replicated(log.producer_state, joined))
+            local.record_completed(_producer.apply_replicated(log.producer_state, joined))
         return info
 
 

@@ -54,7 +54,7 @@ from dataclasses import dataclass, field
 from ..core import errors
 from ..core import io as _io
 from ..core._native import build_listed, ffi, lib
-from ..core.files import CLEANED_SUFFIX, INT32_MAX, SEGMENT_FILE_KINDS, SWAP_SUFFIX, segment_file
+from ..core.files import CLEANED_SUFFIX, INT32_MAX, SEGMENT_FILE_KINDS, segment_file
 from ..core.records import BATCH_OVERHEAD, CODEC_NAMES, WRITABLE_CODECS, Record, compress, describe_error, iter_batches
 from .segment import Segment, SegmentHome
 from .txnindex import AbortedTxn
@@ -160,8 +160,8 @@ def filthiest_first(logs: dict, now_ms: int) -> list:
     than max_compaction_lag_ms."""
     ranked = []
     for key, log in logs.items():
-        with log._lock:
-            if log._closed or not log.segments or uncleanable_reason(log) is not None:
+        with log.local.lock:
+            if log.local.closed or not log.segments or uncleanable_reason(log) is not None:
                 continue
             first_dirty = first_dirty_offset(log, log.first_dirty_offset)
             _stop, clean, dirty = cleanable_bytes(log, first_dirty, first_uncleanable_offset(log, first_dirty, now_ms))
@@ -259,7 +259,7 @@ class _Transactions:
 # ---- the offset map ------------------------------------------------------------------------------
 
 def build_offset_map(log, start: int, end: int, offset_map: OffsetMap, stats: CleanerStats) -> None:
-    with log._lock:
+    with log.local.lock:
         dirty = [s for s in _segments_from(log, start) if s.base_offset < end]
     txns = _Transactions(log.collect_aborted_transactions(start, end))
     for i, segment in enumerate(dirty):
@@ -272,8 +272,8 @@ def _view(log, segment) -> memoryview:
     """A sealed segment's bytes, taken under the log's lock; the view keeps its mapping alive
     (reading it needs no lock: a sealed segment changes only by truncation or deletion, and
     then the round is not swapped in)."""
-    with log._lock:
-        log._ensure_open()
+    with log.local.lock:
+        log.local.ensure_open()
         return segment.view()
 
 
@@ -315,8 +315,8 @@ def _map_segment(view, segment, offset_map: OffsetMap, start: int, next_start: i
 def compact(log, now_ms: int, offset_map: OffsetMap | None = None) -> CleanerStats:
     """One round from the log's first dirty offset.  The log's lock is taken only for the
     bounds, to take views of sealed segments and for each swap: appends go on meanwhile."""
-    with log._lock:
-        log._ensure_open()
+    with log.local.lock:
+        log.local.ensure_open()
         first_dirty = first_dirty_offset(log, log.first_dirty_offset)
         uncleanable = first_uncleanable_offset(log, first_dirty, now_ms)
         damage = uncleanable_reason(log)
@@ -324,7 +324,7 @@ def compact(log, now_ms: int, offset_map: OffsetMap | None = None) -> CleanerSta
         return CleanerStats(first_dirty_offset=first_dirty, end_offset=first_dirty, aborted=True, uncleanable=damage)
     stats = clean(log, first_dirty, uncleanable, now_ms, offset_map)
     if not stats.aborted:
-        with log._lock:
+        with log.local.lock:
             log.first_dirty_offset = stats.end_offset
     return stats
 
@@ -336,8 +336,8 @@ def clean(log, first_dirty: int, first_uncleanable: int, now_ms: int, offset_map
     the round: `stats.aborted`, nothing more swapped in, the cleaned files removed."""
     offset_map = OffsetMap(log.config.dedupe_buffer_bytes) if offset_map is None else offset_map
     stats = CleanerStats(first_dirty_offset=first_dirty)
-    with log._lock:
-        truncations = log._truncations
+    with log.local.lock:
+        truncations = log.local.truncations
         last_of_producers = _last_batches_of_producers(log)
     try:
         build_offset_map(log, first_dirty, first_uncleanable, offset_map, stats)
@@ -351,7 +351,7 @@ def clean(log, first_dirty: int, first_uncleanable: int, now_ms: int, offset_map
     stats.map_entries = len(offset_map)
     stats.buffer_utilization = offset_map.utilization
     txns = _Transactions([])
-    with log._lock:
+    with log.local.lock:
         groups = group_segments(log, [s for s in log.segments if s.base_offset < end], first_uncleanable)
         uppers = [_next_base(log, g[-1]) for g in groups]
     for group, upper in zip(groups, uppers):
@@ -375,7 +375,7 @@ def _mark_uncleanable(log, stats: CleanerStats, error: errors.CorruptRecordError
     while the damaged segment is in it (Kafka's LogCleanerManager.markPartitionUncleanable; a
     restart, or retention or a truncation removing the segment, clears it)."""
     reason = f"uncleanable: {error}"
-    with log._lock:
+    with log.local.lock:
         damaged = next((s for s in log.segments if s.log_path == error.file), None)
         log.uncleanable = (damaged, reason)
     _log.error("log cleaner: %s is %s", log.path, reason)
@@ -452,11 +452,11 @@ def _clean_group(log, group: list, group_end: int, offset_map: OffsetMap, now_ms
         except BaseException:
             _discard(cleaned, seam)
             raise
-    with log._lock:
-        if log._closed or log._truncations != truncations or any(s not in log.segments for s in group):
+    with log.local.lock:
+        if log.local.closed or log.local.truncations != truncations or any(s not in log.segments for s in group):
             _discard(cleaned, seam)
             return False
-        cleaned.rehome(log.segment_home)
+        cleaned.rehome(log.local.segment_home)
         replace_segments(log, cleaned, group, now_ms)
     stats.groups.append((base, len(group)))
     return True
@@ -603,20 +603,6 @@ def _rebuild(batch, kept: list, horizon: int | None) -> bytes:
 def replace_segments(log, cleaned: Segment, old: list, now_ms: int) -> None:
     """Make `cleaned` (flushed, its files `.cleaned`) replace the `old` segments in the
     directory and in the log, crash-safe (see the module's step 4)."""
-    seam = _io.current()
-    sync = 0 if log.config.fsync else _io.SYNC_NOOP
-    cleaned.change_suffix(CLEANED_SUFFIX, SWAP_SUFFIX)
-    seam.fsync_dir(log.path, sync)                 # the swap files exist before anything old goes
-    first = log.segments.index(old[0])
-    del log.segments[first:first + len(old)]
-    del log._bases[first:first + len(old)]
-    log.segments.insert(first, cleaned)
-    log._bases.insert(first, cleaned.base_offset)
-    deleted = []
-    for segment in old:
-        deleted += segment.retire()
-    cleaned.change_suffix(SWAP_SUFFIX, "")
-    seam.fsync_dir(log.path, sync)
-    log._pending_deletes.append((now_ms + log.config.file_delete_delay_ms, deleted))
+    log.local.replace_segments(cleaned, old, now_ms)
     for segment in old[1:]:                        # Kafka's deleteProducerSnapshots(deletedNotReplaced)
         log.producer_state.delete_snapshot(segment.base_offset)

@@ -296,13 +296,13 @@ class LeaderEpochCache:
         truncate_from_end(end), without changing the cache."""
         copy = LeaderEpochCache(None)
         with self._lock:
-            copy._epochs, copy._offsets = list(self._epochs), list(self._offsets)
+            copy.restore(list(zip(self._epochs, self._offsets)))
         if start_offset >= 0:
             copy.truncate_from_start(start_offset)
         copy.truncate_from_end(end_offset)
         return copy.entries
 
-    def _check_invariants(self) -> None:
+    def check_invariants(self) -> None:
         """Raise AssertionError unless epochs and start offsets both strictly increase (I8's
         shape; for model-based tests, after every step)."""
         with self._lock:

@@ -61,6 +61,7 @@ import struct
 
 from ..core import errors, guards
 from ..core._native import ffi, lib
+from ..core.clock import wall_ms
 from ..core.files import (
     CLEANED_SUFFIX,
     DELETED_SUFFIX,
@@ -73,6 +74,7 @@ from ..core.files import (
     segment_name,
 )
 from ..core.records import BATCH_OVERHEAD, LOG_OVERHEAD, iter_batches
+from . import producer as _producer
 from .epoch import CHECKPOINT_FILE
 from .segment import OnDiskSegment, ScanReport, Segment
 
@@ -337,12 +339,16 @@ OnDiskSegment.first_use_check = staticmethod(check_on_first_use)   # (segment.py
 
 
 class Loader:
-    """One load of a PartitionLog's directory (used by PartitionLog.__init__)."""
+    """One load of a partition's directory into its LocalLog (used by PartitionLog.__init__):
+    `load` the segments, then `offsets` (Kafka's LoadedLogOffsets) and `recovered`."""
 
-    def __init__(self, log, seam, recovery_point: int, clean: bool, recover_mode: str):
+    def __init__(self, local, producer_state, seam, recovery_point: int, clean: bool, recover_mode: str):
         if recover_mode not in RECOVER_MODES:
             raise ValueError(f"recover_mode must be one of {RECOVER_MODES}")
-        self.log = log
+        self.local = local
+        self.producer_state = producer_state
+        self.recovery_report = local.recovery_report
+        self.recovered: list[tuple] = []   # (base, end, epoch changes, producer batches) a recovered segment
         self.seam = seam
         self.recovery_point = recovery_point
         self.clean = clean
@@ -351,33 +357,31 @@ class Loader:
         self._missing: list[str] = []      # index files of the current segment that did not exist
 
     def _open_segment(self, base: int, active: bool) -> Segment:
-        return Segment(self.log.segment_home, base, create=False, active=active)
+        return Segment(self.local.segment_home, base, create=False, active=active)
 
     def load(self, listing: tuple[list[str], set[str]] | None = None) -> None:
-        log = self.log
-        logs, names = remove_leftovers(self.seam, log.path, listing)
-        log.producer_state.use_listing(names)          # its snapshots: no second listing of the dir
+        local = self.local
+        logs, names = remove_leftovers(self.seam, local.path, listing)
+        self.producer_state.use_listing(names)          # its snapshots: no second listing of the dir
         marker = "clean" if self.clean else "unclean"
         # After a clean shutdown the sealed segments are opened at their first use (Kafka's
         # KAFKA-7283), unless the config or the recover mode (scan, force) asks to look now.
-        defer = self.clean and not (self.force or self.scan_trusted) and log.config.sealed_segment_check == "first_use"
+        defer = self.clean and not (self.force or self.scan_trusted) and local.config.sealed_segment_check == "first_use"
         for i, base in enumerate(logs):
             place = "candidate" if is_candidate(i, logs, self.recovery_point) else "below"
             stem = segment_name(base)
             index_missing = stem + INDEX_SUFFIX not in names
             last = i == len(logs) - 1
             if defer and not last and not index_missing and stem + TIME_INDEX_SUFFIX in names:
-                log.segments.append(OnDiskSegment.of(log.segment_home, base))
-                log._bases.append(base)
+                local.add_segment(OnDiskSegment.of(local.segment_home, base))
                 continue
-            self._missing = [os.path.join(log.path, stem + suffix) for suffix in (INDEX_SUFFIX, TIME_INDEX_SUFFIX)
+            self._missing = [os.path.join(local.path, stem + suffix) for suffix in (INDEX_SUFFIX, TIME_INDEX_SUFFIX)
                              if stem + suffix not in names]
             action = decide(marker, place, "*", "*") if (marker, place) == ("unclean", "candidate") else None
             # The last segment is opened active (its index entries read into memory), as it
             # stays: not mapped sealed first and copied out at the unseal.
             segment = self._open_segment(base, active=action is Action.RECOVER or index_missing or last)
-            log.segments.append(segment)
-            log._bases.append(base)
+            local.add_segment(segment)
             if action is None:
                 action, problem, damage = verdict(segment, marker, place, index_missing)
                 if action is Action.TRUST:
@@ -395,63 +399,107 @@ class Loader:
                 if not segment.active:
                     segment.reopen_active()
                 if action is Action.REBUILD_INDEX:
-                    log.recovery_report.append((base, 0, f"rebuilt: {problem}"))
+                    self.recovery_report.append((base, 0, f"rebuilt: {problem}"))
             if self._recover(i, logs, segment):
                 break
-        if log.segments:
-            last = log.segments[-1]
+        if local.segments:
+            last = local.segments[-1]
             last.unseal()
             if segment_name(last.base_offset) + TXN_INDEX_SUFFIX not in names:
                 last.txn_index_absent()          # the producer-state rebuild asks for it
 
+    def offsets(self, log_start_offset: int | None, log_start_trusted: bool, epoch_cache) -> tuple[int, int, int]:
+        """After `load`: (log start offset, log end offset, recovery point) of the loaded log
+        (Kafka's LoadedLogOffsets), given the checkpointed log start offset.  A log that ends
+        below it is dropped (and restarted empty there), as Kafka does."""
+        local = self.local
+        segments = local.segments
+        start = segments[0].base_offset if segments else 0
+        if log_start_offset is not None:
+            start = max(start, log_start_offset)
+        leo = segments[-1].next_offset if segments else start
+        if leo < start and local.size_bytes and not self.force and not log_start_trusted:
+            # Kafka drops every segment here, and for our own checkpoint that is right (a
+            # batch-granular truncation inside the batch holding the log start leaves only data
+            # below it).  A value imported from a Kafka checkpoint file may be wrong, though: it
+            # must not delete the log without the user's explicit choice.
+            local.forget_segments()
+            raise errors.CorruptSegmentError(
+                f"the imported log start offset {start} is above the log end offset {leo}: refusing to "
+                f"delete every segment (open with recover_mode='force' to do what Kafka does)", file=local.path)
+        if leo < start:
+            # Kafka: the log ends below the checkpointed start offset -> drop everything.
+            local.forget_segments(delete=True)
+            epoch_cache.clear_and_flush()
+        if not segments:
+            local.new_segment(start)
+            leo = start
+        return start, leo, max(leo if self.clean else min(self.recovery_point, leo), start)
+
     def _recover(self, i: int, logs: list[int], segment: Segment) -> bool:
         """Kafka's LogSegment.recover of one segment; True when it cut and later segments went."""
-        log = self.log
+        local = self.local
         base = segment.base_offset
         truncated, report = segment.recover(check_crc=guards.on("M24"))
         segment.seal()
-        assign_recovered_epochs(log, segment, report)
+        self.recovered.append(recovered_entry(segment, report))
         if not truncated:
             return False
-        log.recovery_report.append((base, truncated, report.stop_reason or ""))
+        self.recovery_report.append((base, truncated, report.stop_reason or ""))
         # Kafka: after the first invalid batch nothing is trusted; later segments go.  Highest
         # first, and durably before anything else happens: a crash during recovery must not
         # bring a later segment back behind the cut one.
         for later in reversed(logs[i + 1:]):
             self._open_segment(later, active=False).delete()
-            log.recovery_report.append((later, -1, f"deleted: after the first invalid batch at offset "
+            self.recovery_report.append((later, -1, f"deleted: after the first invalid batch at offset "
                                                     f"{report.stop_offset} in segment {base}"))
         if logs[i + 1:]:
-            log._flush_dir()
+            local.flush_dir()
         segment.flush()
         return True
 
     def _release(self) -> None:
         """Before refusing: close what was opened and remove the empty index files the open of
         the refused segment created, so a refused open changes no file."""
-        for segment in self.log.segments:
-            segment.close()
-        self.log.segments.clear()
-        self.log._bases.clear()
+        self.local.forget_segments()
         for path in self._missing:
             if self.seam.exists(path) and self.seam.file_size(path) == 0:
                 self.seam.unlink(path)
 
 
+def load(log, seam, listing, recovery_point: int, log_start_offset: int | None, log_start_trusted: bool,
+         clean: bool, recover_mode: str) -> None:
+    """Kafka's LogLoader.load for a PartitionLog (its producer state and epoch cache made, its
+    LocalLog's lock held): the segments into the LocalLog (Loader), the log's offsets, the epoch
+    cache repaired and the producer state rebuilt from its snapshots and the log."""
+    local = log.local
+    loader = Loader(local, log.producer_state, seam, recovery_point, clean, recover_mode)
+    loader.load(listing)
+    start, log.log_end_offset, local.recovery_point = loader.offsets(log_start_offset, log_start_trusted,
+                                                                      log.epoch_cache)
+    log.log_start_offset = log.high_watermark = start
+    # Kafka's load resizes the active segment's indexes (creating their files); LazyIndex after.
+    if local.active_segment.attach_indexes():
+        local.dir_dirty = True
+    repair_epoch_cache(log, loader.recovered)
+    _producer.remove_stray_and_rebuild(log.producer_state, log, wall_ms(), loader.recovered)
+
+
 # ---- the epoch cache after a load ------------------------------------------------------------
 
-def assign_recovered_epochs(log, segment: Segment, report) -> None:
-    """Collect the epoch changes of a recovered segment (applied by _reconcile_epochs)."""
+def recovered_entry(segment: Segment, report) -> tuple:
+    """What the load keeps of a recovered segment: (base, end, its epoch changes -- applied by
+    _reconcile_epochs --, how many batches with a producer id it holds)."""
     epochs = report.epochs if report.epoch_count <= len(report.epochs) else segment.scan_epochs()
-    log._recovered.append((segment.base_offset, segment.next_offset, list(epochs), report.producer_batch_count))
+    return segment.base_offset, segment.next_offset, list(epochs), report.producer_batch_count
 
-def _reconcile_epochs(log) -> None:
+def _reconcile_epochs(log, recovered: list[tuple]) -> None:
     """LogSegment.recover assigns a batch's epoch when it is newer than the cache's latest.
     Stricter than Kafka: when the cache's entries over a recovered segment are not exactly
     the epoch changes of its batches (the checkpoint describes data a crash took back, or
     older data a crash brought back), the batches win: the cache is cut at that segment and
     rebuilt from the batches of it and every later segment."""
-    if not log._recovered:
+    if not recovered:
         return
     cache = log.epoch_cache
     lowest = 0 if guards.on("M21") else 1
@@ -464,7 +512,7 @@ def _reconcile_epochs(log) -> None:
                 latest = epoch
         return out
 
-    for base, end, epochs, _producers in log._recovered:
+    for base, end, epochs, _producers in recovered:
         before = cache.epoch_for_offset(base - 1) if base > 0 else None
         expected = changes_of(epochs, before)
         cached = [tuple(e) for e in cache.entries if base <= e.start_offset < min(end, log.log_end_offset)]
@@ -475,7 +523,7 @@ def _reconcile_epochs(log) -> None:
                     for epoch, offset in changes_of(segment.scan_epochs(), cache.latest_epoch):
                         cache.assign(epoch, offset)
             break
-    for _base, _end, epochs, _producers in log._recovered:   # Kafka's rule for the rest
+    for _base, _end, epochs, _producers in recovered:   # Kafka's rule for the rest
         for epoch, offset in changes_of(epochs, cache.latest_epoch):
             cache.assign(epoch, offset)
 
@@ -493,10 +541,11 @@ def _agrees_compacted(log, base: int, lowest: int) -> bool:
     return True
 
 
-def repair_epoch_cache(log) -> None:
+def repair_epoch_cache(log, recovered: list[tuple]) -> None:
     """The epoch cache after a load, as Kafka's LogLoader leaves it: recovered segments' epochs
-    reconciled, a malformed checkpoint rebuilt from the batches, cut at the log end and start."""
-    _reconcile_epochs(log)
+    (Loader.recovered) reconciled, a malformed checkpoint rebuilt from the batches, cut at the
+    log end and start."""
+    _reconcile_epochs(log, recovered)
     cache = log.epoch_cache
     if cache.load_error is not None:
         # A malformed checkpoint is never trusted: rebuild it from every batch.

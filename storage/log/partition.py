@@ -1,15 +1,13 @@
 """`PartitionLog`: one partition's segments, appended as leader or follower, read, rolled,
 truncated, with a log start offset, a high watermark and a recovery point.
 
-Invariants (checked by tests/log/test_log_model.py after every step):
-  - segments are sorted by base offset, do not overlap, and only the last one is active;
+Invariants (checked by tests/log/test_log_model.py after every step; the segments' own are
+storage/log/local.py's):
   - log_start_offset <= high_watermark <= log_end_offset, recovery_point <= log_end_offset;
   - offsets in the log strictly increase; a leader append assigns offsets from the log end
     offset and stamps the leader epoch; a follower append keeps the batches' own offsets and
     must start at or after the log end offset;
-  - an append is all or nothing: a rejected chunk leaves the files and the offsets untouched;
-  - every batch below the recovery point was flushed (fsync'd, or a flush point when fsync
-    is disabled) before the recovery point moved past it.
+  - an append is all or nothing: a rejected chunk leaves the files and the offsets untouched.
 
 Kafka's semantics are kept where they are surprising: truncation is batch-granular but sets
 the log end offset to the requested target (docs/kafka-formats.md 2.5), a segment rolls when the
@@ -19,7 +17,6 @@ may only move up to the high watermark.
 from __future__ import annotations
 
 import os
-import threading
 
 from ..core import errors, guards
 from ..core import io as _io
@@ -27,17 +24,19 @@ from ..core._native import ffi, lib
 from ..core.clock import wall_ms as _now_ms
 from ..core.config import LogConfig
 from ..core.failure import LogDirFailureChannel, guarded
-from ..core.files import INDEX_SUFFIX, INT32_MAX, LOG_SUFFIX, TIME_INDEX_SUFFIX, segment_name
+from ..core.files import INT32_MAX
 from ..core.records import _build, describe_error, error_class
 from . import cleaner as _cleaner
 from . import producer as _producer
 from . import producer_check as _producer_check
+from . import reads as _reads
 from . import retention as _retention
 from . import validator
 from .appends import (
     _EPOCH_MIXED,
     AppendInfo,
     _AppendState,
+    _check_leader_append,
     _client_flags,
     _follower_pieces,
     _follower_state,
@@ -48,9 +47,10 @@ from .appends import (
     assign_epochs,
 )
 from .epoch import CHECKPOINT_FILE, LeaderEpochCache
-from .loader import Loader, list_or_create, repair_epoch_cache
-from .reads import LogReads
-from .segment import Segment, SegmentHome
+from .loader import list_or_create, load
+from .local import LocalLog
+from .reads import ISOLATIONS, TimestampAndOffset
+from .segment import Segment
 from .txnindex import AbortedTxn
 
 # The chunk refusals that name their failing batch (the classes come from records.error_class).
@@ -58,17 +58,7 @@ _REFUSALS = frozenset((lib.PLOG_ECRC, lib.PLOG_ECORRUPT, lib.PLOG_EMAGIC, lib.PL
                        lib.PLOG_ETOOLARGE, lib.PLOG_EORDER, lib.PLOG_EAPPENDOFFSET))
 
 
-_ORIGINS = ("client", "coordinator")
-
-
-def _check_leader_append(leader_epoch: int, origin: str) -> None:
-    if leader_epoch < 0:
-        raise ValueError("leader_epoch must be >= 0")
-    if origin not in _ORIGINS:
-        raise ValueError(f"origin must be one of {_ORIGINS}")
-
-
-class PartitionLog(LogReads):
+class PartitionLog:
     """A partition directory of segments.  Use `PartitionLog.open(path, config)`."""
 
     def __init__(self, path, config: LogConfig | None = None, *, recovery_point: int | None = None,
@@ -76,27 +66,19 @@ class PartitionLog(LogReads):
                  high_watermark: int | None = None, failure_channel: LogDirFailureChannel | None = None,
                  recover_mode: str = "strict", log_start_offset_trusted: bool = True):
         self.path = os.fspath(path)
-        self._log_start_trusted = log_start_offset_trusted
         self.config = config or LogConfig()
         # Shared by every partition of a LogDir; a log opened on its own has its own.
         self.failure_channel = failure_channel or LogDirFailureChannel(os.path.dirname(self.path) or self.path)
-        self._lock = threading.RLock()
-        self._closed = False
-        self.segments: list[Segment] = []
-        self._bases: list[int] = []
-        self._dir_dirty = False
-        self.parent_dir_dirty = False       # set by LogDir for a partition it created lazily
-        self._pending_deletes: list[tuple[int, list[str]]] = []   # (due ms, *.deleted paths): retention
+        self.recovery_report: list[tuple[int, int, str]] = []
+        # The segments, their lock, roll, truncation, flush and the recovery point (Kafka's LocalLog).
+        self._local = local = LocalLog(self.path, self.config, self.failure_channel, self.recovery_report)
+        self._lock = local.lock
         self.first_dirty_offset: int | None = None   # the cleaner's checkpoint (LogDir keeps it)
-        self._truncations = 0                         # a cleaner round aborts when this moved
         self._leader_append: dict[str, _AppendState] = {}   # each kind's in/out struct, made at its first (appends.py)
         self._client_flags = _client_flags()        # producer_check.ENABLED, read at the open
         self._expected: _producer_check.ExpectedProducers | None = None     # with the client's
         self._follower_append: _AppendState | None = None
         self.on_recovery_point_lowered = None   # LogDir persists the lowered recovery point
-        self._recovered: list[tuple] = []   # (base, end, epoch changes, producer batches) a recovered segment
-        self.recovery_report: list[tuple[int, int, str]] = []
-        self.segment_home = SegmentHome(self.path, self.config, self._lock, self.recovery_report, self.failure_channel)
         self._lock.acquire()    # held while it loads: the open-segment cache leaves its segments alone
         try:
             seam = _io.current()
@@ -107,17 +89,13 @@ class PartitionLog(LogReads):
                                                 epoch_flush=self.config.epoch_flush)
             if self.epoch_cache.writes:      # it wrote the checkpoint it missed: the listing is stale
                 listing = None
-            self._load(seam, listing, recovery_point or 0, log_start_offset, clean_shutdown, recover_mode)
-            # Kafka's load resizes the active segment's indexes (creating their files); LazyIndex after.
-            if self.segments[-1].attach_indexes():
-                self._dir_dirty = True
-            repair_epoch_cache(self)
-            _producer.remove_stray_and_rebuild(self.producer_state, self, _now_ms())
+            load(self, seam, listing, recovery_point or 0, log_start_offset, log_start_offset_trusted,
+                 clean_shutdown, recover_mode)
             if high_watermark is not None:
                 self.update_high_watermark(high_watermark)
         except BaseException as exc:
             # A failed open releases everything it opened, and an I/O failure names the dir.
-            self._release_segments()
+            local.release_segments()
             if isinstance(exc, OSError) and not isinstance(exc, errors.StorageError):
                 raise errors.StorageIOError(f"open failed: {exc.strerror or exc}", errno=exc.errno,
                                             file=exc.filename or self.path) from exc
@@ -158,68 +136,27 @@ class PartitionLog(LogReads):
             if exc_type is None:
                 raise
 
-    # ---- loading (docs/kafka-formats.md 5.2-5.4) ----
-    def _load(self, seam, listing, recovery_point: int, log_start_offset: int | None, clean: bool,
-              recover_mode: str = "strict") -> None:
-        # The per-segment decision (trust, recover, rebuild the index, refuse) is loader.py's table.
-        Loader(self, seam, recovery_point, clean, recover_mode).load(listing)
-        start = self.segments[0].base_offset if self.segments else 0
-        if log_start_offset is not None:
-            start = max(start, log_start_offset)
-        leo = self.segments[-1].next_offset if self.segments else start
-        if leo < start and self.size_bytes and recover_mode != "force" and not self._log_start_trusted:
-            # Kafka drops every segment here, and for our own checkpoint that is right (a
-            # batch-granular truncation inside the batch holding the log start leaves only data
-            # below it).  A value imported from a Kafka checkpoint file may be wrong, though: it
-            # must not delete the log without the user's explicit choice.
-            for segment in self.segments:
-                segment.close()
-            self.segments.clear()
-            self._bases.clear()
-            raise errors.CorruptSegmentError(
-                f"the imported log start offset {start} is above the log end offset {leo}: refusing to "
-                f"delete every segment (open with recover_mode='force' to do what Kafka does)", file=self.path)
-        if leo < start:
-            # Kafka: the log ends below the checkpointed start offset -> drop everything.
-            for segment in self.segments:
-                segment.delete()
-            self.segments.clear()
-            self._bases.clear()
-            self.epoch_cache.clear_and_flush()
-        if not self.segments:
-            self._new_segment(start)
-            leo = start
-        self.log_start_offset = start
-        self.log_end_offset = leo
-        self.high_watermark = start
-        self.recovery_point = leo if clean else min(recovery_point, leo)
-        if self.recovery_point < start:
-            self.recovery_point = start
-
-    def _new_segment(self, base_offset: int) -> Segment:
-        prefix = os.path.join(self.path, segment_name(base_offset))
-        seam = _io.current()
-        for suffix in (LOG_SUFFIX, INDEX_SUFFIX, TIME_INDEX_SUFFIX):
-            if seam.exists(prefix + suffix):
-                seam.unlink(prefix + suffix)
-        segment = Segment(self.segment_home, base_offset, create=True, active=True)
-        self.segments.append(segment)
-        self._bases.append(base_offset)
-        self._dir_dirty = True
-        return segment
-
     # ---- state ----
     @property
+    def local(self) -> LocalLog:
+        """The segments on disk, their lock, roll, truncation and flush (Kafka's LocalLog)."""
+        return self._local
+
+    @property
+    def segments(self) -> list[Segment]:
+        return self._local.segments
+
+    @property
     def active_segment(self) -> Segment:
-        return self.segments[-1]
+        return self._local.segments[-1]
 
     @property
     def size_bytes(self) -> int:
-        return sum(s.size for s in self.segments)
+        return self._local.size_bytes
 
-    def _ensure_open(self) -> None:
-        if self._closed:
-            raise errors.LogClosedError("log is closed", file=self.path)
+    @property
+    def recovery_point(self) -> int:
+        return self._local.recovery_point
 
     @guarded
     def update_high_watermark(self, offset: int) -> int:
@@ -269,18 +206,19 @@ class PartitionLog(LogReads):
         if as_leader:
             _check_leader_append(leader_epoch, origin)
             return self._leader_chunk(bytearray().join(pieces), leader_epoch, origin)
-        return _follower_pieces(self, pieces) or self._follower_chunk(bytearray().join(pieces), partial_tail=False)
+        return _follower_pieces(self, pieces, self._follower_state, self._appended) or \
+            self._follower_chunk(bytearray().join(pieces), partial_tail=False)
 
     def _leader_chunk(self, buf, leader_epoch: int, origin: str, prebuilt: bool = True) -> AppendInfo:
         """A leader's chunk: a bytearray this log owns (rewritten in place: offsets, epoch), or
         immutable bytes (written with stamped copies of the headers, PLOG_APPEND_READONLY)."""
         if prebuilt and not buf:
             return self._nothing_appended()
-        state = self._leader_append.get(origin) or _leader_state(self, origin)
+        state = self._leader_append.get(origin) or self._leader_state(origin)
         if origin == "client" and self.config.compacts:
             _cleaner.require_keys(buf, self.path)      # Kafka's LogValidator for compacted topics
         with self._lock:
-            self._ensure_open()
+            self._local.ensure_open()
             if prebuilt and state.v.flags & lib.PLOG_VALIDATE_PRODUCERS:
                 # One C call for a plain batch or an expected producer's next batch
                 # (storage/log/producer_check.py); any other batch with a producer id comes back.
@@ -297,6 +235,22 @@ class PartitionLog(LogReads):
             if prebuilt:
                 return self._checked_leader_write(state, buf, leader_epoch, origin)
             return self._leader_write(state, buf, leader_epoch, prebuilt)
+
+    def _leader_state(self, origin: str) -> _AppendState:
+        """The state for leader appends from `origin`, made at its first (appends.py)."""
+        with self._lock:
+            state = self._leader_append.get(origin)
+            if state is None:
+                state, expected = _leader_state(self.config, self.producer_state, origin, self._client_flags)
+                if expected is not None:
+                    self._expected = expected
+                self._leader_append[origin] = state
+            return state
+
+    def _follower_state(self) -> _AppendState:
+        if self._follower_append is None:
+            self._follower_append = _follower_state(self.config)
+        return self._follower_append
 
     def _checked_leader_write(self, state: "_AppendState", buf, leader_epoch: int, origin: str) -> AppendInfo:
         """A leader's prebuilt chunk, its producer batches checked in Python first (storage/log/producer.py)."""
@@ -316,7 +270,7 @@ class PartitionLog(LogReads):
             changes = self.producer_state.changes
             completed = _producer.commit_append(self.producer_state, plan, info.first_offset)
             if completed:
-                self._record_completed(completed)
+                self._local.record_completed(completed)
             if in_c:
                 self._expected.learn(_producer.planned_producers(plan), changes)
         return info
@@ -329,15 +283,6 @@ class PartitionLog(LogReads):
         producer's transaction closes; an aborted one is recorded in the transaction index."""
         marker = _producer.end_txn_marker_batch(producer_id, producer_epoch, commit, coordinator_epoch, _now_ms())
         return self.append_as_leader(marker, leader_epoch, origin="coordinator")
-
-    def _record_completed(self, completed) -> None:
-        """Aborted transactions go to the transaction index of the segment holding their marker."""
-        for txn, last_stable in completed:
-            if txn.is_aborted:
-                segment = self.segments[self._segment_index(txn.last_offset)]
-                entry = AbortedTxn(txn.producer_id, txn.first_offset, txn.last_offset, last_stable)
-                if segment.append_aborted(entry):
-                    self._dir_dirty = True      # a new file: its name is durable at the next flush
 
     def _leader_write(self, state: "_AppendState", buf, leader_epoch: int, prebuilt: bool) -> AppendInfo:
         """Write a leader's chunk: one C call, or the validator's recheck first (storage/log/validator.py)."""
@@ -372,17 +317,17 @@ class PartitionLog(LogReads):
 
     def _follower_chunk(self, batches, partial_tail: bool) -> AppendInfo:
         with self._lock:
-            self._ensure_open()
+            self._local.ensure_open()
             with ffi.from_buffer(batches) as pointer:
                 length = len(pointer)
                 if length == 0:
                     return self._nothing_appended()
                 if self.log_end_offset == self.log_start_offset:
                     self._maybe_restart_empty_log(pointer, length)
-                state = self._follower_append or _follower_state(self)
+                state = self._follower_append or self._follower_state()
                 info = self._append(state, pointer, length, -1, partial_tail)
                 if state.v.producer_batch_count:
-                    self._record_completed(_producer.apply_replicated(self.producer_state,
+                    self._local.record_completed(_producer.apply_replicated(self.producer_state,
                                                                       ffi.buffer(pointer, info.size_bytes)))
                 return info
 
@@ -390,7 +335,7 @@ class PartitionLog(LogReads):
         """Kafka's UnifiedLog.append returns early for an empty record set: nothing changes.
         first_offset and last_offset are -1 (Kafka's unknown offsets), every count 0."""
         with self._lock:
-            self._ensure_open()
+            self._local.ensure_open()
             return AppendInfo(-1, -1, -1, -1, 0, 0, 0)
 
     def _maybe_restart_empty_log(self, pointer, length: int) -> None:
@@ -412,7 +357,7 @@ class PartitionLog(LogReads):
         bytes were taken.  C refuses such a chunk before writing anything, naming where the
         cut batch starts, so the common whole chunk pays no separate walk of its headers."""
         v = state.v
-        segment = self.segments[-1]
+        segment = self._local.segments[-1]
         if segment.rolls_by_age(self.config.segment_ms, _now_ms):
             segment = self._roll_to(self.log_end_offset)
         rc = segment.append_chunk(pointer, length, self.log_end_offset, leader_epoch, v)
@@ -477,21 +422,13 @@ class PartitionLog(LogReads):
                 reason = f"batch larger than max_message_bytes={self.config.max_message_bytes}"
             raise cls(reason, file=f"{self.path} (appended data)", position=v.error_position,
                       offset=v.error_offset)
-        self.segments[-1].raise_for(rc, "append", offset=v.first_offset)
+        self._local.segments[-1].raise_for(rc, "append", offset=v.first_offset)
         raise AssertionError(f"unexpected append result {rc}")   # _check raised for every rc != 0
 
     def _roll_to(self, base_offset: int) -> Segment:
-        old = self.segments[-1]
-        if base_offset < old.next_offset or base_offset < old.base_offset:
-            # Kafka's LocalLog.roll refuses too: a new segment may not start inside the last one.
-            raise errors.StorageError(f"cannot roll to offset {base_offset}: the active segment "
-                                      f"{old.base_offset} already holds offsets up to {old.next_offset - 1}",
-                                      file=old.log_path, offset=base_offset)
-        if old.size == 0 and old.base_offset == base_offset:
-            return old
-        # An empty active segment at another base stays, sealed, as Kafka keeps it: it
-        # records where the log ended (e.g. after a truncation past its last batch).
-        old.seal()
+        return self._local.roll(base_offset, self._before_new_segment)
+
+    def _before_new_segment(self, old: Segment, base_offset: int) -> None:
         # Kafka flushes the rolled segment (asynchronously) and moves the recovery point.  A
         # deferred epoch file goes first: no segment is durable before the epochs it starts.
         self.epoch_cache.flush()
@@ -499,18 +436,72 @@ class PartitionLog(LogReads):
         # Kafka's roll: a producer-state snapshot at the new base (the state of every batch below).
         self.producer_state.update_map_end_offset(base_offset)
         self.producer_state.take_snapshot()
-        segment = self._new_segment(base_offset)
-        self._flush_dir()
-        self.recovery_point = max(self.recovery_point, base_offset)
-        return segment
 
     @guarded
     def roll(self) -> Segment:
         """Start a new active segment at the log end offset (no-op when the active segment is
         empty and already starts there)."""
         with self._lock:
-            self._ensure_open()
+            self._local.ensure_open()
             return self._roll_to(self.log_end_offset)
+
+    # ---- reads (storage/log/reads.py walks the segments) ----
+    @guarded
+    def read(self, offset: int, max_bytes: int, *, max_offset: int | None = None,
+             isolation: str = "log_end") -> memoryview:
+        """Whole batches, zero-copy, the first one holding `offset`; at least that batch even
+        when it is larger than max_bytes, then more while the total stays within max_bytes
+        and (with max_offset) their last offsets stay below max_offset.  Empty at the log end
+        offset; OffsetOutOfRangeError outside [log_start_offset, log_end_offset].
+        isolation: "log_end" (everything: a follower), "read_uncommitted" (below the high
+        watermark) or "read_committed" (below the last stable offset), as Kafka's FetchIsolation."""
+        if isolation != "log_end":
+            if isolation not in ISOLATIONS:
+                raise ValueError(f"isolation must be one of {ISOLATIONS}")
+            bound = self.high_watermark if isolation == "read_uncommitted" else self.last_stable_offset
+            max_offset = bound if max_offset is None else min(max_offset, bound)
+        with self._lock:
+            self._local.ensure_open()
+            return _reads.read(self._local, offset, max_bytes, max_offset, self.log_start_offset, self.log_end_offset)
+
+    @property
+    def last_stable_offset(self) -> int:
+        """Kafka's LSO: the first offset of the oldest transaction that is open, or whose marker
+        is not yet below the high watermark (at least the log start); else the high watermark."""
+        with self._lock:       # update_high_watermark has let go of the transactions it replicated
+            first = self.producer_state.first_unstable_offset()
+            if first is not None and max(first, self.log_start_offset) < self.high_watermark:
+                return max(first, self.log_start_offset)
+            return self.high_watermark
+
+    @guarded
+    def collect_aborted_transactions(self, start_offset: int, upper_bound_offset: int) -> list[AbortedTxn]:
+        """The aborted transactions overlapping [start_offset, upper_bound_offset), from the
+        transaction indexes of the segment holding start_offset on (Kafka's
+        collectAbortedTransactions): what a read_committed reader of that range must skip."""
+        with self._lock:
+            self._local.ensure_open()
+            return _reads.collect_aborted_transactions(self._local, start_offset, upper_bound_offset)
+
+    def batches(self, start_offset: int | None = None):
+        """Every batch from start_offset (default the log start) to the log end, zero-copy; safe
+        against a concurrent writer (reads.batches says how)."""
+        return _reads.batches(self._local, start_offset, lambda: self.log_start_offset)
+
+    def segment_columns(self, start_offset: int | None = None, window: int = 1 << 20, *, skip_bases=()):
+        """(BatchColumns, view) for the batches from the one holding start_offset (default the
+        log start) to the log end, about `window` bytes at a time (reads.segment_columns);
+        segments whose base offset is in skip_bases are passed over."""
+        return _reads.segment_columns(self._local, start_offset, lambda: self.log_start_offset, window, skip_bases)
+
+    @guarded
+    def offset_for_timestamp(self, timestamp: int) -> TimestampAndOffset | None:
+        """Kafka's ListOffsets: the first record with timestamp >= `timestamp`.  Special values:
+        EARLIEST_TIMESTAMP (-2), LATEST_TIMESTAMP (-1), MAX_TIMESTAMP (-3)."""
+        with self._lock:
+            self._local.ensure_open()
+            return _reads.offset_for_timestamp(self._local, timestamp, self.log_start_offset, self.log_end_offset,
+                                               self.epoch_cache)
 
     # ---- epochs ----
     def epoch_for_offset(self, offset: int) -> int | None:
@@ -536,7 +527,7 @@ class PartitionLog(LogReads):
         """Record that `epoch` starts at start_offset (default: the log end offset), as a new
         leader does before anything else (Partition.makeLeader)."""
         with self._lock:
-            self._ensure_open()
+            self._local.ensure_open()
             return self.epoch_cache.assign(epoch, self.log_end_offset if start_offset is None else start_offset)
 
     # ---- truncation and retention ----
@@ -548,66 +539,34 @@ class PartitionLog(LogReads):
         if offset < 0:
             raise ValueError("cannot truncate to a negative offset")
         with self._lock:
-            self._ensure_open()
+            self._local.ensure_open()
             if offset >= self.log_end_offset:
                 if guards.on("M25"):
                     # Kafka's UnifiedLog.truncateTo: an epoch entry starting at the log end
                     # offset goes even when the target lies beyond it
-                    # (testTruncateToEndOffsetClearsEpochCache).
-                    self._after_truncate(self.log_end_offset)
+                    # (testTruncateToEndOffsetClearsEpochCache, KAFKA-10706).
+                    self.epoch_cache.truncate_from_end(self.log_end_offset)
                 return False
-            self._truncations += 1
-            if offset < self.segments[0].base_offset:
+            local = self._local
+            if offset < local.segments[0].base_offset:
+                local.truncations += 1      # (and once more by the full truncation)
                 self._truncate_fully(offset)
                 return True
-            # Highest first: any crash in between leaves a prefix of the old log.
-            deleted = False
-            while len(self.segments) > 1 and self.segments[-1].base_offset > offset:
-                self.segments.pop().delete()
-                self._bases.pop()
-                deleted = True
-            if deleted:
-                # The deletions must be durable before the cut below can be: otherwise a crash
-                # could keep the cut segment and bring a deleted later one back (found by the
-                # crash enumeration: truncate, truncate, roll).
-                self._flush_dir()
-            active = self.segments[-1]
-            active.truncate_to(offset)
-            if not active.active:
-                active.unseal()
-            # Stricter than Kafka: the cut is durable at once.  Otherwise a crash that loses the
-            # page cache can bring the removed batches back -- divergent ones, of a newer epoch
-            # than the data refetched over them -- and they would pass recovery (found by the
-            # cluster simulator: unclean recovery then preferred the resurrected epoch).
-            if active.flush():
-                self._flush_dir()       # its index files were created now
+            lowered = local.truncate_to(offset)
             self.log_end_offset = offset
-            lowered = offset < self.recovery_point
-            self.recovery_point = min(self.recovery_point, offset)
             self.high_watermark = min(self.high_watermark, offset)
             if lowered:
                 self._store_lowered_recovery_point()
             self.log_start_offset = min(self.log_start_offset, offset)
-            self._after_truncate(offset)
+            self.epoch_cache.truncate_from_end(offset)
             _producer.rebuild(self.producer_state, self, _now_ms(), truncation=True)
             return True
 
-    def _after_truncate(self, offset: int) -> None:
-        # Also when offset >= the log end offset: an epoch starting there goes (KAFKA-10706).
-        self.epoch_cache.truncate_from_end(offset)
-
     def _truncate_fully(self, offset: int) -> None:
-        self._truncations += 1
-        while self.segments:
-            self.segments.pop().delete()
-        self._bases.clear()
-        self._new_segment(offset)
-        self._flush_dir()           # the old segments must not come back after a crash
-        self._flush_dir()
+        lowered = self._local.truncate_fully(offset)
         self.epoch_cache.clear_and_flush()
         self.producer_state.truncate_fully_and_start_at(offset)
-        lowered = offset < self.recovery_point
-        self.log_start_offset = self.log_end_offset = self.recovery_point = offset
+        self.log_start_offset = self.log_end_offset = offset
         if guards.on("M26"):
             self.high_watermark = offset
         else:
@@ -629,7 +588,7 @@ class PartitionLog(LogReads):
         if offset < 0:
             raise ValueError("offset must be >= 0")
         with self._lock:
-            self._ensure_open()
+            self._local.ensure_open()
             self._truncate_fully(offset)
 
     @guarded
@@ -637,18 +596,14 @@ class PartitionLog(LogReads):
         """Raise the log start offset (DeleteRecords / retention) and delete whole segments
         below it.  Like Kafka, it may not pass the high watermark.  Returns whether it moved."""
         with self._lock:
-            self._ensure_open()
+            self._local.ensure_open()
             if offset > self.high_watermark:
                 raise errors.OffsetOutOfRangeError(
                     f"cannot raise the log start offset to {offset}: above the high watermark "
                     f"{self.high_watermark}", file=self.path, offset=offset)
             if offset <= self.log_start_offset:
                 return False
-            # A segment goes when the next one starts at or below the new start offset.
-            while len(self.segments) > 1 and self.segments[1].base_offset <= offset:
-                self.segments.pop(0).delete()
-                self._bases.pop(0)
-                self._dir_dirty = True
+            self._local.remove_leading(offset)     # a segment goes when the next starts at or below it
             self._advance_log_start(offset)
             return True
 
@@ -659,10 +614,11 @@ class PartitionLog(LogReads):
         if offset <= self.log_start_offset:
             return
         self.log_start_offset = offset
-        self.recovery_point = max(self.recovery_point, offset)
+        local = self._local
+        local.recovery_point = max(local.recovery_point, offset)
         self.epoch_cache.truncate_from_start(offset)
         self.producer_state.on_log_start_offset_incremented(offset)
-        self.producer_state.delete_snapshots_before(self.segments[0].base_offset)
+        self.producer_state.delete_snapshots_before(local.segments[0].base_offset)
 
     @guarded
     def delete_old_segments(self, now_ms: int | None = None) -> int:
@@ -670,8 +626,11 @@ class PartitionLog(LogReads):
         then (with "delete" in cleanup_policy) beyond retention_bytes, then older than
         retention_ms; never past the high watermark.  Returns how many segments went."""
         with self._lock:
-            self._ensure_open()
-            return _retention.delete_old_segments(self, _now_ms() if now_ms is None else now_ms)
+            self._local.ensure_open()
+            return _retention.delete_old_segments(
+                self._local, self.config, _now_ms() if now_ms is None else now_ms, high_watermark=self.high_watermark,
+                log_start_offset=self.log_start_offset, log_end_offset=self.log_end_offset, roll=self._roll_to,
+                advance_log_start=self._advance_log_start)
 
     @guarded
     def compact(self, now_ms: int | None = None) -> "_cleaner.CleanerStats":
@@ -680,7 +639,7 @@ class PartitionLog(LogReads):
         caller's (LogDir.clean_logs) to judge.  Appends go on while it runs; a truncation or a
         deletion of its segments meanwhile aborts the rest of the round (stats.aborted)."""
         with self._lock:
-            self._ensure_open()
+            self._local.ensure_open()
             if not self.config.compacts:
                 raise ValueError(f"{self.path}: cleanup_policy {self.config.cleanup_policy!r} does not compact")
         return _cleaner.compact(self, _now_ms() if now_ms is None else now_ms)
@@ -690,55 +649,41 @@ class PartitionLog(LogReads):
         """Forget producers idle for producer_id_expiration_ms (never one with an open
         transaction); returns how many went."""
         with self._lock:
-            self._ensure_open()
+            self._local.ensure_open()
             return self.producer_state.remove_expired_producers(_now_ms() if now_ms is None else now_ms)
 
     @guarded
     def delete_pending_files(self, now_ms: int | None = None) -> int:
         """Remove the files of deleted segments whose file_delete_delay_ms is over."""
         with self._lock:
-            return _retention.delete_pending_files(self, _now_ms() if now_ms is None else now_ms)
+            return self._local.delete_pending_files(_now_ms() if now_ms is None else now_ms)
 
     # ---- durability ----
-    @property
-    def _sync_flags(self) -> int:
-        return 0 if self.config.fsync else _io.SYNC_NOOP
-
-    def _flush_dir(self) -> None:
-        _io.current().fsync_dir(self.path, self._sync_flags)
-        self._dir_dirty = False
-
     @guarded
     def flush(self) -> None:
         """fsync every segment with data past the recovery point (a flush point when fsync is
         disabled) and the directory if files came or went; the recovery point becomes the
         log end offset."""
         with self._lock:
-            self._ensure_open()
-            if self.parent_dir_dirty:       # a partition LogDir created lazily (epoch_flush="deferred")
-                _io.current().fsync_dir(os.path.dirname(self.path), self._sync_flags)
-                self.parent_dir_dirty = False
+            local = self._local
+            local.ensure_open()
+            local.flush_parent_dir()
             self.epoch_cache.flush()
-            for segment in self.segments[max(self._segment_index(self.recovery_point), 0):]:    # none below it
-                if segment.next_offset > self.recovery_point or segment is self.segments[-1]:
-                    if segment.flush():
-                        self._dir_dirty = True      # its index files were created now
-            if self._dir_dirty:
-                self._flush_dir()
-            self.recovery_point = self.log_end_offset
+            local.flush(self.log_end_offset)
 
     def close(self) -> None:
         """Seal the active segment (final time-index entry, trimmed indexes), flush, close.
         The directory then opens with `clean_shutdown=True` without recovery.  On an offline
         log dir: release everything, write nothing, raise LogDirOfflineError."""
+        local = self._local
         with self._lock:
-            if self._closed:
+            if local.closed:
                 self.failure_channel.check()     # a retried close claims no success either
                 return
             if not self.failure_channel.offline:
                 try:
-                    if self.segments[-1].seal():
-                        self._dir_dirty = True
+                    if local.active_segment.seal():
+                        local.dir_dirty = True
                     self.flush()
                     self.producer_state.update_map_end_offset(self.log_end_offset)
                     self.producer_state.take_snapshot()     # what the next open loads
@@ -746,40 +691,23 @@ class PartitionLog(LogReads):
                     self.failure_channel.fail(exc, "close")
                 except errors.StorageError:
                     # Not an I/O failure (a damaged trusted index refuses the final entry): release, say so.
-                    self._closed = True
-                    self._release_segments()
+                    local.closed = True
+                    local.release_segments()
                     raise
             # Offline: release everything, write nothing (no seal, no flush): reopened as after a crash.
-            self._closed = True
-            self._release_segments()
+            local.closed = True
+            local.release_segments()
             self.failure_channel.check()
 
-    def _release_segments(self) -> None:
-        for segment in self.segments:
-            try:
-                segment.close()
-            except OSError:
-                pass    # releasing can only fail on a bad descriptor; nothing is written
-
-    def _check_invariants(self) -> None:
-        """Raise AssertionError unless the log's state is one docs/reliability.md allows (I8, I9):
-        segments in base-offset order without overlap (gaps allowed), the log end offset at or
-        above the last segment's next offset, log start <= high watermark <= log end, recovery point <=
-        log end, epoch entries below the log end, and every segment's and the cache's own
-        invariants (for model-based tests, after every step)."""
-        segments = list(self.segments)
-        assert segments, "a log always has an active segment"
-        for a, b in zip(segments, segments[1:]):
-            assert a.base_offset < b.base_offset and a.next_offset <= b.base_offset, (a, b)
-        # At most the last segment's next offset, or above it after a truncation inside a batch
-        # (Kafka's truncateTo sets the log end offset to the target; the whole batch went).
-        assert segments[-1].next_offset <= self.log_end_offset, (self.log_end_offset, segments[-1])
+    def check_invariants(self) -> None:
+        """Raise AssertionError unless the log's state is one docs/reliability.md allows: the
+        segments' (LocalLog.check_invariants), log start <= high watermark <= log end, epoch
+        entries below the log end, and the cache's own invariants (for model-based tests,
+        after every step)."""
+        self._local.check_invariants(self.log_end_offset)
         assert self.log_start_offset <= self.high_watermark <= self.log_end_offset, \
             (self.log_start_offset, self.high_watermark, self.log_end_offset)
-        assert self.recovery_point <= self.log_end_offset, (self.recovery_point, self.log_end_offset)
-        for segment in segments:
-            segment._check_invariants()
-        self.epoch_cache._check_invariants()
+        self.epoch_cache.check_invariants()
         assert all(e.start_offset <= self.log_end_offset for e in self.epoch_cache.entries), \
             (self.epoch_cache.entries, self.log_end_offset)
 

@@ -36,8 +36,8 @@ from ..core.files import (  # noqa: E402
     TXN_INDEX_SUFFIX,
     segment_name,
 )
-from ..core.records import describe_error, error_class, forget_source, register_source
-from .segment_home import SegmentHome, open_segments, retired_mappings, set_open_segments_max  # noqa: F401
+from ..core.records import describe_error, error_class
+from .segment_home import Mapping, SegmentHome, open_segments, retired_mappings, set_open_segments_max  # noqa: F401
 from .txnindex import TransactionIndex
 
 PAGE_BYTES = os.sysconf("SC_PAGE_SIZE")
@@ -46,43 +46,6 @@ _LOG_BYTES, _INDEX_BYTES, _TIME_INDEX_BYTES = (s.encode() for s in (LOG_SUFFIX, 
 
 def _round_pages(n: int) -> int:
     return (n + PAGE_BYTES - 1) // PAGE_BYTES * PAGE_BYTES
-
-
-class _Mapping:
-    """A read-only mapping of a .log file; unmapped by cffi when nothing references it."""
-
-    __slots__ = ("pointer", "length", "view")
-
-    def __init__(self, fd: int, length: int, file: str | None = None):
-        out = ffi.new("uint8_t **")
-        rc = lib.plog_io_mmap(fd, length, 0, out)
-        if rc:
-            raise errors.StorageIOError(f"mmap failed: {describe_error(rc)}", errno=rc if rc > 0 else None)
-        pointer = out[0]
-        seam = _io.current()  # unmap through the seam the mapping came from
-
-        # What it calls is bound now: at interpreter exit the module's globals may already be
-        # gone when the last mappings are released.
-        def release(p, length=length, seam=seam, cast=ffi.cast, forget=forget_source, current=_io.current,
-                    munmap=lib.plog_io_munmap):
-            forget(int(cast("uintptr_t", p)))
-            if seam is current():
-                munmap(p, length)
-            else:
-                seam.munmap(int(cast("uintptr_t", p)), length)
-
-        self.pointer = ffi.gc(pointer, release, size=length) if length else pointer
-        self.length = length
-        # Read-only, as the mapping is (PROT_READ): a caller writing into a view it was given
-        # gets a TypeError, not a SIGSEGV.
-        self.view = memoryview(ffi.buffer(self.pointer, length)).toreadonly() if length else memoryview(b"")
-        if length and file is not None:
-            register_source(int(ffi.cast("uintptr_t", pointer)), length, file)
-
-    def retire_from(self, position: int) -> None:
-        """Zero-page everything from `position` on (nothing valid lies there)."""
-        if self.length and position < self.length:
-            lib.plog_io_mmap_retire(self.pointer + position, self.length - position)
 
 
 _OPEN, _SUSPENDED, _CLOSED = 0, 1, 2
@@ -110,7 +73,7 @@ class Segment:
         self._suffix = suffix
         self._txn: TransactionIndex | None = None
         self._c = None
-        self._mapping: _Mapping | None = None
+        self._mapping: Mapping | None = None
         self._state = _OPEN
         self.created_ms = None
 
@@ -165,7 +128,7 @@ class Segment:
             self._state = _OPEN
         open_segments.touch(self)
 
-    def _suspend(self) -> bool:
+    def suspend(self) -> bool:
         """Close its descriptors (the open-segment cache): False when it stays open, because the
         flush before the close failed -- the log dir is then offline."""
         if self._state != _OPEN:
@@ -300,8 +263,8 @@ class Segment:
         """Raise the exception for a nonzero C code from an operation on this segment."""
         self._check(rc, what, offset=offset)
 
-    def _check_invariants(self) -> None:
-        """Raise AssertionError unless the segment's state is one docs/reliability.md allows (I9):
+    def check_invariants(self) -> None:
+        """Raise AssertionError unless the segment's state is one docs/reliability.md allows:
         size within int32, the next offset at or above the base and within the relative-offset
         range, offset-index entries increasing inside [base, next offset) at positions inside
         the log, time-index timestamps not decreasing (for model-based tests)."""
@@ -333,7 +296,7 @@ class Segment:
         raise error_class(rc)(f"{what}: {describe_error(rc)}", file=path, offset=offset)
 
     # ---- reading ----
-    def mapping(self) -> _Mapping:
+    def mapping(self) -> Mapping:
         """The current read mapping, covering at least `size` bytes."""
         self._use()
         m = self._mapping
@@ -342,7 +305,7 @@ class Segment:
             if m is not None:
                 self._drop_mapping()
             reserve = max(size, self.config.segment_bytes) if self.active else size
-            m = self._mapping = _Mapping(self._c.log_fd, _round_pages(reserve), self.log_path)
+            m = self._mapping = Mapping(self._c.log_fd, _round_pages(reserve), self.log_path)
         return m
 
     def _drop_mapping(self, valid: int | None = None) -> None:
@@ -640,7 +603,7 @@ class OnDiskSegment(Segment):
     @classmethod
     def of(cls, home: SegmentHome, base_offset: int) -> "OnDiskSegment":
         segment = object.__new__(cls)
-        segment._fields(home, base_offset, "")
+        cls._fields(segment, home, base_offset, "")
         return segment
 
     def _open(self) -> None:
@@ -689,7 +652,7 @@ class OnDiskSegment(Segment):
     def flush(self) -> bool:
         return False            # flushed when it was sealed (roll, close, the cleaner's swap)
 
-    def _suspend(self) -> bool:
+    def suspend(self) -> bool:
         return True
 
     def close(self) -> None:

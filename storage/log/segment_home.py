@@ -2,7 +2,9 @@
 
 `open_segments`: the process's cache of segments holding descriptors, least recently used
 first (RocksDB's max_open_files); `SegmentHome`: one log's directory, config, lock, recovery
-report and read scratch, which its segments point at instead of holding each.
+report and read scratch, which its segments point at instead of holding each; `Mapping`: the
+read-only mapping of a `.log` its reads slice, and `retired_mappings`, those let go of that a
+reader may still hold.
 """
 from __future__ import annotations
 
@@ -12,9 +14,10 @@ import threading
 import weakref
 
 from ..core import errors
+from ..core import io as _io
 from ..core._native import ffi, lib
 from ..core.failure import LogDirFailureChannel
-from ..core.records import describe_error
+from ..core.records import describe_error, forget_source, register_source
 
 
 def _default_open_segments_max() -> int:
@@ -66,7 +69,7 @@ class _OpenSegments:
             if lock is not None and not lock.acquire(blocking=False):
                 continue
             try:
-                closed = victim._suspend()
+                closed = victim.suspend()
             finally:
                 if lock is not None:
                     lock.release()
@@ -118,6 +121,43 @@ class SegmentHome:
         span = ffi.new("int64_t[2]")
         self.reads = (ffi.new("int64_t *"), ffi.new("plog_batch_info *"), span, memoryview(ffi.buffer(span)).cast("q"))
         return self.reads
+
+
+class Mapping:
+    """A read-only mapping of a .log file; unmapped by cffi when nothing references it."""
+
+    __slots__ = ("pointer", "length", "view")
+
+    def __init__(self, fd: int, length: int, file: str | None = None):
+        out = ffi.new("uint8_t **")
+        rc = lib.plog_io_mmap(fd, length, 0, out)
+        if rc:
+            raise errors.StorageIOError(f"mmap failed: {describe_error(rc)}", errno=rc if rc > 0 else None)
+        pointer = out[0]
+        seam = _io.current()  # unmap through the seam the mapping came from
+
+        # What it calls is bound now: at interpreter exit the module's globals may already be
+        # gone when the last mappings are released.
+        def release(p, length=length, seam=seam, cast=ffi.cast, forget=forget_source, current=_io.current,
+                    munmap=lib.plog_io_munmap):
+            forget(int(cast("uintptr_t", p)))
+            if seam is current():
+                munmap(p, length)
+            else:
+                seam.munmap(int(cast("uintptr_t", p)), length)
+
+        self.pointer = ffi.gc(pointer, release, size=length) if length else pointer
+        self.length = length
+        # Read-only, as the mapping is (PROT_READ): a caller writing into a view it was given
+        # gets a TypeError, not a SIGSEGV.
+        self.view = memoryview(ffi.buffer(self.pointer, length)).toreadonly() if length else memoryview(b"")
+        if length and file is not None:
+            register_source(int(ffi.cast("uintptr_t", pointer)), length, file)
+
+    def retire_from(self, position: int) -> None:
+        """Zero-page everything from `position` on (nothing valid lies there)."""
+        if self.length and position < self.length:
+            lib.plog_io_mmap_retire(self.pointer + position, self.length - position)
 
 
 class _RetiredMappings:

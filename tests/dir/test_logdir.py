@@ -74,7 +74,7 @@ def test_log_recovers_to_correct_offset(tmp_path, recovery_point_at_end):
     if recovery_point_at_end:
         logdir.flush()
     else:
-        log.recovery_point = 10
+        log.local.recovery_point = 10
         logdir.checkpoint()
     leo, indexes = log.log_end_offset, index_state(log)
     checkpointed = log.recovery_point
@@ -170,7 +170,7 @@ def test_garbage_appended_to_active_log_and_index_is_cut(tmp_path):
     logdir = LogDir.open(tmp_path, CONFIG)
     log = logdir.partition("t", 0)
     fill(log, 100)
-    log.recovery_point = 50
+    log.local.recovery_point = 50
     logdir.checkpoint()
     active = log.active_segment
     expected = values(log)

@@ -6,7 +6,7 @@ import time
 import pytest
 
 from storage import LogConfig, LogDir, PartitionLog, Record, build_batch, iter_batches
-from storage.core import errors
+from storage.core import errors, files
 from storage.log import cleaner
 
 CONFIG = LogConfig(fsync=False, cleanup_policy="compact", segment_bytes=1024)
@@ -376,7 +376,7 @@ def test_a_crash_during_the_swap_is_finished_or_undone(tmp_path, monkeypatch, st
         seam_renames = [0]
         if stop_after == "cleaned":
             raise Crash()
-        for suffix_from, suffix_to in ((cleaner.CLEANED_SUFFIX, cleaner.SWAP_SUFFIX),):
+        for suffix_from, suffix_to in ((files.CLEANED_SUFFIX, files.SWAP_SUFFIX),):
             for p in (cleaned.log_path, cleaned.index_path, cleaned.time_index_path, cleaned.txn_index.path):
                 if seam_renames[0] == steps[stop_after]:
                     raise Crash()
@@ -389,8 +389,8 @@ def test_a_crash_during_the_swap_is_finished_or_undone(tmp_path, monkeypatch, st
             segment.retire()
         if stop_after == "old_deleted":
             raise Crash()
-        swap_log = cleaned.log_path[:-len(cleaner.CLEANED_SUFFIX)] + cleaner.SWAP_SUFFIX
-        os.rename(swap_log, swap_log[:-len(cleaner.SWAP_SUFFIX)])
+        swap_log = cleaned.log_path[:-len(files.CLEANED_SUFFIX)] + files.SWAP_SUFFIX
+        os.rename(swap_log, swap_log[:-len(files.SWAP_SUFFIX)])
         raise Crash()
     monkeypatch.setattr(cleaner, "replace_segments", crashing)
     with pytest.raises(Crash):

@@ -146,7 +146,7 @@ def test_a_view_keeps_its_bytes_through_every_later_cut(tmp_path, between):
         if {between!r} == "truncate":
             log.truncate_to(20)
         elif {between!r} == "suspend":          # as the open-segment cache pushes it out
-            log.segments[-1]._suspend()
+            log.segments[-1].suspend()
             open_segments.forget(log.segments[-1])
         elif {between!r} == "close":
             log.close()

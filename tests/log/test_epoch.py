@@ -358,7 +358,7 @@ def test_matches_a_literal_reading_of_the_reference(tmp_path_factory, operations
             cache.truncate_from_start(op[1])
             model.truncate_from_start(op[1])
         assert pairs(cache) == model.entries
-        cache._check_invariants()
+        cache.check_invariants()
         epochs = [e for e, _ in model.entries]
         starts = [o for _, o in model.entries]
         assert epochs == sorted(set(epochs)) and starts == sorted(set(starts))

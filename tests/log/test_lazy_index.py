@@ -50,7 +50,7 @@ def test_deleting_or_suspending_a_lazy_segment_creates_nothing(tmp_path):
     log.roll()
     log.append_as_leader([b"y"], 1)
     lazy = log.active_segment
-    lazy._suspend()
+    lazy.suspend()
     lazy._use()
     assert index_files(lazy) == (False, False)
     log.truncate_fully_and_start_at(100)          # deletes every segment, the lazy one too

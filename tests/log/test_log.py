@@ -522,14 +522,14 @@ def test_check_invariants_can_fail(make_log):
 
     log = make_log()
     log.append_as_leader([b"a", b"b"], 0)
-    log._check_invariants()
+    log.check_invariants()
     log.epoch_cache._epochs.append(-5)
     log.epoch_cache._offsets.append(1)
     with _pytest.raises(AssertionError):
-        log.epoch_cache._check_invariants()
+        log.epoch_cache.check_invariants()
     del log.epoch_cache._epochs[-1], log.epoch_cache._offsets[-1]
     log.high_watermark = log.log_end_offset + 1
     with _pytest.raises(AssertionError):
-        log._check_invariants()
+        log.check_invariants()
     log.high_watermark = log.log_end_offset
-    log._check_invariants()
+    log.check_invariants()

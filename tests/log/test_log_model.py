@@ -147,9 +147,9 @@ class LogMachine(RuleBasedStateMachine):
 
     @invariant()
     def the_engines_own_invariants(self):
-        # PartitionLog/Segment/LeaderEpochCache._check_invariants: what the engine asserts of
-        # itself (the shapes docs/reliability.md I8 and I9 allow), after every step.
-        self.log._check_invariants()
+        # PartitionLog/Segment/LeaderEpochCache.check_invariants: what the engine asserts of
+        # itself (the shapes docs/reliability.md allows), after every step.
+        self.log.check_invariants()
 
     @invariant()
     def offsets_and_segments(self):

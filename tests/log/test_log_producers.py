@@ -127,7 +127,7 @@ def test_after_a_crash_the_state_is_rebuilt_from_a_snapshot_and_the_batches_abov
     expected = {pid: (e.producer_epoch, e.last_sequence, e.last_offset)
                 for pid, e in log.producer_state.active_producers.items()}
     assert snapshots(log)[-1] < log.log_end_offset                  # the tail is only in the log
-    log._release_segments()                                          # the process dies: no close
+    log.local.release_segments()                                          # the process dies: no close
     with PartitionLog.open(tmp_path / "t-0", CONFIG) as again:       # unclean: recovery
         got = {pid: (e.producer_epoch, e.last_sequence, e.last_offset)
                for pid, e in again.producer_state.active_producers.items()}
@@ -178,7 +178,7 @@ def test_recovered_segments_without_producer_ids_are_not_replayed(tmp_path, monk
         assert log.producer_state.active_producers[PID].last_sequence == expected
         assert read and all(o >= min(producer_bases) for o in read)
         skipped = set(plain_bases[:-1])     # the last plain one ends where the producer's start
-        assert not skipped & {log.segments[log._segment_index(o)].base_offset for o in read}
+        assert not skipped & {log.segments[log.local.segment_index(o)].base_offset for o in read}
     read.clear()
     for name in os.listdir(tmp_path / "t-0"):
         if name.endswith(".snapshot"):

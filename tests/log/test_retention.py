@@ -174,7 +174,7 @@ def test_a_crash_between_the_rename_and_the_removal_leaves_nothing_visible(tmp_p
     log.update_high_watermark(log.log_end_offset)
     log.delete_old_segments(NOW)
     start = log.log_start_offset
-    log._release_segments()                                  # the process dies
+    log.local.release_segments()                                  # the process dies
     with PartitionLog.open(path, config(), log_start_offset=start) as again:
         assert os.listdir(path) and not [n for n in os.listdir(path) if n.endswith(".deleted")]
         assert again.log_start_offset == start == again.segments[0].base_offset

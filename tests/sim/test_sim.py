@@ -482,9 +482,9 @@ def test_the_swarm_catches_duplicates_without_the_sequence_and_duplicate_checks(
 def test_the_swarm_catches_aborted_records_shown_to_read_committed(tmp_path, monkeypatch):
     """I20 can fail: with the transaction index ignored, a read_committed reader shows aborted
     records (seed 15)."""
-    from storage.log.reads import LogReads
+    from storage import PartitionLog
     from storage.sim.simulator import Simulation
 
-    monkeypatch.setattr(LogReads, "collect_aborted_transactions", lambda self, start, end: [])
+    monkeypatch.setattr(PartitionLog, "collect_aborted_transactions", lambda self, start, end: [])
     result = Simulation(15, tmp_path / "run", profile="safety", steps=200).run()
     assert any(v.startswith("I20 a read_committed reader sees aborted records") for v in result.violations)
