@@ -69,6 +69,21 @@ class LogDirFailureChannel:
 OUT_OF_DESCRIPTORS = frozenset({_errno.EMFILE, _errno.ENFILE})
 
 
+class ClosedOnExit:
+    """`with x:` closes x at the end.  An offline dir still releases everything, and its error
+    does not hide the one already in flight (a PartitionLog's, a LogDir's)."""
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, exc_type, exc, tb):
+        try:
+            self.close()
+        except errors.LogDirOfflineError:
+            if exc_type is None:
+                raise
+
+
 def is_out_of_descriptors(exc: BaseException) -> bool:
     """An open failed for want of descriptors (EMFILE, ENFILE), directly or as the cause (not
     the failure state entered for it: LogDirOfflineError carries its first failure's errno)."""

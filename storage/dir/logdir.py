@@ -43,7 +43,7 @@ from ..core import checkpoint, errors, guards
 from ..core import io as _io
 from ..core.clock import wall_ms
 from ..core.config import LogConfig
-from ..core.failure import LogDirFailureChannel, guarded
+from ..core.failure import ClosedOnExit, LogDirFailureChannel, guarded
 from ..log import cleaner as _cleaner
 from ..log.partition import PartitionLog
 from .background import Background, BackgroundConfig
@@ -235,7 +235,7 @@ def read_clean_shutdown_epoch(path, seam=None) -> int:
         return -1
 
 
-class LogDir:
+class LogDir(ClosedOnExit):
     """A broker log directory.  Use `LogDir.open(path, config)` (a context manager)."""
 
     def __init__(self, path, config: LogConfig | None = None, *, broker_epoch: int = -1,
@@ -325,16 +325,6 @@ class LogDir:
     @classmethod
     def open(cls, path, config: LogConfig | None = None, **kwargs) -> "LogDir":
         return cls(path, config, **kwargs)
-
-    def __enter__(self):
-        return self
-
-    def __exit__(self, exc_type, exc, tb):
-        try:
-            self.close()
-        except errors.LogDirOfflineError:
-            if exc_type is None:
-                raise
 
     @property
     def _sync_flags(self) -> int:

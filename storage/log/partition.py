@@ -23,7 +23,7 @@ from ..core import io as _io
 from ..core._native import ffi, lib
 from ..core.clock import wall_ms as _now_ms
 from ..core.config import LogConfig
-from ..core.failure import LogDirFailureChannel, guarded
+from ..core.failure import ClosedOnExit, LogDirFailureChannel, guarded
 from ..core.files import INT32_MAX
 from ..core.records import _build, describe_error, error_class
 from . import cleaner as _cleaner
@@ -58,7 +58,7 @@ _REFUSALS = frozenset((lib.PLOG_ECRC, lib.PLOG_ECORRUPT, lib.PLOG_EMAGIC, lib.PL
                        lib.PLOG_ETOOLARGE, lib.PLOG_EORDER, lib.PLOG_EAPPENDOFFSET))
 
 
-class PartitionLog:
+class PartitionLog(ClosedOnExit):
     """A partition directory of segments.  Use `PartitionLog.open(path, config)`."""
 
     def __init__(self, path, config: LogConfig | None = None, *, recovery_point: int | None = None,
@@ -124,17 +124,6 @@ class PartitionLog:
         recovered batches, and truncated to the recovered log (docs/kafka-formats.md 5.2, 5.5).
         """
         return cls(path, config, **kwargs)
-
-    def __enter__(self):
-        return self
-
-    def __exit__(self, exc_type, exc, tb):
-        # An offline log still releases everything; its error must not hide the one in flight.
-        try:
-            self.close()
-        except errors.LogDirOfflineError:
-            if exc_type is None:
-                raise
 
     # ---- state ----
     @property
