@@ -40,8 +40,9 @@ REREGISTER_BACKOFF_S = 10.0    # a registration taken over sooner than this is a
 class ClusterNode(Broker):
     """A cluster's broker on `data_dir` (the options are `Broker`'s); `start` registers it."""
 
-    def __init__(self, data_dir, *, controller: tuple[str, int], **options):
-        super().__init__(data_dir, RemoteController(controller), **options)
+    def __init__(self, data_dir, *, controller: tuple[str, int], replica_lag_time_max_ms: int = 10_000, **options):
+        super().__init__(data_dir, RemoteController(controller), replica_lag_time_max_ms=replica_lag_time_max_ms,
+                         **options)
 
 
 class RemoteController:
