@@ -186,12 +186,6 @@ def topic_problem(base: LogConfig, name: str, partitions: int, configs: dict[str
     return None
 
 
-def log_configs(base: LogConfig, topics: dict[str, dict[str, str]]) -> dict[str, LogConfig]:
-    """Topic name -> the LogConfig its partitions open with (lenient_log_config: a stored
-    config this engine refuses is logged and left at its default, never fails a start)."""
-    return {name: lenient_log_config(base, name, configs) for name, configs in topics.items()}
-
-
 def min_isrs(topics: dict[str, dict[str, str]]) -> dict[str, int]:
     """Topic name -> its min.insync.replicas, for the topics that set a valid one (a stored
     one this engine refuses is logged and the broker's applies)."""
