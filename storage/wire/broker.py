@@ -139,8 +139,8 @@ class Broker:
         # The log dir opens once the metadata is replayed (`catch_up`): its partitions open
         # with their topics' configs, which only the metadata holds (a compacted
         # __consumer_offsets must never open under the default delete retention).
-        self.previous_broker_epoch = read_clean_shutdown_epoch(self.logs_path)
         try:
+            self.previous_broker_epoch = read_clean_shutdown_epoch(self.logs_path)
             link.attach(self)
         except BaseException:
             if self.logdir is None:
