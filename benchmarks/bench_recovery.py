@@ -29,7 +29,7 @@ import pytest
 from benchlib import Contender, paired
 
 import storage
-from storage._native import ffi, lib
+from storage.core._native import ffi, lib
 
 SEGMENT_FILE = "00000000000000000000.log"
 

@@ -4,16 +4,16 @@ Public API (design.md): build_batch, iter_batches, batch_columns, RecordBatch, R
 EpochEntry, LogConfig, LogDir, PartitionLog, errors.  The C core is loaded (and checked for a
 stale build) on import.
 """
-from . import errors
-from ._native import NativeBuildError
 from ._version import __version__
-from .columns import BatchColumns, batch_columns
-from .config import LogConfig
-from .epoch import EpochEntry, LeaderEpochCache
-from .log import AppendInfo, PartitionLog
-from .logdir import LogDir
-from .reads import TimestampAndOffset
-from .records import Record, RecordBatch, build_batch, iter_batches
+from .core import errors
+from .core._native import NativeBuildError
+from .core.columns import BatchColumns, batch_columns
+from .core.config import LogConfig
+from .core.records import Record, RecordBatch, build_batch, iter_batches
+from .dir.logdir import LogDir
+from .log.epoch import EpochEntry, LeaderEpochCache
+from .log.partition import AppendInfo, PartitionLog
+from .log.reads import TimestampAndOffset
 
 __all__ = [
     "AppendInfo", "BatchColumns", "EpochEntry", "LeaderEpochCache", "LogConfig", "LogDir", "NativeBuildError", "PartitionLog", "Record", "RecordBatch",

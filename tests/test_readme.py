@@ -30,7 +30,8 @@ def test_api_tour_runs(tmp_path, capsys):
 
 
 def test_seam_example_runs(tmp_path):
-    from storage import LogConfig, PartitionLog, errors
+    from storage import LogConfig, PartitionLog
+    from storage.core import errors
 
     log = PartitionLog.open(tmp_path / "t-0", LogConfig(fsync=False))
     namespace = {"log": log}
@@ -53,7 +54,7 @@ def test_logdir_example_runs(tmp_path):
 
 
 def test_replication_example_runs(tmp_path):
-    from storage.errors import Errors
+    from storage.core.errors import Errors
 
     namespace = {}
     exec(compile(block("ReplicaManager(").replace('"/data/', f'"{tmp_path}/'), "README.md", "exec"), namespace)

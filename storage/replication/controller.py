@@ -30,10 +30,10 @@ import os
 import uuid
 from dataclasses import asdict, dataclass
 
-from .. import guards
-from ..errors import Errors
-from ..failure import LogDirFailureChannel, is_io_failure
-from ..meta import MetaStore
+from ..core import guards
+from ..core.errors import Errors
+from ..core.failure import LogDirFailureChannel, is_io_failure
+from ..dir.meta import MetaStore
 from .messages import (
     NO_LEADER,
     RECOVERED,

@@ -23,9 +23,9 @@ from __future__ import annotations
 import enum
 from dataclasses import dataclass
 
-from .. import errors, guards
-from ..errors import Errors
-from ..reads import EARLIEST_TIMESTAMP, LATEST_TIMESTAMP
+from ..core import errors, guards
+from ..core.errors import Errors
+from ..log.reads import EARLIEST_TIMESTAMP, LATEST_TIMESTAMP
 from .messages import (
     NO_EPOCH,
     FetchPartition,

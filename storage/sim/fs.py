@@ -20,7 +20,7 @@ Every choice comes from the seeded generator passed in, so the same seed gives t
 Use it in your own crash tests:
 
     fs = SimFS(root, seed=7)
-    with storage.io.using(fs):
+    with storage.core.io.using(fs):
         ... run the engine on files under root ...
     fs.crash(root, mode="b")            # or fs.crash(root, faults=("S3",))
     ... reopen with the real seam and check what survived ...
@@ -32,7 +32,7 @@ import os
 import random
 import shutil
 
-from ..io import PosixIO
+from ..core.io import PosixIO
 
 PAGE_BYTES = 4096
 # LMDB does its own I/O (not through the seam) and its own durability: the metadata store is

@@ -6,7 +6,7 @@ cluster simulator and users' own tests.
 """
 from __future__ import annotations
 
-from ..records import iter_batches
+from ..core.records import iter_batches
 from ..replication.messages import NO_LEADER, RECOVERING
 
 

@@ -39,8 +39,8 @@ from pyspark.sql.types import (
     StructType,
 )
 
+from ..core.records import CODEC_NAMES
 from ..inspect import discovery
-from ..records import CODEC_NAMES
 from . import scan
 
 NAME = "partitionlog"

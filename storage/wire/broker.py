@@ -22,12 +22,12 @@ import logging
 import os
 from typing import Protocol
 
-from .. import errors
-from .. import metadata_records as mr
-from ..config import LogConfig
-from ..logdir import LogDir, hold_lock, read_clean_shutdown_epoch, release_held_lock
+from ..core import errors
+from ..core.config import LogConfig
+from ..dir.logdir import LogDir, hold_lock, read_clean_shutdown_epoch, release_held_lock
 from ..replication import messages as m
 from ..replication.replica import ReplicaManager
+from ..topics import metadata_records as mr
 from . import configs as topic_configs
 from . import rules
 from .metadata import MetadataImage

@@ -21,9 +21,9 @@ import asyncio
 import logging
 import uuid
 
-from .. import errors
-from ..errors import Errors
-from ..records import iter_batches
+from ..core import errors
+from ..core.errors import Errors
+from ..core.records import iter_batches
 from ..replication import messages as m
 from .broker import Broker
 from .client import Peer, PeerError

@@ -21,8 +21,8 @@ import logging
 import os
 import uuid
 
-from .. import errors
-from ..clock import monotonic_ms
+from ..core import errors
+from ..core.clock import monotonic_ms
 from ..replication.controller import Controller
 from ..replication.messages import NO_LEADER, BrokerHeartbeatRequest, BrokerRegistrationRequest
 from . import configs as topic_configs
