@@ -13,8 +13,8 @@ from ..core.errors import Errors
 from ..replication import messages as m
 from . import configs as topic_configs
 from . import rules
+from .broker import MetadataSource
 from .codec import SUPPORTED, InvalidRequestError, ms
-from .node import Node
 
 log = logging.getLogger("storage.wire")
 
@@ -55,6 +55,18 @@ class Notifier:
                 w.cancel()
 
 
+async def long_poll(notifier: Notifier, max_wait_ms: int, attempt, keys=None):
+    """A Fetch's long poll: `attempt()` -> (answer, done) now, and again each time `notifier`
+    wakes `keys` (None: any), until done or `max_wait_ms` passed; the last answer."""
+    deadline = asyncio.get_running_loop().time() + max_wait_ms / 1000
+    while True:
+        answer, done = attempt()
+        remaining = deadline - asyncio.get_running_loop().time()
+        if done or remaining <= 0:
+            return answer
+        await notifier.wait(remaining, keys)
+
+
 def _partition_keys(topics, name_attr: str = "name", parts_attr: str = "partitions", index_attr: str = "partition_index"):
     for t in topics:
         for p in getattr(t, parts_attr):
@@ -70,7 +82,7 @@ def _grouped(items, topic_key: str, parts_key: str) -> list[dict]:
 
 
 class ClientApis:
-    def __init__(self, node: Node, notifier: Notifier):
+    def __init__(self, node: MetadataSource, notifier: Notifier):
         self.node = node
         self.notifier = notifier
 
@@ -202,19 +214,18 @@ class ClientApis:
         # have no max_bytes: the broker's cap).
         internal.max_bytes = min(max(getattr(request, "max_bytes", self.node.fetch_max_bytes), 0),
                                  self.node.fetch_max_bytes)
-        deadline = asyncio.get_running_loop().time() + min(ms(request.max_wait), MAX_WAIT_MS) / 1000
-        while True:
+        keys = {(p.topic, p.partition) for p in internal.partitions}
+
+        def attempt():
             response = self.node.manager.handle(internal)
             self.node.pump()
-            keys = {(p.topic, p.partition) for p in internal.partitions}
             if internal.replica_id >= 0:
                 self.notifier.notify(keys)  # a follower's fetch may have moved the high watermark
             size = sum(len(p.records) for p in response.partitions)
             failed = any(p.error_code for p in response.partitions)
-            remaining = deadline - asyncio.get_running_loop().time()
-            if size >= request.min_bytes or failed or remaining <= 0 or not internal.partitions:
-                break
-            await self.notifier.wait(remaining, keys)
+            return response, size >= request.min_bytes or failed or not internal.partitions
+
+        response = await long_poll(self.notifier, min(ms(request.max_wait), MAX_WAIT_MS), attempt, keys)
         items = []
         for p in response.partitions:
             aborted = None if p.aborted_transactions is None else \

@@ -12,6 +12,7 @@ import re
 
 from ..core.config import LogConfig
 from ..core.errors import Errors
+from . import rules
 
 log = logging.getLogger("storage.wire")
 
@@ -185,12 +186,6 @@ def topic_problem(base: LogConfig, name: str, partitions: int, configs: dict[str
     return None
 
 
-def log_configs(base: LogConfig, topics: dict[str, dict[str, str]]) -> dict[str, LogConfig]:
-    """Topic name -> the LogConfig its partitions open with (lenient_log_config: a stored
-    config this engine refuses is logged and left at its default, never fails a start)."""
-    return {name: lenient_log_config(base, name, configs) for name, configs in topics.items()}
-
-
 def min_isrs(topics: dict[str, dict[str, str]]) -> dict[str, int]:
     """Topic name -> its min.insync.replicas, for the topics that set a valid one (a stored
     one this engine refuses is logged and the broker's applies)."""
@@ -204,11 +199,45 @@ def min_isrs(topics: dict[str, dict[str, str]]) -> dict[str, int]:
     return out
 
 
-def install(logdir, manager, base: LogConfig, name: str, configs: dict[str, str]) -> None:
-    """A new topic's configs where they act: its LogConfig for its partitions' logs (LogDir
+@dataclasses.dataclass(frozen=True)
+class TopicConfig:
+    """A topic's configs, parsed once where the metadata record is replayed and handed as they
+    are to where they act: `log` to the log dir (its partitions open with it) and `min_isr` to
+    the replica manager (None: the broker's applies).  `raw` is what the record carries."""
+
+    raw: dict
+    log: LogConfig
+    min_isr: int | None
+
+    @classmethod
+    def parse(cls, base: LogConfig, topic: str, configs: dict[str, str]) -> "TopicConfig":
+        """Leniently (a stored config this engine refuses is logged and left at its default):
+        a start never fails on one."""
+        raw = dict(configs)
+        return cls(raw, lenient_log_config(base, topic, raw), min_isrs({topic: raw}).get(topic))
+
+
+# Topic configs are validated against one base in both modes: Kafka's defaults, the only one
+# the controller knows (a broker's own LogConfig is the base a topic's log opens with).
+VALIDATION_BASE = LogConfig()
+
+
+def create_problem(name: str, partitions: int, configs: dict[str, str], *,
+                   internal: bool) -> tuple[int, str] | None:
+    """(error code, message) when the controller must refuse to create that topic: the rules
+    of names (rules.create_problem), the configs the engine serves, the partition cap."""
+    return rules.create_problem(name, internal_allowed=internal) or \
+        topic_problem(VALIDATION_BASE, name, partitions, configs)
+
+
+def install(logdir, manager, name: str, config: TopicConfig) -> None:
+    """A topic's parsed configs where they act: its LogConfig for its partitions' logs (LogDir
     reads it when a partition opens) and its min.insync.replicas for the replica manager."""
-    logdir.topic_configs.update(log_configs(base, {name: configs}))
-    manager.topic_min_isr.update(min_isrs({name: configs}))
+    logdir.topic_configs[name] = config.log
+    if config.min_isr is not None:
+        manager.topic_min_isr[name] = config.min_isr
+    else:
+        manager.topic_min_isr.pop(name, None)
 
 
 def uninstall(logdir, manager, name: str) -> None:

@@ -30,7 +30,8 @@ from ..replication import messages as m
 from ..replication.controller import Controller
 from . import codec, rules
 from . import configs as topic_configs
-from .apis import Notifier, delete_topics_targets
+from .apis import Notifier, delete_topics_targets, long_poll
+from .broker import PRODUCER_ID_BLOCK
 from .client import CLIENT_ID as BROKER_CLIENT_ID
 from .codec import ms
 from .metadata import MetadataImage, records_for
@@ -40,7 +41,7 @@ log = logging.getLogger("storage.wire")
 
 METADATA_TOPIC = rules.METADATA_TOPIC
 METADATA_TOPIC_ID = 1                    # Kafka's fixed id of the metadata topic (Uuid.METADATA_TOPIC_ID)
-PRODUCER_ID_BLOCK = 1_000
+METADATA_MAX_WAIT_MS = 5_000           # a broker's metadata fetch waits at most this long
 
 
 class ControllerServer(FrameServer):
@@ -143,9 +144,9 @@ class ControllerServer(FrameServer):
 
     async def fetch(self, header, request) -> dict:
         """The metadata log, for brokers replaying it (long poll up to max_wait)."""
-        deadline = asyncio.get_running_loop().time() + min(ms(request.max_wait), 5_000) / 1000
         parts = [(t, p) for t in request.topics for p in t.partitions]
-        while True:
+
+        def attempt():
             answers, size = [], 0
             for t, p in parts:
                 name = getattr(t, "topic", None)
@@ -160,10 +161,9 @@ class ControllerServer(FrameServer):
                                     "high_watermark": self.log.high_watermark, "last_stable_offset": self.log.high_watermark,
                                     "log_start_offset": self.log.log_start_offset, "aborted_transactions": None,
                                     "preferred_read_replica": -1, "records": records}))
-            remaining = deadline - asyncio.get_running_loop().time()
-            if size >= request.min_bytes or remaining <= 0:
-                break
-            await self.notifier.wait(remaining)
+            return answers, size >= request.min_bytes
+
+        answers = await long_poll(self.notifier, min(ms(request.max_wait), METADATA_MAX_WAIT_MS), attempt)
         return {"error_code": Errors.NONE, "session_id": 0, "responses": [
             {"topic": METADATA_TOPIC, "topic_id": METADATA_TOPIC_ID, "partitions": [a]} for _, a in answers]}
 
@@ -213,8 +213,7 @@ class ControllerServer(FrameServer):
 
     def _create(self, name: str, partitions: int, replication: int, configs: dict, *,
                 internal: bool) -> tuple[int, str | None]:
-        problem = rules.create_problem(name, internal_allowed=internal) or \
-            topic_configs.topic_problem(LogConfig(), name, partitions, configs)
+        problem = topic_configs.create_problem(name, partitions, configs, internal=internal)
         if problem:
             return problem
         return self.controller.create_topic(name, partitions, replication, configs), None

@@ -26,8 +26,9 @@ from ..core.errors import Errors, StorageError
 from ..core.records import build_batch
 from ..replication import messages as m
 from ..topics import coordinator_records as cr
+from .broker import MetadataSource
 from .codec import ms
-from .node import OFFSETS_TOPIC, Node
+from .rules import OFFSETS_TOPIC
 
 log = logging.getLogger("storage.wire")
 
@@ -96,7 +97,7 @@ def _offset_value(offset: int, epoch: int, metadata: str, timestamp: int) -> byt
 
 
 class GroupCoordinator:
-    def __init__(self, node: Node, *, initial_rebalance_delay_ms: int = 3_000):
+    def __init__(self, node: MetadataSource, *, initial_rebalance_delay_ms: int = 3_000):
         self.node = node
         self.initial_rebalance_delay_ms = initial_rebalance_delay_ms
         self.groups: dict[str, Group] = {}

@@ -26,9 +26,9 @@ import signal
 from ..core import errors
 from . import codec, error_answers
 from .apis import ClientApis, Notifier
+from .broker import MetadataSource
 from .groups import GroupCoordinator
 from .limits import ConnectionGate, ConnectionLimits, ConnectionTimeoutError, RequestMemory
-from .node import Node
 from .txn_admin import TxnAdminApis
 
 log = logging.getLogger("storage.wire")
@@ -325,7 +325,7 @@ async def serve(server: "FrameServer", ready=None) -> None:
             await _connections_end(server)
 
 
-async def run(node: Node, *, initial_rebalance_delay_ms: int = 3_000, ready=None,
+async def run(node: MetadataSource, *, initial_rebalance_delay_ms: int = 3_000, ready=None,
               limits: ConnectionLimits | None = None) -> None:
     """A broker on `node` until SIGTERM or SIGINT."""
     await serve(BrokerServer(node, initial_rebalance_delay_ms=initial_rebalance_delay_ms, limits=limits), ready)

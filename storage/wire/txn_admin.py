@@ -22,10 +22,11 @@ import asyncio
 
 from ..core.errors import Errors
 from ..replication import messages as m
+from .broker import MetadataSource
 
 
 class TxnAdminApis:
-    def __init__(self, node, notifier):
+    def __init__(self, node: MetadataSource, notifier):
         self.node = node
         self.notifier = notifier
 

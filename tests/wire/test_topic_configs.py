@@ -151,10 +151,11 @@ STORED_BAD = {"segment.ms": "junk", "index.interval.bytes": str(2**70), "retenti
 def test_a_bad_stored_config_is_named_and_left_at_its_default(caplog):
     base = LogConfig(fsync=False)
     with caplog.at_level(logging.ERROR, logger="storage.wire"):
-        out = configs.log_configs(base, {"bad": STORED_BAD, "good": {"segment.ms": "1000"}})
-        isr = configs.min_isrs({"bad": STORED_BAD, "good": {"min.insync.replicas": "2"}})
-    assert out["good"] == dataclasses.replace(base, segment_ms=1000) and isr == {"good": 2}
-    bad = out["bad"]
+        parsed = configs.TopicConfig.parse(base, "bad", STORED_BAD)
+        good = configs.TopicConfig.parse(base, "good", {"segment.ms": "1000", "min.insync.replicas": "2"})
+    assert good.log == dataclasses.replace(base, segment_ms=1000) and good.min_isr == 2
+    assert parsed.min_isr is None and parsed.raw == STORED_BAD
+    bad = parsed.log
     # Every other config of the topic applies; a bad retention keeps everything (-1): a stored
     # value this engine refuses never deletes data.
     assert (bad.cleanup_policy, bad.segment_ms, bad.index_interval_bytes, bad.retention_ms) == \
