@@ -35,7 +35,7 @@ class TxnAdminApis:
         p, code = self.node.manager._leader_partition(topic, index)
         if code:
             return {"partition_index": index, "error_code": code, "error_message": None, "active_producers": []}
-        with p.log._lock:
+        with p.log.local.lock:
             entries = list(p.log.producer_state.active_producers.items())
         producers = [{"producer_id": pid, "producer_epoch": e.producer_epoch, "last_sequence": e.last_sequence,
                       "last_timestamp": e.last_timestamp, "coordinator_epoch": e.coordinator_epoch,

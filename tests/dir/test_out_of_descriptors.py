@@ -215,7 +215,7 @@ def test_the_background_thread_retries_a_task_that_ran_out_of_descriptors(tmp_pa
                              background_config=BackgroundConfig(flush_interval_ms=20))
         try:
             plog = logdir.partition("t", 0)
-            with plog._lock:                                     # the flush waits until the fault is armed
+            with plog.local.lock:                                    # the flush waits until the fault is armed
                 plog.append_as_leader(build_batch([b"v" * 100]), 0)
                 plog.append_as_leader(build_batch([b"w" * 100]), 0)     # a roll: the new segment's
                 seam.fail["open"] = (errno.EMFILE, 0)                    # index files wait for a flush

@@ -56,7 +56,7 @@ def last_offsets_per_batch(log) -> list[int]:
 
 def clean(log, first_dirty: int, now: int = 0, offset_map=None) -> int:
     """One round up to the active segment; returns the next first dirty offset."""
-    with log._lock:
+    with log.local.lock:
         return cleaner.clean(log, first_dirty, log.segments[-1].base_offset, now, offset_map).end_offset
 
 
