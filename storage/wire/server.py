@@ -214,6 +214,11 @@ class FrameServer:
             answer_exc.add_note(f"while answering {what} after its handler raised {exc!r}")
             raise
 
+    def running_handlers(self) -> list[asyncio.Task]:
+        """The connection handlers still running, but for the calling task."""
+        current = asyncio.current_task()
+        return [t for t in self._handlers if t is not current and not t.done()]
+
 
 class BrokerServer(FrameServer):
     def __init__(self, node, *, initial_rebalance_delay_ms: int = 3_000, limits: ConnectionLimits | None = None):
@@ -286,8 +291,7 @@ async def _connections_end(server: FrameServer, timeout_s: float = CONNECTIONS_E
     and asyncio's stream protocol (3.11) logs a cancelled handler as an ERROR with a
     CancelledError traceback, so none is left to it: after `timeout_s` the rest are cancelled
     here and their cancellation is consumed."""
-    current = asyncio.current_task()
-    handlers = [t for t in server._handlers if t is not current and not t.done()]
+    handlers = server.running_handlers()
     if not handlers:
         return
     _, late = await asyncio.wait(handlers, timeout=timeout_s)
