@@ -110,6 +110,33 @@ def test_the_c_function_measure_sees_functions():
     assert [(n, size > 70) for n, size in _c_functions(sample)] == [("f", False), ("plog_g", True)]
 
 
+def _c_definitions(text: str) -> list[str]:
+    """Names of the function definitions in a C file, one-line ones included: a name and its
+    parameters at column 0 followed by a body (a `{` before any `;`)."""
+    names = []
+    for m in re.finditer(r"^(?!typedef|#|/\*|extern|__attribute__)[A-Za-z_][\w \*]*?\b(\w+)\(", text, re.M):
+        brace, semi = text.find("{", m.end()), text.find(";", m.end())
+        if brace >= 0 and (semi < 0 or brace < semi):
+            names.append(m.group(1))
+    return names
+
+
+def test_the_c_core_asserts_at_least_once_for_every_two_functions():
+    # PLOG_ASSERT (csrc/internal.h): the preconditions of the entry points and the segment
+    # invariants, compiled in by the sanitizer tier and PLOG_DEBUG builds, out of release ones.
+    texts = [p.read_text() for p in sorted((ROOT / "csrc").glob("*.c"))]
+    functions = sum(len(_c_definitions(t)) for t in texts)
+    asserts = sum(t.count("PLOG_ASSERT(") for t in texts)
+    assert functions > 100 and asserts * 2 >= functions, (asserts, functions)
+
+
+def test_the_c_definition_count_sees_definitions_only():
+    sample = ("static const int table[2] = {1, 2};\nint plog_a(void) { return 1; }\n"
+              "int plog_b(int x);\n__attribute__((target(\"sse4.2\")))\nstatic int c(const int *p,\n"
+              "             int n) {\n    return n;\n}\n_Static_assert(sizeof(int) == 4, \"int\");\n")
+    assert _c_definitions(sample) == ["plog_a", "c"]
+
+
 def test_layers_only_import_downward():
     graph = _graph()
     upper = ("storage.sim", "storage.cli", "storage.inspect", "storage.spark", "storage.wire")
