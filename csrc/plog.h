@@ -306,7 +306,7 @@ int plog_validate_chunk(uint8_t *buf, size_t length, plog_validate *v);
 /* ---- scan (recovery, verification) --------------------------------------------------- */
 
 /* Walk the batches of a segment image following Kafka's file iteration and recovery rules
- * (kafka-reference 1.6, 5.4): stops at <= 17 trailing bytes or a partial trailing batch
+ * (docs/kafka-formats.md 1.6, 5.4): stops at <= 17 trailing bytes or a partial trailing batch
  * (stop = PLOG_EPARTIAL), or at the first corrupt batch (stop = PLOG_ECORRUPT / PLOG_ECRC /
  * PLOG_EMAGIC / PLOG_EOVERFLOW, or PLOG_EORDER for a batch whose offsets do not follow its
  * predecessor's -- stricter than Kafka, since offsets are outside the CRC); valid_bytes is

@@ -7,7 +7,7 @@ follower_reads is on, KIP-392) and the one that feeds the ISR and the high water
 the manager's partitions, broker_id, metadata, clock, follower_reads, _check_epoch,
 _went_offline, _maybe_expand_isr and _maybe_increment_high_watermark.
 
-Invariants (each guard carries its catalogue id, storage/guards.py):
+Invariants (each guard carries its catalogue id, storage/core/guards.py):
   - the request's budget is Kafka's (KIP-74): the first partition with data returns at least
     one whole batch, later ones only what fits; a partition named twice is read once;
   - a fetch with an older or newer current leader epoch is fenced (M7); one whose last fetched
@@ -22,8 +22,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from .. import errors, guards
-from ..errors import Errors
+from ..core import errors, guards
+from ..core.errors import Errors
 from .messages import (
     CONSUMER_REPLICA_ID,
     NO_EPOCH,

@@ -19,7 +19,7 @@ epochs seen) and appends violations to its result.
 """
 from __future__ import annotations
 
-from ..errors import StorageError
+from ..core.errors import StorageError
 from ..replication import messages as m
 from . import invariants
 from .crash import _is_crash
