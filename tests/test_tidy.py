@@ -137,6 +137,30 @@ def test_the_c_definition_count_sees_definitions_only():
     assert _c_definitions(sample) == ["plog_a", "c"]
 
 
+_CLOCK_READ = re.compile(r"\btime\.(time|time_ns|monotonic|monotonic_ns)\(")
+
+
+def _inline_clocks(paths) -> list[tuple[str, int]]:
+    """(file, line) of every direct read of the wall or monotonic clock in `paths`."""
+    return [(str(p), n) for p in paths for n, line in enumerate(p.read_text().splitlines(), 1)
+            if _CLOCK_READ.search(line)]
+
+
+def test_the_engine_reads_the_clock_only_through_clock_py():
+    # storage/core/clock.py is the one place the engine, replication, the front end and the
+    # simulator read the wall or monotonic clock (the replica manager takes its clock as an
+    # argument, which the simulator replaces); the tools (cli/, spark/) time their own runs.
+    paths = [p for p in _python_files() if p != PACKAGE / "core" / "clock.py"
+             and p.relative_to(PACKAGE).parts[0] not in ("cli", "spark")]
+    assert _inline_clocks(paths) == []
+
+
+def test_the_inline_clock_finder_finds_one(tmp_path):
+    sample = tmp_path / "sample.py"
+    sample.write_text("import time\nnow = time.time_ns() // 1_000_000\nlater = mytime.time()\n")
+    assert _inline_clocks([sample]) == [(str(sample), 2)]
+
+
 # What each layer may import besides itself (storage.X = the layer of storage/X/ or storage/X.py).
 # The engine is three lines: core imports nothing of storage; log imports core; dir imports log
 # and core. The internal topics' formats stand on core; the layers above follow.

@@ -18,12 +18,12 @@ import gzip as _gzip
 import io as _pyio
 import struct
 import threading
-import time
 import zlib
 from typing import Iterable, Iterator, NamedTuple
 
 from . import errors
 from ._native import build_listed, decode_records, ffi, lib
+from .clock import wall_ms
 
 CODEC_NAMES = ("none", "gzip", "snappy", "lz4", "zstd")
 CODEC_IDS = {name: i for i, name in enumerate(CODEC_NAMES)}
@@ -302,7 +302,7 @@ def _build(records, *, base_offset, partition_leader_epoch, compression, base_ti
     attributes = (CODEC_IDS[compression] | (lib.PLOG_ATTR_TRANSACTIONAL if is_transactional else 0)
                   | (lib.PLOG_ATTR_CONTROL if is_control else 0))
     plain = compression == "none"
-    walk = (plain, base_offset, partition_leader_epoch, attributes, base_timestamp, int(time.time() * 1000),
+    walk = (plain, base_offset, partition_leader_epoch, attributes, base_timestamp, wall_ms(),
             producer_id, producer_epoch, base_sequence, Record)
     built = build_listed(records, *walk)    # the list walked in C (csrc/pyrecords.c)
     if built is None:                       # another shape: normalised, then walked

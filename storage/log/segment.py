@@ -21,11 +21,11 @@ Invariants:
 from __future__ import annotations
 
 import os
-import time
 
 from ..core import errors
 from ..core import io as _io
 from ..core._native import ffi, lib
+from ..core.clock import wall_ms
 from ..core.files import (  # noqa: E402
     DELETED_SUFFIX,
     INDEX_SUFFIX,
@@ -100,7 +100,7 @@ class Segment:
     def __init__(self, home: SegmentHome, base_offset: int, *, create: bool, active: bool, suffix: str = ""):
         self._fields(home, base_offset, suffix)
         # Kafka's LogSegment.created (the time-based roll's fallback; from disk: this open, as in Kafka).
-        self.created_ms = time.time_ns() // 1_000_000
+        self.created_ms = wall_ms()
         self._open_files(create=create, active=active)
 
     def _fields(self, home: SegmentHome, base_offset: int, suffix: str) -> None:
