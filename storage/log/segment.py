@@ -36,7 +36,7 @@ from ..core.files import (  # noqa: E402
     TXN_INDEX_SUFFIX,
     segment_name,
 )
-from ..core.records import describe_error, error_class, forget_source, register_source
+from ..core.records import forget_source, register_source
 from .segment_home import SegmentHome, open_segments, retired_mappings, set_open_segments_max  # noqa: F401
 from .txnindex import TransactionIndex
 
@@ -57,7 +57,7 @@ class _Mapping:
         out = ffi.new("uint8_t **")
         rc = lib.plog_io_mmap(fd, length, 0, out)
         if rc:
-            raise errors.StorageIOError(f"mmap failed: {describe_error(rc)}", errno=rc if rc > 0 else None)
+            raise errors.StorageIOError(f"mmap failed: {errors.error_text(rc)}", errno=rc if rc > 0 else None)
         pointer = out[0]
         seam = _io.current()  # unmap through the seam the mapping came from
 
@@ -330,7 +330,7 @@ class Segment:
             raise errors.StorageIOError(f"{what}: I/O seam raised {exc!r}", file=path, offset=offset) from exc
         if rc > 0:
             raise errors.StorageIOError(f"{what}: {os.strerror(rc)}", errno=rc, file=path, offset=offset)
-        raise error_class(rc)(f"{what}: {describe_error(rc)}", file=path, offset=offset)
+        raise errors.error_class(rc)(f"{what}: {errors.error_text(rc)}", file=path, offset=offset)
 
     # ---- reading ----
     def mapping(self) -> _Mapping:
@@ -368,7 +368,7 @@ class Segment:
         position, info, _, _ = home.reads or home.read_scratch()   # reused: the log serialises calls
         rc = lib.plog_segment_find(self._c, self.log_pointer(), offset, position, info)
         if rc:
-            raise errors.CorruptRecordError(f"cannot read batch header: {describe_error(rc)}",
+            raise errors.CorruptRecordError(f"cannot read batch header: {errors.error_text(rc)}",
                                             file=self.log_path, position=position[0], offset=offset)
         return position[0]
 
@@ -386,7 +386,7 @@ class Segment:
         _, _, span, span_view = home.reads or home.read_scratch()
         rc = lib.plog_segment_read(self._c, m.pointer, offset, max_bytes, max_offset, span)
         if rc:
-            raise errors.CorruptRecordError(f"cannot read batch header: {describe_error(rc)}",
+            raise errors.CorruptRecordError(f"cannot read batch header: {errors.error_text(rc)}",
                                             file=self.log_path, position=-1, offset=offset)
         position, length = span_view
         if position < 0:
@@ -500,7 +500,7 @@ class Segment:
         if rc > 0 or rc == lib.PLOG_ECALLBACK:
             self._check(rc, "load")
         if rc:
-            raise errors.CorruptRecordError(f"cannot load segment: {describe_error(rc)}", file=self.log_path)
+            raise errors.CorruptRecordError(f"cannot load segment: {errors.error_text(rc)}", file=self.log_path)
 
     def attach_indexes(self) -> bool:
         """Create the index files of a new segment (Kafka's LazyIndex: a segment's index files
@@ -715,7 +715,7 @@ class ScanReport:
         self.epoch_count = scan.epoch_count
         self.epochs = epochs
         self.producer_batch_count = scan.producer_batch_count
-        self.stop_reason = describe_error(scan.stop) if scan.stop else None
+        self.stop_reason = errors.error_text(scan.stop) if scan.stop else None
 
     def __repr__(self) -> str:
         return (f"ScanReport(valid_bytes={self.valid_bytes}, batch_count={self.batch_count}, "

@@ -14,7 +14,6 @@ import weakref
 from ..core import errors
 from ..core._native import ffi, lib
 from ..core.failure import LogDirFailureChannel
-from ..core.records import describe_error
 
 
 def _default_open_segments_max() -> int:
@@ -153,7 +152,7 @@ class _RetiredMappings:
             if pointer is not None and position < length:
                 rc = lib.plog_io_mmap_snapshot(pointer, valid, position, length)
                 if rc:
-                    raise errors.StorageIOError(f"cannot keep readers' pages: {describe_error(rc)}",
+                    raise errors.StorageIOError(f"cannot keep readers' pages: {errors.error_text(rc)}",
                                                 errno=rc if rc > 0 else None, file=path, position=position)
 
 
