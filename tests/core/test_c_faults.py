@@ -163,7 +163,7 @@ def test_a_broken_precondition_aborts_in_an_asserting_build(tmp_path, case):
     their heads in the sanitizer tier: a call that breaks one aborts, naming the condition,
     instead of reading or writing out of bounds."""
     call, expected = BROKEN_PRECONDITIONS[case]
-    code = f"from storage._native import ffi, lib\n{call}\n"
+    code = f"from storage.core._native import ffi, lib\n{call}\n"
     # cwd: not the source tree, whose storage/ (a release build) would shadow the installed one.
     result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60, cwd=tmp_path)
     assert result.returncode != 0
