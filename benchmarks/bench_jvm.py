@@ -84,7 +84,7 @@ class Jvm:
 @pytest.fixture(scope="session")
 def jvm(tmp_path_factory):
     sys.path.insert(0, str(ROOT))
-    from tests.test_interop_jvm import jvm_classpath
+    from tests.interop.test_interop_jvm import jvm_classpath
     peer = Jvm(jvm_classpath(tmp_path_factory, SOURCE, "the JVM peer"))   # skips without a JDK 17+ or the jars
     yield peer
     peer.close()
