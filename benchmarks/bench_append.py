@@ -39,16 +39,16 @@ same group.
 """
 from __future__ import annotations
 
+import functools
 import os
 import sqlite3
-import statistics
 import struct
 import time
 import warnings
 
 import lmdb
 import pytest
-from benchlib import KiB, MiB, Workload, make_values, prebuild_batches
+from benchlib import Contender, KiB, MiB, Workload, make_values, paired, pedantic_paired, prebuild_batches
 
 import storage
 
@@ -346,9 +346,9 @@ RECORDS_PAIRS = [(OURS_RECORDS, KAFKA_PYTHON_LOG)]
 
 def paired_append(wl: Workload, fresh_dirs, rounds: int, *, warmup: bool = True, prime: bool = True,
                   slow_rounds: int | None = None, pairs=None, peers=None, slow_pairs=None) -> dict:
-    """For each (ours, peer) pair, `rounds` times: run both back to back (A B, then B A on
-    the next round), and keep the ratio of the pair: throughput(ours) / throughput(peer) =
-    t_peer / t_ours.  Returns the per-pair ratios and medians and every run's time.
+    """benchlib.paired over the append peers: for each (ours, peer) pair, `rounds` times, run
+    both back to back (A B, then B A on the next round), and keep the ratio of the pair:
+    throughput(ours) / throughput(peer) = t_peer / t_ours.  Returns the per-pair ratios and medians and every run's time.
 
     prime: run each measured run once untimed just before (A' A B' B), so every peer writes
     into page-cache pages that its own previous run has just freed.  Without it LMDB with
@@ -361,58 +361,29 @@ def paired_append(wl: Workload, fresh_dirs, rounds: int, *, warmup: bool = True,
     peers = PEERS if peers is None else peers
     all_pairs = PAIRS if pairs is None else pairs
     slow_pairs = SLOW_PAIRS if slow_pairs is None else slow_pairs
-    slow_rounds = rounds if slow_rounds is None else slow_rounds
-    if warmup:
-        for peer in peers:
-            timed_run(peer, wl, fresh_dirs)
-    times: dict[str, list[float]] = {peer.name: [] for peer in peers}
-    pairs: dict[str, dict] = {}
-    for k in range(rounds):
-        for ours, peer in all_pairs + (slow_pairs if k < slow_rounds else []):
-            order = (ours, peer) if k % 2 == 0 else (peer, ours)
-            t = {}
-            for p in order:
-                if prime:
-                    timed_run(p, wl, fresh_dirs)
-                t[p.name] = timed_run(p, wl, fresh_dirs)
-                times[p.name].append(t[p.name])
-            entry = pairs.setdefault(f"{ours.name} / {peer.name}", {
-                "ours": ours.name, "peer": peer.name, "peer_role": peer.role,
-                "label": f"{ours.label} / {peer.label}", "ratios": []})
-            entry["ratios"].append(t[peer.name] / t[ours.name])
-    for entry in pairs.values():
-        entry["median"] = statistics.median(entry["ratios"])
-    return {
-        "pairs": pairs,
-        "times": times,
-        "median_seconds": {name: statistics.median(v) for name, v in times.items()},
-        "throughput_MBps": {name: wl.total_bytes / statistics.median(v) / 1e6 for name, v in times.items()},
-        "settings": {peer.name: peer.setting for peer in peers},
-        "labels": {peer.name: peer.label for peer in peers},
-        "roles": {peer.name: peer.role for peer in peers},
-        "primed": prime,
-    }
+    slow_rounds = rounds if slow_rounds is None else min(slow_rounds, rounds)
+    contenders = [Contender(peer.name, peer.label, peer.role, functools.partial(timed_run, peer, wl, fresh_dirs),
+                            peer.setting) for peer in peers]
+    named_pairs = ([(ours.name, peer.name) for ours, peer in all_pairs]
+                   + [(ours.name, peer.name, slow_rounds) for ours, peer in slow_pairs])
+    return paired(contenders, named_pairs, rounds, prime=prime, warmup=warmup, amount=wl.total_bytes)
 
 
 @pytest.mark.parametrize("size_label,batch_bytes", list(SIZES.items()), ids=list(SIZES))
 def test_append_paired(benchmark, workload, sizes, fresh_dirs, size_label, batch_bytes):
     wl = workload(batch_bytes)
-    benchmark.group = "append-paired"
-    result = benchmark.pedantic(paired_append, args=(wl, fresh_dirs, sizes.paired_rounds),
-                                kwargs={"warmup": not sizes.quick, "slow_rounds": sizes.slow_paired_rounds},
-                                rounds=1, iterations=1)
+    result = pedantic_paired(benchmark, "append-paired", paired_append, wl, fresh_dirs, sizes.paired_rounds,
+                             warmup=not sizes.quick, slow_rounds=sizes.slow_paired_rounds)
     benchmark.extra_info.update(wl.info())
-    benchmark.extra_info.update(paired=True, size=size_label, unit="bytes", **result)
+    benchmark.extra_info.update(size=size_label, **result)
 
 
 @pytest.mark.parametrize("size_label,batch_bytes", list(SIZES.items()), ids=[f"{s}-records" for s in SIZES])
 def test_append_records_paired(benchmark, records_workload, sizes, fresh_dirs, size_label, batch_bytes):
     """ours-records / kafka-python-log on `records_total_bytes`, primed like paired_append."""
     wl = records_workload(batch_bytes)
-    benchmark.group = "append-paired"
-    result = benchmark.pedantic(paired_append, args=(wl, fresh_dirs, sizes.slow_paired_rounds),
-                                kwargs={"warmup": not sizes.quick, "pairs": RECORDS_PAIRS, "peers": RECORDS_PEERS,
-                                        "slow_pairs": []},
-                                rounds=1, iterations=1)
+    result = pedantic_paired(benchmark, "append-paired", paired_append, wl, fresh_dirs,
+                             sizes.slow_paired_rounds, warmup=not sizes.quick, pairs=RECORDS_PAIRS,
+                             peers=RECORDS_PEERS, slow_pairs=[])
     benchmark.extra_info.update(wl.info())
-    benchmark.extra_info.update(paired=True, size=f"{size_label}-records", unit="bytes", **result)
+    benchmark.extra_info.update(size=f"{size_label}-records", **result)

@@ -26,7 +26,7 @@ with warnings.catch_warnings():     # kafka-python 3.0.12 loads its schemas with
     warnings.simplefilter("ignore", DeprecationWarning)
     from kafka.record.default_records import DefaultRecordBatchBuilder
 
-from benchlib import make_values
+from benchlib import make_values, pedantic_paired
 
 import storage
 
@@ -118,9 +118,8 @@ def test_build_paired(benchmark, sizes, compression):
     if not sizes.quick:
         for build in BUILDERS.values():       # warm-up
             build(values, sizes.build_batches, compression)
-    benchmark.group = "build-paired"
-    result = benchmark.pedantic(paired_build, args=(values, sizes.build_batches, sizes.paired_rounds, compression),
-                                rounds=1, iterations=1)
+    result = pedantic_paired(benchmark, "build-paired", paired_build, values, sizes.build_batches,
+                             sizes.paired_rounds, compression)
     benchmark.extra_info.update(
         paired=True, size=compression, unit="records", compression=compression,
         records=sizes.build_batches * sizes.build_records, batches=sizes.build_batches,

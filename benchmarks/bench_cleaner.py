@@ -20,7 +20,7 @@ import time
 import tracemalloc
 
 import pytest
-from benchlib import Contender, KiB, MiB, paired
+from benchlib import Contender, KiB, MiB, paired, pedantic_paired
 
 import storage
 from storage import Record
@@ -97,9 +97,8 @@ def test_cleaning_paired(benchmark, sizes, fresh_dirs):
         Contender("read", "sequential read + record decode (floor)", "limit", side.read,
                   "iter_batches + records() over the same segments"),
     ]
-    benchmark.group = "cleaning-paired"
-    result = benchmark.pedantic(paired, args=(contenders, [("ours", "read")], sizes.slow_paired_rounds),
-                                kwargs={"warmup": False, "amount": side.bytes}, rounds=1, iterations=1)
+    result = pedantic_paired(benchmark, "cleaning-paired", paired, contenders, [("ours", "read")],
+                             sizes.slow_paired_rounds, warmup=False, amount=side.bytes)
     benchmark.extra_info.update(size=f"{total // MiB} MiB", keys=keys, bytes=side.bytes, **result)
     fresh_dirs.discard(side.source)
 

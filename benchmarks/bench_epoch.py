@@ -33,7 +33,7 @@ import random
 import time
 
 import pytest
-from benchlib import Contender, MiB, paired, percentiles, timer_overhead_ns
+from benchlib import Contender, MiB, paired, pedantic_paired, percentiles, timer_overhead_ns
 
 import storage
 
@@ -159,9 +159,8 @@ def test_truncate_paired(benchmark, sizes, stamped, truncate_logs, segments):
                       "truncated_bytes": removed * stamped.batch_size, "truncated_batches": removed}
     largest = contenders[-1].name
     pairs = [(largest, c.name) for c in contenders[:-1]]
-    benchmark.group = "truncate-paired"
-    result = benchmark.pedantic(paired, args=(contenders, pairs, sizes.truncate_rounds),
-                                kwargs={"warmup": not sizes.quick, "unit": "seconds"}, rounds=1, iterations=1)
+    result = pedantic_paired(benchmark, "truncate-paired", paired, contenders, pairs, sizes.truncate_rounds,
+                             warmup=not sizes.quick, unit="seconds")
     benchmark.extra_info.update(size=f"truncate_to, {segments}", segments_config=segments,
                                 segment_bytes=SEGMENT_CONFIGS[segments], logs=info, **result)
 
@@ -205,9 +204,8 @@ def test_elections_paired(benchmark, sizes, fresh_dirs):
         Contender("sync", "epoch_flush='sync'", "peer", lambda: election_run(fresh_dirs, "sync", n),
                   f"LogConfig(fsync=True, epoch_flush='sync'); {n} assign_epoch_start_offset (a checkpoint write each)"),
     ]
-    benchmark.group = "elections-paired"
-    result = benchmark.pedantic(paired, args=(contenders, [("deferred", "sync")], sizes.slow_paired_rounds),
-                                kwargs={"warmup": not sizes.quick, "unit": "seconds"}, rounds=1, iterations=1)
+    result = pedantic_paired(benchmark, "elections-paired", paired, contenders, [("deferred", "sync")],
+                             sizes.slow_paired_rounds, warmup=not sizes.quick, unit="seconds")
     kept = result.pop("kept")
     benchmark.extra_info.update(
         size=f"{n} elections", elections=n,

@@ -36,7 +36,7 @@ from pathlib import Path
 
 import pytest
 from bench_append import FileWrite, Lmdb, OursFollower, Peer, _log_config, _State, timed_run
-from benchlib import Contender, make_values, paired
+from benchlib import Contender, make_values, paired, pedantic_paired
 
 import storage
 from storage.core.records import iter_batches
@@ -84,7 +84,7 @@ class Jvm:
 @pytest.fixture(scope="session")
 def jvm(tmp_path_factory):
     sys.path.insert(0, str(ROOT))
-    from tests.test_interop_jvm import jvm_classpath
+    from tests.interop.test_interop_jvm import jvm_classpath
     peer = Jvm(jvm_classpath(tmp_path_factory, SOURCE, "the JVM peer"))   # skips without a JDK 17+ or the jars
     yield peer
     peer.close()
@@ -134,9 +134,8 @@ def test_jvm_append_paired(benchmark, jvm, workload, sizes, fresh_dirs):
     _warm(kafka)
     pairs = [("ours-follower", "kafka"), ("ours-follower", "file.write"), ("ours-batches64", "kafka"),
              ("ours-batches64", "file.write"), ("ours-batches64", "lmdb-writemap")]
-    benchmark.group = "jvm-append-paired"
-    result = benchmark.pedantic(paired, args=(contenders, pairs, sizes.paired_rounds),
-                                kwargs={"amount": wl.total_bytes, "warmup": True}, rounds=1, iterations=1)
+    result = pedantic_paired(benchmark, "jvm-append-paired", paired, contenders, pairs, sizes.paired_rounds,
+                             amount=wl.total_bytes, warmup=True)
     benchmark.extra_info.update(size="16KiB", bytes=wl.total_bytes, batches=wl.batch_count, **result)
 
 
@@ -161,9 +160,8 @@ def test_jvm_build_paired(benchmark, jvm, sizes, fresh_dirs):
     contenders = [Contender("ours", "ours (build_batch)", "ours", ours, "storage.build_batch(values, base_offset=...)"),
                   Contender("kafka", f"Kafka MemoryRecordsBuilder ({jvm.version})", "peer", kafka,
                             "MemoryRecords.builder(heap buffer, NONE, CREATE_TIME, base) + append(ts, null, value)")]
-    benchmark.group = "jvm-build-paired"
-    result = benchmark.pedantic(paired, args=(contenders, [("ours", "kafka")], sizes.paired_rounds),
-                                kwargs={"amount": batches * records, "unit": "records"}, rounds=1, iterations=1)
+    result = pedantic_paired(benchmark, "jvm-build-paired", paired, contenders, [("ours", "kafka")],
+                             sizes.paired_rounds, amount=batches * records, unit="records")
     benchmark.extra_info.update(size="build (none)", records=batches * records, value_bytes=len(values[0]),
                                 **result)
 
@@ -201,11 +199,10 @@ def test_jvm_read_paired(benchmark, jvm, big_log, sizes):
                             "PartitionLog.read(offset, 1 MiB) + iter_batches(view, verify=True)"),
                   Contender("kafka", f"Kafka FileRecords slice read ({jvm.version})", "peer", kafka,
                             "FileRecords.slice(position, 1 MiB).batches(), each ensureValid() (loads the batch)")]
-    benchmark.group = "jvm-read-paired"
     try:
-        result = benchmark.pedantic(paired, args=(contenders, [("ours", "kafka"), ("ours-iter", "kafka")],
-                                                  sizes.paired_rounds),
-                                    kwargs={"amount": big_log["bytes"]}, rounds=1, iterations=1)
+        result = pedantic_paired(benchmark, "jvm-read-paired", paired, contenders,
+                                 [("ours", "kafka"), ("ours-iter", "kafka")], sizes.paired_rounds,
+                                 amount=big_log["bytes"])
     finally:
         log.close()
     benchmark.extra_info.update(size="16KiB", bytes=big_log["bytes"], batches=big_log["batches"], **result)

@@ -36,7 +36,7 @@ import os
 import time
 
 import pytest
-from benchlib import Contender, paired
+from benchlib import Contender, paired, pedantic_paired
 
 import storage
 
@@ -160,9 +160,8 @@ def test_logdir_reopen_paired(benchmark, sizes, many_partitions):
         Contender("floor", "syscall floor (limit)", "limit", side.floor,
                   "listdir + per partition: listdir, open/fstat/close x3, read leader-epoch-checkpoint"),
     ]
-    benchmark.group = "logdir-reopen-paired"
-    result = benchmark.pedantic(paired, args=(contenders, [("ours", "floor")], sizes.slow_paired_rounds),
-                                kwargs={"warmup": not sizes.quick, "unit": "seconds"}, rounds=1, iterations=1)
+    result = pedantic_paired(benchmark, "logdir-reopen-paired", paired, contenders, [("ours", "floor")],
+                             sizes.slow_paired_rounds, warmup=not sizes.quick, unit="seconds")
     detail = (f"{BATCHES_PER_PARTITION} batches of 16 KiB and one epoch entry a partition, "
               f"{side.bytes / 2**20:.0f} MiB in all, cleanly closed")
     benchmark.extra_info.update(size=f"{side.partitions} partitions", detail=detail, partitions=side.partitions,
@@ -185,9 +184,9 @@ def test_logdir_reopen_threads_paired(benchmark, sizes, many_partitions, cache):
         Contender("threads-1", f"LogDir.open, 1 thread, {cache} cache", "peer",
                   lambda: side.ours(1, cold), "LogDir.open(path, config) (recovery_threads=1, the default)"),
     ]
-    benchmark.group = "logdir-reopen-threads-paired"
-    result = benchmark.pedantic(paired, args=(contenders, [("threads-4", "threads-1")], sizes.slow_paired_rounds),
-                                kwargs={"warmup": not sizes.quick, "unit": "seconds"}, rounds=1, iterations=1)
+    result = pedantic_paired(benchmark, "logdir-reopen-threads-paired", paired, contenders,
+                             [("threads-4", "threads-1")], sizes.slow_paired_rounds, warmup=not sizes.quick,
+                             unit="seconds")
     detail = (f"{side.partitions} partitions, {cache} page cache"
               + ("" if not cold else " (dropped, untimed, before every run)"))
     benchmark.extra_info.update(size=f"{side.partitions} partitions, {cache}", detail=detail,
@@ -214,10 +213,9 @@ def test_logdir_reopen_sealed_paired(benchmark, sizes, sealed_partitions):
         Contender("one-segment", "LogDir.open, one segment a partition", "limit",
                   lambda: side.open(1, "first_use"), "the same partitions with one segment each"),
     ]
-    benchmark.group = "logdir-reopen-sealed-paired"
     pairs = [("first-use", "at-open"), ("first-use", "one-segment")]
-    result = benchmark.pedantic(paired, args=(contenders, pairs, sizes.slow_paired_rounds),
-                                kwargs={"warmup": not sizes.quick, "unit": "seconds"}, rounds=1, iterations=1)
+    result = pedantic_paired(benchmark, "logdir-reopen-sealed-paired", paired, contenders, pairs,
+                             sizes.slow_paired_rounds, warmup=not sizes.quick, unit="seconds")
     medians = result["median_seconds"]
     per_sealed = {k: (medians[k] - medians["one-segment"]) / side.partitions / (n - 1) for k in ("first-use", "at-open")}
     benchmark.extra_info.update(size=f"{side.partitions} partitions x {n} segments", partitions=side.partitions,

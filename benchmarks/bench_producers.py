@@ -23,7 +23,7 @@ from __future__ import annotations
 import time
 
 import pytest
-from benchlib import Contender, KiB, paired
+from benchlib import Contender, KiB, paired, pedantic_paired
 
 import storage
 
@@ -64,9 +64,9 @@ def test_idempotent_append_paired(benchmark, sizes, fresh_dirs, size_label):
         Contender("plain", f"plain leader append, {size_label}", "peer",
                   lambda: _run(fresh_dirs, data.plain), "the same records without a producer id"),
     ]
-    benchmark.group = "idempotent-append-paired"
-    result = benchmark.pedantic(paired, args=(contenders, [("idempotent", "plain")], sizes.paired_rounds),
-                                kwargs={"warmup": not sizes.quick, "amount": data.bytes}, rounds=1, iterations=1)
+    result = pedantic_paired(benchmark, "idempotent-append-paired", paired, contenders,
+                             [("idempotent", "plain")], sizes.paired_rounds, warmup=not sizes.quick,
+                             amount=data.bytes)
     benchmark.extra_info.update(size=size_label, batches=len(data.plain), bytes=data.bytes, **result)
 
 
@@ -121,9 +121,8 @@ def test_retention_pass_paired(benchmark, sizes, many_logs):
         Contender("floor", "Python loop reading the inputs (limit)", "limit", side.floor,
                   "per partition: first segment's max timestamp and size, next base, HW, log start"),
     ]
-    benchmark.group = "retention-pass-paired"
-    result = benchmark.pedantic(paired, args=(contenders, [("ours", "floor")], sizes.paired_rounds),
-                                kwargs={"warmup": not sizes.quick, "unit": "seconds"}, rounds=1, iterations=1)
+    result = pedantic_paired(benchmark, "retention-pass-paired", paired, contenders, [("ours", "floor")],
+                             sizes.paired_rounds, warmup=not sizes.quick, unit="seconds")
     benchmark.extra_info.update(size=f"{side.partitions} partitions", partitions=side.partitions,
                                 per_partition_s={k: v / side.partitions for k, v in result["median_seconds"].items()},
                                 **result)

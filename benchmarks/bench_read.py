@@ -46,7 +46,7 @@ from time import perf_counter_ns as _now_ns
 
 import lmdb
 import pytest
-from benchlib import CHUNK_BYTES, Contender, paired, percentiles, timer_overhead_ns
+from benchlib import CHUNK_BYTES, Contender, paired, pedantic_paired, percentiles, timer_overhead_ns
 
 import storage
 from storage.core._native import ffi, lib
@@ -256,9 +256,8 @@ def test_read_sequential_paired(benchmark, sizes, read_side):
     ]
     pairs = [("ours", "lmdb"), ("ours", "sqlite", sizes.slow_paired_rounds), ("ours", "mmap-memcpy"),
              ("ours-zero-copy", "lmdb-zero-copy")]
-    benchmark.group = "read-seq-paired"
-    result = benchmark.pedantic(paired, args=(contenders, pairs, sizes.paired_rounds),
-                                kwargs={"amount": side.bytes, "warmup": not sizes.quick}, rounds=1, iterations=1)
+    result = pedantic_paired(benchmark, "read-seq-paired", paired, contenders, pairs, sizes.paired_rounds,
+                             amount=side.bytes, warmup=not sizes.quick)
     benchmark.extra_info.update(size="sequential fetch", bytes=side.bytes, batches=len(side.bases),
                                 batch_bytes=side.batch_size, fetch_bytes=FETCH_BYTES, **result)
 
@@ -289,9 +288,8 @@ def test_read_point_paired(benchmark, sizes, read_side):
     ]
     pairs = [("ours", "lmdb"), ("ours", "sqlite"), ("ours", "bisect+mmap")]
     rounds = max(1, sizes.paired_rounds // 3)
-    benchmark.group = "read-point-paired"
-    result = benchmark.pedantic(paired, args=(contenders, pairs, rounds), kwargs={"warmup": not sizes.quick, "unit": "latency"},
-                                rounds=1, iterations=1)
+    result = pedantic_paired(benchmark, "read-point-paired", paired, contenders, pairs, rounds,
+                             warmup=not sizes.quick, unit="latency")
     kept = result.pop("kept")
     latency_summary = {}
     for name, runs in kept.items():

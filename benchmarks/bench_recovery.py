@@ -26,7 +26,7 @@ import time
 
 import crc32c
 import pytest
-from benchlib import Contender, paired
+from benchlib import Contender, paired, pedantic_paired
 
 import storage
 from storage.core._native import ffi, lib
@@ -112,8 +112,7 @@ def test_recovery_paired(benchmark, sizes, recovery_side):
                   f"lib.plog_crc32c(0, pointer, length) over the warm mmap (CRC path: {lib.plog_crc32c_path()})"),
     ]
     pairs = [("ours", "crc32c"), ("ours", "crc32c-fresh-mmap"), ("ours", "plog_crc32c")]
-    benchmark.group = "recovery-paired"
-    result = benchmark.pedantic(paired, args=(contenders, pairs, sizes.paired_rounds),
-                                kwargs={"amount": side.bytes, "warmup": not sizes.quick}, rounds=1, iterations=1)
+    result = pedantic_paired(benchmark, "recovery-paired", paired, contenders, pairs, sizes.paired_rounds,
+                             amount=side.bytes, warmup=not sizes.quick)
     benchmark.extra_info.update(size="recovery scan", bytes=side.bytes, batches=side.info["batches"],
                                 batch_bytes=side.info["batch_bytes"], **result)

@@ -39,7 +39,7 @@ import os
 import time
 
 import pytest
-from benchlib import CHUNK_BYTES, Contender, paired
+from benchlib import CHUNK_BYTES, Contender, paired, pedantic_paired
 
 import storage
 from storage.replication import messages as m
@@ -188,11 +188,9 @@ def test_replication_catchup_paired(benchmark, sizes, catch_up):
                   "memoryview(mm)[pos:pos + 1 MiB] of a warm mmap -> open(path, 'wb', buffering=0).write, new file"),
     ]
     pairs = [("ours-fetcher", "copy"), ("ours-fetcher", "ours-direct"), ("ours-direct", "copy")]
-    benchmark.group = "replication-catchup-paired"
     rounds = max(1, sizes.slow_paired_rounds - 2)     # 3: a run writes 1 GiB into a fresh directory
-    result = benchmark.pedantic(paired, args=(contenders, pairs, rounds),
-                                kwargs={"amount": side.bytes, "warmup": not sizes.quick, "prime": not sizes.quick},
-                                rounds=1, iterations=1)
+    result = pedantic_paired(benchmark, "replication-catchup-paired", paired, contenders, pairs, rounds,
+                             amount=side.bytes, warmup=not sizes.quick, prime=not sizes.quick)
     benchmark.extra_info.update(size="follower catch-up", bytes=side.bytes, batches=side.info["batches"],
                                 batch_bytes=side.info["batch_bytes"], fetch_bytes=CHUNK_BYTES, **result)
 
@@ -271,10 +269,9 @@ def test_replication_diverge_paired(benchmark, sizes, diverge):
         Contender("offsets-for-epoch", "truncate_on_fetch=False (OffsetForLeaderEpoch)", "ours", lambda: side.run(False),
                   "ReplicaFetcher(truncate_on_fetch=False): OffsetForLeaderEpoch(1) -> truncate_to(P) -> fetch L"),
     ]
-    benchmark.group = "replication-diverge-paired"
-    result = benchmark.pedantic(paired, args=(contenders, [("diverging-epoch", "offsets-for-epoch")],
-                                              sizes.slow_paired_rounds),
-                                kwargs={"warmup": not sizes.quick, "unit": "seconds"}, rounds=1, iterations=1)
+    result = pedantic_paired(benchmark, "replication-diverge-paired", paired, contenders,
+                             [("diverging-epoch", "offsets-for-epoch")], sizes.slow_paired_rounds,
+                             warmup=not sizes.quick, unit="seconds")
     detail = (f"common prefix {side.info['prefix_bytes'] / 2**20:.0f} MiB (epoch 1), follower's divergent tail "
               f"{side.info['divergent_bytes'] / 2**20:.0f} MiB (epoch 1) cut, leader's tail {side.info['tail_bytes'] / 2**20:.0f} MiB "
               f"(epoch 2) refetched, leader in epoch {side.EPOCH}")
@@ -366,7 +363,6 @@ def test_replication_acks_all_paired(benchmark, sizes, fresh_dirs, stamped, per_
                   "three ReplicaManagers in process; one fetch round per follower after each produce request"),
         Contender("3x-append", "3 raw appends (no replication)", "peer", side.three_appends,
                   "append_as_leader on one log, append_as_follower of the same chunk on two more")]
-    benchmark.group = "replication-acks-all-paired"
-    result = benchmark.pedantic(paired, args=(contenders, [("acks-all", "3x-append")], sizes.paired_rounds),
-                                kwargs={"amount": 3 * side.bytes}, rounds=1, iterations=1)
+    result = pedantic_paired(benchmark, "replication-acks-all-paired", paired, contenders,
+                             [("acks-all", "3x-append")], sizes.paired_rounds, amount=3 * side.bytes)
     benchmark.extra_info.update(size=label, bytes=side.bytes, requests=len(side.requests), **result)

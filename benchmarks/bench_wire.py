@@ -35,7 +35,7 @@ import sys
 import time
 
 import pytest
-from benchlib import Contender, KiB, MiB, paired, percentiles
+from benchlib import Contender, KiB, MiB, paired, pedantic_paired, percentiles
 
 import storage
 
@@ -169,9 +169,8 @@ def test_wire_produce_paired(benchmark, sizes, side):
         Contender("loopback", "loopback TCP, the same bytes", "limit", lambda: side.loopback(data)),
     ]
     pairs = [("wire1", "engine"), ("wire1", "loopback"), ("wireall", "engine")]
-    benchmark.group = "wire-produce-paired"
-    result = benchmark.pedantic(paired, args=(contenders, pairs, max(sizes.paired_rounds // 3, 1)),
-                                kwargs={"warmup": False, "amount": side.bytes}, rounds=1, iterations=1)
+    result = pedantic_paired(benchmark, "wire-produce-paired", paired, contenders, pairs,
+                             max(sizes.paired_rounds // 3, 1), warmup=False, amount=side.bytes)
     benchmark.extra_info.update(records=side.count, bytes=side.bytes, **result)
 
 
@@ -188,10 +187,9 @@ def test_wire_fetch_paired(benchmark, sizes, side):
         Contender("engine", "PartitionLog.read + records, the same log", "peer", lambda: side.engine_read(path)),
         Contender("loopback", "loopback TCP, the same bytes", "limit", lambda: side.loopback(data)),
     ]
-    benchmark.group = "wire-fetch-paired"
-    result = benchmark.pedantic(paired, args=(contenders, [("wire", "engine"), ("wire", "loopback")],
-                                              max(sizes.paired_rounds // 3, 1)),
-                                kwargs={"warmup": False, "amount": side.bytes}, rounds=1, iterations=1)
+    result = pedantic_paired(benchmark, "wire-fetch-paired", paired, contenders,
+                             [("wire", "engine"), ("wire", "loopback")], max(sizes.paired_rounds // 3, 1),
+                             warmup=False, amount=side.bytes)
     benchmark.extra_info.update(records=side.count, bytes=side.bytes, **result)
 
 
@@ -248,8 +246,7 @@ def test_wire_cluster_paired(benchmark, sizes, side, cluster3):
         Contender("single", "confluent-kafka acks=all, 1 broker", "peer", lambda: side.produce("all")),
         Contender("engine3", "three engine appends of the same batches", "peer", engine_x3),
     ]
-    benchmark.group = "wire-cluster-paired"
-    result = benchmark.pedantic(paired, args=(contenders, [("rf3", "single"), ("rf3", "engine3")],
-                                              max(sizes.paired_rounds // 3, 1)),
-                                kwargs={"warmup": False, "amount": side.bytes}, rounds=1, iterations=1)
+    result = pedantic_paired(benchmark, "wire-cluster-paired", paired, contenders,
+                             [("rf3", "single"), ("rf3", "engine3")], max(sizes.paired_rounds // 3, 1),
+                             warmup=False, amount=side.bytes)
     benchmark.extra_info.update(records=side.count, bytes=side.bytes, **result)

@@ -334,6 +334,15 @@ def paired(contenders: list[Contender], pairs: list[tuple[str, str]], rounds: in
     return result
 
 
+def pedantic_paired(benchmark, group: str, runner, *args, **options) -> dict:
+    """One paired case: `runner(*args, **options)` (`paired`, or a module's own pairing such as
+    bench_append.paired_append) run once under pytest-benchmark in `group`.  Pedantic, one round
+    of one iteration: the runner alternates the contenders and times every run itself, so
+    pytest-benchmark's own time of the whole is not the measurement.  Returns the runner's
+    result (the pairs, their ratios and medians) for the case's extra_info."""
+    benchmark.group = group
+    return benchmark.pedantic(runner, args=args, kwargs=options, rounds=1, iterations=1)
+
 # ---- latencies and memory ----------------------------------------------------------------
 
 def percentiles(samples_ns: list[int], points=(50, 99)) -> dict:

@@ -48,11 +48,15 @@ static int parse_legacy(const uint8_t *b, size_t avail, plog_batch_info *out) {
 
 int plog_batch_parse(const uint8_t *buf, size_t length, size_t position, int32_t max_batch_bytes,
                      plog_batch_info *out) {
+    PLOG_ASSERT(out != NULL);
+    PLOG_ASSERT(buf != NULL || length == 0);
     if (position > length) return PLOG_EPARTIAL;
     return plog_batch_parse_header(buf + position, length - position, max_batch_bytes, out);
 }
 
 int plog_batch_parse_header(const uint8_t *b, size_t avail, int32_t max_batch_bytes, plog_batch_info *out) {
+    PLOG_ASSERT(out != NULL);
+    PLOG_ASSERT(b != NULL || avail == 0);
     if (avail <= PLOG_HEADER_SIZE_UP_TO_MAGIC) return PLOG_EPARTIAL;
     out->base_offset = be64(b + POS_BASE_OFFSET);
     out->length = be32(b + POS_LENGTH);
@@ -85,12 +89,17 @@ int plog_batch_parse_header(const uint8_t *b, size_t avail, int32_t max_batch_by
 }
 
 int plog_batch_crc_ok(const uint8_t *batch, const plog_batch_info *info) {
+    PLOG_ASSERT(batch != NULL);
+    PLOG_ASSERT(info != NULL);
+    PLOG_ASSERT(info->size_bytes >= (info->magic >= 2 ? PLOG_BATCH_OVERHEAD : 16));  /* parsed: a CRC'd range */
     if (info->magic >= 2)
         return plog_crc32c(0, batch + POS_ATTRIBUTES, (size_t)info->size_bytes - POS_ATTRIBUTES) == info->crc;
     return plog_crc32_ieee(0, batch + 16, (size_t)info->size_bytes - 16) == info->crc;
 }
 
 int plog_batch_finish(uint8_t *b, size_t size_bytes, const plog_batch_info *h) {
+    PLOG_ASSERT(b != NULL);
+    PLOG_ASSERT(h != NULL);
     if (size_bytes < PLOG_BATCH_OVERHEAD || size_bytes > INT32_MAX) return PLOG_EARG;
     put64(b + POS_BASE_OFFSET, h->base_offset);
     put32(b + POS_LENGTH, (int32_t)(size_bytes - PLOG_LOG_OVERHEAD));
@@ -109,6 +118,7 @@ int plog_batch_finish(uint8_t *b, size_t size_bytes, const plog_batch_info *h) {
 }
 
 void plog_batch_stamp(uint8_t *b, int64_t base_offset, int32_t partition_leader_epoch) {
+    PLOG_ASSERT(b != NULL);
     put64(b + POS_BASE_OFFSET, base_offset);
     put32(b + POS_PLE, partition_leader_epoch);
 }
@@ -240,20 +250,30 @@ static int validate(const plog_iovec *pieces, int count, plog_validate *v, int c
 }
 
 int plog_validate_chunk(uint8_t *buf, size_t length, plog_validate *v) {
+    PLOG_ASSERT(v != NULL);
+    PLOG_ASSERT(buf != NULL || length == 0);
     plog_iovec one = {buf, length};
     return validate(&one, 1, v, 1);
 }
 
 int plog_validate_headers(uint8_t *buf, size_t length, plog_validate *v) {
+    PLOG_ASSERT(v != NULL);
+    PLOG_ASSERT(buf != NULL || length == 0);
     plog_iovec one = {buf, length};
     return validate(&one, 1, v, 0);
 }
 
 int plog_validate_pieces(const plog_iovec *pieces, int count, plog_validate *v) {
+    PLOG_ASSERT(v != NULL);
+    PLOG_ASSERT(count >= 0);
+    PLOG_ASSERT(pieces != NULL || count == 0);
     return validate(pieces, count, v, 0);
 }
 
 int plog_validate_crcs(const uint8_t *buf, size_t length, int64_t count, plog_validate *v) {
+    PLOG_ASSERT(v != NULL);
+    PLOG_ASSERT(buf != NULL || length == 0);
+    PLOG_ASSERT(count >= 0);
     size_t pos = 0;
     for (int64_t i = 0; i < count && pos < length; i++) {
         plog_batch_info info;
@@ -277,6 +297,9 @@ _Static_assert(offsetof(plog_validate, first_offset) == 0 && offsetof(plog_valid
 
 int64_t plog_batches_span(const uint8_t *log, int64_t size, int64_t position, int64_t max_bytes,
                           int64_t max_offset) {
+    PLOG_ASSERT(log != NULL || size == 0);
+    PLOG_ASSERT(size >= 0);
+    PLOG_ASSERT(position >= 0);
     int64_t pos = position;
     while (pos < size) {
         plog_batch_info info;
@@ -308,6 +331,10 @@ static void put_row(plog_batch_columns *c, int64_t row, int64_t pos, const plog_
 
 int plog_batch_columns_scan(const uint8_t *buf, size_t length, int32_t max_batch_bytes, int check_crc,
                             plog_batch_columns *c) {
+    PLOG_ASSERT(c != NULL);
+    PLOG_ASSERT(buf != NULL || length == 0);
+    PLOG_ASSERT(c->capacity >= 0);
+    PLOG_ASSERT(c->capacity == 0 || (c->position != NULL && c->crc_valid != NULL));
     int64_t pos = 0, row = 0;
     int counting = c->capacity == 0;
     c->first_invalid = -1;

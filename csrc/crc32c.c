@@ -326,6 +326,7 @@ FOLD_TARGET static uint32_t crc_folding(uint32_t crc, const uint8_t *p, size_t n
 #endif
 
 uint32_t plog_crc32c(uint32_t crc, const uint8_t *data, size_t length) {
+    PLOG_ASSERT(data != NULL || length == 0);
     pthread_once(&init_once, init_tables);
     uint32_t raw = ~crc;
     int path = use_hardware < path_limit ? use_hardware : path_limit;
@@ -347,6 +348,7 @@ void plog_crc32c_limit(int path) {
 }
 
 uint32_t plog_crc32_ieee(uint32_t crc, const uint8_t *data, size_t length) {
+    PLOG_ASSERT(data != NULL || length == 0);
     pthread_once(&init_once, init_tables);
     uint32_t c = ~crc;
     while (length--) c = table_ieee[(c ^ *data++) & 0xff] ^ (c >> 8);

@@ -64,6 +64,7 @@ static int32_t entries_below(int32_t slot, int64_t slot_key, int64_t target) {
 }
 
 void plog_index_reset(plog_segment *s) {
+    PLOG_ASSERT(s != NULL);
     s->offset_entries = 0;
     s->time_entries = 0;
     s->offset_written = 0;
@@ -71,18 +72,21 @@ void plog_index_reset(plog_segment *s) {
 }
 
 plog_index_ref plog_offset_index_ref(plog_segment *s) {
+    PLOG_ASSERT(s != NULL);
     return (plog_index_ref){&s->offset_index, &s->offset_entries, &s->offset_max_entries, &s->offset_capacity,
                             &s->offset_written, &s->offset_map_bytes, &s->offset_file_bytes, s->index_fd,
                             PLOG_OFFSET_ENTRY_BYTES};
 }
 
 plog_index_ref plog_time_index_ref(plog_segment *s) {
+    PLOG_ASSERT(s != NULL);
     return (plog_index_ref){&s->time_index, &s->time_entries, &s->time_max_entries, &s->time_capacity,
                             &s->time_written, &s->time_map_bytes, &s->time_file_bytes, s->time_fd,
                             PLOG_TIME_ENTRY_BYTES};
 }
 
 int plog_index_release(plog_index_ref x) {
+    PLOG_ASSERT(x.buf != NULL && x.capacity != NULL && x.map_bytes != NULL);
     int rc = 0;
     if (*x.capacity > 0) free(*x.buf);
     else if (*x.buf) rc = plog_io_munmap(*x.buf, (size_t)*x.map_bytes);
@@ -95,6 +99,8 @@ int plog_index_release(plog_index_ref x) {
 /* Move the entries to a heap buffer of at least `capacity` entries (mapped -> heap, or grow).
  * On failure nothing changes. */
 int plog_index_to_heap(plog_index_ref x, int64_t capacity) {
+    PLOG_ASSERT(x.buf != NULL && x.entries != NULL && x.capacity != NULL);
+    PLOG_ASSERT(x.entry_bytes > 0);
     if (capacity < *x.entries) capacity = *x.entries;
     if (capacity < 64) capacity = 64;
     if (capacity > INT32_MAX) capacity = INT32_MAX;
@@ -129,6 +135,7 @@ static int reserve_one(plog_index_ref x) {
 }
 
 int plog_index_sync(plog_index_ref x) {
+    PLOG_ASSERT(x.buf != NULL && x.entries != NULL && x.written != NULL && x.file_bytes != NULL);
     if (*x.capacity <= 0) return 0;            /* mapped: the file is what was read */
     int64_t want = (int64_t)*x.entries * x.entry_bytes;
     int rc;
@@ -147,6 +154,8 @@ int plog_index_sync(plog_index_ref x) {
 }
 
 int plog_index_add(plog_segment *s, int64_t last_offset, int64_t position) {
+    PLOG_ASSERT(s != NULL);
+    PLOG_ASSERT(position >= 0);
     if (!s->mutable_indexes) return PLOG_EARG;
     if (s->offset_entries >= s->offset_max_entries) return PLOG_EINDEXFULL;
     int64_t relative = last_offset - s->base_offset;
@@ -162,6 +171,7 @@ int plog_index_add(plog_segment *s, int64_t last_offset, int64_t position) {
 }
 
 int plog_time_index_maybe_add(plog_segment *s, int64_t timestamp, int64_t offset, int skip_full_check) {
+    PLOG_ASSERT(s != NULL);
     if (!s->mutable_indexes) return PLOG_EARG;
     if (!skip_full_check && s->time_entries >= s->time_max_entries - 1) return PLOG_EINDEXFULL;
     int64_t last_ts = -1, last_offset = s->base_offset;
@@ -190,6 +200,9 @@ static int32_t offset_slot(const plog_segment *s, int64_t target) {
 
 void plog_offset_index_lookup(const plog_segment *s, int64_t target, int64_t *offset_out,
                               int64_t *position_out) {
+    PLOG_ASSERT(s != NULL);
+    PLOG_ASSERT(offset_out != NULL);
+    PLOG_ASSERT(position_out != NULL);
     int32_t slot = offset_slot(s, target);
     if (slot < 0) {
         *offset_out = s->base_offset;
@@ -202,6 +215,9 @@ void plog_offset_index_lookup(const plog_segment *s, int64_t target, int64_t *of
 
 void plog_time_index_lookup(const plog_segment *s, int64_t target, int64_t *timestamp_out,
                             int64_t *offset_out) {
+    PLOG_ASSERT(s != NULL);
+    PLOG_ASSERT(timestamp_out != NULL);
+    PLOG_ASSERT(offset_out != NULL);
     int32_t found = floor_slot(s, s->time_entries, ti_timestamp, target);
     if (found < 0) {
         *timestamp_out = -1;
@@ -213,6 +229,9 @@ void plog_time_index_lookup(const plog_segment *s, int64_t target, int64_t *time
 }
 
 int plog_offset_index_entry(const plog_segment *s, int32_t i, int64_t *offset, int64_t *position) {
+    PLOG_ASSERT(s != NULL);
+    PLOG_ASSERT(offset != NULL);
+    PLOG_ASSERT(position != NULL);
     if (i < 0 || i >= s->offset_entries) return PLOG_EARG;
     *offset = oi_offset(s, i);
     *position = oi_position(s, i);
@@ -220,6 +239,9 @@ int plog_offset_index_entry(const plog_segment *s, int32_t i, int64_t *offset, i
 }
 
 int plog_time_index_entry(const plog_segment *s, int32_t i, int64_t *timestamp, int64_t *offset) {
+    PLOG_ASSERT(s != NULL);
+    PLOG_ASSERT(timestamp != NULL);
+    PLOG_ASSERT(offset != NULL);
     if (i < 0 || i >= s->time_entries) return PLOG_EARG;
     *timestamp = ti_timestamp(s, i);
     *offset = ti_offset(s, i);
@@ -228,6 +250,7 @@ int plog_time_index_entry(const plog_segment *s, int32_t i, int64_t *timestamp, 
 
 /* Keep the entries with offset < target, in both indexes. */
 void plog_index_truncate_to(plog_segment *s, int64_t target) {
+    PLOG_ASSERT(s != NULL);
     int32_t slot = offset_slot(s, target);
     s->offset_entries = entries_below(slot, slot >= 0 ? oi_offset(s, slot) : 0, target);
     slot = floor_slot(s, s->time_entries, ti_offset, target);
@@ -237,6 +260,8 @@ void plog_index_truncate_to(plog_segment *s, int64_t target) {
 }
 
 int plog_segment_index_check(const plog_segment *seg, int thorough, int64_t *bad) {
+    PLOG_ASSERT(seg != NULL);
+    PLOG_ASSERT(bad != NULL);
     int32_t first = thorough || seg->offset_entries < 2 ? 0 : seg->offset_entries - 2;
     int64_t prev_rel = -1, prev_pos = -1;
     for (int32_t i = first; i < seg->offset_entries; i++) {

@@ -6,7 +6,11 @@
 
 /* Asserted invariants, TigerBeetle style: compiled in under PLOG_ASSERTS (PLOG_DEBUG=1 and
  * the sanitizer tier's builds), nothing in a release build.  A failed assertion is a bug in
- * the core, never a data problem: it aborts with the condition and where. */
+ * the core or its caller, never a data problem: it aborts with the condition and where.
+ * Every entry point another unit calls (plog.h, this header) asserts at its head the
+ * preconditions its caller owes it -- pointers present, lengths and offsets not negative,
+ * a position inside its buffer -- and the segment functions check the segment invariants
+ * below; tests/test_tidy.py keeps at least one PLOG_ASSERT for every two functions. */
 #ifdef PLOG_ASSERTS
 #include <stdio.h>
 #include <stdlib.h>

@@ -44,6 +44,8 @@ int plog_io_python_active(void) { return python_active; }
 /* ---- POSIX ---------------------------------------------------------------------------- */
 
 int plog_posix_open(const char *path, int flags, int *fd_out) {
+    PLOG_ASSERT(path != NULL);
+    PLOG_ASSERT(fd_out != NULL);
     int oflags = O_CLOEXEC;
     oflags |= (flags & PLOG_O_WRITE) ? O_RDWR : O_RDONLY;
     if (flags & PLOG_O_CREATE) oflags |= O_CREAT;
@@ -58,6 +60,9 @@ int plog_posix_open(const char *path, int flags, int *fd_out) {
 int plog_posix_close(int fd) { return close(fd) ? errno : 0; }
 
 int plog_posix_pread(int fd, uint8_t *buf, size_t length, int64_t offset, size_t *read_out) {
+    PLOG_ASSERT(buf != NULL || length == 0);
+    PLOG_ASSERT(read_out != NULL);
+    PLOG_ASSERT(offset >= 0);
     size_t done = 0;
     while (done < length) {
         ssize_t n = pread(fd, buf + done, length - done, (off_t)(offset + (int64_t)done));
@@ -73,6 +78,8 @@ int plog_posix_pread(int fd, uint8_t *buf, size_t length, int64_t offset, size_t
 }
 
 int plog_posix_pwrite(int fd, const uint8_t *buf, size_t length, int64_t offset) {
+    PLOG_ASSERT(buf != NULL || length == 0);
+    PLOG_ASSERT(offset >= 0);
     size_t done = 0;
     while (done < length) {
         ssize_t n = pwrite(fd, buf + done, length - done, (off_t)(offset + (int64_t)done));
@@ -93,6 +100,8 @@ _Static_assert(sizeof(plog_iovec) == sizeof(struct iovec) &&
 /* Short writes resume where they stopped: the written buffers are skipped, the one cut
  * short continues from its first unwritten byte (in a local copy; iov is not changed). */
 int plog_posix_pwritev(int fd, const plog_iovec *iov, int count, int64_t offset) {
+    PLOG_ASSERT(iov != NULL || count <= 0);
+    PLOG_ASSERT(offset >= 0);
     if (count < 0 || count > PLOG_IOV_MAX) return EINVAL;
     struct iovec local[PLOG_IOV_MAX];
     memcpy(local, iov, (size_t)count * sizeof *local);
@@ -122,12 +131,14 @@ int plog_posix_fsync(int fd, int flags) {
 }
 
 int plog_posix_ftruncate(int fd, int64_t size) {
+    PLOG_ASSERT(size >= 0);
     int rc;
     do rc = ftruncate(fd, (off_t)size); while (rc && errno == EINTR);
     return rc ? errno : 0;
 }
 
 int plog_posix_fsize(int fd, int64_t *size_out) {
+    PLOG_ASSERT(size_out != NULL);
     struct stat st;
     if (fstat(fd, &st)) return errno;
     *size_out = (int64_t)st.st_size;
@@ -135,6 +146,7 @@ int plog_posix_fsize(int fd, int64_t *size_out) {
 }
 
 int plog_posix_mmap(int fd, size_t length, int writable, uint8_t **addr_out) {
+    PLOG_ASSERT(addr_out != NULL);
     if (length == 0) {
         *addr_out = NULL;
         return 0;
@@ -162,27 +174,46 @@ int plog_posix_msync(uint8_t *addr, size_t length, int flags) {
 
 #define DISPATCH(name, ...) (python_active ? _plog_py_##name(__VA_ARGS__) : plog_posix_##name(__VA_ARGS__))
 
-int plog_io_open(const char *path, int flags, int *fd_out) { return DISPATCH(open, path, flags, fd_out); }
+int plog_io_open(const char *path, int flags, int *fd_out) {
+    PLOG_ASSERT(path != NULL);
+    PLOG_ASSERT(fd_out != NULL);
+    return DISPATCH(open, path, flags, fd_out);
+}
 int plog_io_close(int fd) { return DISPATCH(close, fd); }
 int plog_io_pread(int fd, uint8_t *buf, size_t length, int64_t offset, size_t *read_out) {
+    PLOG_ASSERT(buf != NULL || length == 0);
+    PLOG_ASSERT(read_out != NULL);
+    PLOG_ASSERT(offset >= 0);
     return DISPATCH(pread, fd, buf, length, offset, read_out);
 }
 int plog_io_pwrite(int fd, const uint8_t *buf, size_t length, int64_t offset) {
+    PLOG_ASSERT(buf != NULL || length == 0);
+    PLOG_ASSERT(offset >= 0);
     return DISPATCH(pwrite, fd, buf, length, offset);
 }
 int plog_io_pwritev(int fd, const plog_iovec *iov, int count, int64_t offset) {
+    PLOG_ASSERT(iov != NULL || count <= 0);
+    PLOG_ASSERT(offset >= 0);
     return DISPATCH(pwritev, fd, iov, count, offset);
 }
 int plog_io_fsync(int fd, int flags) { return DISPATCH(fsync, fd, flags); }
-int plog_io_ftruncate(int fd, int64_t size) { return DISPATCH(ftruncate, fd, size); }
-int plog_io_fsize(int fd, int64_t *size_out) { return DISPATCH(fsize, fd, size_out); }
+int plog_io_ftruncate(int fd, int64_t size) {
+    PLOG_ASSERT(size >= 0);
+    return DISPATCH(ftruncate, fd, size);
+}
+int plog_io_fsize(int fd, int64_t *size_out) {
+    PLOG_ASSERT(size_out != NULL);
+    return DISPATCH(fsize, fd, size_out);
+}
 int plog_io_mmap(int fd, size_t length, int writable, uint8_t **addr_out) {
+    PLOG_ASSERT(addr_out != NULL);
     return DISPATCH(mmap, fd, length, writable, addr_out);
 }
 int plog_io_munmap(uint8_t *addr, size_t length) { return DISPATCH(munmap, addr, length); }
 int plog_io_msync(uint8_t *addr, size_t length, int flags) { return DISPATCH(msync, addr, length, flags); }
 
 int plog_io_mmap_snapshot(uint8_t *addr, size_t valid, size_t from, size_t length) {
+    PLOG_ASSERT(addr != NULL || length == 0);
     if (!addr || !length || from >= length) return 0;
     long page = sysconf(_SC_PAGESIZE);
     uintptr_t base = (uintptr_t)addr;

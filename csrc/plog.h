@@ -18,6 +18,11 @@
  *    directly to the kernel, so a test can substitute a simulated file system.
  *  - A mapping handed out by the seam stays valid until the seam's unmap is
  *    called for it; the core never keeps a pointer into a mapping after that.
+ *  - Arguments that break a documented precondition (a NULL pointer where one
+ *    is needed, a negative length or offset, a position past its buffer) are
+ *    programmer errors: debug and sanitizer builds abort on them (PLOG_ASSERT,
+ *    internal.h), release builds do not check them.  Bad bytes are never
+ *    asserted on: they are the PLOG_E* errors below.
  *
  * Errors
  * ------

@@ -33,7 +33,10 @@ static inline int varint_size(int64_t value) {
     return (bits + 6) / 7;
 }
 
-int plog_varint_encode(int64_t value, uint8_t *out) { return put_varint(out, value); }
+int plog_varint_encode(int64_t value, uint8_t *out) {
+    PLOG_ASSERT(out != NULL);
+    return put_varint(out, value);
+}
 
 /* Read a zig-zag varint of at most max_bytes (5 or 10); -1 on overrun or overlong.  One- and
  * two-byte varints (every field of a typical record header) take the short paths. */
@@ -103,6 +106,9 @@ static inline size_t record_put(uint8_t *out, size_t body, int64_t ts_delta, int
 
 int plog_records_encode_spans(uint8_t *out, size_t capacity, size_t *written, int32_t n,
                               const plog_record_spans *r, int64_t *max_timestamp) {
+    PLOG_ASSERT(written != NULL);
+    PLOG_ASSERT(max_timestamp != NULL);
+    PLOG_ASSERT(n <= 0 || (r != NULL && r->keys != NULL && r->values != NULL && r->headers != NULL && r->timestamps != NULL));
     size_t pos = 0;
     int64_t max_ts = -1;
     if (n < 0) return PLOG_EARG;
@@ -197,6 +203,9 @@ static inline size_t parse_record(const uint8_t *buf, size_t length, size_t pos,
 
 int plog_records_decode(const uint8_t *buf, size_t length, int32_t count, plog_record_view *out,
                         int64_t *error_position) {
+    PLOG_ASSERT(error_position != NULL);
+    PLOG_ASSERT(buf != NULL || length == 0);
+    PLOG_ASSERT(out != NULL || count <= 0);
     size_t pos = 0;
     if (count < 0) {
         *error_position = 0;
@@ -250,6 +259,9 @@ static inline size_t check_record(const uint8_t *buf, size_t length, size_t pos,
 
 int plog_records_check(const uint8_t *buf, size_t length, int32_t count, int64_t *max_timestamp_delta,
                        int64_t *error_position) {
+    PLOG_ASSERT(max_timestamp_delta != NULL);
+    PLOG_ASSERT(error_position != NULL);
+    PLOG_ASSERT(buf != NULL || length == 0);
     size_t pos = 0;
     int64_t max_delta = INT64_MIN;
     if (count < 0) {
@@ -273,6 +285,10 @@ int plog_records_check(const uint8_t *buf, size_t length, int32_t count, int64_t
 int plog_headers_decode(const uint8_t *buf, size_t length, int32_t position, int32_t count,
                         int32_t *key_positions, int32_t *key_lengths,
                         int32_t *value_positions, int32_t *value_lengths) {
+    PLOG_ASSERT(buf != NULL || length == 0);
+    PLOG_ASSERT(position >= 0);
+    PLOG_ASSERT((size_t)position <= length);
+    PLOG_ASSERT(count <= 0 || (key_positions != NULL && key_lengths != NULL && value_positions != NULL && value_lengths != NULL));
     size_t pos = (size_t)position;
     for (int32_t i = 0; i < count; i++) {
         int64_t len;

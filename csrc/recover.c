@@ -100,21 +100,34 @@ static int scan_loop(const uint8_t *buf, size_t length, int64_t origin, plog_sca
 }
 
 int plog_scan_buffer(const uint8_t *buf, size_t length, plog_scan *s, plog_segment *seg) {
+    PLOG_ASSERT(s != NULL);
+    PLOG_ASSERT(buf != NULL || length == 0);
+    PLOG_ASSERT(s->epoch_capacity >= 0);
+    PLOG_ASSERT(s->epoch_capacity == 0 || (s->epochs != NULL && s->epoch_offsets != NULL));
     int32_t last_epoch = INT32_MIN;
     scan_reset(s);
     return scan_loop(buf, length, 0, s, seg, &last_epoch, 0);
 }
 
 void plog_scan_start(plog_scan *s, int32_t *last_epoch) {
+    PLOG_ASSERT(s != NULL);
+    PLOG_ASSERT(last_epoch != NULL);
     scan_reset(s);
     *last_epoch = INT32_MIN;
 }
 
 int plog_scan_window(const uint8_t *buf, size_t length, int64_t origin, int more, plog_scan *s, int32_t *last_epoch) {
+    PLOG_ASSERT(s != NULL);
+    PLOG_ASSERT(last_epoch != NULL);
+    PLOG_ASSERT(buf != NULL || length == 0);
+    PLOG_ASSERT(origin >= 0);
+    PLOG_ASSERT(s->epoch_capacity == 0 || (s->epochs != NULL && s->epoch_offsets != NULL));
     return scan_loop(buf, length, origin, s, NULL, last_epoch, more);
 }
 
 int plog_segment_recover(plog_segment *seg, const uint8_t *log, size_t log_length, plog_scan *scan) {
+    PLOG_ASSERT(scan != NULL);
+    PLOG_ASSERT(log != NULL || log_length == 0);
     plog_segment_assert_invariants(seg);
     if (!seg->mutable_indexes) return PLOG_EARG;
     plog_index_reset(seg);

@@ -73,6 +73,9 @@ static int lazy_index(plog_index_ref x, int64_t max_bytes) {
 }
 
 int plog_segment_attach_indexes(plog_segment *seg, const char *index_path, const char *time_path) {
+    PLOG_ASSERT(seg != NULL);
+    PLOG_ASSERT(index_path != NULL);
+    PLOG_ASSERT(time_path != NULL);
     if (!seg->indexes_lazy) return 0;
     int index_fd = -1, time_fd = -1, rc;
     int64_t index_bytes = 0, time_bytes = 0;
@@ -97,6 +100,12 @@ fail:
 int plog_segment_open(plog_segment *seg, const char *log_path, const char *index_path,
                       const char *time_path, int64_t base_offset, int32_t index_interval_bytes,
                       int64_t index_max_bytes, int create, int mutable_indexes, int sync_flags) {
+    PLOG_ASSERT(seg != NULL);
+    PLOG_ASSERT(log_path != NULL);
+    PLOG_ASSERT(index_path != NULL);
+    PLOG_ASSERT(time_path != NULL);
+    PLOG_ASSERT(base_offset >= 0);
+    PLOG_ASSERT(index_max_bytes >= 0);
     memset(seg, 0, sizeof *seg);
     seg->log_fd = seg->index_fd = seg->time_fd = -1;
     seg->base_offset = base_offset;
@@ -141,6 +150,7 @@ fail:
 }
 
 int plog_segment_close(plog_segment *seg) {
+    PLOG_ASSERT(seg != NULL);
     int rc = 0, r;
     if ((r = plog_index_release(plog_offset_index_ref(seg))) && !rc) rc = r;
     if ((r = plog_index_release(plog_time_index_ref(seg))) && !rc) rc = r;
@@ -153,6 +163,7 @@ int plog_segment_close(plog_segment *seg) {
 }
 
 int plog_segment_suspend(plog_segment *seg) {
+    PLOG_ASSERT(seg != NULL);
     int rc = 0, r;
     /* A mapped (sealed, from disk) index is released; a heap index stays as it is. */
     if (seg->offset_capacity == 0 && (r = plog_index_release(plog_offset_index_ref(seg))) && !rc) rc = r;
@@ -177,6 +188,10 @@ static int remap_index(plog_index_ref x) {
 }
 
 int plog_segment_resume(plog_segment *seg, const char *log_path, const char *index_path, const char *time_path) {
+    PLOG_ASSERT(seg != NULL);
+    PLOG_ASSERT(log_path != NULL);
+    PLOG_ASSERT(index_path != NULL);
+    PLOG_ASSERT(time_path != NULL);
     if (seg->log_fd >= 0) return 0;
     int flags = PLOG_O_READ | PLOG_O_WRITE;
     int64_t size;
@@ -245,6 +260,8 @@ static int cut_back(plog_segment *seg, int rc) {
 }
 
 int plog_segment_append(plog_segment *seg, const uint8_t *buf, size_t length, const plog_validate *v) {
+    PLOG_ASSERT(buf != NULL || length == 0);
+    PLOG_ASSERT(v != NULL);
     plog_segment_assert_invariants(seg);
     int rc = append_check(seg, length, v);
     if (rc) return rc;
@@ -371,6 +388,8 @@ static void advance_expected(plog_validate *v) {
 
 int plog_segment_append_chunk(plog_segment *seg, uint8_t *buf, size_t length, int64_t next_offset,
                               int32_t leader_epoch, plog_validate *v) {
+    PLOG_ASSERT(buf != NULL || length == 0);
+    PLOG_ASSERT(v != NULL);
     plog_segment_assert_invariants(seg);
     v->next_offset = next_offset;
     v->leader_epoch = leader_epoch;
@@ -430,6 +449,8 @@ static int write_pieces(plog_segment *seg, const plog_iovec *pieces, int count, 
 
 int plog_segment_append_pieces(plog_segment *seg, const plog_iovec *pieces, int count, int64_t next_offset,
                                plog_validate *v) {
+    PLOG_ASSERT(v != NULL);
+    PLOG_ASSERT(pieces != NULL || count <= 0);
     plog_segment_assert_invariants(seg);
     if (count < 0 || (v->flags & (PLOG_VALIDATE_ASSIGN_OFFSETS | PLOG_VALIDATE_STAMP_EPOCH |
                                   PLOG_VALIDATE_CLIENT | PLOG_VALIDATE_PRODUCERS)))
@@ -499,6 +520,9 @@ static int check_hint(header_reader *r, int64_t entry_offset, int64_t pos) {
 
 int plog_segment_find(plog_segment *seg, const uint8_t *log, int64_t target,
                       int64_t *position_out, plog_batch_info *info_out) {
+    PLOG_ASSERT(seg != NULL);
+    PLOG_ASSERT(position_out != NULL);
+    PLOG_ASSERT(info_out != NULL);
     int64_t offset, pos;
     plog_offset_index_lookup(seg, target, &offset, &pos);
     header_reader r = {.seg = seg, .log = log};
@@ -521,6 +545,8 @@ int plog_segment_find(plog_segment *seg, const uint8_t *log, int64_t target,
 
 int plog_segment_read(plog_segment *seg, const uint8_t *log, int64_t target, int64_t max_bytes,
                       int64_t max_offset, int64_t *span_out) {
+    PLOG_ASSERT(seg != NULL);
+    PLOG_ASSERT(span_out != NULL);
     plog_batch_info info;
     int64_t position;
     span_out[0] = -1;
@@ -588,11 +614,13 @@ static int restore_state(plog_segment *seg, const uint8_t *log) {
 }
 
 int plog_segment_load(plog_segment *seg, const uint8_t *log) {
+    PLOG_ASSERT(seg != NULL);
     seg->bytes_since_last_index_entry = 0;
     return restore_state(seg, log);
 }
 
 int plog_segment_truncate_to(plog_segment *seg, const uint8_t *log, int64_t offset) {
+    PLOG_ASSERT(offset >= 0);
     plog_segment_assert_invariants(seg);
     int64_t pos;
     plog_batch_info info;
@@ -628,6 +656,7 @@ int plog_segment_seal(plog_segment *seg) {
 }
 
 int plog_segment_unseal(plog_segment *seg, int64_t index_max_bytes) {
+    PLOG_ASSERT(index_max_bytes >= 0);
     plog_segment_assert_invariants(seg);
     if (seg->mutable_indexes) return 0;
     int64_t offset_max = index_max_bytes / PLOG_OFFSET_ENTRY_BYTES;

@@ -117,7 +117,6 @@ def test_the_c_function_measure_sees_functions():
 NEAR_LIMIT_LINES = MAX_MODULE_LINES * 9 // 10
 
 
-@pytest.mark.xfail(strict=False, reason="replica.py and simulator.py are cut on other branches (issue 31)")
 def test_no_module_within_10_percent_of_the_limit():
     near = {str(p.relative_to(ROOT)): n for p in _python_files()
             if (n := len(p.read_text().splitlines())) > NEAR_LIMIT_LINES}
@@ -159,6 +158,57 @@ def test_the_private_name_check_sees_one():
               "        _io.current()\n        self._x = log.segments\n        return r._replace(a=1), other.__dict__\n"
               "    self._log._truncations += 1\n")
     assert _private_uses(sample) == [(5, "log._lock"), (9, "self._log._truncations")]
+
+
+def _c_definitions(text: str) -> list[str]:
+    """Names of the function definitions in a C file, one-line ones included: a name and its
+    parameters at column 0 followed by a body (a `{` before any `;`)."""
+    names = []
+    for m in re.finditer(r"^(?!typedef|#|/\*|extern|__attribute__)[A-Za-z_][\w \*]*?\b(\w+)\(", text, re.M):
+        brace, semi = text.find("{", m.end()), text.find(";", m.end())
+        if brace >= 0 and (semi < 0 or brace < semi):
+            names.append(m.group(1))
+    return names
+
+
+def test_the_c_core_asserts_at_least_once_for_every_two_functions():
+    # PLOG_ASSERT (csrc/internal.h): the preconditions of the entry points and the segment
+    # invariants, compiled in by the sanitizer tier and PLOG_DEBUG builds, out of release ones.
+    texts = [p.read_text() for p in sorted((ROOT / "csrc").glob("*.c"))]
+    functions = sum(len(_c_definitions(t)) for t in texts)
+    asserts = sum(t.count("PLOG_ASSERT(") for t in texts)
+    assert functions > 100 and asserts * 2 >= functions, (asserts, functions)
+
+
+def test_the_c_definition_count_sees_definitions_only():
+    sample = ("static const int table[2] = {1, 2};\nint plog_a(void) { return 1; }\n"
+              "int plog_b(int x);\n__attribute__((target(\"sse4.2\")))\nstatic int c(const int *p,\n"
+              "             int n) {\n    return n;\n}\n_Static_assert(sizeof(int) == 4, \"int\");\n")
+    assert _c_definitions(sample) == ["plog_a", "c"]
+
+
+_CLOCK_READ = re.compile(r"\btime\.(time|time_ns|monotonic|monotonic_ns)\(")
+
+
+def _inline_clocks(paths) -> list[tuple[str, int]]:
+    """(file, line) of every direct read of the wall or monotonic clock in `paths`."""
+    return [(str(p), n) for p in paths for n, line in enumerate(p.read_text().splitlines(), 1)
+            if _CLOCK_READ.search(line)]
+
+
+def test_the_engine_reads_the_clock_only_through_clock_py():
+    # storage/core/clock.py is the one place the engine, replication, the front end and the
+    # simulator read the wall or monotonic clock (the replica manager takes its clock as an
+    # argument, which the simulator replaces); the tools (cli/, spark/) time their own runs.
+    paths = [p for p in _python_files() if p != PACKAGE / "core" / "clock.py"
+             and p.relative_to(PACKAGE).parts[0] not in ("cli", "spark")]
+    assert _inline_clocks(paths) == []
+
+
+def test_the_inline_clock_finder_finds_one(tmp_path):
+    sample = tmp_path / "sample.py"
+    sample.write_text("import time\nnow = time.time_ns() // 1_000_000\nlater = mytime.time()\n")
+    assert _inline_clocks([sample]) == [(str(sample), 2)]
 
 
 # What each layer may import besides itself (storage.X = the layer of storage/X/ or storage/X.py).

@@ -76,6 +76,3 @@ def check(rc: int) -> int:
         raise OSError(rc, os.strerror(rc))
     return rc
 
-
-def strerror(rc: int) -> str:
-    return ffi.string(lib.plog_strerror(rc)).decode()

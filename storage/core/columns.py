@@ -17,7 +17,7 @@ import struct
 
 from . import errors
 from ._native import ffi, lib
-from .records import CODEC_NAMES, RecordBatch, _describe, error_class, mapped_source
+from .records import CODEC_NAMES, RecordBatch, _describe, mapped_source
 
 # (name, struct format) in the order the block is laid out: widest first, so every column
 # starts aligned for its type.
@@ -141,4 +141,4 @@ def _where(view, out: BatchColumns, position: int) -> tuple:
 def _raise_at(view, out: BatchColumns, rc: int, position: int):
     file, where = _where(view, out, position)
     offset = struct.unpack_from(">q", view, position)[0] if len(view) - position >= 8 else None
-    raise error_class(rc)(_describe(rc, view, position), file=file, position=where, offset=offset)
+    raise errors.error_class(rc)(_describe(rc, view, position), file=file, position=where, offset=offset)

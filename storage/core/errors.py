@@ -11,6 +11,8 @@ from __future__ import annotations
 
 from enum import IntEnum
 
+from ._native import ffi, lib
+
 
 class Errors(IntEnum):
     """Kafka's error codes (clients/.../protocol/Errors.java), as used on replication answers."""
@@ -268,3 +270,36 @@ class TransactionCoordinatorFencedError(ProducerStateError):
 class CorruptSnapshotError(CorruptRecordError):
     """A producer-state snapshot fails its version, size or CRC check (it is deleted and the
     state rebuilt from an older snapshot or the log, as Kafka does)."""
+
+
+# ---- C results (csrc/plog.h) --------------------------------------------------------------
+# The one place a C result becomes Python's: its text and the exception it raises.
+
+def error_text(rc: int) -> str:
+    """plog_strerror's text for a C result: the errno's for a positive one, the core's for a
+    PLOG_E* code."""
+    return ffi.string(lib.plog_strerror(rc)).decode()
+
+
+# The one map from a C error code to the exception it becomes.  Positive codes are errno
+# values (StorageIOError); codes not listed are StorageError.
+_ERROR_CLASSES = {
+    lib.PLOG_ECRC: CorruptRecordError,
+    lib.PLOG_ECORRUPT: CorruptRecordError,
+    lib.PLOG_EMAGIC: CorruptRecordError,
+    lib.PLOG_EPARTIAL: CorruptRecordError,
+    lib.PLOG_EEMPTY: CorruptRecordError,
+    lib.PLOG_ERECORD: InvalidRecordError,
+    lib.PLOG_ETIMESTAMP: InvalidTimestampError,
+    lib.PLOG_ETOOLARGE: RecordTooLargeError,
+    lib.PLOG_ELISTTOOLARGE: RecordListTooLargeError,
+    lib.PLOG_EORDER: OffsetsOutOfOrderError,
+    lib.PLOG_EAPPENDOFFSET: UnexpectedAppendOffsetError,
+}
+
+
+def error_class(rc: int) -> type[StorageError]:
+    """The exception class for a nonzero C result."""
+    if rc > 0:
+        return StorageIOError
+    return _ERROR_CLASSES.get(rc, StorageError)

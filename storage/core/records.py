@@ -18,12 +18,12 @@ import gzip as _gzip
 import io as _pyio
 import struct
 import threading
-import time
 import zlib
 from typing import Iterable, Iterator, NamedTuple
 
 from . import errors
 from ._native import build_listed, decode_records, ffi, lib
+from .clock import wall_ms
 
 CODEC_NAMES = ("none", "gzip", "snappy", "lz4", "zstd")
 CODEC_IDS = {name: i for i, name in enumerate(CODEC_NAMES)}
@@ -302,7 +302,7 @@ def _build(records, *, base_offset, partition_leader_epoch, compression, base_ti
     attributes = (CODEC_IDS[compression] | (lib.PLOG_ATTR_TRANSACTIONAL if is_transactional else 0)
                   | (lib.PLOG_ATTR_CONTROL if is_control else 0))
     plain = compression == "none"
-    walk = (plain, base_offset, partition_leader_epoch, attributes, base_timestamp, int(time.time() * 1000),
+    walk = (plain, base_offset, partition_leader_epoch, attributes, base_timestamp, wall_ms(),
             producer_id, producer_epoch, base_sequence, Record)
     built = build_listed(records, *walk)    # the list walked in C (csrc/pyrecords.c)
     if built is None:                       # another shape: normalised, then walked
@@ -312,7 +312,7 @@ def _build(records, *, base_offset, partition_leader_epoch, compression, base_ti
             raise TypeError(f"base_timestamp must be an int, not {type(base_timestamp).__name__}")
         raise ValueError("a record timestamp does not fit in 64 bits")
     if built.__class__ is not tuple:
-        raise ValueError(f"cannot encode records: {ffi.string(lib.plog_strerror(built)).decode()}")
+        raise ValueError(f"cannot encode records: {errors.error_text(built)}")
     out, stamp, max_timestamp = built
     if plain:
         return out                          # finished by the walk: header and CRC
@@ -333,7 +333,7 @@ def _build(records, *, base_offset, partition_leader_epoch, compression, base_ti
     info.record_count = n
     rc = lib.plog_batch_finish(ffi.from_buffer(out), len(out), info)
     if rc:
-        raise ValueError(f"cannot build batch: {ffi.string(lib.plog_strerror(rc)).decode()}")
+        raise ValueError(f"cannot build batch: {errors.error_text(rc)}")
     return out
 
 
@@ -546,7 +546,7 @@ def _decode_records(payload, count: int, batch: RecordBatch) -> list[Record]:
         raise errors.InvalidRecordError("malformed record header", **batch.where())
     raise errors.InvalidRecordError(
         f"malformed record at byte {position} of the records section "
-        f"({ffi.string(lib.plog_strerror(rc)).decode()})", **batch.where())
+        f"({errors.error_text(rc)})", **batch.where())
 
 
 # The read mappings of segment files (storage/log/segment.py registers and forgets them): a view
@@ -615,7 +615,7 @@ def iter_batches(buffer, *, verify: bool = True, source=None, start_position: in
         source, start_position = mapped_source(view)
     if rc:
         offset = struct.unpack_from(">q", view, pos)[0] if length - pos >= 8 else None
-        raise error_class(rc)(_describe(rc, view, pos), file=source, position=start_position + pos, offset=offset)
+        raise errors.error_class(rc)(_describe(rc, view, pos), file=source, position=start_position + pos, offset=offset)
     raise errors.CorruptRecordError(f"CRC mismatch (stored 0x{info.crc:08x})", file=source,
                                     position=start_position + pos, offset=info.base_offset)
 
@@ -629,32 +629,4 @@ def _describe(rc: int, view, pos: int) -> str:
     if rc == lib.PLOG_ETOOLARGE:
         (length,) = struct.unpack_from(">i", view, pos + 8)
         return f"batch of {length + LOG_OVERHEAD} bytes exceeds the maximum batch size"
-    return ffi.string(lib.plog_strerror(rc)).decode()
-
-
-def describe_error(rc: int) -> str:
-    return ffi.string(lib.plog_strerror(rc)).decode()
-
-
-# The one map from a C error code (plog.h) to the exception it becomes.  Positive codes are
-# errno values (StorageIOError); codes not listed are StorageError.
-_ERROR_CLASSES = {
-    lib.PLOG_ECRC: errors.CorruptRecordError,
-    lib.PLOG_ECORRUPT: errors.CorruptRecordError,
-    lib.PLOG_EMAGIC: errors.CorruptRecordError,
-    lib.PLOG_EPARTIAL: errors.CorruptRecordError,
-    lib.PLOG_EEMPTY: errors.CorruptRecordError,
-    lib.PLOG_ERECORD: errors.InvalidRecordError,
-    lib.PLOG_ETIMESTAMP: errors.InvalidTimestampError,
-    lib.PLOG_ETOOLARGE: errors.RecordTooLargeError,
-    lib.PLOG_ELISTTOOLARGE: errors.RecordListTooLargeError,
-    lib.PLOG_EORDER: errors.OffsetsOutOfOrderError,
-    lib.PLOG_EAPPENDOFFSET: errors.UnexpectedAppendOffsetError,
-}
-
-
-def error_class(rc: int) -> type[errors.StorageError]:
-    """The exception class for a nonzero C result."""
-    if rc > 0:
-        return errors.StorageIOError
-    return _ERROR_CLASSES.get(rc, errors.StorageError)
+    return errors.error_text(rc)

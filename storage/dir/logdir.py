@@ -36,7 +36,6 @@ import json
 import os
 import re
 import threading
-import time
 import uuid
 
 from ..core import checkpoint, errors, guards
@@ -486,7 +485,7 @@ class LogDir(ClosedOnExit):
         file_delete_delay_ms is over; the offsets are committed when anything went.  Returns
         how many segments went."""
         self._ensure_open()
-        now = time.time_ns() // 1_000_000 if now_ms is None else now_ms
+        now = wall_ms() if now_ms is None else now_ms
         with self._partitions_lock:
             logs = list(self._logs.values())
         total = 0
@@ -538,7 +537,7 @@ class LogDir(ClosedOnExit):
     def remove_expired_producers(self, now_ms: int | None = None) -> int:
         """Forget, in every partition, producers idle for producer_id_expiration_ms."""
         self._ensure_open()
-        now = time.time_ns() // 1_000_000 if now_ms is None else now_ms
+        now = wall_ms() if now_ms is None else now_ms
         with self._partitions_lock:
             logs = list(self._logs.values())
         return sum(log.remove_expired_producers(now) for log in logs)

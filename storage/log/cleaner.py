@@ -55,7 +55,7 @@ from ..core import errors
 from ..core import io as _io
 from ..core._native import build_listed, ffi, lib
 from ..core.files import CLEANED_SUFFIX, INT32_MAX, SEGMENT_FILE_KINDS, segment_file
-from ..core.records import BATCH_OVERHEAD, CODEC_NAMES, WRITABLE_CODECS, Record, compress, describe_error, iter_batches
+from ..core.records import BATCH_OVERHEAD, CODEC_NAMES, WRITABLE_CODECS, Record, compress, iter_batches
 from .segment import Segment, SegmentHome
 from .txnindex import AbortedTxn
 
@@ -582,7 +582,7 @@ def _rebuild(batch, kept: list, horizon: int | None) -> bytes:
     built = build_listed(kept, False, batch.base_offset, batch.partition_leader_epoch, 0, base_ts, 0, -1, -1, -1,
                          Record, batch.base_offset)
     if built.__class__ is not tuple:        # decoded Records always walk: a code is the core's refusal
-        raise errors.StorageError(f"cannot write a cleaned batch: {describe_error(built or lib.PLOG_EARG)}",
+        raise errors.StorageError(f"cannot write a cleaned batch: {errors.error_text(built or lib.PLOG_EARG)}",
                                   offset=batch.base_offset)
     max_ts = batch.max_timestamp if log_append_time else built[2]
     body = memoryview(built[0])[BATCH_OVERHEAD:]

@@ -25,7 +25,7 @@ from ..core.clock import wall_ms as _now_ms
 from ..core.config import LogConfig
 from ..core.failure import ClosedOnExit, LogDirFailureChannel, guarded
 from ..core.files import INT32_MAX
-from ..core.records import _build, describe_error, error_class
+from ..core.records import _build
 from . import cleaner as _cleaner
 from . import producer as _producer
 from . import producer_check as _producer_check
@@ -53,7 +53,7 @@ from .reads import ISOLATIONS, TimestampAndOffset
 from .segment import Segment
 from .txnindex import AbortedTxn
 
-# The chunk refusals that name their failing batch (the classes come from records.error_class).
+# The chunk refusals that name their failing batch (the classes come from errors.error_class).
 _REFUSALS = frozenset((lib.PLOG_ECRC, lib.PLOG_ECORRUPT, lib.PLOG_EMAGIC, lib.PLOG_EPARTIAL, lib.PLOG_EEMPTY,
                        lib.PLOG_ETOOLARGE, lib.PLOG_EORDER, lib.PLOG_EAPPENDOFFSET))
 
@@ -403,8 +403,8 @@ class PartitionLog(ClosedOnExit):
         # A refusal of the chunk names its failing batch (an empty chunk has none); the other
         # codes come from the segment or the seam.
         if rc in _REFUSALS and (v.error_position >= 0 or rc == lib.PLOG_EEMPTY):
-            cls = error_class(rc)
-            reason = describe_error(rc)
+            cls = errors.error_class(rc)
+            reason = errors.error_text(rc)
             if rc == lib.PLOG_EAPPENDOFFSET:
                 reason = f"first offset {v.error_offset} is below the log end offset {self.log_end_offset}"
             elif rc == lib.PLOG_ETOOLARGE:

@@ -21,11 +21,11 @@ Invariants:
 from __future__ import annotations
 
 import os
-import time
 
 from ..core import errors
 from ..core import io as _io
 from ..core._native import ffi, lib
+from ..core.clock import wall_ms
 from ..core.files import (  # noqa: E402
     DELETED_SUFFIX,
     INDEX_SUFFIX,
@@ -36,7 +36,6 @@ from ..core.files import (  # noqa: E402
     TXN_INDEX_SUFFIX,
     segment_name,
 )
-from ..core.records import describe_error, error_class
 from .segment_home import Mapping, SegmentHome, open_segments, retired_mappings, set_open_segments_max  # noqa: F401
 from .txnindex import TransactionIndex
 
@@ -63,7 +62,7 @@ class Segment:
     def __init__(self, home: SegmentHome, base_offset: int, *, create: bool, active: bool, suffix: str = ""):
         self._fields(home, base_offset, suffix)
         # Kafka's LogSegment.created (the time-based roll's fallback; from disk: this open, as in Kafka).
-        self.created_ms = time.time_ns() // 1_000_000
+        self.created_ms = wall_ms()
         self._open_files(create=create, active=active)
 
     def _fields(self, home: SegmentHome, base_offset: int, suffix: str) -> None:
@@ -293,7 +292,7 @@ class Segment:
             raise errors.StorageIOError(f"{what}: I/O seam raised {exc!r}", file=path, offset=offset) from exc
         if rc > 0:
             raise errors.StorageIOError(f"{what}: {os.strerror(rc)}", errno=rc, file=path, offset=offset)
-        raise error_class(rc)(f"{what}: {describe_error(rc)}", file=path, offset=offset)
+        raise errors.error_class(rc)(f"{what}: {errors.error_text(rc)}", file=path, offset=offset)
 
     # ---- reading ----
     def mapping(self) -> Mapping:
@@ -331,7 +330,7 @@ class Segment:
         position, info, _, _ = home.reads or home.read_scratch()   # reused: the log serialises calls
         rc = lib.plog_segment_find(self._c, self.log_pointer(), offset, position, info)
         if rc:
-            raise errors.CorruptRecordError(f"cannot read batch header: {describe_error(rc)}",
+            raise errors.CorruptRecordError(f"cannot read batch header: {errors.error_text(rc)}",
                                             file=self.log_path, position=position[0], offset=offset)
         return position[0]
 
@@ -349,7 +348,7 @@ class Segment:
         _, _, span, span_view = home.reads or home.read_scratch()
         rc = lib.plog_segment_read(self._c, m.pointer, offset, max_bytes, max_offset, span)
         if rc:
-            raise errors.CorruptRecordError(f"cannot read batch header: {describe_error(rc)}",
+            raise errors.CorruptRecordError(f"cannot read batch header: {errors.error_text(rc)}",
                                             file=self.log_path, position=-1, offset=offset)
         position, length = span_view
         if position < 0:
@@ -463,7 +462,7 @@ class Segment:
         if rc > 0 or rc == lib.PLOG_ECALLBACK:
             self._check(rc, "load")
         if rc:
-            raise errors.CorruptRecordError(f"cannot load segment: {describe_error(rc)}", file=self.log_path)
+            raise errors.CorruptRecordError(f"cannot load segment: {errors.error_text(rc)}", file=self.log_path)
 
     def attach_indexes(self) -> bool:
         """Create the index files of a new segment (Kafka's LazyIndex: a segment's index files
@@ -678,7 +677,7 @@ class ScanReport:
         self.epoch_count = scan.epoch_count
         self.epochs = epochs
         self.producer_batch_count = scan.producer_batch_count
-        self.stop_reason = describe_error(scan.stop) if scan.stop else None
+        self.stop_reason = errors.error_text(scan.stop) if scan.stop else None
 
     def __repr__(self) -> str:
         return (f"ScanReport(valid_bytes={self.valid_bytes}, batch_count={self.batch_count}, "

@@ -17,7 +17,7 @@ from ..core import errors
 from ..core import io as _io
 from ..core._native import ffi, lib
 from ..core.failure import LogDirFailureChannel
-from ..core.records import describe_error, forget_source, register_source
+from ..core.records import forget_source, register_source
 
 
 def _default_open_segments_max() -> int:
@@ -132,7 +132,7 @@ class Mapping:
         out = ffi.new("uint8_t **")
         rc = lib.plog_io_mmap(fd, length, 0, out)
         if rc:
-            raise errors.StorageIOError(f"mmap failed: {describe_error(rc)}", errno=rc if rc > 0 else None)
+            raise errors.StorageIOError(f"mmap failed: {errors.error_text(rc)}", errno=rc if rc > 0 else None)
         pointer = out[0]
         seam = _io.current()  # unmap through the seam the mapping came from
 
@@ -193,7 +193,7 @@ class _RetiredMappings:
             if pointer is not None and position < length:
                 rc = lib.plog_io_mmap_snapshot(pointer, valid, position, length)
                 if rc:
-                    raise errors.StorageIOError(f"cannot keep readers' pages: {describe_error(rc)}",
+                    raise errors.StorageIOError(f"cannot keep readers' pages: {errors.error_text(rc)}",
                                                 errno=rc if rc > 0 else None, file=path, position=position)
 
 

@@ -16,8 +16,8 @@ Invariants (each guard carries its catalogue id, storage/core/guards.py):
     not shutting down (KIP-841, M12), and its broker epoch from its last fetch equals the one
     registered (KIP-903, M13); the AlterPartition request is built from the same snapshot as
     the check, one change at a time, and a retry keeps the broker epochs (M15);
-  - a fetch carrying a broker epoch older than the registered one is rejected with
-    NOT_LEADER_OR_FOLLOWER and leaves the stored follower state untouched (KIP-903);
+  - Fetch answers (the KIP-74 budget, M7, M32, KIP-903's stale fetch, follower reads) are
+    FetchAnswers' (storage/replication/fetch_answers.py), a mixin of ReplicaManager;
   - the high watermark is the minimum log end offset over the leader and the maximal ISR
     (pending additions included, M11) and caught-up eligible followers; it never moves back
     and does not advance while the ISR is below min.insync.replicas (M19);
@@ -38,22 +38,20 @@ from ..core.clock import monotonic_ms
 from ..core.errors import Errors
 from ..dir.logdir import LogDir
 from ..log.reads import EARLIEST_TIMESTAMP, LATEST_TIMESTAMP, MAX_TIMESTAMP
+from .fetch_answers import FetchAnswers, FollowerState
 from .messages import (
     CONSUMER_REPLICA_ID,
     EPOCH_DURING_DELETE,
     NO_EPOCH,
     NO_LEADER,
-    READ_COMMITTED,
     RECOVERED,
     RECOVERING,
-    AbortedTransaction,
     AlterPartitionRequest,
     AlterPartitionResponse,
     BrokerEpoch,
     BrokerInfo,
     DeleteRecordsRequest,
     DeleteRecordsResponse,
-    EpochEndOffset,
     FetchRequest,
     FetchResponse,
     FetchResponsePartition,
@@ -75,18 +73,6 @@ from .messages import (
     WriteTxnMarkersResponse,
     epoch_end_on_the_wire,
 )
-
-
-@dataclass
-class FollowerState:
-    """The leader's view of one remote replica (Kafka's Replica / ReplicaState)."""
-
-    broker_id: int
-    log_end_offset: int = -1
-    broker_epoch: int | None = None          # None: no fetch since this leader took over
-    last_caught_up_time_ms: int = -1
-    last_fetch_time_ms: int = -1
-    last_fetch_leader_log_end_offset: int = -1
 
 
 @dataclass
@@ -135,7 +121,7 @@ class Partition:
                               list(self.isr), list(self.replicas), self.leader_recovery_state)
 
 
-class ReplicaManager:
+class ReplicaManager(FetchAnswers):
     """One broker's replicas.  `recovery_hook(partition)` runs when this broker becomes an
     unclean (RECOVERING) leader; it returns True when recovery is complete, False when the
     caller will call `complete_leader_recovery` later."""
@@ -438,127 +424,6 @@ class ReplicaManager:
         if p.leader != self.broker_id or (p.recovering and guards.on("M17")):
             return None, Errors.NOT_LEADER_OR_FOLLOWER
         return p, Errors.NONE
-
-    # ---- fetch (leader side) ---------------------------------------------------------------------
-    def handle_fetch(self, request: FetchRequest) -> FetchResponse:
-        """Kafka's readFromLog budget (KIP-74): the partitions in request order, each read up to
-        min(its partition_max_bytes, what is left of the request's max_bytes); the first one
-        that returns data returns at least one whole batch, however large, later ones only
-        what fits.  A partition named twice is read once, with its last entry at its first
-        place (Kafka's FetchRequest keeps them in a map): the answer never grows with copies."""
-        unique: dict[tuple[str, int], object] = {}
-        for item in request.partitions:
-            unique[(item.topic, item.partition)] = item
-        budget = [max(request.max_bytes, 0), True]      # bytes left, no data returned yet
-        return FetchResponse([self._fetch_partition(request, item, budget) for item in unique.values()])
-
-    def _fetch_partition(self, request: FetchRequest, item, budget: list) -> FetchResponsePartition:
-        def answer(code, **kw):
-            records = kw.get("records")
-            if records:
-                left, first = budget
-                if not first and len(records) > min(left, item.partition_max_bytes):
-                    kw["records"] = records = b""       # later partitions: only what fits
-                    if kw.get("aborted_transactions"):
-                        kw["aborted_transactions"] = []
-                budget[:] = [max(left - len(records), 0), first and not records]
-            return FetchResponsePartition(item.topic, item.partition, code, **kw)
-
-        p = self.partitions.get((item.topic, item.partition))
-        if p is None:
-            return answer(Errors.UNKNOWN_TOPIC_OR_PARTITION)
-        if self._went_offline():
-            return answer(Errors.KAFKA_STORAGE_ERROR)
-        code = self._check_epoch(p, item.current_leader_epoch)
-        if code:
-            return answer(code)
-        log = p.log
-        from_follower = request.replica_id != CONSUMER_REPLICA_ID
-        if p.leader != self.broker_id:
-            if from_follower or p.recovering or not self.follower_reads:
-                return answer(Errors.NOT_LEADER_OR_FOLLOWER)
-            return self._read(p, item, self._consumer_limit(log, request), answer, request,   # KIP-392
-                              min(max(item.partition_max_bytes, 0), budget[0]))
-        if p.recovering and guards.on("M17"):
-            return answer(Errors.NOT_LEADER_OR_FOLLOWER)
-        if from_follower and request.replica_id not in p.replicas:
-            return answer(Errors.UNKNOWN_LEADER_EPOCH if item.current_leader_epoch != NO_EPOCH
-                          else Errors.NOT_LEADER_OR_FOLLOWER)
-        if from_follower and request.replica_id == self.broker_id:
-            # Only a remote assigned replica fetches as a follower (Kafka's
-            # Partition.followerReplicaOrThrow).  The leader's own id would be taken as its
-            # follower's: the follower state would hold the leader's own position, the high
-            # watermark would stop and acks=all time out after writing.
-            return answer(Errors.NOT_LEADER_OR_FOLLOWER)
-        if item.last_fetched_epoch != NO_EPOCH and guards.on("M32"):
-            epoch, end_offset = epoch_end_on_the_wire(log, item.last_fetched_epoch)
-            if epoch == NO_EPOCH or end_offset == -1 or item.fetch_offset < log.log_start_offset:
-                return answer(Errors.OFFSET_OUT_OF_RANGE, high_watermark=log.high_watermark,
-                              log_start_offset=log.log_start_offset)
-            if epoch < item.last_fetched_epoch or end_offset < item.fetch_offset:
-                # KIP-320: the follower diverged; no data, no follower state update.
-                return answer(Errors.NONE, high_watermark=log.high_watermark, log_start_offset=log.log_start_offset,
-                              diverging_epoch=EpochEndOffset(epoch, end_offset))
-        if not from_follower and log.high_watermark < p.leader_epoch_start_offset:
-            # A new leader whose high watermark has not reached its epoch start yet would show
-            # consumers a high watermark below the one its predecessor showed (I6).
-            return answer(Errors.OFFSET_NOT_AVAILABLE)
-        limit = log.log_end_offset if from_follower else self._consumer_limit(log, request)
-        response = self._read(p, item, limit, answer, request, min(max(item.partition_max_bytes, 0), budget[0]))
-        if response.error_code or not from_follower:
-            return response
-        code = self._update_follower(p, request, item.fetch_offset)
-        if code:
-            return answer(code)
-        response.high_watermark = log.high_watermark
-        return response
-
-    @staticmethod
-    def _consumer_limit(log, request: FetchRequest) -> int:
-        """Kafka's FetchIsolation for a consumer: up to the LSO for read_committed, else the HW."""
-        return log.last_stable_offset if request.isolation_level == READ_COMMITTED else log.high_watermark
-
-    def _read(self, p: Partition, item, limit: int, answer, request: FetchRequest,
-              max_bytes: int) -> FetchResponsePartition:
-        log = p.log
-        if item.fetch_offset < log.log_start_offset or item.fetch_offset > log.log_end_offset:
-            return answer(Errors.OFFSET_OUT_OF_RANGE, high_watermark=log.high_watermark,
-                          log_start_offset=log.log_start_offset)
-        records = b""
-        if item.fetch_offset < limit:     # zero-copy: a view of the segment (messages.sent copies)
-            try:
-                records = log.read(item.fetch_offset, max_bytes, max_offset=limit) or b""
-            except errors.StorageError as exc:      # e.g. a sealed segment found damaged at its first use
-                self._went_offline()
-                return answer(int(exc.error_code))
-        aborted = None
-        if request.isolation_level == READ_COMMITTED and request.replica_id == CONSUMER_REPLICA_ID:
-            # The aborted transactions overlapping [fetch offset, limit): a superset of those
-            # the records touch, as Kafka's (bounded by an index entry); the consumer filters.
-            aborted = [AbortedTransaction(t.producer_id, t.first_offset)
-                       for t in log.collect_aborted_transactions(item.fetch_offset, limit)] if records else []
-        return answer(Errors.NONE, high_watermark=log.high_watermark, log_start_offset=log.log_start_offset,
-                      records=records, last_stable_offset=log.last_stable_offset, aborted_transactions=aborted)
-
-    def _update_follower(self, p: Partition, request: FetchRequest, fetch_offset: int) -> int:
-        follower = p.followers.setdefault(request.replica_id, FollowerState(request.replica_id))
-        info = self.metadata.get(request.replica_id)
-        if guards.on("M13") and request.replica_epoch != -1 and info is not None \
-                and info.broker_epoch > request.replica_epoch:
-            return Errors.NOT_LEADER_OR_FOLLOWER     # KIP-903: a stale incarnation; state untouched
-        now = self.clock()
-        leader_end = p.log.log_end_offset
-        if fetch_offset >= leader_end:
-            follower.last_caught_up_time_ms = now
-        elif fetch_offset >= follower.last_fetch_leader_log_end_offset >= 0:
-            follower.last_caught_up_time_ms = follower.last_fetch_time_ms
-        follower.log_end_offset = fetch_offset
-        follower.broker_epoch = request.replica_epoch
-        follower.last_fetch_time_ms = now
-        follower.last_fetch_leader_log_end_offset = leader_end
-        self._maybe_expand_isr(p, follower)
-        self._maybe_increment_high_watermark(p)
-        return Errors.NONE
 
     # ---- OffsetForLeaderEpoch ------------------------------------------------------------------
     def handle_offset_for_leader_epoch(self, request: OffsetForLeaderEpochRequest) -> OffsetForLeaderEpochResponse:

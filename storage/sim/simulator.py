@@ -14,7 +14,8 @@ recovery), the history check I13 (lost-write, duplicate, inconsistent-offsets,
 nonmonotonic-poll, unseen) and liveness I14 after healing.  The safety profile keeps at most
 MinISR - 1 replicas unclean at a time; the beyond-budget profile allows loss and checks
 detection instead (no divergence below a surviving high watermark, RECOVERING after an
-unclean election, no batch served that fails its CRC).
+unclean election, no batch served that fails its CRC).  The checks are SwarmOracle's
+(storage/sim/swarm_oracle.py), a mixin of Simulation; this module holds the run loop and the faults.
 """
 from __future__ import annotations
 
@@ -29,7 +30,7 @@ from dataclasses import dataclass, field
 from ..core import guards
 from ..core import io as sio
 from ..core.config import LogConfig
-from ..core.errors import Errors, LogDirOfflineError, StorageError, StorageIOError
+from ..core.errors import Errors, LogDirOfflineError, StorageIOError
 from ..core.records import Record, build_batch, iter_batches
 from ..replication import messages as m
 from . import compaction, invariants
@@ -39,9 +40,8 @@ from .compaction import Compaction
 from .crash import _is_crash
 from .fs import SimFS
 from .producers import Producers
+from .swarm_oracle import PARTITION, TOPIC, SwarmOracle
 from .targeted import TargetedSites
-
-TOPIC, PARTITION = "t", 0
 
 # BUGGIFY sites (docs/reliability.md 1.4): each is active in a seed with p = 0.25.
 BUGGIFY_SITES = (
@@ -91,7 +91,7 @@ class _Client:
         self.sent = 0
 
 
-class Simulation:
+class Simulation(SwarmOracle):
     def __init__(self, seed: int, root, *, profile: str = "safety", steps: int = 300):
         self.seed, self.profile, self.steps = seed, profile, steps
         self.root = os.fspath(root)
@@ -521,116 +521,6 @@ class Simulation:
                         del self.client.pending[value]
                         self.client.indeterminate.add(value)
 
-    # ---- oracle ----
-    def _logs(self) -> dict:
-        out = {}
-        for b, node in self.cluster.brokers.items():
-            if node.alive and node.manager is not None and (TOPIC, PARTITION) in node.manager.partitions \
-                    and not node.manager.logdir.offline:     # offline (only with M31 off): unreadable
-                out[b] = node.manager.partitions[(TOPIC, PARTITION)].log
-        return out
-
-    def _check_recovered(self, broker: int) -> None:
-        node = self.cluster.brokers[broker]
-        try:
-            log = node.manager.logdir.partition(TOPIC, PARTITION)
-        except StorageError as exc:     # refused to open (damage below the recovery point)
-            if _is_crash(exc):
-                raise                   # an armed crash point reached while opening it: the broker dies
-            self.result.violations.append(f"I12 broker {broker}: the partition does not open after recovery: "
-                                          f"{exc.reason}")
-            return
-        for batch in log.batches():
-            if not batch.is_valid():
-                self.result.violations.append(f"I12 broker {broker}: a batch failing its CRC survived recovery")
-                return
-        # I8/I9 as recovery left them, before replication repairs anything (a torn or reverted
-        # epoch checkpoint shows here, M22).
-        self.result.violations += invariants.check_replica(f"broker {broker} after recovery", log)
-
-    def _check(self, step: int) -> None:
-        if self.calibration:
-            return          # C1: only the end-of-run history checker judges
-        c, out = self.cluster, self.result.violations
-        state = c.state(TOPIC, PARTITION)
-        logs = self._logs()
-        summaries = {b: invariants.batch_summaries(log) for b, log in logs.items()}
-        out += invariants.check_isr(state, c.controller.brokers)
-        out += invariants.check_unclean_elections(c.controller)
-        if self.profile == "safety" or not (self.lost_data or c.controller.unclean_elections):
-            # Beyond the budget, loss may leave replicas divergent until they catch up; the
-            # check then runs once more after healing (no divergence may survive it).
-            out += invariants.check_log_matching(logs, summaries)
-        out += self._check_registrations()
-        out += self.targeted.check_hosting()
-        epochs = {b: c.brokers[b].manager.partitions[(TOPIC, PARTITION)].leader_epoch for b in logs}
-        out += invariants.check_epoch_fencing(state, epochs, summaries)
-        leader = state.leader
-        if step % 10 == 0:
-            out += self._check_replicas(logs)
-        if self.producers.on:
-            out += self.producers.check(logs)
-        if self.profile != "safety":
-            return
-        out += self._note_committed(logs, summaries)
-        running = {b for b, node in c.brokers.items()
-                   if b in logs and node.registered and self._registered_now(b)}
-        out += invariants.check_candidates(state, {b: summaries[b] for b in running}, self.committed,
-                                           self.true_hw, unclean=self.unclean)
-        if leader in logs and state.leader_recovery_state != m.RECOVERING:
-            acked = sorted((offset, value) for value, offset in self.client.acked.items())
-            out += invariants.check_acknowledged(logs[leader], acked, f"broker {leader}")
-            p = c.brokers[leader].manager.partitions[(TOPIC, PARTITION)]
-            if p.leader == leader and p.leader_epoch == state.leader_epoch:
-                out += invariants.check_quorum_superset(p, state, self.min_isr)
-
-    def _check_replicas(self, logs: dict) -> list[str]:
-        """I8 and I9 on every replica; a leader's cache must hold (its epoch, its start offset)."""
-        out = []
-        for b, log in logs.items():
-            p = self.cluster.brokers[b].manager.partitions[(TOPIC, PARTITION)]
-            leading = p.leader == b and not p.recovering
-            out += invariants.check_replica(f"broker {b}", log, leader_epoch=p.leader_epoch if leading else None,
-                                            leader_epoch_start_offset=p.leader_epoch_start_offset if leading else None)
-        return out
-
-    def _registered_now(self, b: int) -> bool:
-        r = self.cluster.controller.brokers.get(b)
-        return r is not None and not r.fenced and r.broker_epoch == self.cluster.brokers[b].broker_epoch
-
-    def _check_registrations(self) -> list[str]:
-        """I10: every restart registers under a new, larger broker epoch."""
-        out = []
-        for b, node in self.cluster.brokers.items():
-            if not node.alive or not node.registered:
-                continue
-            seen = self.broker_epochs.get(b)
-            if seen is not None and seen[0] != node.incarnation and node.broker_epoch <= seen[1]:
-                out.append(f"I10 broker {b}: a new incarnation registered with broker epoch {node.broker_epoch} "
-                           f"(the previous one had {seen[1]})")
-            self.broker_epochs[b] = (node.incarnation, node.broker_epoch)
-        return out
-
-    def _note_committed(self, logs: dict, summaries: dict) -> list[str]:
-        """Record every batch below a leader's high watermark; I5: it never changes afterwards,
-        and the true high watermark never decreases."""
-        out = []
-        for b, log in logs.items():
-            p = self.cluster.brokers[b].manager.partitions[(TOPIC, PARTITION)]
-            if p.leader != b or p.recovering:
-                continue
-            hw = log.high_watermark
-            for batch in summaries[b]:
-                if batch[1] >= hw:
-                    break
-                known = self.committed.setdefault(batch[0], batch)
-                if known != batch:
-                    out.append(f"I5 broker {b}: the committed batch at offset {batch[0]} is now {batch} "
-                               f"(was {known})")
-                    break
-            self.true_hw = max(self.true_hw, hw)
-        return out
-
     def _heal_and_check(self) -> None:
         c = self.cluster
         self.channel.heal()
@@ -691,42 +581,6 @@ class Simulation:
             return log is not None and self.client.position >= log.high_watermark == log.log_end_offset
         c.run_until(drained, 30_000)
         self._history()
-
-    def _history(self) -> None:
-        """I13, Jepsen's queue anomalies over what the client saw."""
-        out = self.result.violations
-        client = self.client
-        final = {}
-        leader = self.cluster.leader(TOPIC, PARTITION)
-        leader_log = self._logs()[leader]
-        if self.producers.on:
-            out += self.producers.history(leader_log, self.cluster.brokers[leader].manager)
-        if self.compaction.on:
-            out += self.compaction.check_final(self, self.profile == "beyond" or self.lost_data)
-        for batch in leader_log.batches():
-            for record in batch.records():
-                final.setdefault(record.value, []).append(record.offset)
-        loss_allowed = self.profile == "beyond"    # calibration keeps the strict checker
-        for value, offset in client.acked.items():
-            offsets = final.get(value, [])
-            if not offsets and not loss_allowed:
-                out.append(f"I13 lost-write: {value!r} acknowledged at {offset}")
-            elif len(offsets) > 1:
-                out.append(f"I13 duplicate: {value!r} at {offsets}")
-            elif offsets and offsets[0] != offset and not loss_allowed:
-                out.append(f"I13 inconsistent-offsets: {value!r} acknowledged at {offset}, found at {offsets[0]}")
-        polled_offsets = [o for o, _ in client.polled]
-        if any(b <= a for a, b in zip(polled_offsets, polled_offsets[1:])):
-            out.append("I13 nonmonotonic-poll")
-        seen = {v for _, v in client.polled}
-        unseen = [v for v in client.acked if v not in seen and final.get(v)]
-        if unseen and not loss_allowed:     # loss moves offsets under a consumer's position
-            out.append(f"I13 unseen: {len(unseen)} acknowledged records never polled")
-        by_offset = {o: v for v, offsets in final.items() for o in offsets}
-        changed = [o for o, v in client.polled if o in by_offset and by_offset[o] != v]
-        if changed and not loss_allowed:
-            out.append(f"I6 a record read at offset {changed[0]} is another record on the final leader")
-
 
 def swarm_profile(seed: int) -> str:
     """The long run's swarm: one seed in ten runs the beyond-budget profile."""

@@ -140,3 +140,31 @@ def test_a_broken_segment_invariant_aborts_in_an_asserting_build(tmp_path):
     result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60, cwd=tmp_path)
     assert result.returncode != 0
     assert "PLOG_ASSERT(seg->size >= 0" in result.stderr
+
+
+# Each: a call from Python (an entry point another unit calls) with one precondition broken,
+# and the PLOG_ASSERT that must catch it at the function's head before anything is read.
+BROKEN_PRECONDITIONS = {
+    "parse-null-buffer": ("lib.plog_batch_parse(ffi.NULL, 100, 0, 0, ffi.new('plog_batch_info *'))",
+                          "PLOG_ASSERT(buf != NULL || length == 0)"),
+    "span-negative-position": ("lib.plog_batches_span(ffi.new('uint8_t[]', 64), 64, -1, 1 << 20, -1)",
+                               "PLOG_ASSERT(position >= 0)"),
+    "headers-past-the-buffer": ("lib.plog_headers_decode(ffi.new('uint8_t[]', 4), 4, 9, 0, ffi.NULL, ffi.NULL, "
+                                "ffi.NULL, ffi.NULL)", "PLOG_ASSERT((size_t)position <= length)"),
+    "pwrite-negative-offset": ("lib.plog_posix_pwrite(1, b'x', 1, -5)", "PLOG_ASSERT(offset >= 0)"),
+}
+
+
+@pytest.mark.skipif(not os.environ.get("PLOG_EXPECT_SANITIZED"),
+                    reason="PLOG_ASSERT is compiled in only in debug and sanitizer builds (.ci/sanitize)")
+@pytest.mark.parametrize("case", sorted(BROKEN_PRECONDITIONS))
+def test_a_broken_precondition_aborts_in_an_asserting_build(tmp_path, case):
+    """The entry points assert their callers' preconditions (pointers, lengths, offsets) at
+    their heads in the sanitizer tier: a call that breaks one aborts, naming the condition,
+    instead of reading or writing out of bounds."""
+    call, expected = BROKEN_PRECONDITIONS[case]
+    code = f"from storage.core._native import ffi, lib\n{call}\n"
+    # cwd: not the source tree, whose storage/ (a release build) would shadow the installed one.
+    result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60, cwd=tmp_path)
+    assert result.returncode != 0
+    assert expected in result.stderr

@@ -248,11 +248,28 @@ def test_a_kept_error_from_a_mapped_view_does_not_crash_the_collector():
     assert result.returncode == 0 and result.stdout.strip() == "survived", (result.returncode, result.stderr[-1500:])
 
 
+def test_one_spelling_of_c_error_text():
+    """errors.error_text is the one place a C result becomes text: there were two spellings
+    (records.describe_error, and ffi.string(lib.plog_strerror(...)) written out in records'
+    builders) and a third, unused one (_native.strerror)."""
+    import errno
+    import os
+    from pathlib import Path
+
+    import storage
+
+    assert errors.error_text(lib.PLOG_ECRC) == "corrupt batch: CRC mismatch"
+    assert errors.error_text(errno.ENOSPC) == os.strerror(errno.ENOSPC)
+    package = Path(storage.__file__).parent
+    spelled = sorted(str(p.relative_to(package)) for p in package.rglob("*.py") if "plog_strerror(" in p.read_text())
+    assert spelled == ["core/errors.py"]
+
+
 def test_one_map_from_c_error_codes_to_exceptions():
-    """records.error_class is the one table (it was four: the log's append, iter_batches, the
+    """errors.error_class is the one table (it was four: the log's append, iter_batches, the
     segment's checks and the validator each mapped codes themselves, and they differed)."""
     from storage.core._native import lib
-    from storage.core.records import error_class
+    from storage.core.errors import error_class
 
     assert error_class(lib.PLOG_ETOOLARGE) is errors.RecordTooLargeError
     assert error_class(lib.PLOG_ECRC) is errors.CorruptRecordError
