@@ -411,7 +411,7 @@ class ReplicaManager(FetchAnswers):
             return Errors.UNKNOWN_LEADER_EPOCH
         return Errors.NONE
 
-    def _leader_partition(self, topic: str, partition: int, current_leader_epoch: int = NO_EPOCH):
+    def leader_partition(self, topic: str, partition: int, current_leader_epoch: int = NO_EPOCH):
         """(partition, error) for a request only the leader answers, KIP-704 included."""
         p = self.partitions.get((topic, partition))
         if p is None:
@@ -429,7 +429,7 @@ class ReplicaManager(FetchAnswers):
     def handle_offset_for_leader_epoch(self, request: OffsetForLeaderEpochRequest) -> OffsetForLeaderEpochResponse:
         results = []
         for item in request.partitions:
-            p, code = self._leader_partition(item.topic, item.partition, item.current_leader_epoch)
+            p, code = self.leader_partition(item.topic, item.partition, item.current_leader_epoch)
             if code:
                 results.append(OffsetForLeaderEpochResult(item.topic, item.partition, code))
                 continue
@@ -455,7 +455,7 @@ class ReplicaManager(FetchAnswers):
             return answer(Errors.INVALID_REQUIRED_ACKS)
         if self._went_offline():
             return answer(Errors.KAFKA_STORAGE_ERROR)
-        p, code = self._leader_partition(request.topic, request.partition)
+        p, code = self.leader_partition(request.topic, request.partition)
         if code:
             return answer(code)
         if request.acks == -1 and len(p.isr) < self._min_isr(p.topic):
@@ -520,7 +520,7 @@ class ReplicaManager(FetchAnswers):
         """(error code, AppendInfo or None, partition) of one marker on one partition."""
         if self._went_offline():
             return Errors.KAFKA_STORAGE_ERROR, None, None
-        p, code = self._leader_partition(topic, partition)
+        p, code = self.leader_partition(topic, partition)
         if code:
             return code, None, None
         if len(p.isr) < self._min_isr(p.topic):
@@ -554,7 +554,7 @@ class ReplicaManager(FetchAnswers):
         def answer(code, timestamp=-1, offset=-1, epoch=NO_EPOCH):
             return ListOffsetsResponse(request.topic, request.partition, code, timestamp, offset, epoch)
 
-        p, code = self._leader_partition(request.topic, request.partition, request.current_leader_epoch)
+        p, code = self.leader_partition(request.topic, request.partition, request.current_leader_epoch)
         if code:
             return answer(code)
         log = p.log
@@ -572,7 +572,7 @@ class ReplicaManager(FetchAnswers):
         return answer(Errors.NONE, found.timestamp, found.offset, epoch)
 
     def handle_delete_records(self, request: DeleteRecordsRequest) -> DeleteRecordsResponse:
-        p, code = self._leader_partition(request.topic, request.partition)
+        p, code = self.leader_partition(request.topic, request.partition)
         if code:
             return DeleteRecordsResponse(request.topic, request.partition, code)
         log = p.log

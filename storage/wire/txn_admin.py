@@ -32,7 +32,7 @@ class TxnAdminApis:
 
     # ---- DescribeProducers -------------------------------------------------------------------
     def _producers(self, topic: str, index: int) -> dict:
-        p, code = self.node.manager._leader_partition(topic, index)
+        p, code = self.node.manager.leader_partition(topic, index)
         if code:
             return {"partition_index": index, "error_code": code, "error_message": None, "active_producers": []}
         with p.log.local.lock:
