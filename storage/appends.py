@@ -3,12 +3,12 @@ from __future__ import annotations
 
 from typing import NamedTuple
 
+from . import errors, producer_check, validator
 from . import producer as _producer
-from . import producer_check
 from ._native import ffi, iovec_pieces, lib
 from .clock import wall_ms as _now_ms
 from .config import LogConfig
-from .records import iter_batches
+from .records import describe_error, error_class, iter_batches
 
 
 class AppendInfo(NamedTuple):
@@ -31,6 +31,11 @@ class _ProducerCheck(Exception):
 
 
 _EPOCH_MIXED = lib.PLOG_EPOCH_MIXED
+_INT32_MAX = 2**31 - 1
+
+# The chunk refusals that name their failing batch (the classes come from records.error_class).
+_REFUSALS = frozenset((lib.PLOG_ECRC, lib.PLOG_ECORRUPT, lib.PLOG_EMAGIC, lib.PLOG_EPARTIAL, lib.PLOG_EEMPTY,
+                       lib.PLOG_ETOOLARGE, lib.PLOG_EORDER, lib.PLOG_EAPPENDOFFSET))
 # AppendInfo from the seven int64 fields plog_validate leads with (plog.h): what
 # NamedTuple._make does, without its length check (the C layout fixes the length).
 _new_append_info = tuple.__new__
@@ -108,10 +113,90 @@ def _follower_pieces(log, pieces: tuple) -> "AppendInfo | None":
         joined = b""                    # what the producer state and an epoch overflow read
         if v.producer_batch_count or v.epoch_count > lib.PLOG_VALIDATE_MAX_EPOCHS:
             joined = b"".join(pieces)
-        info = log._appended(state, ffi.from_buffer(joined), len(joined))
+        info = _appended(log, state, ffi.from_buffer(joined), len(joined))
         if v.producer_batch_count:
             log._record_completed(_producer.apply_replicated(log.producer_state, joined))
         return info
+
+
+def _append(log, state: "_AppendState", pointer, length: int, leader_epoch: int,
+            partial_tail: bool = False) -> AppendInfo:
+    """Validate, roll if Kafka would, write and index the chunk: one C call in the common
+    case (plog_segment_append_chunk, which checks the CRCs as it writes).  partial_tail:
+    a chunk ending inside a batch appends the whole batches before it (a follower's fetch
+    response: Kafka's FileRecords slices by bytes); AppendInfo.size_bytes says how many
+    bytes were taken.  C refuses such a chunk before writing anything, naming where the
+    cut batch starts, so the common whole chunk pays no separate walk of its headers."""
+    v = state.v
+    segment = log.segments[-1]
+    if segment.rolls_by_age(log.config.segment_ms, _now_ms):
+        segment = log._roll_to(log.log_end_offset)
+    rc = segment.append_chunk(pointer, length, log.log_end_offset, leader_epoch, v)
+    if rc == lib.PLOG_EPARTIAL and partial_tail and v.error_position > 0:
+        length = v.error_position
+        rc = segment.append_chunk(pointer, length, log.log_end_offset, leader_epoch, v)
+    if rc:
+        _append_uncommon(log, rc, v, pointer, length, leader_epoch)
+    return _appended(log, state, pointer, length)
+
+
+def _appended(log, state: "_AppendState", pointer, length: int) -> AppendInfo:
+    """After a chunk was written: its AppendInfo, the log end offset, the epochs it starts
+    (`pointer` is read only when more epochs changed than plog_validate holds)."""
+    v = state.v
+    out = state.out.tolist()
+    out.append(False)
+    info = _new_append_info(AppendInfo, out)
+    epoch = v.sole_epoch
+    if epoch == _EPOCH_MIXED or (epoch >= 0 and epoch != log.epoch_cache.latest_epoch):
+        assign_epochs(log, v, pointer, length)     # before the log end offset moves
+    log.log_end_offset = info[1] + 1
+    log.producer_state.last_map_offset = log.log_end_offset   # Kafka's updateMapEndOffset
+    return info
+
+
+def _append_uncommon(log, rc: int, v, pointer, length: int, leader_epoch: int) -> None:
+    """Roll and append (PLOG_EROLL: the chunk was found valid, nothing written), or raise."""
+    if rc == lib.PLOG_EROLL:
+        new_base = max(v.first_offset, log.log_end_offset)
+        if v.last_offset - new_base > _INT32_MAX:
+            # Not even a new segment could hold it: refuse before rolling, so that a refused
+            # append leaves no empty segment behind.
+            raise errors.RecordListTooLargeError(
+                f"offsets {v.first_offset}..{v.last_offset} span more than a segment can hold "
+                f"(2^31 - 1 offsets past its base)", file=f"{log.path} (appended data)", offset=v.first_offset)
+        segment = log._roll_to(new_base)
+        v.flags |= lib.PLOG_APPEND_NO_ROLL
+        try:
+            rc = segment.append_chunk(pointer, length, log.log_end_offset, leader_epoch, v)
+        finally:
+            v.flags &= ~lib.PLOG_APPEND_NO_ROLL
+        if rc == 0:
+            return
+    if rc == lib.PLOG_ERECHECK:
+        raise _Recheck()
+    if rc == lib.PLOG_EPRODUCER:
+        raise _ProducerCheck()
+    if rc in (lib.PLOG_ERECORD, lib.PLOG_ETIMESTAMP) and v.error_position >= 0:
+        raise validator.explain(ffi.buffer(pointer, length), v.error_position, rc,
+                                file=f"{log.path} (appended data)")
+    if rc == lib.PLOG_ELISTTOOLARGE:
+        raise errors.RecordListTooLargeError(
+            f"append of {length} bytes exceeds segment_bytes={log.config.segment_bytes}", file=log.path,
+            offset=v.first_offset)
+    # A refusal of the chunk names its failing batch (an empty chunk has none); the other
+    # codes come from the segment or the seam.
+    if rc in _REFUSALS and (v.error_position >= 0 or rc == lib.PLOG_EEMPTY):
+        cls = error_class(rc)
+        reason = describe_error(rc)
+        if rc == lib.PLOG_EAPPENDOFFSET:
+            reason = f"first offset {v.error_offset} is below the log end offset {log.log_end_offset}"
+        elif rc == lib.PLOG_ETOOLARGE:
+            reason = f"batch larger than max_message_bytes={log.config.max_message_bytes}"
+        raise cls(reason, file=f"{log.path} (appended data)", position=v.error_position,
+                  offset=v.error_offset)
+    log.segments[-1].raise_for(rc, "append", offset=v.first_offset)
+    raise AssertionError(f"unexpected append result {rc}")   # _check raised for every rc != 0
 
 
 def assign_epochs(log, v, pointer, length: int) -> None:

@@ -29,17 +29,15 @@ from . import producer_check as _producer_check
 from . import retention as _retention
 from ._native import ffi, lib
 from .appends import (
-    _EPOCH_MIXED,
     AppendInfo,
+    _append,
     _AppendState,
     _client_flags,
     _follower_pieces,
     _follower_state,
     _leader_state,
-    _new_append_info,
     _ProducerCheck,
     _Recheck,
-    assign_epochs,
 )
 from .clock import wall_ms as _now_ms
 from .config import LogConfig
@@ -47,17 +45,9 @@ from .epoch import CHECKPOINT_FILE, LeaderEpochCache
 from .failure import LogDirFailureChannel, guarded
 from .loader import Loader, list_or_create, repair_epoch_cache
 from .reads import LogReads
-from .records import _build, describe_error, error_class
+from .records import _build
 from .segment import INDEX_SUFFIX, LOG_SUFFIX, TIME_INDEX_SUFFIX, Segment, SegmentHome
 from .txnindex import AbortedTxn
-
-_INT32_MAX = 2**31 - 1
-
-
-# The chunk refusals that name their failing batch (the classes come from records.error_class).
-_REFUSALS = frozenset((lib.PLOG_ECRC, lib.PLOG_ECORRUPT, lib.PLOG_EMAGIC, lib.PLOG_EPARTIAL, lib.PLOG_EEMPTY,
-                       lib.PLOG_ETOOLARGE, lib.PLOG_EORDER, lib.PLOG_EAPPENDOFFSET))
-
 
 _ORIGINS = ("client", "coordinator")
 
@@ -349,7 +339,7 @@ class PartitionLog(LogReads):
             if buf.__class__ is bytes:
                 state.v.flags |= lib.PLOG_APPEND_READONLY
             with ffi.from_buffer(buf) as pointer:
-                return self._append(state, pointer, len(buf), leader_epoch)
+                return _append(self, state, pointer, len(buf), leader_epoch)
         except _Recheck:
             pass
         finally:
@@ -361,7 +351,7 @@ class PartitionLog(LogReads):
         state.v.flags |= lib.PLOG_VALIDATE_RECHECKED
         try:
             with ffi.from_buffer(buf) as pointer:
-                return self._append(state, pointer, len(buf), leader_epoch)
+                return _append(self, state, pointer, len(buf), leader_epoch)
         finally:
             state.v.flags &= ~lib.PLOG_VALIDATE_RECHECKED
 
@@ -381,7 +371,7 @@ class PartitionLog(LogReads):
                 if self.log_end_offset == self.log_start_offset:
                     self._maybe_restart_empty_log(pointer, length)
                 state = self._follower_append or _follower_state(self)
-                info = self._append(state, pointer, length, -1, partial_tail)
+                info = _append(self, state, pointer, length, -1, partial_tail)
                 if state.v.producer_batch_count:
                     self._record_completed(_producer.apply_replicated(self.producer_state,
                                                                       ffi.buffer(pointer, info.size_bytes)))
@@ -403,83 +393,6 @@ class PartitionLog(LogReads):
         if lib.plog_batch_parse(pointer, length, 0, 0, info) == 0 and \
                 info.base_offset < self.log_end_offset <= info.last_offset:
             self._truncate_fully(info.base_offset)
-
-    def _append(self, state: "_AppendState", pointer, length: int, leader_epoch: int,
-                partial_tail: bool = False) -> AppendInfo:
-        """Validate, roll if Kafka would, write and index the chunk: one C call in the common
-        case (plog_segment_append_chunk, which checks the CRCs as it writes).  partial_tail:
-        a chunk ending inside a batch appends the whole batches before it (a follower's fetch
-        response: Kafka's FileRecords slices by bytes); AppendInfo.size_bytes says how many
-        bytes were taken.  C refuses such a chunk before writing anything, naming where the
-        cut batch starts, so the common whole chunk pays no separate walk of its headers."""
-        v = state.v
-        segment = self.segments[-1]
-        if segment.rolls_by_age(self.config.segment_ms, _now_ms):
-            segment = self._roll_to(self.log_end_offset)
-        rc = segment.append_chunk(pointer, length, self.log_end_offset, leader_epoch, v)
-        if rc == lib.PLOG_EPARTIAL and partial_tail and v.error_position > 0:
-            length = v.error_position
-            rc = segment.append_chunk(pointer, length, self.log_end_offset, leader_epoch, v)
-        if rc:
-            self._append_uncommon(rc, v, pointer, length, leader_epoch)
-        return self._appended(state, pointer, length)
-
-    def _appended(self, state: "_AppendState", pointer, length: int) -> AppendInfo:
-        """After a chunk was written: its AppendInfo, the log end offset, the epochs it starts
-        (`pointer` is read only when more epochs changed than plog_validate holds)."""
-        v = state.v
-        out = state.out.tolist()
-        out.append(False)
-        info = _new_append_info(AppendInfo, out)
-        epoch = v.sole_epoch
-        if epoch == _EPOCH_MIXED or (epoch >= 0 and epoch != self.epoch_cache.latest_epoch):
-            assign_epochs(self, v, pointer, length)     # before the log end offset moves
-        self.log_end_offset = info[1] + 1
-        self.producer_state.last_map_offset = self.log_end_offset   # Kafka's updateMapEndOffset
-        return info
-
-    def _append_uncommon(self, rc: int, v, pointer, length: int, leader_epoch: int) -> None:
-        """Roll and append (PLOG_EROLL: the chunk was found valid, nothing written), or raise."""
-        if rc == lib.PLOG_EROLL:
-            new_base = max(v.first_offset, self.log_end_offset)
-            if v.last_offset - new_base > _INT32_MAX:
-                # Not even a new segment could hold it: refuse before rolling, so that a refused
-                # append leaves no empty segment behind.
-                raise errors.RecordListTooLargeError(
-                    f"offsets {v.first_offset}..{v.last_offset} span more than a segment can hold "
-                    f"(2^31 - 1 offsets past its base)", file=f"{self.path} (appended data)", offset=v.first_offset)
-            segment = self._roll_to(new_base)
-            v.flags |= lib.PLOG_APPEND_NO_ROLL
-            try:
-                rc = segment.append_chunk(pointer, length, self.log_end_offset, leader_epoch, v)
-            finally:
-                v.flags &= ~lib.PLOG_APPEND_NO_ROLL
-            if rc == 0:
-                return
-        if rc == lib.PLOG_ERECHECK:
-            raise _Recheck()
-        if rc == lib.PLOG_EPRODUCER:
-            raise _ProducerCheck()
-        if rc in (lib.PLOG_ERECORD, lib.PLOG_ETIMESTAMP) and v.error_position >= 0:
-            raise validator.explain(ffi.buffer(pointer, length), v.error_position, rc,
-                                    file=f"{self.path} (appended data)")
-        if rc == lib.PLOG_ELISTTOOLARGE:
-            raise errors.RecordListTooLargeError(
-                f"append of {length} bytes exceeds segment_bytes={self.config.segment_bytes}", file=self.path,
-                offset=v.first_offset)
-        # A refusal of the chunk names its failing batch (an empty chunk has none); the other
-        # codes come from the segment or the seam.
-        if rc in _REFUSALS and (v.error_position >= 0 or rc == lib.PLOG_EEMPTY):
-            cls = error_class(rc)
-            reason = describe_error(rc)
-            if rc == lib.PLOG_EAPPENDOFFSET:
-                reason = f"first offset {v.error_offset} is below the log end offset {self.log_end_offset}"
-            elif rc == lib.PLOG_ETOOLARGE:
-                reason = f"batch larger than max_message_bytes={self.config.max_message_bytes}"
-            raise cls(reason, file=f"{self.path} (appended data)", position=v.error_position,
-                      offset=v.error_offset)
-        self.segments[-1].raise_for(rc, "append", offset=v.first_offset)
-        raise AssertionError(f"unexpected append result {rc}")   # _check raised for every rc != 0
 
     def _roll_to(self, base_offset: int) -> Segment:
         old = self.segments[-1]
