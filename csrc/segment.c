@@ -370,8 +370,9 @@ static void advance_expected(plog_validate *v) {
 }
 
 int plog_segment_append_chunk(plog_segment *seg, uint8_t *buf, size_t length, int64_t next_offset,
-                              int32_t leader_epoch, plog_validate *v) {
+                              int32_t leader_epoch, int flags, int64_t now_ms, plog_validate *v) {
     plog_segment_assert_invariants(seg);
+    v->flags = flags;
     v->next_offset = next_offset;
     v->leader_epoch = leader_epoch;
     v->expected_hit = -1;
@@ -379,8 +380,7 @@ int plog_segment_append_chunk(plog_segment *seg, uint8_t *buf, size_t length, in
     if (rc == 0 && (int64_t)length > v->segment_bytes) rc = PLOG_ELISTTOOLARGE;
     if (rc == 0 && (v->flags & PLOG_VALIDATE_PRODUCERS) && v->producer_batch_count > 0)
         rc = expected_producer(buf, length, v);
-    if (rc == 0 && !(v->flags & PLOG_APPEND_NO_ROLL) &&
-        plog_segment_should_roll(seg, length, v, v->segment_bytes, v->segment_ms))
+    if (rc == 0 && !(flags & PLOG_APPEND_NO_ROLL) && plog_segment_should_roll(seg, length, v, now_ms))
         rc = PLOG_EROLL;
     if (rc == 0) rc = append_check(seg, length, v);
     if (rc == PLOG_EPRODUCER) return rc;     /* the caller's check looks at the CRCs when it refuses */
@@ -429,9 +429,10 @@ static int write_pieces(plog_segment *seg, const plog_iovec *pieces, int count, 
 }
 
 int plog_segment_append_pieces(plog_segment *seg, const plog_iovec *pieces, int count, int64_t next_offset,
-                               plog_validate *v) {
+                               int flags, int64_t now_ms, plog_validate *v) {
     plog_segment_assert_invariants(seg);
-    if (count < 0 || (v->flags & (PLOG_VALIDATE_ASSIGN_OFFSETS | PLOG_VALIDATE_STAMP_EPOCH |
+    v->flags = flags;
+    if (count < 0 || (flags & (PLOG_VALIDATE_ASSIGN_OFFSETS | PLOG_VALIDATE_STAMP_EPOCH |
                                   PLOG_VALIDATE_CLIENT | PLOG_VALIDATE_PRODUCERS)))
         return PLOG_EARG;
     v->next_offset = next_offset;
@@ -439,20 +440,22 @@ int plog_segment_append_pieces(plog_segment *seg, const plog_iovec *pieces, int 
     int rc = plog_validate_pieces(pieces, count, v);
     size_t length = (size_t)v->size_bytes;
     if (rc == 0 && (int64_t)length > v->segment_bytes) rc = PLOG_ELISTTOOLARGE;
-    if (rc == 0 && !(v->flags & PLOG_APPEND_NO_ROLL) &&
-        plog_segment_should_roll(seg, length, v, v->segment_bytes, v->segment_ms))
+    if (rc == 0 && !(flags & PLOG_APPEND_NO_ROLL) && plog_segment_should_roll(seg, length, v, now_ms))
         rc = PLOG_EROLL;
     if (rc == 0) rc = append_check(seg, length, v);
     if (rc == 0) rc = write_pieces(seg, pieces, count, v);
     return rc ? rc : append_done(seg, length, v);
 }
 
-int plog_segment_should_roll(const plog_segment *seg, size_t length, const plog_validate *v,
-                             int64_t segment_bytes, int64_t segment_ms) {
-    if (seg->size > segment_bytes - (int64_t)length) return 1;
-    if (seg->size > 0 && seg->first_batch_max_timestamp >= 0 &&
-        v->max_timestamp - seg->first_batch_max_timestamp > segment_ms)
-        return 1;
+int plog_segment_should_roll(const plog_segment *seg, size_t length, const plog_validate *v, int64_t now_ms) {
+    if (seg->size > v->segment_bytes - (int64_t)length) return 1;
+    if (seg->size > 0) {
+        /* Kafka's timeWaitedForRoll: from the first batch's max timestamp to the chunk's, or
+         * from the segment's creation to now when that batch carries none. */
+        int64_t first = seg->first_batch_max_timestamp;
+        int64_t waited = first >= 0 ? v->max_timestamp - first : now_ms - seg->created_ms;
+        if (waited > v->segment_ms) return 1;
+    }
     if (seg->offset_entries >= seg->offset_max_entries || seg->time_entries >= seg->time_max_entries - 1) return 1;
     return v->last_offset - seg->base_offset > INT32_MAX || v->first_offset < seg->base_offset;
 }

@@ -22,22 +22,19 @@ import os
 import threading
 
 from . import cleaner as _cleaner
-from . import errors, guards, validator
+from . import errors, guards
 from . import io as _io
 from . import producer as _producer
-from . import producer_check as _producer_check
 from . import retention as _retention
 from ._native import ffi, lib
 from .appends import (
     AppendInfo,
-    _append,
     _AppendState,
     _client_flags,
     _follower_pieces,
     _follower_state,
     _leader_state,
-    _ProducerCheck,
-    _Recheck,
+    append_chunk,
 )
 from .clock import wall_ms as _now_ms
 from .config import LogConfig
@@ -82,7 +79,6 @@ class PartitionLog(LogReads):
         self._truncations = 0                         # a cleaner round aborts when this moved
         self._leader_append: dict[str, _AppendState] = {}   # each kind's in/out struct, made at its first (appends.py)
         self._client_flags = _client_flags()        # producer_check.ENABLED, read at the open
-        self._expected: _producer_check.ExpectedProducers | None = None     # with the client's
         self._follower_append: _AppendState | None = None
         self.on_recovery_point_lowered = None   # LogDir persists the lowered recovery point
         self._recovered: list[tuple] = []   # (base, end, epoch changes, producer batches) a recovered segment
@@ -270,47 +266,11 @@ class PartitionLog(LogReads):
         state = self._leader_append.get(origin) or _leader_state(self, origin)
         if origin == "client" and self.config.compacts:
             _cleaner.require_keys(buf, self.path)      # Kafka's LogValidator for compacted topics
+        # Our own builder's batch: its records and max timestamp are right.
+        flags = state.flags if prebuilt else state.flags | lib.PLOG_VALIDATE_RECHECKED
         with self._lock:
             self._ensure_open()
-            if prebuilt and state.v.flags & lib.PLOG_VALIDATE_PRODUCERS:
-                # One C call for a plain batch or an expected producer's next batch
-                # (storage/producer_check.py); any other batch with a producer id comes back.
-                expected = self._expected
-                expected.sync()
-                try:
-                    info = self._leader_write(state, buf, leader_epoch, prebuilt)
-                except _ProducerCheck:
-                    return self._checked_leader_write(state, buf, leader_epoch, origin)
-                slot = state.v.expected_hit
-                if slot >= 0:
-                    expected.commit(slot, info)
-                return info
-            if prebuilt:
-                return self._checked_leader_write(state, buf, leader_epoch, origin)
-            return self._leader_write(state, buf, leader_epoch, prebuilt)
-
-    def _checked_leader_write(self, state: "_AppendState", buf, leader_epoch: int, origin: str) -> AppendInfo:
-        """A leader's prebuilt chunk, its producer batches checked in Python first (storage/producer.py)."""
-        plan = _producer.plan_leader_chunk(self.producer_state, buf, self.log_end_offset, origin,
-                                           self.config.batch_limit_bytes)
-        if plan is not None and plan.__class__ is not tuple and plan.duplicate is not None:
-            d = plan.duplicate      # Kafka answers a retried batch with its first offsets
-            return AppendInfo(d.first_offset, d.last_offset, d.timestamp, d.last_offset, 0, 0, 0, True)
-        v = state.v
-        in_c = v.flags & lib.PLOG_VALIDATE_PRODUCERS
-        v.flags &= ~lib.PLOG_VALIDATE_PRODUCERS
-        try:
-            info = self._leader_write(state, buf, leader_epoch, True)
-        finally:
-            v.flags |= in_c
-        if plan is not None:
-            changes = self.producer_state.changes
-            completed = _producer.commit_append(self.producer_state, plan, info.first_offset)
-            if completed:
-                self._record_completed(completed)
-            if in_c:
-                self._expected.learn(_producer.planned_producers(plan), changes)
-        return info
+            return append_chunk(self, state, buf, leader_epoch, flags)
 
     @guarded
     def append_txn_marker(self, producer_id: int, producer_epoch: int, commit: bool, coordinator_epoch: int,
@@ -330,31 +290,6 @@ class PartitionLog(LogReads):
                 if segment.append_aborted(entry):
                     self._dir_dirty = True      # a new file: its name is durable at the next flush
 
-    def _leader_write(self, state: "_AppendState", buf, leader_epoch: int, prebuilt: bool) -> AppendInfo:
-        """Write a leader's chunk: one C call, or the validator's recheck first (storage/validator.py)."""
-        try:
-            if not prebuilt:
-                # Our own builder's batch: its records and max timestamp are right.
-                state.v.flags |= lib.PLOG_VALIDATE_RECHECKED
-            if buf.__class__ is bytes:
-                state.v.flags |= lib.PLOG_APPEND_READONLY
-            with ffi.from_buffer(buf) as pointer:
-                return _append(self, state, pointer, len(buf), leader_epoch)
-        except _Recheck:
-            pass
-        finally:
-            state.v.flags &= ~(lib.PLOG_VALIDATE_RECHECKED | lib.PLOG_APPEND_READONLY)
-        # A compressed batch, or a max timestamp to set from the records: nothing was
-        # written; the validator checks (and may rewrite) the chunk, then C appends it.
-        buf = bytearray(buf) if buf.__class__ is bytes else buf
-        validator.recheck(buf, file=f"{self.path} (appended data)")
-        state.v.flags |= lib.PLOG_VALIDATE_RECHECKED
-        try:
-            with ffi.from_buffer(buf) as pointer:
-                return _append(self, state, pointer, len(buf), leader_epoch)
-        finally:
-            state.v.flags &= ~lib.PLOG_VALIDATE_RECHECKED
-
     @guarded
     def append_as_follower(self, batches) -> AppendInfo:
         """Append batches fetched from the leader as they are: CRC checked, offsets strictly
@@ -364,18 +299,8 @@ class PartitionLog(LogReads):
     def _follower_chunk(self, batches, partial_tail: bool) -> AppendInfo:
         with self._lock:
             self._ensure_open()
-            with ffi.from_buffer(batches) as pointer:
-                length = len(pointer)
-                if length == 0:
-                    return self._nothing_appended()
-                if self.log_end_offset == self.log_start_offset:
-                    self._maybe_restart_empty_log(pointer, length)
-                state = self._follower_append or _follower_state(self)
-                info = _append(self, state, pointer, length, -1, partial_tail)
-                if state.v.producer_batch_count:
-                    self._record_completed(_producer.apply_replicated(self.producer_state,
-                                                                      ffi.buffer(pointer, info.size_bytes)))
-                return info
+            state = self._follower_append or _follower_state(self)
+            return append_chunk(self, state, batches, -1, state.flags, partial_tail)
 
     def _nothing_appended(self) -> AppendInfo:
         """Kafka's UnifiedLog.append returns early for an empty record set: nothing changes.
