@@ -1,4 +1,4 @@
-"""Append throughput, fsync off (design.md targets: ours >= 90% of a plain Python file.write
+"""Append throughput, fsync off (docs/design.md "Performance targets": ours >= 90% of a plain Python file.write
 of the same bytes, the ceiling, and >= 1.5x LMDB).
 
 Every case writes the same prebuilt batches (conftest.prebuild_batches), one call per batch,

@@ -1,4 +1,4 @@
-"""Building batches from Python records (design.md target: >= 10x kafka-python's builder,
+"""Building batches from Python records (docs/design.md "Performance targets": >= 10x kafka-python's builder,
 >= 5 M records/s uncompressed, 100-byte records; one C call per batch).
 
 Each round builds `build_batches` batches of `build_records` 100-byte values (no key, no
@@ -67,7 +67,7 @@ def check_batch(batch, values: list[bytes], compression: str) -> None:
     """What a builder made is one valid v2 batch of exactly `values`, with that codec."""
     (parsed,) = list(storage.iter_batches(bytes(batch)))
     assert parsed.record_count == len(values)
-    assert parsed.attributes & 0x7 == storage.records.CODEC_IDS[compression]
+    assert parsed.attributes & 0x7 == storage.core.records.CODEC_IDS[compression]
     assert [r.value for r in parsed.records()] == values
 
 

@@ -23,7 +23,8 @@ import pytest
 from benchlib import Contender, KiB, MiB, paired
 
 import storage
-from storage import Record, cleaner
+from storage import Record
+from storage.log import cleaner
 
 CONFIG = storage.LogConfig(fsync=False, cleanup_policy="compact", segment_bytes=16 * MiB)
 

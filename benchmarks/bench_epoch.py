@@ -1,4 +1,4 @@
-"""Leader epochs and truncation (design.md target: OffsetForLeaderEpoch and truncation cost
+"""Leader epochs and truncation (docs/design.md "Performance targets": OffsetForLeaderEpoch and truncation cost
 grows with log(epochs) and with bytes truncated, never with log size), and the leader-epoch
 work's deferred epoch flush.
 

@@ -1,7 +1,7 @@
 """Side by side with Apache Kafka's own storage classes (issue 18's table), in one run.
 
 The JVM peer is `benchmarks/jvm/KafkaPeer.java` against kafka-clients 3.9.1 (the jars the
-interop tests download: tests/test_interop_jvm.py), compiled once and kept running in one JVM
+interop tests download: tests/interop/test_interop_jvm.py), compiled once and kept running in one JVM
 for the whole session, warmed up (JIT) before any measured round; each of its runs is timed
 inside the JVM with System.nanoTime and sent back over a pipe, so neither the start of the
 JVM nor the pipe is counted.  Paired, alternating rounds (benchlib.paired: A B, then B A),
@@ -39,7 +39,7 @@ from bench_append import FileWrite, Lmdb, OursFollower, Peer, _log_config, _Stat
 from benchlib import Contender, make_values, paired
 
 import storage
-from storage.records import iter_batches
+from storage.core.records import iter_batches
 
 ROOT = Path(__file__).resolve().parent.parent
 SOURCE = Path(__file__).resolve().parent / "jvm" / "KafkaPeer.java"

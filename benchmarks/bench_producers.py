@@ -3,7 +3,7 @@
 "idempotent-append-paired", alternated in pairs (A B, then B A), fsync off, one leader append
 per prebuilt batch into a fresh log (opening and closing are not timed):
   idempotent  batches of producer 1, epoch 0, consecutive sequences: the C append checks
-              the producer's epoch and next sequence (storage/producer_check.py), and the
+              the producer's epoch and next sequence (storage/log/producer_check.py), and the
               batch is recorded in the producer state
   plain       the same records in batches without a producer id
 The ratio is t(plain) / t(idempotent): the goal is >= 0.90 (at most 10% overhead).  Two batch

@@ -1,4 +1,4 @@
-"""Reads from the page cache (design.md targets: sequential fetch >= LMDB's read-all; point
+"""Reads from the page cache (docs/design.md "Performance targets": sequential fetch >= LMDB's read-all; point
 read by offset p50 <= 3 µs).
 
 Every contender reads the same batches: the session's big log (conftest.big_log: 1 GiB of
@@ -49,7 +49,7 @@ import pytest
 from benchlib import CHUNK_BYTES, Contender, paired, percentiles, timer_overhead_ns
 
 import storage
-from storage._native import ffi, lib
+from storage.core._native import ffi, lib
 
 FETCH_BYTES = 1 << 20           # max_bytes of a fetch (the fetcher's default)
 SEGMENT_FILE = "00000000000000000000.log"

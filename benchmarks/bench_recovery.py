@@ -1,4 +1,4 @@
-"""Unclean-shutdown recovery of a 1 GiB log (design.md target: recovery scan -- CRC-validate
+"""Unclean-shutdown recovery of a 1 GiB log (docs/design.md "Performance targets": recovery scan -- CRC-validate
 and rebuild indexes -- >= 50 % of the `crc32c` package's speed over the same bytes).
 
 The log is the session's big log (conftest.big_log: 1 GiB of 16 KiB batches, one segment).
@@ -29,7 +29,7 @@ import pytest
 from benchlib import Contender, paired
 
 import storage
-from storage._native import ffi, lib
+from storage.core._native import ffi, lib
 
 SEGMENT_FILE = "00000000000000000000.log"
 

@@ -205,7 +205,7 @@ class StampedBatches:
         """Yield (chunk, base offsets) for `batch_count` consecutive batches, at most chunk_bytes
         a chunk.  `chunk` is one bytearray reused (rewritten) for every chunk: consume it before
         asking for the next one."""
-        from storage._native import ffi, lib
+        from storage.core._native import ffi, lib
 
         size, per = self.batch_size, max(1, chunk_bytes // self.batch_size)
         buf = bytearray(self.template * per)

@@ -1,4 +1,4 @@
-"""Shared set-up of the pytest-benchmark suite (design.md, "Performance targets").
+"""Shared set-up of the pytest-benchmark suite (docs/design.md "Performance targets").
 
 Run:    python -m pytest benchmarks --benchmark-only [--quick] [--benchmark-json=BENCH.json]
 Report: python benchmarks/report.py BENCH.json --out benchmarks/RESULTS.md

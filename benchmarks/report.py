@@ -27,7 +27,7 @@ import sys
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 
-# (group, peer role or name, minimum ratio, description) -- design.md "Performance targets"
+# (group, peer role or name, minimum ratio, description) -- docs/design.md "Performance targets"
 APPEND_CEILING_TARGET = 0.90
 APPEND_LMDB_TARGET = 1.5
 BUILD_KAFKA_TARGET = 10.0

@@ -2,12 +2,12 @@
  * batch.c -- record batches: header parse and build, validation of appended chunks, and the
  * segment scan used by recovery and verification.
  *
- * Layout (kafka-reference 1.1): a v2 batch is a 61-byte header followed by the records
+ * Layout (docs/kafka-formats.md 1.1): a v2 batch is a 61-byte header followed by the records
  * section.  Length (bytes 8..12) counts everything after itself, so a batch occupies
  * Length + 12 bytes.  The CRC at 17..21 is CRC-32C of [21, end): BaseOffset, Length,
  * PartitionLeaderEpoch and Magic are outside it, which is why a leader can assign offsets
  * and stamp its epoch without recomputing it, and why recovery cannot notice a flipped
- * epoch or magic byte (kafka-reference 11.1).
+ * epoch or magic byte (docs/kafka-formats.md 11.1).
  *
  * Legacy entries (magic 0/1) are read, never written: offset(8) size(4) crc(4) magic(1)
  * attributes(1) [timestamp(8) for v1] key(4+n) value(4+n); the CRC is CRC-32 (IEEE) of
@@ -268,7 +268,7 @@ int plog_validate_crcs(const uint8_t *buf, size_t length, int64_t count, plog_va
     return 0;
 }
 
-/* storage/log.py reads the AppendInfo fields of plog_validate as one int64 array. */
+/* storage/log/appends.py reads the AppendInfo fields of plog_validate as one int64 array. */
 _Static_assert(offsetof(plog_validate, first_offset) == 0 && offsetof(plog_validate, last_offset) == 8 &&
                offsetof(plog_validate, max_timestamp) == 16 && offsetof(plog_validate, offset_of_max_timestamp) == 24 &&
                offsetof(plog_validate, batch_count) == 32 && offsetof(plog_validate, record_count) == 40 &&

@@ -3,7 +3,7 @@
  *
  * Kafka's v2 batch CRC is CRC-32C over bytes [21, end) of the batch: reflected polynomial
  * 0x82F63B78, initial value 0xFFFFFFFF, final XOR 0xFFFFFFFF; check value
- * crc32c("123456789") = 0xE3069283 (kafka-reference 1.8).
+ * crc32c("123456789") = 0xE3069283 (docs/kafka-formats.md 1.8).
  *
  * Two paths, chosen at run time:
  *  - portable: slicing-by-8 tables, about 1.5 GB/s;

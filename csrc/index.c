@@ -6,7 +6,7 @@
  * .timeindex entry, 12 bytes: timestamp int64 | relativeOffset int32.  "The largest timestamp
  * seen up to and including the batch ending at base + relativeOffset."  Timestamps strictly
  * increase (an equal timestamp is silently skipped); offsets never go back.
- * (kafka-reference 2.2, 2.3.)
+ * (docs/kafka-formats.md 2.2, 2.3.)
  *
  * Where the entries live.  An index is never written through a shared mapping: a page fault
  * on a sparse file cannot report a full disk except by SIGBUS.  An active segment keeps its

@@ -21,7 +21,7 @@
 #define PLOG_ASSERT(cond) ((void)0)
 #endif
 
-/* The segment invariants of the reliability model, checked at entry and exit of every
+/* The segment invariants (docs/reliability.md I9), checked at entry and exit of every
  * mutating segment function (segment.c): sizes in range, the next offset at or above the
  * base, index entries counted within capacity and what was written within what exists,
  * the newest index entries in order and pointing inside the log, the index cadence counter
@@ -60,7 +60,7 @@ static inline void put16(uint8_t *p, int16_t v) {
     memcpy(p, &x, 2);
 }
 
-/* v2 header field positions (kafka-reference 1.1). */
+/* v2 header field positions (docs/kafka-formats.md 1.1). */
 enum {
     POS_BASE_OFFSET = 0, POS_LENGTH = 8, POS_PLE = 12, POS_MAGIC = 16, POS_CRC = 17,
     POS_ATTRIBUTES = 21, POS_LAST_OFFSET_DELTA = 23, POS_BASE_TIMESTAMP = 27,

@@ -6,7 +6,7 @@
  * plog_io_use_python(1) sends them to callbacks defined by the cffi module
  * (`extern "Python+C"`, see csrc/build_plog.py) that dispatch to the Python seam object
  * installed with storage.io.install(): a simulated file system sees exactly the operations
- * and flush points the engine makes in production (design.md, "Durability switch").
+ * and flush points the engine makes in production (docs/design.md "Durability switch").
  *
  * Contract of each operation: 0 or a positive errno.  pwrite writes everything or fails.
  * fsync with PLOG_SYNC_NOOP is a flush point with fsync disabled: the POSIX implementation

@@ -257,7 +257,7 @@ int plog_varint_encode(int64_t value, uint8_t *out);
  * name the failing batch.  Nothing is written to any file.
  *
  * The first seven fields are the AppendInfo of the chunk, int64 and in AppendInfo's order
- * on purpose: storage/log.py reads them as one int64 array after an append (batch.c
+ * on purpose: storage/log/appends.py reads them as one int64 array after an append (batch.c
  * asserts the layout).  Keep them first. */
 typedef struct plog_validate {
     int64_t first_offset;           /* out */
@@ -301,7 +301,7 @@ int plog_validate_chunk(uint8_t *buf, size_t length, plog_validate *v);
 /* ---- scan (recovery, verification) --------------------------------------------------- */
 
 /* Walk the batches of a segment image following Kafka's file iteration and recovery rules
- * (kafka-reference 1.6, 5.4): stops at <= 17 trailing bytes or a partial trailing batch
+ * (docs/kafka-formats.md 1.6, 5.4): stops at <= 17 trailing bytes or a partial trailing batch
  * (stop = PLOG_EPARTIAL), or at the first corrupt batch (stop = PLOG_ECORRUPT / PLOG_ECRC /
  * PLOG_EMAGIC / PLOG_EOVERFLOW, or PLOG_EORDER for a batch whose offsets do not follow its
  * predecessor's -- stricter than Kafka, since offsets are outside the CRC); valid_bytes is
@@ -421,7 +421,7 @@ int plog_segment_append(plog_segment *seg, const uint8_t *buf, size_t length,
  * The flags are the caller's for this one call: v keeps nothing of them for the next.
  *
  * Besides 0 and the errors, three verdicts ask the caller to do something and call again,
- * nothing written (storage/appends.py, its one loop): PLOG_EROLL (roll, then call with
+ * nothing written (storage/log/appends.py, its one loop): PLOG_EROLL (roll, then call with
  * NO_ROLL), PLOG_ERECHECK (check the records in Python, then call with
  * PLOG_VALIDATE_RECHECKED) and PLOG_EPRODUCER (check the producer state, then call without
  * PLOG_VALIDATE_PRODUCERS), in that order of precedence: recheck and producer check before

@@ -1,5 +1,5 @@
 /*
- * records.c -- the records section of a v2 batch (kafka-reference 1.3).
+ * records.c -- the records section of a v2 batch (docs/kafka-formats.md 1.3).
  *
  * Each record: Length varint | Attributes int8 (0) | TimestampDelta varlong |
  * OffsetDelta varint | KeyLength varint (-1 null) | Key | ValueLength varint (-1 null) |

@@ -14,14 +14,15 @@ from pathlib import Path
 
 from storage.inspect.compare import local_comparison
 
-README = Path(__file__).resolve().parent.parent / "README.md"
+# The wire guide: its serve command, client example and compatibility table are checked here.
+GUIDE = Path(__file__).resolve().parent.parent / "docs" / "guide-broker.md"
 _READY = re.compile(r"(?:node|controller) (\d+) listening on ([\d.]+):(\d+) pid (\d+)")
 
 
 class Broker:
     """One broker process on `data_dir` (`command` "controller": a controller process)."""
 
-    # A serve process's options unless a test sets others (() runs the defaults, as the README).
+    # A serve process's options unless a test sets others (() runs the defaults, as the wire guide).
     options = ("--group-initial-rebalance-delay-ms", "0", "--offsets-partitions", "5", "--no-fsync")
 
     def __init__(self, data_dir, *extra: str, command: str = "serve", preexec_fn=None):
@@ -126,8 +127,8 @@ def served_versions(stderr: str) -> dict[str, set[int]]:
 
 
 def readme_table() -> dict[str, dict[str, str]]:
-    """The README's compatibility table: API -> column -> cell."""
-    text = README.read_text()
+    """The wire guide's compatibility table: API -> column -> cell."""
+    text = GUIDE.read_text()
     start = text.index("| API | key | versions served |")
     lines = []
     for line in text[start:].splitlines():
@@ -230,11 +231,11 @@ class Cluster:
 
 
 def assert_readme_column(client: str, stderr: str) -> None:
-    """The README's compatibility column for `client` says exactly which version of each API the
+    """The wire guide's compatibility column for `client` says exactly which version of each API the
     broker (its stderr: the `served:` line) answered for it."""
     used = served_versions(stderr)
     table = readme_table()
     column = next(c for c in next(iter(table.values())) if c.startswith(client))
     claimed = {api: row[column] for api, row in table.items() if row[column] != "-"}
     actual = {api: ", ".join(f"v{v}" for v in sorted(versions)) for api, versions in used.items()}
-    assert claimed == actual, f"README column {column!r} disagrees with what the client used"
+    assert claimed == actual, f"docs/guide-broker.md column {column!r} disagrees with what the client used"

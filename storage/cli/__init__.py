@@ -15,7 +15,7 @@
 Conventions shared by every subcommand:
   - `--json` prints one JSON document on stdout instead of text;
   - a problem is one line naming the file, the byte position and the offset where it was
-    found (`<file>, position P, offset O: what`), as `storage.errors.StorageError` does;
+    found (`<file>, position P, offset O: what`), as `storage.core.errors.StorageError` does;
   - exit status 0 = nothing wrong, 1 = problems found (or, for `recover`, data was cut),
     2 = usage error (bad arguments, a path that does not exist);
   - progress bars (tqdm, when installed) go to stderr and only when stderr is a terminal;
@@ -32,7 +32,7 @@ import argparse
 import os
 import sys
 
-from .. import errors
+from ..core import errors
 from .abort_txn import add_parser as add_abort_txn_parser
 from .abort_txn import cmd_abort_txn
 from .demo import run_demo

@@ -9,7 +9,7 @@ nothing.  Otherwise the dir must have been stopped cleanly (its `.kafka_cleanshu
 broker's next start must recover it first), the partition is read as `storage verify` reads it
 (any problem is refused, naming where, and nothing is written), then opened with the offsets the
 dir records (storage.mdb, or Kafka's checkpoint files, which are left as they are) and
-storage.hanging.abort_transaction
+storage.dir.hanging.abort_transaction
 writes the ABORT marker; a clean-shutdown marker is taken away while the log is open and put
 back, byte for byte, once it is closed (a crash in between leaves an unclean dir, which the next
 open recovers).
@@ -18,11 +18,12 @@ from __future__ import annotations
 
 import os
 
-from .. import errors, hanging
-from .. import io as _io
+from ..core import errors
+from ..core import io as _io
+from ..dir import hanging
+from ..dir.logdir import CLEAN_SHUTDOWN_FILE, locked_for_tool
 from ..inspect.discovery import LOG_SUFFIX, LogFile, log_dir_offsets, segment_base
 from ..inspect.scan import scan_partition
-from ..logdir import CLEAN_SHUTDOWN_FILE, locked_for_tool
 from .output import OK, UsageError, _print_json
 
 
@@ -70,8 +71,8 @@ def _batches(path: str):
 def _abort(args, path: str):
     """Open the partition, abort, close it; ([open transactions before], the aborted one and
     its marker's AppendInfo)."""
-    from ..config import LogConfig
-    from ..log import PartitionLog
+    from ..core.config import LogConfig
+    from ..log.partition import PartitionLog
 
     offsets, _source, _warnings = log_dir_offsets(args.dir)
     meta = offsets.get((args.topic, args.partition), {})

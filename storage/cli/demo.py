@@ -7,7 +7,7 @@ import sys
 import tempfile
 import time
 
-from ..errors import Errors
+from ..core.errors import Errors
 from ..inspect.compare import local_comparison
 from ..inspect.lineage import _lineage_text
 from ..inspect.progress import _Spinner
@@ -34,7 +34,7 @@ class _DemoStory:
     """The cluster story, step by step; every number it prints is read from the cluster."""
 
     def __init__(self, root: str):
-        from ..config import LogConfig
+        from ..core.config import LogConfig
         from ..sim.cluster import Cluster
 
         self.root = root
@@ -75,7 +75,7 @@ class _DemoStory:
                          if self.cluster.brokers[b].alive)
 
     def produce(self, batches: int, *, acks: int = -1):
-        from ..records import Record
+        from ..core.records import Record
 
         responses = []
         for _ in range(batches):

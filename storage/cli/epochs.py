@@ -3,11 +3,11 @@ from __future__ import annotations
 
 import os
 
-from ..epoch import CHECKPOINT_FILE
 from ..inspect.discovery import _where, log_dir_offsets, partition_dirs
 from ..inspect.lineage import _entries
 from ..inspect.progress import _plural, _progress
 from ..inspect.scan import _partition_bytes, scan_partition
+from ..log.epoch import CHECKPOINT_FILE
 from .output import OK, PROBLEMS, UsageError, _print_json
 
 

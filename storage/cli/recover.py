@@ -7,7 +7,9 @@ import shutil
 import tempfile
 from bisect import bisect_left
 
-from .. import errors
+from ..core import errors
+from ..core.files import segment_file
+from ..dir.logdir import CLEAN_SHUTDOWN_FILE, locked_for_tool
 from ..inspect.discovery import (
     LOG_SUFFIX,
     SNAPSHOT_SUFFIX,
@@ -20,7 +22,6 @@ from ..inspect.discovery import (
 from ..inspect.lineage import _entries, _lineage_text
 from ..inspect.progress import _plural, _progress
 from ..inspect.scan import _partition_bytes, scan_partition
-from ..logdir import CLEAN_SHUTDOWN_FILE, locked_for_tool
 from .output import OK, PROBLEMS, _print_json
 
 
@@ -55,7 +56,7 @@ def _segment_changes(before, sizes_before: dict, sizes_after: dict, report: dict
         truncated_total += entry["truncated_bytes"]
         segments.append(entry)
     for base in sorted(set(sizes_after) - set(sizes_before)):
-        segments.append({"base_offset": base, "file": os.path.join(path, f"{base:020d}{LOG_SUFFIX}"),
+        segments.append({"base_offset": base, "file": segment_file(path, base, LOG_SUFFIX),
                          "bytes_before": None, "bytes_after": sizes_after[base], "truncated_bytes": 0,
                          "status": "created", "reason": "an empty partition gets its first segment",
                          "position": None, "first_offset_removed": None, "batches_removed": 0})
@@ -64,11 +65,11 @@ def _segment_changes(before, sizes_before: dict, sizes_after: dict, report: dict
 
 def _recover_partition(log_dir: str, topic: str, partition: int, path: str, meta: dict, progress,
                        force: bool = False) -> dict:
-    """Kafka's unclean recovery of one partition (storage/loader.py decides per segment): from
+    """Kafka's unclean recovery of one partition (storage/log/loader.py decides per segment): from
     the recovery point the metadata records, refusing damage below it; with `force`, from
     offset 0, cutting at the first invalid batch wherever it is."""
-    from ..config import LogConfig
-    from ..log import PartitionLog
+    from ..core.config import LogConfig
+    from ..log.partition import PartitionLog
 
     before = scan_partition(log_dir, topic, partition, path, offsets={(topic, partition): meta}, check_indexes=False)
     sizes_before = {s.base_offset: s.size for s in before.segments}
@@ -116,8 +117,8 @@ def _recover_partition(log_dir: str, topic: str, partition: int, path: str, meta
 def _update_metadata(log_dir: str, results: list[dict], old: dict) -> bool:
     """Our log dirs: the recovered logs are flushed, so recovery point := log end offset, and the
     high watermark is clamped to it.  Kafka's checkpoint files are left to Kafka's loader."""
-    from ..meta import FILE_NAME as META_FILE
-    from ..meta import MetaStore, PartitionOffsets
+    from ..dir.meta import FILE_NAME as META_FILE
+    from ..dir.meta import MetaStore, PartitionOffsets
 
     if not os.path.exists(os.path.join(log_dir, META_FILE)):
         return False

@@ -11,18 +11,17 @@ import os
 import re
 import sys
 
-from ..config import LogConfig
+from ..core.config import LogConfig
+from ..core.files import INT32_MAX, INT64_MAX
 from ..wire.configs import MAX_PARTITIONS_PER_TOPIC
 from .output import UsageError
-
-_INT32_MAX, _INT64_MAX = 2**31 - 1, 2**63 - 1
 
 
 def _ranged(low: int, high: int, kafka_name: str | None = None):
     """An argparse type: a whole number in [low, high], parsed as Kafka's ConfigDef parses its
     broker config `kafka_name` (trimmed, sign and decimal digits); anything else is a usage
     error naming the flag and the value (exit 2) -- never a broker that starts and fails later."""
-    kind = "an int32" if high <= _INT32_MAX else "an int64"
+    kind = "an int32" if high <= INT32_MAX else "an int64"
 
     def parse(text: str) -> int:
         trimmed = text.strip("".join(map(chr, range(0x21))))
@@ -41,19 +40,19 @@ def add_parsers(sub) -> None:
                                    "DIR/logs is the Kafka log dir.  SIGTERM is a controlled shutdown.")
     p.add_argument("--data-dir", required=True, help="the broker's data directory (created if missing)")
     p.add_argument("--listen", default="127.0.0.1:9092", help="HOST:PORT to listen on (port 0: any free port)")
-    p.add_argument("--node-id", type=_ranged(0, _INT32_MAX, "node.id"), default=1, help="this broker's node id (default 1)")
+    p.add_argument("--node-id", type=_ranged(0, INT32_MAX, "node.id"), default=1, help="this broker's node id (default 1)")
     p.add_argument("--controller", metavar="HOST:PORT", help="the cluster's controller (default: embedded)")
     p.add_argument("--num-partitions", type=_ranged(1, MAX_PARTITIONS_PER_TOPIC, "num.partitions"), default=1, help="partitions of an auto-created topic")
     p.add_argument("--replication-factor", type=_ranged(1, 2**15 - 1, "default.replication.factor"), default=1, help="replication factor of an auto-created topic")
     p.add_argument("--no-auto-create-topics", action="store_true", help="Metadata does not create topics")
     p.add_argument("--offsets-partitions", type=_ranged(1, MAX_PARTITIONS_PER_TOPIC, "offsets.topic.num.partitions"), default=50, help="partitions of __consumer_offsets")
-    p.add_argument("--min-insync-replicas", type=_ranged(1, _INT32_MAX, "min.insync.replicas"), default=1, help="the broker's min.insync.replicas")
-    p.add_argument("--replica-lag-time-max-ms", type=_ranged(1, _INT64_MAX, "replica.lag.time.max.ms"), default=10_000,
+    p.add_argument("--min-insync-replicas", type=_ranged(1, INT32_MAX, "min.insync.replicas"), default=1, help="the broker's min.insync.replicas")
+    p.add_argument("--replica-lag-time-max-ms", type=_ranged(1, INT64_MAX, "replica.lag.time.max.ms"), default=10_000,
                    help="a follower this far behind leaves the ISR (Kafka's replica.lag.time.max.ms)")
-    p.add_argument("--fetch-max-bytes", type=_ranged(1, _INT32_MAX, "fetch.max.bytes"), default=57_671_680,
+    p.add_argument("--fetch-max-bytes", type=_ranged(1, INT32_MAX, "fetch.max.bytes"), default=57_671_680,
                    help="the most one Fetch answer holds, whatever the request asks; the first batch is "
                         "sent whole even when larger (Kafka's fetch.max.bytes, default 55 MiB)")
-    p.add_argument("--group-initial-rebalance-delay-ms", type=_ranged(0, _INT32_MAX, "group.initial.rebalance.delay.ms"), default=3000,
+    p.add_argument("--group-initial-rebalance-delay-ms", type=_ranged(0, INT32_MAX, "group.initial.rebalance.delay.ms"), default=3000,
                    help="how long an empty group's first rebalance waits for more members (Kafka: 3000)")
     p.add_argument("--no-fsync", action="store_true", help="never fsync (tests only: a crash of the machine "
                                                           "loses acknowledged data)")
@@ -66,9 +65,9 @@ def add_parsers(sub) -> None:
                                    "metadata log brokers replay.  DIR/controller and DIR/metadata.")
     p.add_argument("--data-dir", required=True, help="the controller's data directory (created if missing)")
     p.add_argument("--listen", default="127.0.0.1:9093", help="HOST:PORT to listen on (port 0: any free port)")
-    p.add_argument("--min-insync-replicas", type=_ranged(1, _INT32_MAX, "min.insync.replicas"), default=1,
+    p.add_argument("--min-insync-replicas", type=_ranged(1, INT32_MAX, "min.insync.replicas"), default=1,
                    help="min.insync.replicas (KIP-966: ELR is kept above 1)")
-    p.add_argument("--session-timeout-ms", type=_ranged(1, _INT32_MAX, "broker.session.timeout.ms"), default=9000,
+    p.add_argument("--session-timeout-ms", type=_ranged(1, INT32_MAX, "broker.session.timeout.ms"), default=9000,
                    help="a broker silent this long is fenced (Kafka's broker.session.timeout.ms)")
     p.add_argument("--unclean-leader-election", action="store_true",
                    help="elect a replica outside the ISR when no ISR member is left (KIP-704: it leads as "
@@ -84,7 +83,7 @@ def add_parsers(sub) -> None:
     p.add_argument("--data-dir", required=True, help="DIR/controller-data, DIR/broker-N")
     p.add_argument("--base-port", type=_ranged(1, 65535 - 100), default=9092, help="broker N listens on base+N-1, the controller "
                                                                  "on base+100 (default 9092)")
-    p.add_argument("--min-insync-replicas", type=_ranged(1, _INT32_MAX, "min.insync.replicas"), default=2, help="min.insync.replicas (default 2)")
+    p.add_argument("--min-insync-replicas", type=_ranged(1, INT32_MAX, "min.insync.replicas"), default=2, help="min.insync.replicas (default 2)")
 
 
 def _connection_flags(p) -> None:
@@ -94,7 +93,7 @@ def _connection_flags(p) -> None:
     p.add_argument("--max-connections", type=int, default=0,
                    help="connections at once; the newest beyond is closed (Kafka's max.connections; default: "
                         "what RLIMIT_NOFILE leaves after the log dir's open segments and a reserve)")
-    p.add_argument("--max-connections-per-ip", type=int, default=2**31 - 1,
+    p.add_argument("--max-connections-per-ip", type=int, default=INT32_MAX,
                    help="connections from one IP address at once (Kafka's max.connections.per.ip; default "
                         "unlimited)")
     p.add_argument("--queued-max-request-bytes", type=int, default=100 << 20,

@@ -17,8 +17,8 @@ from __future__ import annotations
 
 import os
 
-from .. import checkpoint, errors
-from ..logdir import parse_partition_dir
+from ..core import checkpoint, errors
+from ..dir.logdir import parse_partition_dir
 from .discovery import LOG_SUFFIX, LogFile, segment_base
 
 

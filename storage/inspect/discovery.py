@@ -3,7 +3,7 @@ metadata, read-only.  The command line (`partition_dirs`) and the Spark data sou
 (`discover`, `segments`) find partitions with the same rules:
 
   - a log dir: every `<topic>-<partition>` sub-directory is a partition (Kafka's naming,
-    `storage.logdir.parse_partition_dir`; `-delete`, `-future` and `-stray` dirs are skipped);
+    `storage.dir.logdir.parse_partition_dir`; `-delete`, `-future` and `-stray` dirs are skipped);
   - a partition dir, i.e. a directory holding `NNNNNNNNNNNNNNNNNNNN.log` files itself: its
     parent is the log dir, and a name that is not `<topic>-<partition>` gives topic = the name,
     partition = -1;
@@ -17,18 +17,15 @@ import glob
 import os
 from typing import Iterator, NamedTuple
 
-from .. import checkpoint, errors
-from ..epoch import CHECKPOINT_FILE
-from ..loader import SCAN_WINDOW, first_window, whole_batch_window
-from ..logdir import CLEAN_SHUTDOWN_FILE, parse_partition_dir
-from ..records import RecordBatch, iter_batches
-from ..segment import segment_base
+from ..core import checkpoint, errors
+from ..core.files import INDEX_SUFFIX, LEFTOVER_SUFFIXES, LOG_SUFFIX, SNAPSHOT_SUFFIX, TIME_INDEX_SUFFIX, segment_base  # noqa: E402,F401
+from ..core.records import RecordBatch, iter_batches
+from ..dir.logdir import CLEAN_SHUTDOWN_FILE, parse_partition_dir
+from ..log.epoch import CHECKPOINT_FILE
+from ..log.loader import SCAN_WINDOW, first_window, whole_batch_window
 from . import UsageError
 
-LOG_SUFFIX, INDEX_SUFFIX, TIME_INDEX_SUFFIX, SNAPSHOT_SUFFIX = ".log", ".index", ".timeindex", ".snapshot"
-
-
-_LEFTOVER_SUFFIXES = (".deleted", ".cleaned", ".swap")
+_LEFTOVER_SUFFIXES = LEFTOVER_SUFFIXES
 
 
 _where = errors.location
@@ -161,13 +158,13 @@ def broker_id(log_dir: str) -> int | None:
 def log_dir_offsets(log_dir: str) -> tuple[dict, str | None, list[Issue]]:
     """({(topic, partition): {"log_start_offset", "high_watermark", "recovery_point"}}, source,
     warnings) from our `storage.mdb` (read-only, no lock file) or Kafka's checkpoint files."""
-    from ..meta import FILE_NAME as META_FILE
+    from ..dir.meta import FILE_NAME as META_FILE
 
     warnings: list[Issue] = []
     mdb = os.path.join(log_dir, META_FILE)
     if os.path.exists(mdb):
         try:
-            from ..meta import read_partition_offsets
+            from ..dir.meta import read_partition_offsets
 
             return {key: o._asdict() for key, o in read_partition_offsets(mdb).items()}, "storage.mdb", warnings
         except Exception as exc:   # lmdb raises its own types; a damaged store is a warning here

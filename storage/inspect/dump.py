@@ -10,11 +10,11 @@ import zlib
 from array import array
 from bisect import bisect_left
 
-from .. import checkpoint, errors
-from ..coordinator_records import RecordFormatError, decode_offsets_record, decode_transaction_record
-from ..epoch import CHECKPOINT_FILE
-from ..records import decompress
-from ..txnindex import TXN_INDEX_SUFFIX
+from ..core import checkpoint, errors
+from ..core.files import INT32_MAX, TXN_INDEX_SUFFIX
+from ..core.records import decompress
+from ..log.epoch import CHECKPOINT_FILE
+from ..topics.coordinator_records import RecordFormatError, decode_offsets_record, decode_transaction_record
 from .discovery import (
     INDEX_SUFFIX,
     LOG_SUFFIX,
@@ -25,7 +25,6 @@ from .discovery import (
 from .lineage import _entries
 from .progress import _progress
 from .scan import (
-    _INT32_MAX,
     _OFFSET_ENTRY,
     _TIME_ENTRY,
     BatchRow,
@@ -38,8 +37,8 @@ _CONTROL_TYPES = {0: "ABORT", 1: "COMMIT", 2: "LEADER_CHANGE", 3: "SNAPSHOT_HEAD
 
 
 def _increment_sequence(sequence: int, increment: int) -> int:
-    if sequence > _INT32_MAX - increment:
-        return increment - (_INT32_MAX - sequence) - 1
+    if sequence > INT32_MAX - increment:
+        return increment - (INT32_MAX - sequence) - 1
     return sequence + increment
 
 
@@ -497,7 +496,7 @@ class _Dump:
 
     # ---- transaction index (Kafka's TransactionIndex: 34-byte aborted-transaction entries)
     def dump_txn_index(self, name: str, doc: dict | None) -> None:
-        from ..txnindex import ENTRY, ENTRY_BYTES
+        from ..log.txnindex import ENTRY, ENTRY_BYTES
 
         with open(name, "rb") as f:
             data = f.read()
@@ -515,7 +514,7 @@ class _Dump:
 
     # ---- producer-state snapshot (Kafka's ProducerStateManager format, version 1)
     def dump_snapshot(self, name: str, doc: dict | None) -> None:
-        from ..producer import SNAPSHOT_VERSION, decode_snapshot
+        from ..log.producer import SNAPSHOT_VERSION, decode_snapshot
 
         with open(name, "rb") as f:
             entries = decode_snapshot(f.read(), file=name)      # the engine's one reader

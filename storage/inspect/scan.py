@@ -6,9 +6,10 @@ import struct
 from array import array
 from typing import NamedTuple
 
-from .. import errors
-from ..epoch import CHECKPOINT_FILE
-from ..loader import scan_log_file
+from ..core import errors
+from ..core.files import TXN_INDEX_SUFFIX, segment_file
+from ..log.epoch import CHECKPOINT_FILE
+from ..log.loader import scan_log_file
 from .compacted import partition_is_compacted
 from .discovery import (
     _LEFTOVER_SUFFIXES,
@@ -28,7 +29,6 @@ from .progress import _plural, _progress
 _OFFSET_ENTRY, _TIME_ENTRY = struct.Struct(">ii"), struct.Struct(">qi")
 
 
-_INT32_MAX = 2**31 - 1
 
 
 class BatchRow(NamedTuple):
@@ -228,7 +228,7 @@ def scan_partition(log_dir: str, topic: str, partition: int, path: str, *, offse
     previous_last = None
     cuts: list[tuple[int, SegmentScan, object]] = []
     for k, base in enumerate(bases):
-        seg = SegmentScan(base, os.path.join(path, f"{base:020d}{LOG_SUFFIX}"))
+        seg = SegmentScan(base, segment_file(path, base, LOG_SUFFIX))
         if keep_rows:
             seg.rows = []
         ps.segments.append(seg)
@@ -313,7 +313,7 @@ def _warn_leftovers(ps: PartitionScan, path: str, names: list[str], base_set: se
             ps.warnings.append(Issue("leftover", "leftover of an interrupted delete, compaction or split "
                                      "(removed on the next load)", full))
             continue
-        for suffix in (INDEX_SUFFIX, TIME_INDEX_SUFFIX, ".txnindex"):
+        for suffix in (INDEX_SUFFIX, TIME_INDEX_SUFFIX, TXN_INDEX_SUFFIX):
             base = segment_base(name, suffix)
             if base is not None and base not in base_set:
                 ps.warnings.append(Issue("orphan", "index file without its .log (removed on the next load)", full))
@@ -359,7 +359,7 @@ def _check_batch(ps: PartitionScan, seg: SegmentScan, row: BatchRow, base: int, 
 
 
 def _note_recovery_cuts(ps: PartitionScan, cuts: list, segment_count: int) -> None:
-    """The verdict recovery cuts by (storage/loader.py, one implementation): whatever the batch
+    """The verdict recovery cuts by (storage/log/loader.py, one implementation): whatever the batch
     walk found or missed, a segment recovery would cut is a problem here."""
     bases_after = segment_count
     for n, (k, seg, verdict) in enumerate(cuts):

@@ -14,7 +14,7 @@ Invariants:
     ISR shape (INVALID_REQUEST), member eligibility and broker epochs (INELIGIBLE_REPLICA,
     KIP-841/903, M13);
   - fencing a broker removes it from every ISR except where it is the last member, which stays
-    in the ISR with no leader (kafka-reference 8.3);
+    in the ISR with no leader (docs/kafka-formats.md 8.3);
   - every change is committed to the store in one transaction before it is published;
   - a commit that fails (an I/O error of the store: a full disk, EIO) is the failure state, as a
     failed log-dir write is: the in-memory state goes back to the store's last commit, the
@@ -30,10 +30,10 @@ import os
 import uuid
 from dataclasses import asdict, dataclass
 
-from .. import guards
-from ..errors import Errors
-from ..failure import LogDirFailureChannel, is_io_failure
-from ..meta import MetaStore
+from ..core import guards
+from ..core.errors import Errors
+from ..core.failure import LogDirFailureChannel, is_io_failure
+from ..dir.meta import MetaStore
 from .messages import (
     NO_LEADER,
     RECOVERED,

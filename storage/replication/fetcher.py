@@ -1,4 +1,4 @@
-"""`ReplicaFetcher`: the follower side -- truncate, then fetch (kafka-reference 6).
+"""`ReplicaFetcher`: the follower side -- truncate, then fetch (docs/kafka-formats.md 6).
 
 Per partition one `FetchState`: Truncating (ask OffsetForLeaderEpoch, KIP-101/279), Fetching
 (Fetch with CurrentLeaderEpoch and LastFetchedEpoch, KIP-320/595), or ResettingOffset (after
@@ -23,9 +23,9 @@ from __future__ import annotations
 import enum
 from dataclasses import dataclass
 
-from .. import errors, guards
-from ..errors import Errors
-from ..reads import EARLIEST_TIMESTAMP, LATEST_TIMESTAMP
+from ..core import errors, guards
+from ..core.errors import Errors
+from ..log.reads import EARLIEST_TIMESTAMP, LATEST_TIMESTAMP
 from .messages import (
     NO_EPOCH,
     FetchPartition,
@@ -244,7 +244,7 @@ class ReplicaFetcher:
             self._back_off(fs)
 
     def _truncation_point(self, p, fs: PartitionFetchState, leader_epoch: int, leader_end_offset: int):
-        """kafka-reference 6.3: (offset, final)."""
+        """docs/kafka-formats.md 6.3: (offset, final)."""
         log = p.log
         leo = log.log_end_offset
         if leader_end_offset == -1:

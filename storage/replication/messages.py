@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from ..errors import Errors
+from ..core.errors import Errors
 
 NO_EPOCH = -1
 EPOCH_DURING_DELETE = -2

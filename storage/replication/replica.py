@@ -5,7 +5,7 @@ response; what the broker must send (AlterPartition to the controller, fetches t
 collected in outboxes that the caller drains (`take_alter_partition_requests`,
 `fetcher.poll`).  Nothing here touches files except through `PartitionLog`.
 
-Invariants (each guard carries its catalogue id, storage/guards.py):
+Invariants (each guard carries its catalogue id, storage/core/guards.py):
   - partition state with an older leader or partition epoch is ignored (M30);
   - becoming leader with a bumped epoch assigns (epoch, log end offset) in the epoch cache before
     anything else (M4), forgets what it knew of followers -- ISR members (M8) and the others
@@ -33,11 +33,11 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Callable
 
-from .. import errors, guards
-from ..clock import monotonic_ms
-from ..errors import Errors
-from ..logdir import LogDir
-from ..reads import EARLIEST_TIMESTAMP, LATEST_TIMESTAMP, MAX_TIMESTAMP
+from ..core import errors, guards
+from ..core.clock import monotonic_ms
+from ..core.errors import Errors
+from ..dir.logdir import LogDir
+from ..log.reads import EARLIEST_TIMESTAMP, LATEST_TIMESTAMP, MAX_TIMESTAMP
 from .messages import (
     CONSUMER_REPLICA_ID,
     EPOCH_DURING_DELETE,
@@ -720,7 +720,7 @@ class ReplicaManager:
     # ---- an offline log dir (Kafka's ReplicaManager.handleLogDirFailure) --------------------------
     @property
     def offline(self) -> bool:
-        """The log dir went offline (an I/O failure, storage/failure.py): from then on this broker
+        """The log dir went offline (an I/O failure, storage/core/failure.py): from then on this broker
         answers KAFKA_STORAGE_ERROR, acknowledges nothing and moves no high watermark (M31).
         Kafka halts a broker whose last log dir failed; the cluster model does (BrokerNode)."""
         return guards.on("M31") and self.logdir.offline

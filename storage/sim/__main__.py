@@ -16,7 +16,7 @@ import os
 import sys
 import tempfile
 
-from .. import guards
+from ..core import guards
 
 
 def _progress(total: int, label: str):

@@ -18,11 +18,11 @@ import random
 import shutil
 from typing import Callable
 
-from .. import errors
-from ..config import LogConfig
-from ..errors import Errors
-from ..logdir import LogDir
-from ..records import build_batch
+from ..core import errors
+from ..core.config import LogConfig
+from ..core.errors import Errors
+from ..core.records import build_batch
+from ..dir.logdir import LogDir
 from ..replication import messages as m
 from ..replication.controller import Controller
 from ..replication.replica import ReplicaManager

@@ -20,9 +20,9 @@ from __future__ import annotations
 
 import random
 
-from ..config import LogConfig
-from ..errors import Errors
-from ..records import Record, build_batch
+from ..core.config import LogConfig
+from ..core.errors import Errors
+from ..core.records import Record, build_batch
 from ..replication import messages as m
 
 TOPIC, PARTITION = "compacted", 0

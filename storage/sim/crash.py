@@ -20,12 +20,13 @@ import os
 import shutil
 from dataclasses import dataclass, field
 
-from .. import errors
-from .. import io as sio
-from ..config import LogConfig
-from ..logdir import CLEAN_SHUTDOWN_FILE, LogDir
-from ..producer import ProducerStateManager, apply_replicated
-from ..records import build_batch, iter_batches
+from ..core import errors
+from ..core import io as sio
+from ..core.config import LogConfig
+from ..core.files import LOG_SUFFIX
+from ..core.records import build_batch, iter_batches
+from ..dir.logdir import CLEAN_SHUTDOWN_FILE, LogDir
+from ..log.producer import ProducerStateManager, apply_replicated
 from . import invariants
 from .fs import CrashNow, SimFS, snapshot, write_tree
 
@@ -104,7 +105,7 @@ def _meta_files(root: str) -> list[str]:
 
 
 def _batches_in(files: dict, partition_dir: str) -> list[bytes]:
-    logs = sorted(p for p in files if os.path.dirname(p) == partition_dir and p.endswith(".log"))
+    logs = sorted(p for p in files if os.path.dirname(p) == partition_dir and p.endswith(LOG_SUFFIX))
     out = []
     for path in logs:
         out += [b.to_bytes() for b in iter_batches(files[path], verify=False) if b.is_valid()]

@@ -1,4 +1,4 @@
-"""Crash enumeration of log compaction (storage/cleaner.py), as storage/sim/crash.py does for the
+"""Crash enumeration of log compaction (storage/log/cleaner.py), as storage/sim/crash.py does for the
 other operations: a compacted partition with overwritten keys, a tombstone, an idempotent
 producer and an aborted transaction, flushed; then short sequences of "clean" (LogDir.clean_logs:
 the rewrite, the .cleaned -> .swap -> final swap, the cleaner checkpoint), "append" (a fresh key)
@@ -18,11 +18,12 @@ import errno
 import os
 import shutil
 
-from .. import errors
-from .. import io as sio
-from ..config import LogConfig
-from ..logdir import LogDir
-from ..records import Record, build_batch, iter_batches
+from ..core import errors
+from ..core import io as sio
+from ..core.config import LogConfig
+from ..core.files import CLEANED_SUFFIX, LOG_SUFFIX, SWAP_SUFFIX
+from ..core.records import Record, build_batch, iter_batches
+from ..dir.logdir import LogDir
 from . import invariants
 from .crash import STATES, Outcome, _check_producers, _is_crash, _meta_files, close_reporting
 from .fs import SimFS, snapshot, write_tree
@@ -57,7 +58,7 @@ def _prepare(root: str) -> None:
 
 def _records(files: dict, partition_dir: str) -> list[tuple[int, bytes | None, bytes | None, bool]]:
     out = []
-    for path in sorted(p for p in files if os.path.dirname(p) == partition_dir and p.endswith(".log")):
+    for path in sorted(p for p in files if os.path.dirname(p) == partition_dir and p.endswith(LOG_SUFFIX)):
         for batch in iter_batches(files[path], verify=False):
             if batch.is_valid():
                 out += [(r.offset, r.key, r.value, batch.is_control) for r in batch.records()]
@@ -104,7 +105,7 @@ def _check(root: str, before: dict, written: set, floor: int, label: str) -> lis
             out.append(f"I21 {label}: offsets not strictly increasing")
         if log.log_end_offset < floor:
             out.append(f"I21 {label}: durable data lost (log end offset {log.log_end_offset} < {floor})")
-        left = [n for n in os.listdir(log.path) if n.endswith((".cleaned", ".swap"))]
+        left = [n for n in os.listdir(log.path) if n.endswith((CLEANED_SUFFIX, SWAP_SUFFIX))]
         if left:
             out.append(f"I21 {label}: left behind {left}")
         out += [f"{v} [{label}]" for v in invariants.check_replica("node", log)]

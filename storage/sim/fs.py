@@ -3,7 +3,7 @@
 The real files are the page cache.  SimFS records what each flush point made durable -- a
 file's data at its fsync (or the fsync the engine would have made: `SYNC_NOOP` flush points
 count), a directory's names at its fsync -- and on a crash rewrites the files under a
-directory to one state the fault model allows (reliability-model.md 1.1):
+directory to one state the fault model allows (docs/reliability.md 1.1):
 
   S1 page-cache loss, one of four modes: (a) nothing volatile survives; (b) a per-file prefix
      of the volatile appends and a prefix of the volatile namespace changes survive (ordered);
@@ -20,7 +20,7 @@ Every choice comes from the seeded generator passed in, so the same seed gives t
 Use it in your own crash tests:
 
     fs = SimFS(root, seed=7)
-    with storage.io.using(fs):
+    with storage.core.io.using(fs):
         ... run the engine on files under root ...
     fs.crash(root, mode="b")            # or fs.crash(root, faults=("S3",))
     ... reopen with the real seam and check what survived ...
@@ -32,7 +32,7 @@ import os
 import random
 import shutil
 
-from ..io import PosixIO
+from ..core.io import PosixIO
 
 PAGE_BYTES = 4096
 # LMDB does its own I/O (not through the seam) and its own durability: the metadata store is

@@ -1,4 +1,4 @@
-"""Invariant checkers (reliability-model.md section 2), over live replicas.
+"""Invariant checkers (docs/reliability.md 2), over live replicas.
 
 Each function returns a list of violation strings ("I8 broker 2: ..."), empty when all hold.
 They read logs through the public API only, so the same checks serve the named scenarios, the
@@ -6,7 +6,7 @@ cluster simulator and users' own tests.
 """
 from __future__ import annotations
 
-from ..records import iter_batches
+from ..core.records import iter_batches
 from ..replication.messages import NO_LEADER, RECOVERING
 
 

@@ -29,8 +29,8 @@ from __future__ import annotations
 
 import random
 
-from ..errors import Errors
-from ..records import build_batch, iter_batches
+from ..core.errors import Errors
+from ..core.records import build_batch, iter_batches
 from ..replication import messages as m
 
 IDEMPOTENT_PID, TXN_PID = 1000, 2000

@@ -1,4 +1,4 @@
-"""Minimal fault recipes: one hand-driven story per guard (reliability-model.md section 3, the
+"""Minimal fault recipes: one hand-driven story per guard (docs/reliability.md 3, the
 "minimal fault recipe" column), on the rig the KIPs' stories use (storage.sim.rig).  With every
 guard on a recipe ends clean; with its guard switched off it ends in a violation that the
 stories' oracle (oracle.violations) reports.  `python -m storage.sim mutate ID` tries a
@@ -22,8 +22,9 @@ from __future__ import annotations
 
 import os
 
-from ..epoch import UNDEFINED_EPOCH
-from ..errors import Errors
+from ..core.errors import Errors
+from ..core.files import LOG_SUFFIX
+from ..log.epoch import UNDEFINED_EPOCH
 from ..replication import messages as m
 from . import oracle
 from .rig import Rig
@@ -38,7 +39,7 @@ def _held_leader_and_isr(b):
 
 def _active_segment_file(rig: Rig, b: int) -> str:
     directory = os.path.join(rig.root, f"broker-{b}", f"{TOPIC}-{PARTITION}")
-    return os.path.join(directory, max(n for n in os.listdir(directory) if n.endswith(".log")))
+    return os.path.join(directory, max(n for n in os.listdir(directory) if n.endswith(LOG_SUFFIX)))
 
 
 def m5_undefined_epoch(root) -> Rig:

@@ -1,13 +1,13 @@
 """A hand-driven replication rig for step-by-step scenarios: a memory-only Controller and
 ReplicaManagers wired by direct calls, so a scenario decides exactly which fetch, AlterPartition
 or metadata update is delivered, held back or lost (storage/sim/stories.py tells the KIPs'
-stories with it; tests/test_kip_scenarios.py checks them)."""
+stories with it; tests/replication/test_kip_scenarios.py checks them)."""
 import os
 import shutil
 
-from ..config import LogConfig
-from ..logdir import LogDir
-from ..records import build_batch
+from ..core.config import LogConfig
+from ..core.records import build_batch
+from ..dir.logdir import LogDir
 from ..replication import messages as m
 from ..replication.controller import Controller
 from ..replication.replica import ReplicaManager

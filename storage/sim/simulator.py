@@ -26,11 +26,11 @@ import random
 import shutil
 from dataclasses import dataclass, field
 
-from .. import guards
-from .. import io as sio
-from ..config import LogConfig
-from ..errors import Errors, LogDirOfflineError, StorageError, StorageIOError
-from ..records import Record, build_batch, iter_batches
+from ..core import guards
+from ..core import io as sio
+from ..core.config import LogConfig
+from ..core.errors import Errors, LogDirOfflineError, StorageError, StorageIOError
+from ..core.records import Record, build_batch, iter_batches
 from ..replication import messages as m
 from . import compaction, invariants
 from .channel import Channel
@@ -43,7 +43,7 @@ from .targeted import TargetedSites
 
 TOPIC, PARTITION = "t", 0
 
-# BUGGIFY sites (reliability-model.md 1.4): each is active in a seed with p = 0.25.
+# BUGGIFY sites (docs/reliability.md 1.4): each is active in a seed with p = 0.25.
 BUGGIFY_SITES = (
     "tiny_segments",      # tiny segment size: rolls all the time
     "tiny_fetch",         # tiny fetch byte limit: splits at batch boundaries

@@ -8,7 +8,7 @@ switched off (`--disable-guard ID`) the same story shows the failure the KIP des
 """
 from __future__ import annotations
 
-from ..errors import Errors
+from ..core.errors import Errors
 from ..replication import messages as m
 from . import oracle
 from .rig import Rig

@@ -35,10 +35,10 @@ import sys
 import threading
 import time
 
-from .. import checkpoint
+from ..core import checkpoint
+from ..core.files import segment_base
 from ..inspect import compacted, discovery
 from ..inspect import verdict as analysis
-from ..segment import segment_base
 
 EXAMPLES_MAX = 20       # failures / gaps / anomalies listed per replica (all are counted)
 _STRUCTURAL = analysis.STRUCTURAL

@@ -36,9 +36,11 @@ import random
 import shutil
 import sys
 
-from .. import LogConfig, LogDir, Record, build_batch, checkpoint
-from ..epoch import CHECKPOINT_FILE
-from ..records import iter_batches
+from .. import LogConfig, LogDir, Record, build_batch
+from ..core import checkpoint
+from ..core.files import LOG_SUFFIX
+from ..core.records import iter_batches
+from ..log.epoch import CHECKPOINT_FILE
 
 KINDS = ("hidden", "missing", "tail", "corrupt", "lineage")
 EXPECTED = {"hidden": "divergent_below_hw", "missing": "divergent_below_hw", "tail": "divergent_above_hw",
@@ -215,7 +217,7 @@ def generate(out: str, *, brokers: int = 3, topics: int = 2, partitions: int = 4
         path = os.path.join(path, CHECKPOINT_FILE)
         checkpoint.write(path, checkpoint.read(path, 2)[:-1], sync=False)
     total = sum(os.path.getsize(os.path.join(root, name)) for d in dirs for root, _, names in os.walk(d)
-                for name in names if name.endswith(".log"))
+                for name in names if name.endswith(LOG_SUFFIX))
     fleet = {"brokers": dirs, "segment_bytes": segment_bytes, "log_bytes": total, "seed": seed,
              "partitions": manifest}
     with open(os.path.join(out, "fleet.json"), "w", encoding="utf-8") as f:
@@ -227,7 +229,7 @@ def generate(out: str, *, brokers: int = 3, topics: int = 2, partitions: int = 4
 def _flip_byte(partition_dir: str, offset: int) -> None:
     """Flip one byte inside the records of the batch at `offset` (CRC-covered, after the header)."""
     for name in sorted(os.listdir(partition_dir)):
-        if not name.endswith(".log"):
+        if not name.endswith(LOG_SUFFIX):
             continue
         path = os.path.join(partition_dir, name)
         with open(path, "r+b") as f:

@@ -28,10 +28,10 @@ from typing import Iterator, NamedTuple
 
 import xxhash
 
-from .. import errors
-from ..columns import BatchColumns, batch_columns
+from ..core import errors
+from ..core.columns import BatchColumns, batch_columns
+from ..core.records import iter_batches
 from ..inspect.discovery import SegmentRef
-from ..records import iter_batches
 
 _UINT64 = 1 << 64
 _INT64_MAX = (1 << 63) - 1
@@ -115,7 +115,7 @@ def scan_batches(segment: SegmentRef, data: bytes | None = None) -> Iterator[Bat
 
 
 def header_columns(segment: SegmentRef, data: bytes) -> BatchColumns | None:
-    """The batch rows of one segment as columns (storage.columns: one C call, CRCs flagged,
+    """The batch rows of one segment as columns (storage.core.columns: one C call, CRCs flagged,
     not raised), for the source to turn into Arrow arrays without a Python object a batch; the
     rows after them come from `tail_row`.  None when a compressed v0/v1 wrapper is among them:
     its base offset and record count need its inner messages (scan_batches decodes them)."""

@@ -39,8 +39,8 @@ from pyspark.sql.types import (
     StructType,
 )
 
+from ..core.records import CODEC_NAMES
 from ..inspect import discovery
-from ..records import CODEC_NAMES
 from . import scan
 
 NAME = "partitionlog"
@@ -50,7 +50,7 @@ _PAYLOAD_FLUSH_BYTES = 32 << 20
 
 _HEADER_TYPE = ArrayType(StructType([StructField("key", StringType()), StructField("value", BinaryType())]))
 
-# (name, type, meaning) -- the README's schema tables list these, in this order.
+# (name, type, meaning) -- docs/guide-spark.md's schema tables list these, in this order.
 LOCATION_FIELDS = [
     ("log_dir", StringType(), "absolute path of the broker log dir"),
     ("topic", StringType(), "topic (from the `<topic>-<partition>` dir name)"),

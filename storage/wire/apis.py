@@ -8,8 +8,8 @@ from __future__ import annotations
 import asyncio
 import logging
 
-from .. import errors
-from ..errors import Errors
+from ..core import errors
+from ..core.errors import Errors
 from ..replication import messages as m
 from . import configs as topic_configs
 from . import rules

@@ -21,14 +21,14 @@ import logging
 import os
 import uuid
 
-from .. import errors
-from .. import metadata_records as mr
-from ..config import LogConfig
-from ..errors import Errors
-from ..logdir import LogDir, hold_lock, read_clean_shutdown_epoch, release_held_lock
-from ..records import iter_batches
+from ..core import errors
+from ..core.config import LogConfig
+from ..core.errors import Errors
+from ..core.records import iter_batches
+from ..dir.logdir import LogDir, hold_lock, read_clean_shutdown_epoch, release_held_lock
 from ..replication import messages as m
 from ..replication.replica import ReplicaManager
+from ..topics import metadata_records as mr
 from . import configs as topic_configs
 from . import rules
 from .client import Peer, PeerError

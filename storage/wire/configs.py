@@ -10,8 +10,8 @@ import dataclasses
 import logging
 import re
 
-from ..config import LogConfig
-from ..errors import Errors
+from ..core.config import LogConfig
+from ..core.errors import Errors
 
 log = logging.getLogger("storage.wire")
 
@@ -22,7 +22,7 @@ class ConfigError(ValueError):
 # Kafka name -> (LogConfig field, Kafka's type).  min.insync.replicas has no LogConfig field.
 # The types are those of Kafka's LogConfig ConfigDef (storage/src/main/java/org/apache/kafka/
 # storage/internals/log/LogConfig.java): INT an int32, LONG an int64; the ranges (atLeast,
-# between) are LogConfig.RANGES (storage/config.py), checked when the LogConfig is made.
+# between) are LogConfig.RANGES (storage/core/config.py), checked when the LogConfig is made.
 TOPIC_CONFIGS: dict[str, tuple[str | None, str]] = {
     "cleanup.policy": ("cleanup_policy", "LIST"),
     "retention.ms": ("retention_ms", "LONG"),

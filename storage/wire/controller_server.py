@@ -20,12 +20,12 @@ import logging
 import os
 import uuid
 
-from .. import errors
-from ..clock import monotonic_ms
-from ..config import LogConfig
-from ..errors import Errors
-from ..logdir import LogDir
-from ..records import build_batch
+from ..core import errors
+from ..core.clock import monotonic_ms
+from ..core.config import LogConfig
+from ..core.errors import Errors
+from ..core.records import build_batch
+from ..dir.logdir import LogDir
 from ..replication import messages as m
 from ..replication.controller import Controller
 from . import codec, rules

@@ -1,7 +1,7 @@
 """The classic consumer-group coordinator (Kafka's GroupCoordinator and GroupMetadataManager):
 membership (JoinGroup, SyncGroup, Heartbeat, LeaveGroup), rebalances, and committed offsets
 kept in the `__consumer_offsets` log of this engine in Kafka's key/value format
-(storage/coordinator_records.py), so they survive restarts and Kafka's tools read them.
+(storage/topics/coordinator_records.py), so they survive restarts and Kafka's tools read them.
 
 States, as Kafka's: Empty -> PreparingRebalance -> CompletingRebalance -> Stable, back to
 PreparingRebalance on any membership change.  A rebalance completes when every member has
@@ -21,11 +21,11 @@ import struct
 import uuid
 from dataclasses import dataclass, field
 
-from .. import coordinator_records as cr
-from ..clock import monotonic_ms, wall_ms
-from ..errors import Errors, StorageError
-from ..records import build_batch
+from ..core.clock import monotonic_ms, wall_ms
+from ..core.errors import Errors, StorageError
+from ..core.records import build_batch
 from ..replication import messages as m
+from ..topics import coordinator_records as cr
 from .codec import ms
 from .node import OFFSETS_TOPIC, Node
 

@@ -14,7 +14,7 @@ Kafka's names:
 At max.connections or max.connections.per.ip the newest connection is closed as soon as it is
 accepted (Kafka closes a connection over its IP's quota, and stops accepting at max.connections).
 
-The descriptor budget: the open-segment cache (storage/segment_home.py) lets its segments hold
+The descriptor budget: the open-segment cache (storage/log/segment_home.py) lets its segments hold
 up to 3 x its limit descriptors (a quarter of the soft RLIMIT_NOFILE segments by default, so
 about three quarters of the descriptors); `default_max_connections` gives connections what is
 left after those and a reserve (an eighth, at least 32) for the metadata store, checkpoints,
@@ -34,11 +34,12 @@ import logging
 import resource
 from dataclasses import dataclass
 
-from ..segment_home import open_segments
+from ..core.files import INT32_MAX, INT64_MAX
+from ..log.segment_home import open_segments
 
 log = logging.getLogger("storage.wire")
 
-UNLIMITED = 2**31 - 1                      # Kafka's Int.MaxValue
+UNLIMITED = INT32_MAX                      # Kafka's Int.MaxValue
 DESCRIPTORS_PER_SEGMENT = 3                # .log, .index, .timeindex
 _UNLIMITED_NOFILE = 1 << 20                # what RLIM_INFINITY counts as
 
@@ -74,9 +75,9 @@ class ConnectionLimits:
             if getattr(self, field) < 1:
                 raise ValueError(f"{named(field)} must be at least 1, not {getattr(self, field)}")
         # Kafka's types: connections.max.idle.ms is a LONG, the others INTs.
-        for field, high in (("max_connections", 2**31 - 1), ("max_connections_per_ip", 2**31 - 1),
-                            ("queued_max_request_bytes", 2**31 - 1), ("request_timeout_ms", 2**31 - 1),
-                            ("connections_max_idle_ms", 2**63 - 1)):
+        for field, high in (("max_connections", INT32_MAX), ("max_connections_per_ip", INT32_MAX),
+                            ("queued_max_request_bytes", INT32_MAX), ("request_timeout_ms", INT32_MAX),
+                            ("connections_max_idle_ms", INT64_MAX)):
             if getattr(self, field) > high:
                 raise ValueError(f"{named(field)} must be at most {high}, not {getattr(self, field)}")
         if self.max_connections < 0:

@@ -8,8 +8,8 @@ from __future__ import annotations
 import uuid
 from dataclasses import dataclass, field
 
-from .. import metadata_records as mr
 from ..replication.messages import PartitionState
+from ..topics import metadata_records as mr
 
 NO_DIR = bytes(16)          # Kafka's unassigned log directory
 

@@ -20,10 +20,10 @@ import logging
 import os
 import uuid
 
-from .. import errors
-from ..clock import monotonic_ms
-from ..config import LogConfig
-from ..logdir import LogDir, hold_lock, release_held_lock
+from ..core import errors
+from ..core.clock import monotonic_ms
+from ..core.config import LogConfig
+from ..dir.logdir import LogDir, hold_lock, release_held_lock
 from ..replication.controller import Controller
 from ..replication.messages import (
     NO_LEADER,

@@ -34,8 +34,8 @@ from __future__ import annotations
 
 import struct
 
-from .._native import lib
-from ..errors import Errors
+from ..core._native import lib
+from ..core.errors import Errors
 
 OFFSETS_TOPIC = "__consumer_offsets"
 TRANSACTION_STATE_TOPIC = "__transaction_state"

@@ -23,7 +23,7 @@ import collections
 import logging
 import signal
 
-from .. import errors
+from ..core import errors
 from . import codec, error_answers
 from .apis import ClientApis, Notifier
 from .groups import GroupCoordinator

@@ -20,7 +20,7 @@ from __future__ import annotations
 
 import asyncio
 
-from ..errors import Errors
+from ..core.errors import Errors
 from ..replication import messages as m
 
 

@@ -1,0 +1,290 @@
+"""The append path of a partition log: one loop (`append_chunk`) that hands a chunk to C and
+does what C's verdict asks, what an append returns (`AppendInfo`), and the C state of one kind
+of append.
+
+One C call (plog_segment_append_chunk, csrc/plog.h) validates a chunk, decides by Kafka's roll
+rule (the only one: plog_segment_should_roll) and writes it.  When it cannot write the chunk
+yet it says why, having written nothing, and the loop fixes that and calls again, with the
+flags of that call as arguments:
+
+  PLOG_ERECHECK   a compressed batch, or a max timestamp to set from the records: the
+                  validator checks (and may rewrite) the chunk (storage/log/validator.py), then
+                  the call is made with PLOG_VALIDATE_RECHECKED;
+  PLOG_EPRODUCER  a batch with a producer id that is not an expected producer's next one
+                  (storage/log/producer_check.py): the producer state checks it (a retried batch
+                  is answered with its first offsets, nothing written), then the call is made
+                  without PLOG_VALIDATE_PRODUCERS;
+  PLOG_EROLL      the active segment rolls, then the call is made with PLOG_APPEND_NO_ROLL;
+  PLOG_EPARTIAL   (a follower's fetched chunk ending inside a batch) the whole batches
+                  before the cut are appended.
+
+Each verdict is acted on at most once (its flag is then set or cleared); any other answer is
+an error, raised as Kafka names it.
+"""
+from __future__ import annotations
+
+from typing import NamedTuple
+
+from ..core import errors
+from ..core._native import ffi, iovec_pieces, lib
+from ..core.clock import wall_ms as _now_ms
+from ..core.config import LogConfig
+from ..core.files import INT32_MAX
+from ..core.records import describe_error, error_class, iter_batches
+from . import producer as _producer
+from . import producer_check, validator
+
+
+class AppendInfo(NamedTuple):
+    first_offset: int
+    last_offset: int
+    max_timestamp: int
+    offset_of_max_timestamp: int
+    batch_count: int
+    record_count: int
+    size_bytes: int
+    duplicate: bool = False     # a retried idempotent batch: its first offsets, nothing written
+
+
+_EPOCH_MIXED = lib.PLOG_EPOCH_MIXED
+# AppendInfo from the seven int64 fields plog_validate leads with (plog.h): what
+# NamedTuple._make does, without its length check (the C layout fixes the length).
+_new_append_info = tuple.__new__
+_C_APPEND_FIELDS = 7
+
+_ROLL, _RECHECK, _PRODUCER, _PARTIAL = lib.PLOG_EROLL, lib.PLOG_ERECHECK, lib.PLOG_EPRODUCER, lib.PLOG_EPARTIAL
+_NO_ROLL, _RECHECKED, _PRODUCERS = lib.PLOG_APPEND_NO_ROLL, lib.PLOG_VALIDATE_RECHECKED, lib.PLOG_VALIDATE_PRODUCERS
+_READONLY = lib.PLOG_APPEND_READONLY
+
+# The chunk refusals that name their failing batch (the classes come from records.error_class).
+_REFUSALS = frozenset((lib.PLOG_ECRC, lib.PLOG_ECORRUPT, lib.PLOG_EMAGIC, lib.PLOG_EPARTIAL, lib.PLOG_EEMPTY,
+                       lib.PLOG_ETOOLARGE, lib.PLOG_EORDER, lib.PLOG_EAPPENDOFFSET))
+
+
+class _AppendState:
+    """The plog_validate struct of one kind of append, with its limits set, an int64 view of
+    its leading AppendInfo fields, the flags of its C calls, and (a client's leader appends)
+    the producers C may check on its own."""
+
+    __slots__ = ("v", "out", "flags", "origin", "expected")
+
+    def __init__(self, config: LogConfig, flags: int, max_batch_bytes: int, origin: str | None = None):
+        self.v = ffi.new("plog_validate *")
+        self.v.max_batch_bytes = max_batch_bytes
+        self.v.segment_bytes = config.segment_bytes
+        self.v.segment_ms = config.segment_ms
+        self.out = memoryview(ffi.buffer(self.v)).cast("B")[:_C_APPEND_FIELDS * 8].cast("q")
+        self.flags = flags
+        self.origin = origin                # None: a follower's appends
+        self.expected: producer_check.ExpectedProducers | None = None
+
+
+# ---- the states of a log, made on its first append of each kind ------------------------------
+# ~1.6 KiB of C memory each (plog_validate); most open partitions append in one role only.
+
+# A leader's batches with a producer id are written by C only when it expects them
+# (PLOG_VALIDATE_PRODUCERS); any other comes back to the producer state's check.
+_LEADER_FLAGS = lib.PLOG_VALIDATE_ASSIGN_OFFSETS | lib.PLOG_VALIDATE_STAMP_EPOCH | _PRODUCERS
+
+
+def _client_flags() -> int:
+    """A producer's leader appends: Kafka's LogValidator checks; C learns the producers it may
+    check on its own unless the tests turned that off (producer_check.ENABLED, read at the
+    open: without it every producer batch takes the Python check)."""
+    return _LEADER_FLAGS | lib.PLOG_VALIDATE_CLIENT | (lib.PLOG_VALIDATE_PRODUCERS if producer_check.ENABLED else 0)
+
+
+def _leader_state(log, origin: str) -> _AppendState:
+    """`log`'s state for leader appends from `origin` ("client": with its expected producers)."""
+    with log._lock:
+        state = log._leader_append.get(origin)
+        if state is None:
+            flags = log._client_flags if origin == "client" else _LEADER_FLAGS
+            state = _AppendState(log.config, flags | _PRODUCERS, log.config.batch_limit_bytes, origin)
+            if origin == "client" and log._client_flags & _PRODUCERS:
+                state.expected = producer_check.ExpectedProducers(log.producer_state, state.v)
+            log._leader_append[origin] = state
+        return state
+
+
+def _follower_state(log) -> _AppendState:
+    log._follower_append = _AppendState(log.config, lib.PLOG_VALIDATE_REQUIRE_FIRST, 0)
+    return log._follower_append
+
+
+# ---- the append loop -------------------------------------------------------------------------
+
+def append_chunk(log, state: _AppendState, buf, leader_epoch: int, flags: int,
+                 partial_tail: bool = False) -> AppendInfo:
+    """Append the chunk in `buf` (a leader's: a bytearray the log owns, rewritten in place, or
+    immutable bytes, written with stamped copies of its headers; a follower's: any buffer) to
+    `log`, under its lock: C's verdicts acted on (see the module docstring), then the log end
+    offset, the epochs and the producer state moved.  partial_tail: a follower's chunk ending
+    inside a batch appends the whole batches before it (Kafka's FileRecords slices a fetch
+    response by bytes; AppendInfo.size_bytes says how many were taken)."""
+    v = state.v
+    if buf.__class__ is bytes:
+        flags |= _READONLY
+    if state.expected is not None:
+        state.expected.sync()
+    length = -1
+    plan = None
+    while True:
+        with ffi.from_buffer(buf) as pointer:
+            if length < 0:
+                length = len(pointer)
+                if not length:
+                    return log._nothing_appended()
+                if state.origin is None and log.log_end_offset == log.log_start_offset:
+                    log._maybe_restart_empty_log(pointer, length)
+            rc = log.segments[-1].append_chunk(pointer, length, log.log_end_offset, leader_epoch, flags, _now_ms(), v)
+            if rc == 0:
+                return _written(log, state, pointer, length, plan)
+            if rc == _ROLL and not flags & _NO_ROLL:
+                _roll_for(log, v)
+                flags |= _NO_ROLL
+                continue
+            if rc == _PARTIAL and partial_tail and v.error_position > 0:
+                length, partial_tail = v.error_position, False
+                continue
+            if not (rc == _RECHECK and not flags & _RECHECKED or rc == _PRODUCER and flags & _PRODUCERS):
+                raise _refusal(log, rc, v, pointer, length)
+        if rc == _RECHECK:
+            # Nothing was written: the validator checks (and may rewrite) a private copy.
+            buf = bytearray(buf) if buf.__class__ is bytes else buf
+            validator.recheck(buf, file=f"{log.path} (appended data)")
+            flags = (flags | _RECHECKED) & ~_READONLY
+            continue
+        plan = _producer.plan_leader_chunk(log.producer_state, buf, log.log_end_offset, state.origin,
+                                           log.config.batch_limit_bytes)
+        if plan is not None and plan.__class__ is not tuple and plan.duplicate is not None:
+            d = plan.duplicate      # Kafka answers a retried batch with its first offsets
+            return AppendInfo(d.first_offset, d.last_offset, d.timestamp, d.last_offset, 0, 0, 0, True)
+        flags &= ~_PRODUCERS
+
+
+def _roll_for(log, v) -> None:
+    """PLOG_EROLL: the chunk is valid and the active segment must roll before it."""
+    new_base = max(v.first_offset, log.log_end_offset)
+    if v.last_offset - new_base > INT32_MAX:
+        # Not even a new segment could hold it: refuse before rolling, so that a refused
+        # append leaves no empty segment behind.
+        raise errors.RecordListTooLargeError(
+            f"offsets {v.first_offset}..{v.last_offset} span more than a segment can hold "
+            f"(2^31 - 1 offsets past its base)", file=f"{log.path} (appended data)", offset=v.first_offset)
+    log._roll_to(new_base)
+
+
+def _written(log, state: _AppendState, pointer, length: int, plan) -> AppendInfo:
+    """After C wrote the chunk: its AppendInfo, the epochs it starts (`pointer` is read only
+    when more epochs changed than plog_validate holds), the log end offset, and the producer
+    state (C's expected producer, the Python check's plan, or a follower's batches)."""
+    v = state.v
+    out = state.out.tolist()
+    out.append(False)
+    info = _new_append_info(AppendInfo, out)
+    epoch = v.sole_epoch
+    if epoch == _EPOCH_MIXED or (epoch >= 0 and epoch != log.epoch_cache.latest_epoch):
+        assign_epochs(log, v, pointer, length)     # before the log end offset moves
+    log.log_end_offset = info[1] + 1
+    log.producer_state.last_map_offset = log.log_end_offset   # Kafka's updateMapEndOffset
+    if v.expected_hit >= 0:
+        state.expected.commit(v.expected_hit, info)
+    elif plan is not None:
+        changes = log.producer_state.changes
+        completed = _producer.commit_append(log.producer_state, plan, info.first_offset)
+        if completed:
+            log._record_completed(completed)
+        if state.expected is not None:
+            state.expected.learn(_producer.planned_producers(plan), changes)
+    elif state.origin is None and v.producer_batch_count:
+        log._record_completed(_producer.apply_replicated(log.producer_state, ffi.buffer(pointer, length)))
+    return info
+
+
+def _refusal(log, rc: int, v, pointer, length: int) -> errors.StorageError:
+    """The error for a chunk C refused (nothing written), as Kafka names it; the codes that
+    are no refusal of the chunk come from the segment or the seam."""
+    if rc in (lib.PLOG_ERECORD, lib.PLOG_ETIMESTAMP) and v.error_position >= 0:
+        return validator.explain(ffi.buffer(pointer, length), v.error_position, rc,
+                                 file=f"{log.path} (appended data)")
+    if rc == lib.PLOG_ELISTTOOLARGE:
+        return errors.RecordListTooLargeError(
+            f"append of {length} bytes exceeds segment_bytes={log.config.segment_bytes}", file=log.path,
+            offset=v.first_offset)
+    # A refusal of the chunk names its failing batch (an empty chunk has none).
+    if rc in _REFUSALS and (v.error_position >= 0 or rc == lib.PLOG_EEMPTY):
+        reason = describe_error(rc)
+        if rc == lib.PLOG_EAPPENDOFFSET:
+            reason = f"first offset {v.error_offset} is below the log end offset {log.log_end_offset}"
+        elif rc == lib.PLOG_ETOOLARGE:
+            reason = f"batch larger than max_message_bytes={log.config.max_message_bytes}"
+        return error_class(rc)(reason, file=f"{log.path} (appended data)", position=v.error_position,
+                               offset=v.error_offset)
+    log.segments[-1].raise_for(rc, "append", offset=v.first_offset)
+    return AssertionError(f"unexpected append result {rc}")   # raise_for raised for every rc != 0
+
+
+def _follower_pieces(log, pieces: tuple) -> "AppendInfo | None":
+    """PartitionLog.append_batches as a follower with the caller's `bytes` written as they lie
+    (plog_segment_append_pieces: one C call, vectored writes), or None when they are to be
+    gathered into one chunk first: fewer than two, not all bytes, an empty log (Kafka's
+    restart rule reads its first batch), a roll due, or any refusal -- C wrote nothing then,
+    and the gathered append rolls, or explains the refusal as it always has."""
+    # `pieces` (a tuple: no other thread can take a buffer out of it) holds the buffers while C
+    # writes them without the GIL.
+    packed = iovec_pieces(pieces) if len(pieces) > 1 else None
+    if packed is None:
+        return None
+    with log._lock:
+        log._ensure_open()
+        if log.log_end_offset == log.log_start_offset:
+            return None
+        state = log._follower_append or _follower_state(log)
+        v = state.v
+        rc = log.segments[-1].append_pieces(ffi.from_buffer("plog_iovec[]", packed), len(pieces), log.log_end_offset,
+                                            state.flags, _now_ms(), v)
+        if rc < 0:
+            return None
+        if rc:
+            log.segments[-1].raise_for(rc, "append", offset=v.first_offset)
+        joined = b""                    # what the producer state and an epoch overflow read
+        if v.producer_batch_count or v.epoch_count > lib.PLOG_VALIDATE_MAX_EPOCHS:
+            joined = b"".join(pieces)
+        return _written(log, state, ffi.from_buffer(joined), len(joined), None)
+
+
+def assign_epochs(log, v, pointer, length: int) -> None:
+    """Kafka's append loop: every v2 batch's epoch is assigned at its base offset -- for a chunk
+    C just wrote, before the log end offset moves.  When that fails (the leader-epoch-checkpoint
+    cannot be written: an I/O error that takes the dir offline) the chunk is taken back."""
+    cache = log.epoch_cache
+    if v.epoch_count <= lib.PLOG_VALIDATE_MAX_EPOCHS:
+        changes = [(v.epochs[i], v.epoch_offsets[i]) for i in range(v.epoch_count)]
+    else:
+        changes = [(b.partition_leader_epoch, b.base_offset)
+                   for b in iter_batches(ffi.buffer(pointer, length), verify=False)]
+    entries = cache.entries
+    try:
+        for epoch, offset in changes:
+            if epoch >= 0:
+                cache.assign(epoch, offset)
+    except BaseException:
+        take_back(log, entries)
+        raise
+
+
+def take_back(log, epoch_entries: list) -> None:
+    """Undo a chunk C wrote whose epochs could not be recorded (the leader-epoch-checkpoint's
+    write failed: an I/O error that takes the dir offline): the active segment is cut back to
+    the log end offset (its bytes and index entries go; the log end offset and producer state
+    were not moved yet) and the epoch cache holds what it held, so nothing of the chunk is
+    visible and a restart finds the files as they were.  Kafka assigns the epoch before it
+    appends (UnifiedLog.append); here C learns the epochs of a follower's chunk as it writes
+    it, so the write is taken back instead.  A cut that fails too is left to the loader (the
+    dir is offline already; its next open recovers the segment)."""
+    log.epoch_cache.restore(epoch_entries)
+    try:
+        log.segments[-1].truncate_to(log.log_end_offset)
+    except OSError:
+        pass

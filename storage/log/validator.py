@@ -1,0 +1,151 @@
+"""Kafka's LogValidator for batches a producer sent to the leader (AppendOrigin.CLIENT).
+
+The common case runs in C, inside the append (csrc/batch.c, check_client_batch): per batch,
+at least one record, a record count equal to last_offset_delta + 1, no control batch, a
+sequence number when the batch has a producer id, CreateTime, and for an uncompressed batch
+a walk over its records (well formed, offset deltas 0..n-1, nothing left over) that also
+checks the batch's max timestamp against the largest record timestamp.  What C cannot do
+without help comes here (PLOG_ERECHECK, nothing written yet):
+
+  - a compressed batch: its records are decompressed (bounded, records.DECOMPRESSED_BYTES_MAX)
+    and walked the same way;
+  - a max timestamp that is not the largest record timestamp: Kafka's leader sets it from
+    the records (LogValidator.assignOffsetsNonCompressed, setMaxTimestamp), so it is
+    rewritten here, after the batch's CRC was checked, and the CRC is recomputed.
+
+`explain` turns the C refusal of a batch into Kafka's reason, naming the record.
+
+Where we differ from Kafka, on purpose: a chunk may hold several batches (Kafka takes one
+per produce request); a compressed batch whose offset deltas are not 0..n-1 is refused
+(Kafka rebuilds it, for old v0/v1 clients; a v2 producer never writes one); a LogAppendTime
+batch from a producer is refused (Kafka's CreateTime topic refuses it only when it has no
+timestamp and otherwise rewrites the timestamp type).  There is no timestamp range check
+(message.timestamp.before/after.max.ms default to unbounded in Kafka).
+"""
+from __future__ import annotations
+
+import struct
+
+from ..core import errors
+from ..core._native import ffi, lib
+from ..core.files import INT64_MAX
+from ..core.records import BATCH_OVERHEAD, decompress
+
+_CRC_START = 21            # the CRC covers the batch from its attributes on
+_POS_CRC = 17
+_POS_MAX_TIMESTAMP = 35
+
+
+def _parse(pointer, length: int, pos: int):
+    """The v2 batch header at pos, or None when there is none (the C pass reports why)."""
+    info = ffi.new("plog_batch_info *")
+    if lib.plog_batch_parse(pointer, length, pos, 0, info) or info.magic != 2:
+        return None
+    return info
+
+
+def _header_problem(info) -> str | None:
+    """LogValidator.validateBatch's checks of a producer batch's header, as check_client_batch
+    makes them: the reason for the first one that fails."""
+    if info.record_count <= 0:
+        return f"a producer batch must hold at least one record (record count {info.record_count})"
+    if info.record_count != info.last_offset_delta + 1:
+        return (f"inconsistent batch: offset range of {info.last_offset_delta + 1} offsets "
+                f"(last offset delta {info.last_offset_delta}) and record count {info.record_count}")
+    if info.attributes & lib.PLOG_ATTR_CONTROL:
+        return "producers may not write control batches (append with origin='coordinator')"
+    if info.producer_id >= 0 and info.base_sequence < 0:
+        return f"invalid sequence number {info.base_sequence} with producer id {info.producer_id}"
+    return None
+
+
+def _walk_records(section, count: int, *, file, batch_position: int, base_offset: int,
+                  records_position: int | None):
+    """plog_records_check over one batch's records; returns the largest timestamp delta.
+    records_position: where the section starts in the chunk (None when decompressed)."""
+    max_delta = ffi.new("int64_t *")
+    error_position = ffi.new("int64_t *")
+    with ffi.from_buffer(section) as pointer:
+        rc = lib.plog_records_check(pointer, len(section), count, max_delta, error_position)
+    if rc:
+        where = batch_position if records_position is None else records_position + error_position[0]
+        detail = "" if records_position is not None else f" (byte {error_position[0]} of the decompressed records)"
+        if rc == lib.PLOG_EORDER:
+            reason = f"a record's offset delta is not its index in the batch{detail}"
+        elif error_position[0] >= len(section):
+            reason = f"fewer records than the batch's record count {count}{detail}"
+        else:
+            reason = f"malformed record, or bytes left after {count} records{detail}"
+        raise errors.InvalidRecordError(reason, file=file, position=where, offset=base_offset)
+    return max_delta[0]
+
+
+def recheck(buf: bytearray, *, file) -> None:
+    """Check every batch of a producer chunk the C pass sent back, in place: CRC first, then
+    the records (decompressed when compressed), then set the max timestamp from the records
+    (with a new CRC) where the producer's differs.  Raises the StorageError Kafka would."""
+    length = len(buf)
+    pos = 0
+    with ffi.from_buffer(buf) as pointer:
+        while pos < length:
+            info = _parse(pointer, length, pos)
+            if info is None:
+                return          # not a whole v2 batch: the C pass refuses the chunk, naming it
+            size = info.size_bytes
+            if not lib.plog_batch_crc_ok(pointer + pos, info):
+                raise errors.CorruptRecordError("CRC mismatch", file=file, position=pos, offset=info.base_offset)
+            problem = _header_problem(info)
+            if problem:
+                raise errors.InvalidRecordError(problem, file=file, position=pos, offset=info.base_offset)
+            if info.attributes & lib.PLOG_ATTR_LOG_APPEND_TIME:
+                return          # refused by the C pass (PLOG_ETIMESTAMP)
+            codec = info.attributes & lib.PLOG_ATTR_COMPRESSION_MASK
+            section = memoryview(buf)[pos + BATCH_OVERHEAD:pos + size]
+            try:
+                if codec:
+                    data = decompress(codec, bytes(section), file=file, position=pos, offset=info.base_offset)
+                    max_delta = _walk_records(data, info.record_count, file=file, batch_position=pos,
+                                              base_offset=info.base_offset, records_position=None)
+                else:
+                    max_delta = _walk_records(section, info.record_count, file=file, batch_position=pos,
+                                              base_offset=info.base_offset, records_position=pos + BATCH_OVERHEAD)
+            finally:
+                section.release()
+            newest = info.base_timestamp + max_delta
+            if not -2**63 <= newest <= INT64_MAX:
+                raise errors.InvalidTimestampError(
+                    f"record timestamp {info.base_timestamp} + {max_delta} overflows", file=file,
+                    position=pos, offset=info.base_offset)
+            max_timestamp = max(newest, -1)
+            if max_timestamp != info.max_timestamp:
+                struct.pack_into(">q", buf, pos + _POS_MAX_TIMESTAMP, max_timestamp)
+                crc = lib.plog_crc32c(0, pointer + pos + _CRC_START, size - _CRC_START)
+                struct.pack_into(">I", buf, pos + _POS_CRC, crc)
+            pos += size
+
+
+def explain(buf, pos: int, rc: int, *, file) -> errors.StorageError:
+    """The error for a producer batch at `pos` that the C pass refused with PLOG_ERECORD or
+    PLOG_ETIMESTAMP: Kafka's reason, and for a record-level problem the record's position."""
+    with ffi.from_buffer(buf) as pointer:
+        info = _parse(pointer, len(buf), pos)
+    assert info is not None, "the C pass refused a batch it could not parse as a producer batch"
+    offset = info.base_offset
+    if rc == lib.PLOG_ETIMESTAMP:
+        if info.attributes & lib.PLOG_ATTR_LOG_APPEND_TIME:
+            reason = "a producer must not set the LogAppendTime timestamp type"
+        else:
+            reason = "a record timestamp overflows (base timestamp plus delta)"
+        return errors.InvalidTimestampError(reason, file=file, position=pos, offset=offset)
+    reason = _header_problem(info)
+    if reason is None:
+        section = memoryview(buf)[pos + BATCH_OVERHEAD:pos + info.size_bytes]
+        try:
+            _walk_records(section, info.record_count, file=file, batch_position=pos, base_offset=offset,
+                          records_position=pos + BATCH_OVERHEAD)
+        except errors.InvalidRecordError as exc:
+            return exc
+        finally:
+            section.release()
+        reason = "invalid record"
+    return errors.InvalidRecordError(reason, file=file, position=pos, offset=offset)
