@@ -60,6 +60,7 @@
 #define PLOG_ETIMESTAMP    -1018  /* a client batch's timestamps are not acceptable */
 #define PLOG_ERECHECK      -1019  /* the caller must check or rewrite a batch first (nothing written) */
 #define PLOG_EPRODUCER     -1020  /* the caller must check a batch's producer state first (nothing written) */
+#define PLOG_ECLOCK        -1021  /* the roll rule needs the time: call again with now_ms (nothing written) */
 
 /* Format constants (Kafka's). */
 #define PLOG_LOG_OVERHEAD 12
@@ -416,16 +417,19 @@ int plog_segment_append(plog_segment *seg, const uint8_t *buf, size_t length,
  * plog_validate_chunk, with v->flags = flags, v->next_offset = next_offset and
  * v->leader_epoch = leader_epoch; max_batch_bytes, segment_bytes and segment_ms are read from
  * v), refuse a chunk larger than segment_bytes (PLOG_ELISTTOOLARGE), run Kafka's roll check
- * (plog_segment_should_roll at now_ms) unless flags has PLOG_APPEND_NO_ROLL, check what
+ * (plog_segment_should_roll at now_ms; now_ms < 0: the caller has not read the clock) unless
+ * flags has PLOG_APPEND_NO_ROLL, check what
  * plog_segment_append checks, then write and index the chunk as plog_segment_append does.
  * The flags are the caller's for this one call: v keeps nothing of them for the next.
  *
- * Besides 0 and the errors, three verdicts ask the caller to do something and call again,
- * nothing written (storage/log/appends.py, its one loop): PLOG_EROLL (roll, then call with
- * NO_ROLL), PLOG_ERECHECK (check the records in Python, then call with
- * PLOG_VALIDATE_RECHECKED) and PLOG_EPRODUCER (check the producer state, then call without
- * PLOG_VALIDATE_PRODUCERS), in that order of precedence: recheck and producer check before
- * the roll, so that a refused chunk never leaves a new empty segment behind.
+ * Besides 0 and the errors, four verdicts ask the caller to do something and call again,
+ * nothing written (storage/log/appends.py, its one loop): PLOG_ERECHECK (check the records in
+ * Python, then call with PLOG_VALIDATE_RECHECKED), PLOG_EPRODUCER (check the producer state,
+ * then call without PLOG_VALIDATE_PRODUCERS), PLOG_ECLOCK (the roll rule needs the time and
+ * now_ms was < 0: read the clock, then call with it) and PLOG_EROLL (roll, then call with
+ * NO_ROLL), in that order of precedence: recheck and producer check before the roll, so that
+ * a refused chunk never leaves a new empty segment behind.  The clock is asked for only for
+ * a segment whose first batch carries no timestamp: the common append reads no time.
  *
  * The CRCs are checked while writing: the chunk goes to the file in pieces of
  * PLOG_APPEND_PIECE_BYTES, and each piece is hashed right after its write, while the bytes
@@ -458,7 +462,8 @@ int plog_segment_append_chunk(plog_segment *seg, uint8_t *buf, size_t length, in
  * timestamp, or, when that first batch carries none, from seg->created_ms to now_ms (Kafka's
  * timeWaitedForRoll; segment.jitter.ms is not a config here: no jitter); or an index is
  * full; or the chunk's offsets do not fit the segment (below its base, or its last offset
- * more than INT32_MAX past the base). */
+ * more than INT32_MAX past the base).  PLOG_ECLOCK when the creation time decides and now_ms
+ * is < 0 (unknown). */
 int plog_segment_should_roll(const plog_segment *seg, size_t length, const plog_validate *v, int64_t now_ms);
 
 /* Offset index lookup: largest entry with offset <= target, or (base, 0). */

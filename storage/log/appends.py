@@ -14,6 +14,10 @@ flags of that call as arguments:
                   (storage/log/producer_check.py): the producer state checks it (a retried batch
                   is answered with its first offsets, nothing written), then the call is made
                   without PLOG_VALIDATE_PRODUCERS;
+  PLOG_ECLOCK     the roll rule needs the time (a segment whose first batch carries no
+                  timestamp: its age is counted from its creation): the call is made again
+                  with the clock's reading (only then: the common chunk reads no clock;
+                  a follower's pieces, one call for many batches, pass it always);
   PLOG_EROLL      the active segment rolls, then the call is made with PLOG_APPEND_NO_ROLL;
   PLOG_EPARTIAL   (a follower's fetched chunk ending inside a batch) the whole batches
                   before the cut are appended.
@@ -53,6 +57,7 @@ _new_append_info = tuple.__new__
 _C_APPEND_FIELDS = 7
 
 _ROLL, _RECHECK, _PRODUCER, _PARTIAL = lib.PLOG_EROLL, lib.PLOG_ERECHECK, lib.PLOG_EPRODUCER, lib.PLOG_EPARTIAL
+_CLOCK = lib.PLOG_ECLOCK
 _NO_ROLL, _RECHECKED, _PRODUCERS = lib.PLOG_APPEND_NO_ROLL, lib.PLOG_VALIDATE_RECHECKED, lib.PLOG_VALIDATE_PRODUCERS
 _READONLY = lib.PLOG_APPEND_READONLY
 
@@ -127,7 +132,7 @@ def append_chunk(log, state: _AppendState, buf, leader_epoch: int, flags: int,
         flags |= _READONLY
     if state.expected is not None:
         state.expected.sync()
-    length = -1
+    length = now = -1
     plan = None
     while True:
         with ffi.from_buffer(buf) as pointer:
@@ -137,9 +142,12 @@ def append_chunk(log, state: _AppendState, buf, leader_epoch: int, flags: int,
                     return log._nothing_appended()
                 if state.origin is None and log.log_end_offset == log.log_start_offset:
                     log._maybe_restart_empty_log(pointer, length)
-            rc = log.segments[-1].append_chunk(pointer, length, log.log_end_offset, leader_epoch, flags, _now_ms(), v)
+            rc = log.segments[-1].append_chunk(pointer, length, log.log_end_offset, leader_epoch, flags, now, v)
             if rc == 0:
                 return _written(log, state, pointer, length, plan)
+            if rc == _CLOCK and now < 0:
+                now = _now_ms()
+                continue
             if rc == _ROLL and not flags & _NO_ROLL:
                 _roll_for(log, v)
                 flags |= _NO_ROLL
@@ -188,7 +196,7 @@ def _written(log, state: _AppendState, pointer, length: int, plan) -> AppendInfo
         assign_epochs(log, v, pointer, length)     # before the log end offset moves
     log.log_end_offset = info[1] + 1
     log.producer_state.last_map_offset = log.log_end_offset   # Kafka's updateMapEndOffset
-    if v.expected_hit >= 0:
+    if state.expected is not None and v.expected_hit >= 0:
         state.expected.commit(v.expected_hit, info)
     elif plan is not None:
         changes = log.producer_state.changes

@@ -76,6 +76,32 @@ def test_the_time_clause_falls_back_to_the_creation_time(tmp_path):
     seg.close()
 
 
+def test_the_rule_asks_for_the_clock_only_when_the_creation_time_decides(tmp_path):
+    """now_ms < 0 (the caller did not read the clock): PLOG_ECLOCK for a segment whose first
+    batch has no timestamp, a plain answer otherwise."""
+    (tmp_path / "a").mkdir()
+    (tmp_path / "b").mkdir()
+    stamped, bare = _segment(tmp_path / "a", T), _segment(tmp_path / "b", -1)
+    assert lib.plog_segment_should_roll(stamped._c, 10, _incoming(T + 1001), -1) == 1
+    assert lib.plog_segment_should_roll(bare._c, 10, _incoming(T), -1) == lib.PLOG_ECLOCK
+    stamped.close()
+    bare.close()
+
+
+def test_an_append_reads_the_clock_only_when_the_rule_needs_it(tmp_path, monkeypatch):
+    reads = []
+    monkeypatch.setattr(appends, "_now_ms", lambda: reads.append(1) or T)
+    log = PartitionLog.open(tmp_path / "t-0", LogConfig(segment_ms=1000, fsync=False))
+    log.append_as_follower(build_batch([b"a"], base_offset=0, base_timestamp=T))
+    log.append_as_leader([b"b"], 0)
+    assert reads == []
+    log.truncate_to(0)
+    log.append_as_follower(build_batch([b"a"], base_offset=0, base_timestamp=-1))
+    log.append_as_follower(build_batch([b"b"], base_offset=1, base_timestamp=-1))
+    assert reads == [1] and log.log_end_offset == 2
+    log.close()
+
+
 def test_an_empty_segment_never_rolls_by_age(tmp_path):
     config = LogConfig(segment_bytes=4096, fsync=False)
     seg = Segment(SegmentHome(str(tmp_path), config), BASE, create=True, active=True)
