@@ -16,8 +16,7 @@ flags of that call as arguments:
                   without PLOG_VALIDATE_PRODUCERS;
   PLOG_ECLOCK     the roll rule needs the time (a segment whose first batch carries no
                   timestamp: its age is counted from its creation): the call is made again
-                  with the clock's reading (only then: the common chunk reads no clock;
-                  a follower's pieces, one call for many batches, pass it always);
+                  with the clock's reading (only then: the common append reads no clock);
   PLOG_EROLL      the active segment rolls, then the call is made with PLOG_APPEND_NO_ROLL;
   PLOG_EPARTIAL   (a follower's fetched chunk ending inside a batch) the whole batches
                   before the cut are appended.
@@ -87,9 +86,7 @@ class _AppendState:
 # ---- the states of a log, made on its first append of each kind ------------------------------
 # ~1.6 KiB of C memory each (plog_validate); most open partitions append in one role only.
 
-# A leader's batches with a producer id are written by C only when it expects them
-# (PLOG_VALIDATE_PRODUCERS); any other comes back to the producer state's check.
-_LEADER_FLAGS = lib.PLOG_VALIDATE_ASSIGN_OFFSETS | lib.PLOG_VALIDATE_STAMP_EPOCH | _PRODUCERS
+_LEADER_FLAGS = lib.PLOG_VALIDATE_ASSIGN_OFFSETS | lib.PLOG_VALIDATE_STAMP_EPOCH
 
 
 def _client_flags() -> int:
@@ -105,6 +102,8 @@ def _leader_state(log, origin: str) -> _AppendState:
         state = log._leader_append.get(origin)
         if state is None:
             flags = log._client_flags if origin == "client" else _LEADER_FLAGS
+            # Every leader's batch with a producer id is written by C only when it expects it
+            # (PLOG_VALIDATE_PRODUCERS); any other comes back to the producer state's check.
             state = _AppendState(log.config, flags | _PRODUCERS, log.config.batch_limit_bytes, origin)
             if origin == "client" and log._client_flags & _PRODUCERS:
                 state.expected = producer_check.ExpectedProducers(log.producer_state, state.v)
@@ -237,8 +236,9 @@ def _follower_pieces(log, pieces: tuple) -> "AppendInfo | None":
     """PartitionLog.append_batches as a follower with the caller's `bytes` written as they lie
     (plog_segment_append_pieces: one C call, vectored writes), or None when they are to be
     gathered into one chunk first: fewer than two, not all bytes, an empty log (Kafka's
-    restart rule reads its first batch), a roll due, or any refusal -- C wrote nothing then,
-    and the gathered append rolls, or explains the refusal as it always has."""
+    restart rule reads its first batch), a roll due or the time needed, or any refusal -- C
+    wrote nothing then, and the gathered append rolls, or explains the refusal as it always
+    has."""
     # `pieces` (a tuple: no other thread can take a buffer out of it) holds the buffers while C
     # writes them without the GIL.
     packed = iovec_pieces(pieces) if len(pieces) > 1 else None
@@ -251,7 +251,7 @@ def _follower_pieces(log, pieces: tuple) -> "AppendInfo | None":
         state = log._follower_append or _follower_state(log)
         v = state.v
         rc = log.segments[-1].append_pieces(ffi.from_buffer("plog_iovec[]", packed), len(pieces), log.log_end_offset,
-                                            state.flags, _now_ms(), v)
+                                            state.flags, -1, v)
         if rc < 0:
             return None
         if rc:

@@ -99,6 +99,9 @@ def test_an_append_reads_the_clock_only_when_the_rule_needs_it(tmp_path, monkeyp
     log.append_as_follower(build_batch([b"a"], base_offset=0, base_timestamp=-1))
     log.append_as_follower(build_batch([b"b"], base_offset=1, base_timestamp=-1))
     assert reads == [1] and log.log_end_offset == 2
+    pieces = [build_batch([b"c"], base_offset=2), build_batch([b"d"], base_offset=3)]
+    log.append_batches(pieces, as_leader=False)     # pieces gathered: the time asked once more
+    assert reads == [1, 1] and log.log_end_offset == 4
     log.close()
 
 
@@ -173,6 +176,7 @@ def test_the_producer_state_records_the_rechecked_max_timestamp(tmp_path, monkey
         entry = log.producer_state.active_producers[7]
         assert (info.max_timestamp, entry.last_timestamp, entry.batch_metadata[-1].timestamp) == \
             (T + 500, T + 500, T + 500), name
+        assert log._leader_append["client"].v.expected_count == (1 if in_c else 0)    # learnt in C, or not
         log.close()
 
 
