@@ -288,7 +288,7 @@ int plog_validate_crcs(const uint8_t *buf, size_t length, int64_t count, plog_va
     return 0;
 }
 
-/* storage/log.py reads the AppendInfo fields of plog_validate as one int64 array. */
+/* storage/log/appends.py reads the AppendInfo fields of plog_validate as one int64 array. */
 _Static_assert(offsetof(plog_validate, first_offset) == 0 && offsetof(plog_validate, last_offset) == 8 &&
                offsetof(plog_validate, max_timestamp) == 16 && offsetof(plog_validate, offset_of_max_timestamp) == 24 &&
                offsetof(plog_validate, batch_count) == 32 && offsetof(plog_validate, record_count) == 40 &&

@@ -65,6 +65,7 @@
 #define PLOG_ETIMESTAMP    -1018  /* a client batch's timestamps are not acceptable */
 #define PLOG_ERECHECK      -1019  /* the caller must check or rewrite a batch first (nothing written) */
 #define PLOG_EPRODUCER     -1020  /* the caller must check a batch's producer state first (nothing written) */
+#define PLOG_ECLOCK        -1021  /* the roll rule needs the time: call again with now_ms (nothing written) */
 
 /* Format constants (Kafka's). */
 #define PLOG_LOG_OVERHEAD 12
@@ -246,7 +247,7 @@ int plog_varint_encode(int64_t value, uint8_t *out);
 #define PLOG_VALIDATE_ASSIGN_OFFSETS 1   /* leader: rewrite base offsets from next_offset */
 #define PLOG_VALIDATE_STAMP_EPOCH 2      /* leader: write leader_epoch into every batch */
 #define PLOG_VALIDATE_REQUIRE_FIRST 4    /* follower: first base offset >= next_offset */
-#define PLOG_APPEND_NO_ROLL 8            /* plog_segment_append_chunk: skip the roll check */
+#define PLOG_APPEND_NO_ROLL 8            /* plog_segment_append_chunk: skip the roll check (just rolled) */
 #define PLOG_VALIDATE_CLIENT 16          /* leader, producer origin: Kafka's LogValidator checks */
 #define PLOG_VALIDATE_RECHECKED 32       /* the caller checked the compressed batches' records */
 #define PLOG_VALIDATE_MAX_EPOCHS 64
@@ -262,7 +263,7 @@ int plog_varint_encode(int64_t value, uint8_t *out);
  * name the failing batch.  Nothing is written to any file.
  *
  * The first seven fields are the AppendInfo of the chunk, int64 and in AppendInfo's order
- * on purpose: storage/log.py reads them as one int64 array after an append (batch.c
+ * on purpose: storage/log/appends.py reads them as one int64 array after an append (batch.c
  * asserts the layout).  Keep them first. */
 typedef struct plog_validate {
     int64_t first_offset;           /* out */
@@ -273,7 +274,7 @@ typedef struct plog_validate {
     int64_t record_count;           /* out */
     int64_t size_bytes;             /* out: bytes of the chunk */
     int64_t sole_epoch;             /* out: the epoch every batch carries, or PLOG_EPOCH_MIXED */
-    int flags;                      /* in */
+    int flags;                      /* in (plog_segment_append_chunk/_pieces: set from their argument) */
     int64_t next_offset;            /* in: log end offset */
     int32_t leader_epoch;           /* in: epoch stamped with STAMP_EPOCH */
     int32_t max_batch_bytes;        /* in */
@@ -368,6 +369,8 @@ typedef struct plog_segment {
     int64_t max_timestamp;          /* max batch timestamp seen, -1 none */
     int64_t offset_of_max_timestamp;
     int64_t first_batch_max_timestamp; /* for time-based roll; -1 none */
+    int64_t created_ms;             /* Kafka's LogSegment.created: the time-based roll's fallback
+                                       (set by the caller after the open; the open zeroes it) */
     uint8_t *offset_index;
     int32_t offset_entries;
     int32_t offset_max_entries;
@@ -416,11 +419,22 @@ int plog_segment_append(plog_segment *seg, const uint8_t *buf, size_t length,
                         const plog_validate *v);
 
 /* The whole append of a chunk in one call, as PartitionLog does it: validate (as
- * plog_validate_chunk, with v->next_offset = next_offset and v->leader_epoch = leader_epoch;
- * flags, max_batch_bytes, segment_bytes and segment_ms are read from v), refuse a chunk
- * larger than segment_bytes (PLOG_ELISTTOOLARGE), run Kafka's roll check unless flags has
- * PLOG_APPEND_NO_ROLL (PLOG_EROLL: roll, then call again with NO_ROLL), check what
+ * plog_validate_chunk, with v->flags = flags, v->next_offset = next_offset and
+ * v->leader_epoch = leader_epoch; max_batch_bytes, segment_bytes and segment_ms are read from
+ * v), refuse a chunk larger than segment_bytes (PLOG_ELISTTOOLARGE), run Kafka's roll check
+ * (plog_segment_should_roll at now_ms; now_ms < 0: the caller has not read the clock) unless
+ * flags has PLOG_APPEND_NO_ROLL, check what
  * plog_segment_append checks, then write and index the chunk as plog_segment_append does.
+ * The flags are the caller's for this one call: v keeps nothing of them for the next.
+ *
+ * Besides 0 and the errors, four verdicts ask the caller to do something and call again,
+ * nothing written (storage/log/appends.py, its one loop): PLOG_ERECHECK (check the records in
+ * Python, then call with PLOG_VALIDATE_RECHECKED), PLOG_EPRODUCER (check the producer state,
+ * then call without PLOG_VALIDATE_PRODUCERS), PLOG_ECLOCK (the roll rule needs the time and
+ * now_ms was < 0: read the clock, then call with it) and PLOG_EROLL (roll, then call with
+ * NO_ROLL), in that order of precedence: recheck and producer check before the roll, so that
+ * a refused chunk never leaves a new empty segment behind.  The clock is asked for only for
+ * a segment whose first batch carries no timestamp: the common append reads no time.
  *
  * The CRCs are checked while writing: the chunk goes to the file in pieces of
  * PLOG_APPEND_PIECE_BYTES, and each piece is hashed right after its write, while the bytes
@@ -444,13 +458,18 @@ int plog_segment_append(plog_segment *seg, const uint8_t *buf, size_t length,
 #define PLOG_APPEND_PIECE_BYTES 1048576
 #define PLOG_STAMPED_BYTES 16
 int plog_segment_append_chunk(plog_segment *seg, uint8_t *buf, size_t length, int64_t next_offset,
-                              int32_t leader_epoch, plog_validate *v);
+                              int32_t leader_epoch, int flags, int64_t now_ms, plog_validate *v);
 
-/* Kafka's roll check before an append of `length` bytes (LogSegment.shouldRoll): 1 when the
- * segment would pass segment_bytes, its first batch is older than segment_ms by the incoming
- * max timestamp, an index is full, or the chunk's offsets do not fit the segment. */
-int plog_segment_should_roll(const plog_segment *seg, size_t length, const plog_validate *v,
-                             int64_t segment_bytes, int64_t segment_ms);
+/* Kafka's roll rule (LogSegment.shouldRoll), the only one: 1 when an append of `length` bytes
+ * (the validated chunk in v: its offsets, its max timestamp; v->segment_bytes and
+ * v->segment_ms) would push the segment past segment_bytes; or the segment is not empty and
+ * has waited more than segment_ms -- from its first batch's max timestamp to the chunk's max
+ * timestamp, or, when that first batch carries none, from seg->created_ms to now_ms (Kafka's
+ * timeWaitedForRoll; segment.jitter.ms is not a config here: no jitter); or an index is
+ * full; or the chunk's offsets do not fit the segment (below its base, or its last offset
+ * more than INT32_MAX past the base).  PLOG_ECLOCK when the creation time decides and now_ms
+ * is < 0 (unknown). */
+int plog_segment_should_roll(const plog_segment *seg, size_t length, const plog_validate *v, int64_t now_ms);
 
 /* Offset index lookup: largest entry with offset <= target, or (base, 0). */
 void plog_offset_index_lookup(const plog_segment *seg, int64_t target,
@@ -557,7 +576,7 @@ int plog_io_pwritev(int fd, const plog_iovec *iov, int count, int64_t offset);
  * check of the concatenation would have come first (no CRC pass before the others): the
  * caller gathers the pieces and appends them with plog_segment_append_chunk, which does. */
 int plog_segment_append_pieces(plog_segment *seg, const plog_iovec *pieces, int count, int64_t next_offset,
-                               plog_validate *v);
+                               int flags, int64_t now_ms, plog_validate *v);
 int plog_io_fsync(int fd, int flags);
 int plog_io_ftruncate(int fd, int64_t size);
 int plog_io_fsize(int fd, int64_t *size_out);

@@ -386,11 +386,18 @@ static void advance_expected(plog_validate *v) {
     else v->expected_sequence[i] = (int32_t)next;
 }
 
+/* plog_segment_should_roll as an append's verdict: 0, PLOG_EROLL or PLOG_ECLOCK. */
+static int roll_verdict(const plog_segment *seg, size_t length, const plog_validate *v, int64_t now_ms) {
+    int roll = plog_segment_should_roll(seg, length, v, now_ms);
+    return roll == 1 ? PLOG_EROLL : roll;
+}
+
 int plog_segment_append_chunk(plog_segment *seg, uint8_t *buf, size_t length, int64_t next_offset,
-                              int32_t leader_epoch, plog_validate *v) {
+                              int32_t leader_epoch, int flags, int64_t now_ms, plog_validate *v) {
     PLOG_ASSERT(buf != NULL || length == 0);
     PLOG_ASSERT(v != NULL);
     plog_segment_assert_invariants(seg);
+    v->flags = flags;
     v->next_offset = next_offset;
     v->leader_epoch = leader_epoch;
     v->expected_hit = -1;
@@ -398,11 +405,10 @@ int plog_segment_append_chunk(plog_segment *seg, uint8_t *buf, size_t length, in
     if (rc == 0 && (int64_t)length > v->segment_bytes) rc = PLOG_ELISTTOOLARGE;
     if (rc == 0 && (v->flags & PLOG_VALIDATE_PRODUCERS) && v->producer_batch_count > 0)
         rc = expected_producer(buf, length, v);
-    if (rc == 0 && !(v->flags & PLOG_APPEND_NO_ROLL) &&
-        plog_segment_should_roll(seg, length, v, v->segment_bytes, v->segment_ms))
-        rc = PLOG_EROLL;
+    if (rc == 0 && !(flags & PLOG_APPEND_NO_ROLL)) rc = roll_verdict(seg, length, v, now_ms);
     if (rc == 0) rc = append_check(seg, length, v);
-    if (rc == PLOG_EPRODUCER) return rc;     /* the caller's check looks at the CRCs when it refuses */
+    /* the caller's check looks at the CRCs when it refuses; the call with the time does */
+    if (rc == PLOG_EPRODUCER || rc == PLOG_ECLOCK) return rc;
     if (rc) {
         /* Nothing written: a CRC mismatch in a batch before the one that failed (or in any
          * batch, when the chunk itself was fine) comes first, as in plog_validate_chunk. */
@@ -448,11 +454,12 @@ static int write_pieces(plog_segment *seg, const plog_iovec *pieces, int count, 
 }
 
 int plog_segment_append_pieces(plog_segment *seg, const plog_iovec *pieces, int count, int64_t next_offset,
-                               plog_validate *v) {
+                               int flags, int64_t now_ms, plog_validate *v) {
     PLOG_ASSERT(v != NULL);
     PLOG_ASSERT(pieces != NULL || count <= 0);
     plog_segment_assert_invariants(seg);
-    if (count < 0 || (v->flags & (PLOG_VALIDATE_ASSIGN_OFFSETS | PLOG_VALIDATE_STAMP_EPOCH |
+    v->flags = flags;
+    if (count < 0 || (flags & (PLOG_VALIDATE_ASSIGN_OFFSETS | PLOG_VALIDATE_STAMP_EPOCH |
                                   PLOG_VALIDATE_CLIENT | PLOG_VALIDATE_PRODUCERS)))
         return PLOG_EARG;
     v->next_offset = next_offset;
@@ -460,20 +467,22 @@ int plog_segment_append_pieces(plog_segment *seg, const plog_iovec *pieces, int 
     int rc = plog_validate_pieces(pieces, count, v);
     size_t length = (size_t)v->size_bytes;
     if (rc == 0 && (int64_t)length > v->segment_bytes) rc = PLOG_ELISTTOOLARGE;
-    if (rc == 0 && !(v->flags & PLOG_APPEND_NO_ROLL) &&
-        plog_segment_should_roll(seg, length, v, v->segment_bytes, v->segment_ms))
-        rc = PLOG_EROLL;
+    if (rc == 0 && !(flags & PLOG_APPEND_NO_ROLL)) rc = roll_verdict(seg, length, v, now_ms);
     if (rc == 0) rc = append_check(seg, length, v);
     if (rc == 0) rc = write_pieces(seg, pieces, count, v);
     return rc ? rc : append_done(seg, length, v);
 }
 
-int plog_segment_should_roll(const plog_segment *seg, size_t length, const plog_validate *v,
-                             int64_t segment_bytes, int64_t segment_ms) {
-    if (seg->size > segment_bytes - (int64_t)length) return 1;
-    if (seg->size > 0 && seg->first_batch_max_timestamp >= 0 &&
-        v->max_timestamp - seg->first_batch_max_timestamp > segment_ms)
-        return 1;
+int plog_segment_should_roll(const plog_segment *seg, size_t length, const plog_validate *v, int64_t now_ms) {
+    if (seg->size > v->segment_bytes - (int64_t)length) return 1;
+    if (seg->size > 0) {
+        /* Kafka's timeWaitedForRoll: from the first batch's max timestamp to the chunk's, or
+         * from the segment's creation to now when that batch carries none. */
+        int64_t first = seg->first_batch_max_timestamp;
+        if (first < 0 && now_ms < 0) return PLOG_ECLOCK;
+        int64_t waited = first >= 0 ? v->max_timestamp - first : now_ms - seg->created_ms;
+        if (waited > v->segment_ms) return 1;
+    }
     if (seg->offset_entries >= seg->offset_max_entries || seg->time_entries >= seg->time_max_entries - 1) return 1;
     return v->last_offset - seg->base_offset > INT32_MAX || v->first_offset < seg->base_offset;
 }

@@ -1,14 +1,41 @@
-"""What an append returns (`AppendInfo`) and the C state of one kind of append."""
+"""The append path of a partition log: one loop (`append_chunk`) that hands a chunk to C and
+does what C's verdict asks, what an append returns (`AppendInfo`), and the C state of one kind
+of append.
+
+One C call (plog_segment_append_chunk, csrc/plog.h) validates a chunk, decides by Kafka's roll
+rule (the only one: plog_segment_should_roll) and writes it.  When it cannot write the chunk
+yet it says why, having written nothing, and the loop fixes that and calls again, with the
+flags of that call as arguments:
+
+  PLOG_ERECHECK   a compressed batch, or a max timestamp to set from the records: the
+                  validator checks (and may rewrite) the chunk (storage/log/validator.py), then
+                  the call is made with PLOG_VALIDATE_RECHECKED;
+  PLOG_EPRODUCER  a batch with a producer id that is not an expected producer's next one
+                  (storage/log/producer_check.py): the producer state checks it (a retried batch
+                  is answered with its first offsets, nothing written), then the call is made
+                  without PLOG_VALIDATE_PRODUCERS;
+  PLOG_ECLOCK     the roll rule needs the time (a segment whose first batch carries no
+                  timestamp: its age is counted from its creation): the call is made again
+                  with the clock's reading (only then: the common append reads no clock);
+  PLOG_EROLL      the active segment rolls, then the call is made with PLOG_APPEND_NO_ROLL;
+  PLOG_EPARTIAL   (a follower's fetched chunk ending inside a batch) the whole batches
+                  before the cut are appended.
+
+Each verdict is acted on at most once (its flag is then set or cleared); any other answer is
+an error, raised as Kafka names it.
+"""
 from __future__ import annotations
 
 from typing import NamedTuple
 
+from ..core import errors
 from ..core._native import ffi, iovec_pieces, lib
 from ..core.clock import wall_ms as _now_ms
 from ..core.config import LogConfig
+from ..core.files import INT32_MAX
 from ..core.records import iter_batches
 from . import producer as _producer
-from . import producer_check
+from . import producer_check, validator
 
 
 class AppendInfo(NamedTuple):
@@ -22,13 +49,10 @@ class AppendInfo(NamedTuple):
     duplicate: bool = False     # a retried idempotent batch: its first offsets, nothing written
 
 
-class _Recheck(Exception):
-    """PLOG_ERECHECK: validator.recheck must see the chunk before C can append it."""
 
-
-class _ProducerCheck(Exception):
-    """PLOG_EPRODUCER: the producer state must check the chunk before C can append it."""
-
+# Kafka's UnifiedLog.append returns early for an empty record set: nothing changes.
+# first_offset and last_offset are -1 (Kafka's unknown offsets), every count 0.
+NOTHING_APPENDED = AppendInfo(-1, -1, -1, -1, 0, 0, 0)
 
 _ORIGINS = ("client", "coordinator")      # where a leader append comes from
 
@@ -46,20 +70,32 @@ _EPOCH_MIXED = lib.PLOG_EPOCH_MIXED
 _new_append_info = tuple.__new__
 _C_APPEND_FIELDS = 7
 
+_ROLL, _RECHECK, _PRODUCER, _PARTIAL = lib.PLOG_EROLL, lib.PLOG_ERECHECK, lib.PLOG_EPRODUCER, lib.PLOG_EPARTIAL
+_CLOCK = lib.PLOG_ECLOCK
+_NO_ROLL, _RECHECKED, _PRODUCERS = lib.PLOG_APPEND_NO_ROLL, lib.PLOG_VALIDATE_RECHECKED, lib.PLOG_VALIDATE_PRODUCERS
+_READONLY = lib.PLOG_APPEND_READONLY
+
+# The chunk refusals that name their failing batch (the classes come from errors.error_class).
+_REFUSALS = frozenset((lib.PLOG_ECRC, lib.PLOG_ECORRUPT, lib.PLOG_EMAGIC, lib.PLOG_EPARTIAL, lib.PLOG_EEMPTY,
+                       lib.PLOG_ETOOLARGE, lib.PLOG_EORDER, lib.PLOG_EAPPENDOFFSET))
+
 
 class _AppendState:
-    """The plog_validate struct of one kind of append, with its limits set, and an int64 view
-    of its leading AppendInfo fields."""
+    """The plog_validate struct of one kind of append, with its limits set, an int64 view of
+    its leading AppendInfo fields, the flags of its C calls, and (a client's leader appends)
+    the producers C may check on its own."""
 
-    __slots__ = ("v", "out")
+    __slots__ = ("v", "out", "flags", "origin", "expected")
 
-    def __init__(self, config: LogConfig, flags: int, max_batch_bytes: int):
+    def __init__(self, config: LogConfig, flags: int, max_batch_bytes: int, origin: str | None = None):
         self.v = ffi.new("plog_validate *")
-        self.v.flags = flags
         self.v.max_batch_bytes = max_batch_bytes
         self.v.segment_bytes = config.segment_bytes
         self.v.segment_ms = config.segment_ms
         self.out = memoryview(ffi.buffer(self.v)).cast("B")[:_C_APPEND_FIELDS * 8].cast("q")
+        self.flags = flags
+        self.origin = origin                # None: a follower's appends
+        self.expected: producer_check.ExpectedProducers | None = None
 
 
 # ---- the states of a log, made on its first append of each kind ------------------------------
@@ -69,32 +105,151 @@ _LEADER_FLAGS = lib.PLOG_VALIDATE_ASSIGN_OFFSETS | lib.PLOG_VALIDATE_STAMP_EPOCH
 
 
 def _client_flags() -> int:
-    """A producer's leader appends: Kafka's LogValidator checks, and the producer check in C
-    unless the tests turned it off (producer_check.ENABLED; the log reads this at its open)."""
+    """A producer's leader appends: Kafka's LogValidator checks; C learns the producers it may
+    check on its own unless the tests turned that off (producer_check.ENABLED, read at the
+    open: without it every producer batch takes the Python check)."""
     return _LEADER_FLAGS | lib.PLOG_VALIDATE_CLIENT | (lib.PLOG_VALIDATE_PRODUCERS if producer_check.ENABLED else 0)
 
 
-def _leader_state(config: LogConfig, producer_state, origin: str, client_flags: int):
-    """A new state for leader appends from `origin`, and for "client" the producers it expects
-    (producer_check.ExpectedProducers; else None)."""
+def new_leader_state(config: LogConfig, producer_state, origin: str, client_flags: int) -> _AppendState:
+    """A new state for leader appends from `origin` ("client": with its expected producers, when
+    `client_flags` let C check producers)."""
     flags = client_flags if origin == "client" else _LEADER_FLAGS
-    state = _AppendState(config, flags, config.batch_limit_bytes)
-    expected = producer_check.ExpectedProducers(producer_state, state.v) if origin == "client" else None
-    return state, expected
+    # Every leader's batch with a producer id is written by C only when it expects it
+    # (PLOG_VALIDATE_PRODUCERS); any other comes back to the producer state's check.
+    state = _AppendState(config, flags | _PRODUCERS, config.batch_limit_bytes, origin)
+    if origin == "client" and client_flags & _PRODUCERS:
+        state.expected = producer_check.ExpectedProducers(producer_state, state.v)
+    return state
 
 
-def _follower_state(config: LogConfig) -> _AppendState:
+def new_follower_state(config: LogConfig) -> _AppendState:
     return _AppendState(config, lib.PLOG_VALIDATE_REQUIRE_FIRST, 0)
 
 
-def _follower_pieces(log, pieces: tuple, follower_state, appended) -> "AppendInfo | None":
+# ---- the append loop -------------------------------------------------------------------------
+
+def append_chunk(log, state: _AppendState, buf, leader_epoch: int, flags: int,
+                 partial_tail: bool = False) -> AppendInfo:
+    """Append the chunk in `buf` (a leader's: a bytearray the log owns, rewritten in place, or
+    immutable bytes, written with stamped copies of its headers; a follower's: any buffer) to
+    `log`, under its lock: C's verdicts acted on (see the module docstring), then the log end
+    offset, the epochs and the producer state moved.  partial_tail: a follower's chunk ending
+    inside a batch appends the whole batches before it (Kafka's FileRecords slices a fetch
+    response by bytes; AppendInfo.size_bytes says how many were taken)."""
+    v = state.v
+    if buf.__class__ is bytes:
+        flags |= _READONLY
+    if state.expected is not None:
+        state.expected.sync()
+    length = now = -1
+    plan = None
+    while True:
+        with ffi.from_buffer(buf) as pointer:
+            if length < 0:
+                length = len(pointer)
+                if not length:
+                    return NOTHING_APPENDED
+                if state.origin is None and log.log_end_offset == log.log_start_offset:
+                    log.restart_empty_log(pointer, length)
+            rc = log.local.segments[-1].append_chunk(pointer, length, log.log_end_offset, leader_epoch, flags, now, v)
+            if rc == 0:
+                return _written(log, state, pointer, length, plan)
+            if rc == _CLOCK and now < 0:
+                now = _now_ms()
+                continue
+            if rc == _ROLL and not flags & _NO_ROLL:
+                _roll_for(log, v)
+                flags |= _NO_ROLL
+                continue
+            if rc == _PARTIAL and partial_tail and v.error_position > 0:
+                length, partial_tail = v.error_position, False
+                continue
+            if not (rc == _RECHECK and not flags & _RECHECKED or rc == _PRODUCER and flags & _PRODUCERS):
+                raise _refusal(log, rc, v, pointer, length)
+        if rc == _RECHECK:
+            # Nothing was written: the validator checks (and may rewrite) a private copy.
+            buf = bytearray(buf) if buf.__class__ is bytes else buf
+            validator.recheck(buf, file=f"{log.path} (appended data)")
+            flags = (flags | _RECHECKED) & ~_READONLY
+            continue
+        plan = _producer.plan_leader_chunk(log.producer_state, buf, log.log_end_offset, state.origin,
+                                           log.config.batch_limit_bytes)
+        if plan is not None and plan.__class__ is not tuple and plan.duplicate is not None:
+            d = plan.duplicate      # Kafka answers a retried batch with its first offsets
+            return AppendInfo(d.first_offset, d.last_offset, d.timestamp, d.last_offset, 0, 0, 0, True)
+        flags &= ~_PRODUCERS
+
+
+def _roll_for(log, v) -> None:
+    """PLOG_EROLL: the chunk is valid and the active segment must roll before it."""
+    new_base = max(v.first_offset, log.log_end_offset)
+    if v.last_offset - new_base > INT32_MAX:
+        # Not even a new segment could hold it: refuse before rolling, so that a refused
+        # append leaves no empty segment behind.
+        raise errors.RecordListTooLargeError(
+            f"offsets {v.first_offset}..{v.last_offset} span more than a segment can hold "
+            f"(2^31 - 1 offsets past its base)", file=f"{log.path} (appended data)", offset=v.first_offset)
+    log.roll_to(new_base)
+
+
+def _written(log, state: _AppendState, pointer, length: int, plan) -> AppendInfo:
+    """After C wrote the chunk: its AppendInfo, the epochs it starts (`pointer` is read only
+    when more epochs changed than plog_validate holds), the log end offset, and the producer
+    state (C's expected producer, the Python check's plan, or a follower's batches)."""
+    v = state.v
+    out = state.out.tolist()
+    out.append(False)
+    info = _new_append_info(AppendInfo, out)
+    epoch = v.sole_epoch
+    if epoch == _EPOCH_MIXED or (epoch >= 0 and epoch != log.epoch_cache.latest_epoch):
+        assign_epochs(log, v, pointer, length)     # before the log end offset moves
+    log.log_end_offset = info[1] + 1
+    log.producer_state.last_map_offset = log.log_end_offset   # Kafka's updateMapEndOffset
+    if state.expected is not None and v.expected_hit >= 0:
+        state.expected.commit(v.expected_hit, info)
+    elif plan is not None:
+        changes = log.producer_state.changes
+        completed = _producer.commit_append(log.producer_state, plan, info.first_offset)
+        if completed:
+            log.local.record_completed(completed)
+        if state.expected is not None:
+            state.expected.learn(_producer.planned_producers(plan), changes)
+    elif state.origin is None and v.producer_batch_count:
+        log.local.record_completed(_producer.apply_replicated(log.producer_state, ffi.buffer(pointer, length)))
+    return info
+
+
+def _refusal(log, rc: int, v, pointer, length: int) -> errors.StorageError:
+    """The error for a chunk C refused (nothing written), as Kafka names it; the codes that
+    are no refusal of the chunk come from the segment or the seam."""
+    if rc in (lib.PLOG_ERECORD, lib.PLOG_ETIMESTAMP) and v.error_position >= 0:
+        return validator.explain(ffi.buffer(pointer, length), v.error_position, rc,
+                                 file=f"{log.path} (appended data)")
+    if rc == lib.PLOG_ELISTTOOLARGE:
+        return errors.RecordListTooLargeError(
+            f"append of {length} bytes exceeds segment_bytes={log.config.segment_bytes}", file=log.path,
+            offset=v.first_offset)
+    # A refusal of the chunk names its failing batch (an empty chunk has none).
+    if rc in _REFUSALS and (v.error_position >= 0 or rc == lib.PLOG_EEMPTY):
+        reason = errors.error_text(rc)
+        if rc == lib.PLOG_EAPPENDOFFSET:
+            reason = f"first offset {v.error_offset} is below the log end offset {log.log_end_offset}"
+        elif rc == lib.PLOG_ETOOLARGE:
+            reason = f"batch larger than max_message_bytes={log.config.max_message_bytes}"
+        return errors.error_class(rc)(reason, file=f"{log.path} (appended data)", position=v.error_position,
+                               offset=v.error_offset)
+    log.local.segments[-1].raise_for(rc, "append", offset=v.first_offset)
+    return AssertionError(f"unexpected append result {rc}")   # raise_for raised for every rc != 0
+
+
+def _follower_pieces(log, pieces: tuple, follower_state) -> "AppendInfo | None":
     """PartitionLog.append_batches as a follower with the caller's `bytes` written as they lie
     (plog_segment_append_pieces: one C call, vectored writes), or None when they are to be
     gathered into one chunk first: fewer than two, not all bytes, an empty log (Kafka's
-    restart rule reads its first batch), a roll by age due, or any refusal -- C wrote nothing
-    then, and the gathered append rolls, or explains the refusal as it always has.
-    follower_state(): the log's follower append state; appended: the log's step after C wrote
-    a chunk (PartitionLog._appended)."""
+    restart rule reads its first batch), a roll due or the time needed, or any refusal -- C
+    wrote nothing then, and the gathered append rolls, or explains the refusal as it always
+    has.  follower_state(): the log's follower append state (made at its first)."""
     # `pieces` (a tuple: no other thread can take a buffer out of it) holds the buffers while C
     # writes them without the GIL.
     packed = iovec_pieces(pieces) if len(pieces) > 1 else None
@@ -103,23 +258,20 @@ def _follower_pieces(log, pieces: tuple, follower_state, appended) -> "AppendInf
     local = log.local
     with local.lock:
         local.ensure_open()
-        segment = local.segments[-1]
-        if log.log_end_offset == log.log_start_offset or segment.rolls_by_age(log.config.segment_ms, _now_ms):
+        if log.log_end_offset == log.log_start_offset:
             return None
         state = follower_state()
         v = state.v
-        rc = segment.append_pieces(ffi.from_buffer("plog_iovec[]", packed), len(pieces), log.log_end_offset, v)
+        rc = local.segments[-1].append_pieces(ffi.from_buffer("plog_iovec[]", packed), len(pieces), log.log_end_offset,
+                                            state.flags, -1, v)
         if rc < 0:
             return None
         if rc:
-            segment.raise_for(rc, "append", offset=v.first_offset)
+            local.segments[-1].raise_for(rc, "append", offset=v.first_offset)
         joined = b""                    # what the producer state and an epoch overflow read
         if v.producer_batch_count or v.epoch_count > lib.PLOG_VALIDATE_MAX_EPOCHS:
             joined = b"".join(pieces)
-        info = appended(state, ffi.from_buffer(joined), len(joined))
-        if v.producer_batch_count:
-            local.record_completed(_producer.apply_replicated(log.producer_state, joined))
-        return info
+        return _written(log, state, ffi.from_buffer(joined), len(joined), None)
 
 
 def assign_epochs(log, v, pointer, length: int) -> None:

@@ -473,7 +473,7 @@ def _write_group(log, group: list, group_end: int, cleaned: Segment, offset_map:
                  stats: CleanerStats, txns, last_of_producers: dict, upper_bound: int) -> None:
     txns.cleaned_index = cleaned.txn_index
     v = ffi.new("plog_validate *")
-    v.flags = lib.PLOG_VALIDATE_REQUIRE_FIRST | lib.PLOG_APPEND_NO_ROLL
+    flags = lib.PLOG_VALIDATE_REQUIRE_FIRST | lib.PLOG_APPEND_NO_ROLL
     v.segment_bytes = log.config.segment_bytes
     v.segment_ms = log.config.segment_ms
     next_offset = group[0].base_offset
@@ -488,7 +488,8 @@ def _write_group(log, group: list, group_end: int, cleaned: Segment, offset_map:
                 continue
             buf = bytearray(out)
             with ffi.from_buffer(buf) as pointer:
-                cleaned.raise_for(cleaned.append_chunk(pointer, len(buf), next_offset, -1, v), "append (cleaner)")
+                cleaned.raise_for(cleaned.append_chunk(pointer, len(buf), next_offset, -1, flags, now_ms, v),
+                                  "append (cleaner)")
             next_offset = batch.last_offset + 1
             stats.bytes_written += len(buf)
     cleaned.seal()

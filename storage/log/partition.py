@@ -24,27 +24,20 @@ from ..core._native import ffi, lib
 from ..core.clock import wall_ms as _now_ms
 from ..core.config import LogConfig
 from ..core.failure import ClosedOnExit, LogDirFailureChannel, guarded
-from ..core.files import INT32_MAX
 from ..core.records import _build
 from . import cleaner as _cleaner
 from . import producer as _producer
-from . import producer_check as _producer_check
 from . import reads as _reads
 from . import retention as _retention
-from . import validator
 from .appends import (
-    _EPOCH_MIXED,
     AppendInfo,
     _AppendState,
     _check_leader_append,
     _client_flags,
     _follower_pieces,
-    _follower_state,
-    _leader_state,
-    _new_append_info,
-    _ProducerCheck,
-    _Recheck,
-    assign_epochs,
+    append_chunk,
+    new_follower_state,
+    new_leader_state,
 )
 from .epoch import CHECKPOINT_FILE, LeaderEpochCache
 from .loader import list_or_create, load
@@ -52,10 +45,6 @@ from .local import LocalLog
 from .reads import ISOLATIONS, TimestampAndOffset
 from .segment import Segment
 from .txnindex import AbortedTxn
-
-# The chunk refusals that name their failing batch (the classes come from errors.error_class).
-_REFUSALS = frozenset((lib.PLOG_ECRC, lib.PLOG_ECORRUPT, lib.PLOG_EMAGIC, lib.PLOG_EPARTIAL, lib.PLOG_EEMPTY,
-                       lib.PLOG_ETOOLARGE, lib.PLOG_EORDER, lib.PLOG_EAPPENDOFFSET))
 
 
 class PartitionLog(ClosedOnExit):
@@ -76,7 +65,6 @@ class PartitionLog(ClosedOnExit):
         self.first_dirty_offset: int | None = None   # the cleaner's checkpoint (LogDir keeps it)
         self._leader_append: dict[str, _AppendState] = {}   # each kind's in/out struct, made at its first (appends.py)
         self._client_flags = _client_flags()        # producer_check.ENABLED, read at the open
-        self._expected: _producer_check.ExpectedProducers | None = None     # with the client's
         self._follower_append: _AppendState | None = None
         self.on_recovery_point_lowered = None   # LogDir persists the lowered recovery point
         self._lock.acquire()    # held while it loads: the open-segment cache leaves its segments alone
@@ -195,7 +183,7 @@ class PartitionLog(ClosedOnExit):
         if as_leader:
             _check_leader_append(leader_epoch, origin)
             return self._leader_chunk(bytearray().join(pieces), leader_epoch, origin)
-        return _follower_pieces(self, pieces, self._follower_state, self._appended) or \
+        return _follower_pieces(self, pieces, self._follower_state) or \
             self._follower_chunk(bytearray().join(pieces), partial_tail=False)
 
     def _leader_chunk(self, buf, leader_epoch: int, origin: str, prebuilt: bool = True) -> AppendInfo:
@@ -206,63 +194,25 @@ class PartitionLog(ClosedOnExit):
         state = self._leader_append.get(origin) or self._leader_state(origin)
         if origin == "client" and self.config.compacts:
             _cleaner.require_keys(buf, self.path)      # Kafka's LogValidator for compacted topics
+        # Our own builder's batch: its records and max timestamp are right.
+        flags = state.flags if prebuilt else state.flags | lib.PLOG_VALIDATE_RECHECKED
         with self._lock:
             self._local.ensure_open()
-            if prebuilt and state.v.flags & lib.PLOG_VALIDATE_PRODUCERS:
-                # One C call for a plain batch or an expected producer's next batch
-                # (storage/log/producer_check.py); any other batch with a producer id comes back.
-                expected = self._expected
-                expected.sync()
-                try:
-                    info = self._leader_write(state, buf, leader_epoch, prebuilt)
-                except _ProducerCheck:
-                    return self._checked_leader_write(state, buf, leader_epoch, origin)
-                slot = state.v.expected_hit
-                if slot >= 0:
-                    expected.commit(slot, info)
-                return info
-            if prebuilt:
-                return self._checked_leader_write(state, buf, leader_epoch, origin)
-            return self._leader_write(state, buf, leader_epoch, prebuilt)
+            return append_chunk(self, state, buf, leader_epoch, flags)
 
     def _leader_state(self, origin: str) -> _AppendState:
         """The state for leader appends from `origin`, made at its first (appends.py)."""
         with self._lock:
             state = self._leader_append.get(origin)
             if state is None:
-                state, expected = _leader_state(self.config, self.producer_state, origin, self._client_flags)
-                if expected is not None:
-                    self._expected = expected
+                state = new_leader_state(self.config, self.producer_state, origin, self._client_flags)
                 self._leader_append[origin] = state
             return state
 
     def _follower_state(self) -> _AppendState:
         if self._follower_append is None:
-            self._follower_append = _follower_state(self.config)
+            self._follower_append = new_follower_state(self.config)
         return self._follower_append
-
-    def _checked_leader_write(self, state: "_AppendState", buf, leader_epoch: int, origin: str) -> AppendInfo:
-        """A leader's prebuilt chunk, its producer batches checked in Python first (storage/log/producer.py)."""
-        plan = _producer.plan_leader_chunk(self.producer_state, buf, self.log_end_offset, origin,
-                                           self.config.batch_limit_bytes)
-        if plan is not None and plan.__class__ is not tuple and plan.duplicate is not None:
-            d = plan.duplicate      # Kafka answers a retried batch with its first offsets
-            return AppendInfo(d.first_offset, d.last_offset, d.timestamp, d.last_offset, 0, 0, 0, True)
-        v = state.v
-        in_c = v.flags & lib.PLOG_VALIDATE_PRODUCERS
-        v.flags &= ~lib.PLOG_VALIDATE_PRODUCERS
-        try:
-            info = self._leader_write(state, buf, leader_epoch, True)
-        finally:
-            v.flags |= in_c
-        if plan is not None:
-            changes = self.producer_state.changes
-            completed = _producer.commit_append(self.producer_state, plan, info.first_offset)
-            if completed:
-                self._local.record_completed(completed)
-            if in_c:
-                self._expected.learn(_producer.planned_producers(plan), changes)
-        return info
 
     @guarded
     def append_txn_marker(self, producer_id: int, producer_epoch: int, commit: bool, coordinator_epoch: int,
@@ -273,31 +223,6 @@ class PartitionLog(ClosedOnExit):
         marker = _producer.end_txn_marker_batch(producer_id, producer_epoch, commit, coordinator_epoch, _now_ms())
         return self.append_as_leader(marker, leader_epoch, origin="coordinator")
 
-    def _leader_write(self, state: "_AppendState", buf, leader_epoch: int, prebuilt: bool) -> AppendInfo:
-        """Write a leader's chunk: one C call, or the validator's recheck first (storage/log/validator.py)."""
-        try:
-            if not prebuilt:
-                # Our own builder's batch: its records and max timestamp are right.
-                state.v.flags |= lib.PLOG_VALIDATE_RECHECKED
-            if buf.__class__ is bytes:
-                state.v.flags |= lib.PLOG_APPEND_READONLY
-            with ffi.from_buffer(buf) as pointer:
-                return self._append(state, pointer, len(buf), leader_epoch)
-        except _Recheck:
-            pass
-        finally:
-            state.v.flags &= ~(lib.PLOG_VALIDATE_RECHECKED | lib.PLOG_APPEND_READONLY)
-        # A compressed batch, or a max timestamp to set from the records: nothing was
-        # written; the validator checks (and may rewrite) the chunk, then C appends it.
-        buf = bytearray(buf) if buf.__class__ is bytes else buf
-        validator.recheck(buf, file=f"{self.path} (appended data)")
-        state.v.flags |= lib.PLOG_VALIDATE_RECHECKED
-        try:
-            with ffi.from_buffer(buf) as pointer:
-                return self._append(state, pointer, len(buf), leader_epoch)
-        finally:
-            state.v.flags &= ~lib.PLOG_VALIDATE_RECHECKED
-
     @guarded
     def append_as_follower(self, batches) -> AppendInfo:
         """Append batches fetched from the leader as they are: CRC checked, offsets strictly
@@ -307,18 +232,8 @@ class PartitionLog(ClosedOnExit):
     def _follower_chunk(self, batches, partial_tail: bool) -> AppendInfo:
         with self._lock:
             self._local.ensure_open()
-            with ffi.from_buffer(batches) as pointer:
-                length = len(pointer)
-                if length == 0:
-                    return self._nothing_appended()
-                if self.log_end_offset == self.log_start_offset:
-                    self._maybe_restart_empty_log(pointer, length)
-                state = self._follower_append or self._follower_state()
-                info = self._append(state, pointer, length, -1, partial_tail)
-                if state.v.producer_batch_count:
-                    self._local.record_completed(_producer.apply_replicated(self.producer_state,
-                                                                      ffi.buffer(pointer, info.size_bytes)))
-                return info
+            state = self._follower_state()
+            return append_chunk(self, state, batches, -1, state.flags, partial_tail)
 
     def _nothing_appended(self) -> AppendInfo:
         """Kafka's UnifiedLog.append returns early for an empty record set: nothing changes.
@@ -327,8 +242,8 @@ class PartitionLog(ClosedOnExit):
             self._local.ensure_open()
             return AppendInfo(-1, -1, -1, -1, 0, 0, 0)
 
-    def _maybe_restart_empty_log(self, pointer, length: int) -> None:
-        """Kafka's follower special case (docs/kafka-formats.md 6.7): an empty log whose first fetched
+    def restart_empty_log(self, pointer, length: int) -> None:
+        """(A step of the append, under the lock.)  Kafka's follower special case (docs/kafka-formats.md 6.7): an empty log whose first fetched
         batch starts below the log end offset but reaches it restarts at that batch's base."""
         if self.log_end_offset != self.log_start_offset or self.size_bytes:
             return
@@ -337,84 +252,8 @@ class PartitionLog(ClosedOnExit):
                 info.base_offset < self.log_end_offset <= info.last_offset:
             self._truncate_fully(info.base_offset)
 
-    def _append(self, state: "_AppendState", pointer, length: int, leader_epoch: int,
-                partial_tail: bool = False) -> AppendInfo:
-        """Validate, roll if Kafka would, write and index the chunk: one C call in the common
-        case (plog_segment_append_chunk, which checks the CRCs as it writes).  partial_tail:
-        a chunk ending inside a batch appends the whole batches before it (a follower's fetch
-        response: Kafka's FileRecords slices by bytes); AppendInfo.size_bytes says how many
-        bytes were taken.  C refuses such a chunk before writing anything, naming where the
-        cut batch starts, so the common whole chunk pays no separate walk of its headers."""
-        v = state.v
-        segment = self._local.segments[-1]
-        if segment.rolls_by_age(self.config.segment_ms, _now_ms):
-            segment = self._roll_to(self.log_end_offset)
-        rc = segment.append_chunk(pointer, length, self.log_end_offset, leader_epoch, v)
-        if rc == lib.PLOG_EPARTIAL and partial_tail and v.error_position > 0:
-            length = v.error_position
-            rc = segment.append_chunk(pointer, length, self.log_end_offset, leader_epoch, v)
-        if rc:
-            self._append_uncommon(rc, v, pointer, length, leader_epoch)
-        return self._appended(state, pointer, length)
-
-    def _appended(self, state: "_AppendState", pointer, length: int) -> AppendInfo:
-        """After a chunk was written: its AppendInfo, the log end offset, the epochs it starts
-        (`pointer` is read only when more epochs changed than plog_validate holds)."""
-        v = state.v
-        out = state.out.tolist()
-        out.append(False)
-        info = _new_append_info(AppendInfo, out)
-        epoch = v.sole_epoch
-        if epoch == _EPOCH_MIXED or (epoch >= 0 and epoch != self.epoch_cache.latest_epoch):
-            assign_epochs(self, v, pointer, length)     # before the log end offset moves
-        self.log_end_offset = info[1] + 1
-        self.producer_state.last_map_offset = self.log_end_offset   # Kafka's updateMapEndOffset
-        return info
-
-    def _append_uncommon(self, rc: int, v, pointer, length: int, leader_epoch: int) -> None:
-        """Roll and append (PLOG_EROLL: the chunk was found valid, nothing written), or raise."""
-        if rc == lib.PLOG_EROLL:
-            new_base = max(v.first_offset, self.log_end_offset)
-            if v.last_offset - new_base > INT32_MAX:
-                # Not even a new segment could hold it: refuse before rolling, so that a refused
-                # append leaves no empty segment behind.
-                raise errors.RecordListTooLargeError(
-                    f"offsets {v.first_offset}..{v.last_offset} span more than a segment can hold "
-                    f"(2^31 - 1 offsets past its base)", file=f"{self.path} (appended data)", offset=v.first_offset)
-            segment = self._roll_to(new_base)
-            v.flags |= lib.PLOG_APPEND_NO_ROLL
-            try:
-                rc = segment.append_chunk(pointer, length, self.log_end_offset, leader_epoch, v)
-            finally:
-                v.flags &= ~lib.PLOG_APPEND_NO_ROLL
-            if rc == 0:
-                return
-        if rc == lib.PLOG_ERECHECK:
-            raise _Recheck()
-        if rc == lib.PLOG_EPRODUCER:
-            raise _ProducerCheck()
-        if rc in (lib.PLOG_ERECORD, lib.PLOG_ETIMESTAMP) and v.error_position >= 0:
-            raise validator.explain(ffi.buffer(pointer, length), v.error_position, rc,
-                                    file=f"{self.path} (appended data)")
-        if rc == lib.PLOG_ELISTTOOLARGE:
-            raise errors.RecordListTooLargeError(
-                f"append of {length} bytes exceeds segment_bytes={self.config.segment_bytes}", file=self.path,
-                offset=v.first_offset)
-        # A refusal of the chunk names its failing batch (an empty chunk has none); the other
-        # codes come from the segment or the seam.
-        if rc in _REFUSALS and (v.error_position >= 0 or rc == lib.PLOG_EEMPTY):
-            cls = errors.error_class(rc)
-            reason = errors.error_text(rc)
-            if rc == lib.PLOG_EAPPENDOFFSET:
-                reason = f"first offset {v.error_offset} is below the log end offset {self.log_end_offset}"
-            elif rc == lib.PLOG_ETOOLARGE:
-                reason = f"batch larger than max_message_bytes={self.config.max_message_bytes}"
-            raise cls(reason, file=f"{self.path} (appended data)", position=v.error_position,
-                      offset=v.error_offset)
-        self._local.segments[-1].raise_for(rc, "append", offset=v.first_offset)
-        raise AssertionError(f"unexpected append result {rc}")   # _check raised for every rc != 0
-
-    def _roll_to(self, base_offset: int) -> Segment:
+    def roll_to(self, base_offset: int) -> Segment:
+        """(A step of the append and of roll(), under the lock.)  A new active segment at `base_offset`."""
         return self._local.roll(base_offset, self._before_new_segment)
 
     def _before_new_segment(self, old: Segment, base_offset: int) -> None:
@@ -432,7 +271,7 @@ class PartitionLog(ClosedOnExit):
         empty and already starts there)."""
         with self._lock:
             self._local.ensure_open()
-            return self._roll_to(self.log_end_offset)
+            return self.roll_to(self.log_end_offset)
 
     # ---- reads (storage/log/reads.py walks the segments) ----
     @guarded
@@ -618,7 +457,7 @@ class PartitionLog(ClosedOnExit):
             self._local.ensure_open()
             return _retention.delete_old_segments(
                 self._local, self.config, _now_ms() if now_ms is None else now_ms, high_watermark=self.high_watermark,
-                log_start_offset=self.log_start_offset, log_end_offset=self.log_end_offset, roll=self._roll_to,
+                log_start_offset=self.log_start_offset, log_end_offset=self.log_end_offset, roll=self.roll_to,
                 advance_log_start=self._advance_log_start)
 
     @guarded

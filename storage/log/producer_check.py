@@ -9,6 +9,9 @@ struct, C writes a batch that matches one of them and advances that sequence, an
 (PLOG_EPRODUCER, nothing written) any other batch with a producer id, which then takes the
 Python path and is learnt.  After a C-checked write, `commit` records the batch in the
 producer's entry exactly as the Python path would (one more BatchMetadata, the timestamp).
+Every leader append asks C so (storage/log/appends.py): the coordinator's appends, and a client's
+when the tests turn the expectations off, expect no producer, so C sends each batch with a
+producer id back to the Python check, after the chunk's own checks, as Kafka orders them.
 
 The expectations are a cache of the producer state: any change the manager makes that did not
 come through here (a follower append, a marker, truncation, reload, expiry) bumps
@@ -21,7 +24,7 @@ from ..core.files import INT32_MAX
 from .producer import BatchMetadata, ProducerStateManager, _new_batch_metadata
 
 SLOTS = lib.PLOG_EXPECTED_PRODUCERS
-ENABLED = True          # read when a log opens; tests turn it off to compare with the Python check
+ENABLED = True          # read when a log opens; tests turn the expectations off to compare with the Python check
 
 
 class ExpectedProducers:

@@ -112,6 +112,7 @@ class Segment:
             config.segment_index_bytes, 1 if create else 0, 1 if active else 0,
             0 if config.fsync else lib.PLOG_SYNC_NOOP)
         self._check(rc, "open")
+        c.created_ms = self.created_ms or 0     # what the roll rule measures a segment's age from
         self._c = c
         open_segments.touch(self)
 
@@ -237,26 +238,21 @@ class Segment:
         return bool(self._c.index_suspect)
 
     # ---- writing ----
-    def rolls_by_age(self, segment_ms: int, clock) -> bool:
-        """Kafka's time-based roll for a non-empty segment whose first batch carries no
-        timestamp: its creation time decides (LogSegment.shouldRoll, timeWaitedForRoll).
-        `clock()` gives the time in ms; it is asked only for such a segment (the hot path)."""
-        c = self._c
-        return c.first_batch_max_timestamp < 0 and c.size > 0 and clock() - self.created_ms > segment_ms
-
-    def append_chunk(self, pointer, length: int, log_end_offset: int, leader_epoch: int, v) -> int:
-        """plog_segment_append_chunk on this segment (validate, assign offsets, stamp the epoch,
-        write, index; `v` is the plog_validation in/out): 0, or the C code for the log to
-        interpret (PLOG_EROLL: valid, nothing written, the segment is full)."""
+    def append_chunk(self, pointer, length: int, log_end_offset: int, leader_epoch: int, flags: int, now_ms: int,
+                     v) -> int:
+        """plog_segment_append_chunk on this segment (validate, roll check at `now_ms`, assign
+        offsets, stamp the epoch, write, index; `flags` for this call, `v` the plog_validate
+        in/out): 0, or the C code for the log to act on (PLOG_EROLL, PLOG_ERECHECK,
+        PLOG_EPRODUCER: nothing written; storage/log/appends.py) or to raise."""
         self._use()         # reopens its files if the open-segment cache closed them
-        return lib.plog_segment_append_chunk(self._c, pointer, length, log_end_offset, leader_epoch, v)
+        return lib.plog_segment_append_chunk(self._c, pointer, length, log_end_offset, leader_epoch, flags, now_ms, v)
 
-    def append_pieces(self, pieces, count: int, log_end_offset: int, v) -> int:
+    def append_pieces(self, pieces, count: int, log_end_offset: int, flags: int, now_ms: int, v) -> int:
         """plog_segment_append_pieces on this segment: a follower's chunk as `count` separate
         buffers (a plog_iovec array), written without gathering them; 0 or the C code (a
         refusal wrote nothing)."""
         self._use()
-        return lib.plog_segment_append_pieces(self._c, pieces, count, log_end_offset, v)
+        return lib.plog_segment_append_pieces(self._c, pieces, count, log_end_offset, flags, now_ms, v)
 
     def raise_for(self, rc: int, what: str, *, offset=None) -> None:
         """Raise the exception for a nonzero C code from an operation on this segment."""

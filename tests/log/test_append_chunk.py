@@ -167,24 +167,27 @@ def test_invalid_chunk_that_would_roll_does_not_roll(tmp_path):
 
 
 def test_append_chunk_at_the_c_level(tmp_path):
-    """The entry point itself: the struct it fills, EROLL without writing, NO_ROLL."""
+    """The entry point itself: the struct it fills, EROLL without writing, NO_ROLL (the flags
+    are the call's argument: v keeps none of them)."""
     seg = Segment(SegmentHome(str(tmp_path), config(segment_bytes=4096)), 0, create=True, active=True)
     v = ffi.new("plog_validate *")
-    v.flags, v.segment_bytes, v.segment_ms = lib.PLOG_VALIDATE_REQUIRE_FIRST, 4096, 1 << 40
+    v.segment_bytes, v.segment_ms = 4096, 1 << 40
+    flags, now = lib.PLOG_VALIDATE_REQUIRE_FIRST, seg.created_ms
     chunk = build_batch([b"a" * 1000], base_offset=0, partition_leader_epoch=3) + \
         build_batch([b"b" * 1000], base_offset=1, partition_leader_epoch=3)
     buf = bytearray(chunk)
-    assert lib.plog_segment_append_chunk(seg._c, ffi.from_buffer(buf), len(buf), 0, -1, v) == 0
+    assert lib.plog_segment_append_chunk(seg._c, ffi.from_buffer(buf), len(buf), 0, -1, flags, now, v) == 0
     assert (v.first_offset, v.last_offset, v.batch_count, v.record_count, v.size_bytes, v.sole_epoch) == \
         (0, 1, 2, 2, len(chunk), 3)
     assert (seg.size, seg.next_offset) == (len(chunk), 2)
     more = bytearray(build_batch([b"c" * 1000], base_offset=2, partition_leader_epoch=4) +
                      build_batch([b"d" * 1000], base_offset=3, partition_leader_epoch=5))
-    assert lib.plog_segment_append_chunk(seg._c, ffi.from_buffer(more), len(more), 2, -1, v) == lib.PLOG_EROLL
+    assert lib.plog_segment_append_chunk(seg._c, ffi.from_buffer(more), len(more), 2, -1, flags, now, v) == lib.PLOG_EROLL
     assert seg.size == len(chunk) == os.path.getsize(seg.log_path)
     assert v.sole_epoch == lib.PLOG_EPOCH_MIXED and v.epoch_count == 2
-    v.flags |= lib.PLOG_APPEND_NO_ROLL            # the caller may insist (it has just rolled)
-    assert lib.plog_segment_append_chunk(seg._c, ffi.from_buffer(more), len(more), 2, -1, v) == 0
+    assert v.flags == flags
+    flags |= lib.PLOG_APPEND_NO_ROLL            # the caller may insist (it has just rolled)
+    assert lib.plog_segment_append_chunk(seg._c, ffi.from_buffer(more), len(more), 2, -1, flags, now, v) == 0
     assert (seg.size, seg.next_offset) == (len(chunk) + len(more), 4)
     assert seg.size == os.path.getsize(seg.log_path)
     assert [b.base_offset for b in iter_batches(seg.view())] == [0, 1, 2, 3]

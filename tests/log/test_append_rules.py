@@ -7,7 +7,7 @@ import pytest
 from storage import LogConfig, PartitionLog, build_batch
 from storage.core import errors
 from storage.core import io as sio
-from storage.log import partition as log_module
+from storage.log import appends
 
 CONFIG = LogConfig(segment_bytes=1 << 20, fsync=False)
 
@@ -78,10 +78,10 @@ def test_time_based_roll_falls_back_to_the_segment_creation_time(tmp_path, monke
     no_timestamp = build_batch([b"a"], base_timestamp=-1)
     log.append_as_follower(no_timestamp)
     created = log.active_segment.created_ms
-    monkeypatch.setattr(log_module, "_now_ms", lambda: created + 999)
+    monkeypatch.setattr(appends, "_now_ms", lambda: created + 999)     # the clock the append passes to C
     log.append_as_follower(build_batch([b"b"], base_offset=1, base_timestamp=-1))
     assert len(log.segments) == 1
-    monkeypatch.setattr(log_module, "_now_ms", lambda: created + 1001)
+    monkeypatch.setattr(appends, "_now_ms", lambda: created + 1001)
     log.append_as_follower(build_batch([b"c"], base_offset=2, base_timestamp=-1))
     assert [s.base_offset for s in log.segments] == [0, 2]
     log.close()
