@@ -1,4 +1,4 @@
-"""Replication, in process: ReplicaManagers driven by direct calls (the way tests/rig.py does,
+"""Replication, in process: ReplicaManagers driven by direct calls (the way storage/sim/rig.py does,
 without a controller or the simulated clock), every fetch answered at once.
 
 "replication-catchup-paired": an empty follower catches up the session's big log (1 GiB of

@@ -1,7 +1,7 @@
 """cffi build script for the C core (out-of-line API mode).
 
 The cdef is the region of csrc/plog.h between CDEF-BEGIN and CDEF-END, plus the
-`extern "Python+C"` callbacks through which the C I/O seam reaches storage/io.py.
+`extern "Python+C"` callbacks through which the C I/O seam reaches storage/core/io.py.
 Build switches (environment): PLOG_DEBUG=1 compiles -O0 -g with PLOG_ASSERT on; PLOG_SANITIZE=address,undefined
 adds the sanitizers (run Python with the matching LD_PRELOAD).
 """
@@ -40,7 +40,7 @@ def read_cdef() -> str:
 
 
 def source_digest() -> str:
-    """Digest of everything the native module is built from; storage/_native.py compares it."""
+    """Digest of everything the native module is built from; storage/core/_native.py compares it."""
     digest = hashlib.sha256()
     for name in sorted(SOURCES + ["plog.h", "internal.h", "build_plog.py", "pyrecords.c"]):
         with open(os.path.join(HERE, name), "rb") as f:

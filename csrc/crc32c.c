@@ -18,7 +18,7 @@
  *    linear over GF(2): it is the matrix that appends n zero bytes to the raw register,
  *    precomputed at start-up into four 256-entry tables per block length.
  *
- * Invariant: both paths return identical results for every input (tests/test_crc.py checks
+ * Invariant: both paths return identical results for every input (tests/core/test_crc.py checks
  * them against each other and against the crc32c package).
  */
 #include "internal.h"

@@ -24,6 +24,8 @@ static const char *const messages[] = {
     "the segment must roll before this append",
     "invalid timestamp in a producer batch",
     "the caller must check the batch's records first",
+    "the caller must check the batch's producer state first",
+    "the roll rule needs the time",
 };
 
 const char *plog_strerror(int rc) {

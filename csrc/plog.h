@@ -5,7 +5,7 @@
  * sets v0/v1 for reading, the sparse .index and .timeindex files) and does
  * the byte work of the engine: CRC-32C, batch build/parse/validate, segment
  * append and scan, index maintenance and lookup.  Policy (when to roll, what
- * to truncate, epochs) lives in Python (storage/log.py).
+ * to truncate, epochs) lives in Python (storage/log/).
  *
  * Caveats
  * -------
@@ -41,7 +41,7 @@
 
 /* CDEF-BEGIN */
 
-/* Version of the C ABI; storage/_native.py refuses a module built from other sources. */
+/* Version of the C ABI; storage/core/_native.py refuses a module built from other sources. */
 #define PLOG_ABI_VERSION 10
 
 /* Error codes (negative, private range). */
@@ -551,7 +551,7 @@ int plog_segment_close(plog_segment *seg);
 /* ---- the I/O seam -------------------------------------------------------------------- */
 
 /* Every file operation of the core.  plog_io_use_python(1) routes them to the Python
- * callbacks (storage/io.py) instead of the POSIX implementation. */
+ * callbacks (storage/core/io.py) instead of the POSIX implementation. */
 int plog_io_open(const char *path, int flags, int *fd_out);
 int plog_io_close(int fd);
 int plog_io_pread(int fd, uint8_t *buf, size_t length, int64_t offset, size_t *read_out);

@@ -6,7 +6,7 @@
  * encoding; 0.5-2.4 us for Records with timestamps and headers), and RecordBatch.records()
  * read a cffi struct and sliced the payloads (about 1 us a record).  This small module
  * (Python's limited API, so one abi3 build serves every CPython >= 3.11) does that walk in C
- * and calls the core through function pointers handed over once by storage/_native.py: the
+ * and calls the core through function pointers handed over once by storage/core/_native.py: the
  * encoder, the decoder and the CRC stay in the one cffi module, compiled once, with their
  * checks.
  *
@@ -14,7 +14,7 @@
  * bytearray, contiguous memoryview, str or None, timestamps int, headers (key, value) pairs --
  * each header section encoded here with the core's varint.  Anything else (a float
  * timestamp, a tuple subclass other than Record, a header pair given as a list) returns
- * None: storage/records.py normalises such a list into the shapes above and walks it again,
+ * None: storage/core/records.py normalises such a list into the shapes above and walks it again,
  * so there is one encoder.
  * decode: every v2 records section, as Record(offset, timestamp, key, value, headers).
  * pieces: the addresses of a tuple of bytes, for PartitionLog.append_batches' vectored write.
@@ -450,7 +450,7 @@ static PyObject *pieces(PyObject *self, PyObject *args) {
 
 PyDoc_STRVAR(bind_doc,
 "bind(encode_spans, batch_finish, varint_encode, records_decode, headers_decode): the core's\n"
-"functions, as addresses (storage/_native.py, once at import).");
+"functions, as addresses (storage/core/_native.py, once at import).");
 
 static PyObject *bind(PyObject *self, PyObject *args) {
     unsigned long long encode, finish, varint, records, headers;

@@ -3,7 +3,7 @@
  *
  * The .log is a bare concatenation of batches, written with pwrite at the logical end
  * (never pre-allocated).  Reads are served by Python from its own read-only mapping of the
- * .log (storage/segment.py); this file keeps the write side and the indexes.
+ * .log (storage/log/segment.py); this file keeps the write side and the indexes.
  *
  * Invariants kept by every function here:
  *  I-size    size == the byte length of the valid batches; the file is never longer after a

@@ -143,3 +143,27 @@ def test_every_path_the_guides_name_exists(tmp_path):
     (tmp_path / "storage" / "here.py").write_text("")
     (tmp_path / "docs" / "guide.md").write_text("`storage/here.py` and `storage/log.py`\n")
     assert missing_paths(tmp_path) == ["docs/guide.md:1: storage/log.py"]
+
+
+_CODE_PATH = re.compile(r"(?<![\w/.])((?:storage|csrc|tests|benchmarks)/[\w/-]+\.(?:py|c|h|java|js|json))\b")
+
+
+def missing_code_paths(root: Path) -> list[str]:
+    """Repository files the code, tests and CI scripts name (in comments, docstrings, messages)
+    that do not exist: a comment that says where something lives must move with it."""
+    out = []
+    for path in scanned_files(root):
+        if path.suffix not in (".py", ".c", ".h", "", ".sh", ".toml") or path.name in ("test_docs.py", "test_tidy.py"):
+            continue                # (these two hold made-up paths as their examples)
+        for number, line in enumerate(path.read_text(errors="replace").splitlines(), 1):
+            for named in _CODE_PATH.findall(line):
+                if "/internals/" not in named and not named.startswith("storage/src/") and not (root / named).exists():
+                    out.append(f"{path.relative_to(root).as_posix()}:{number}: {named}")
+    return out
+
+
+def test_every_path_the_code_names_exists(tmp_path):
+    assert missing_code_paths(ROOT) == []
+    (tmp_path / "storage" / "log").mkdir(parents=True)
+    (tmp_path / "storage" / "log" / "segment.py").write_text('"""See storage/log/segment.py and storage/io.py."""\n')
+    assert missing_code_paths(tmp_path) == ["storage/log/segment.py:1: storage/io.py"]

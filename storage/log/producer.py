@@ -20,7 +20,7 @@ Rules (ProducerAppendInfo, ProducerStateEntry):
     marker with a newer producer epoch bumps the producer's epoch and drops its batches.
 
 The entries and their snapshot files (`<offset>.snapshot`, Kafka's format) are
-storage/producer_entry.py's; the manager here decides when a snapshot is taken, loaded, deleted.
+storage/log/producer_entry.py's; the manager here decides when a snapshot is taken, loaded, deleted.
 """
 from __future__ import annotations
 

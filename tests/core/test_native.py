@@ -1,6 +1,7 @@
 """The native module is checked at import: missing, stale or foreign builds fail clearly."""
 import glob
 import os
+import re
 import shutil
 import subprocess
 import sys
@@ -63,3 +64,15 @@ def test_version_string_embeds_package_version():
     from storage.core._native import ffi, lib
 
     assert ffi.string(lib.plog_version()).decode().startswith(storage.__version__ + "+")
+
+
+def test_every_error_code_of_the_header_has_its_own_text():
+    """plog_strerror names every PLOG_E* code plog.h defines (PLOG_EPRODUCER and PLOG_ECLOCK
+    were 'unknown error'), each with a text of its own."""
+    from storage.core import errors
+    codes = {name: int(value) for name, value in
+             re.findall(r"^#define (PLOG_E[A-Z]+)\s+(-1\d\d\d)\b", (ROOT / "csrc" / "plog.h").read_text(), re.M)}
+    assert len(codes) > 15
+    texts = {name: errors.error_text(code) for name, code in codes.items()}
+    assert [name for name, text in texts.items() if text == "unknown error"] == []
+    assert len(set(texts.values())) == len(texts)
