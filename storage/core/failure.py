@@ -140,12 +140,28 @@ def guarded(method):
         try:
             return method(self, *args, **kwargs)
         except OSError as exc:
-            if is_out_of_descriptors(exc):      # (an inner call's OutOfDescriptorsError too)
-                if operation in RETRIABLE_WITHOUT_DESCRIPTORS:
-                    raise out_of_descriptors(exc, operation, channel.log_dir) from exc
-                raise channel.fail(exc, operation) from exc
-            if not is_io_failure(exc):
-                raise
-            raise channel.fail(exc, operation) from exc
+            raise _failure(channel, exc, operation) from exc
 
     return wrapper
+
+
+def guarded_iteration(channel: LogDirFailureChannel, iterator, operation: str):
+    """`iterator`'s items, an I/O failure met while producing one turned into the dir's failure
+    state as `guarded` turns a call's: a generator's body runs at each next(), after any
+    wrapper of the call that made it has returned."""
+    try:
+        yield from iterator
+    except OSError as exc:
+        raise _failure(channel, exc, operation) from exc
+
+
+def _failure(channel: LogDirFailureChannel, exc: OSError, operation: str) -> BaseException:
+    """What a guarded operation raises for `exc`: EMFILE/ENFILE a retriable error where the
+    operation allows it, an I/O failure the dir's failure state, anything else itself."""
+    if is_out_of_descriptors(exc):      # (an inner call's OutOfDescriptorsError too)
+        if operation in RETRIABLE_WITHOUT_DESCRIPTORS:
+            return out_of_descriptors(exc, operation, channel.log_dir)
+        return channel.fail(exc, operation)
+    if not is_io_failure(exc):
+        return exc
+    return channel.fail(exc, operation)

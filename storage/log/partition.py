@@ -23,7 +23,7 @@ from ..core import io as _io
 from ..core._native import ffi, lib
 from ..core.clock import wall_ms as _now_ms
 from ..core.config import LogConfig
-from ..core.failure import ClosedOnExit, LogDirFailureChannel, guarded
+from ..core.failure import ClosedOnExit, LogDirFailureChannel, guarded, guarded_iteration
 from ..core.records import _build
 from . import cleaner as _cleaner
 from . import producer as _producer
@@ -314,13 +314,15 @@ class PartitionLog(ClosedOnExit):
     def batches(self, start_offset: int | None = None):
         """Every batch from start_offset (default the log start) to the log end, zero-copy; safe
         against a concurrent writer (reads.batches says how)."""
-        return _reads.batches(self._local, start_offset, lambda: self.log_start_offset)
+        return guarded_iteration(self.failure_channel,
+                                 _reads.batches(self._local, start_offset, lambda: self.log_start_offset), "batches")
 
     def segment_columns(self, start_offset: int | None = None, window: int = 1 << 20, *, skip_bases=()):
         """(BatchColumns, view) for the batches from the one holding start_offset (default the
         log start) to the log end, about `window` bytes at a time (reads.segment_columns);
         segments whose base offset is in skip_bases are passed over."""
-        return _reads.segment_columns(self._local, start_offset, lambda: self.log_start_offset, window, skip_bases)
+        columns = _reads.segment_columns(self._local, start_offset, lambda: self.log_start_offset, window, skip_bases)
+        return guarded_iteration(self.failure_channel, columns, "segment_columns")
 
     @guarded
     def offset_for_timestamp(self, timestamp: int) -> TimestampAndOffset | None:
