@@ -140,7 +140,10 @@ def guarded(method):
         try:
             return method(self, *args, **kwargs)
         except OSError as exc:
-            raise _failure(channel, exc, operation) from exc
+            failure = _failure(channel, exc, operation)
+            if failure is exc:
+                raise                   # not an I/O failure: as it came (never `exc from exc`, a cycle)
+            raise failure from exc
 
     return wrapper
 
@@ -152,7 +155,10 @@ def guarded_iteration(channel: LogDirFailureChannel, iterator, operation: str):
     try:
         yield from iterator
     except OSError as exc:
-        raise _failure(channel, exc, operation) from exc
+        failure = _failure(channel, exc, operation)
+        if failure is exc:
+            raise
+        raise failure from exc
 
 
 def _failure(channel: LogDirFailureChannel, exc: OSError, operation: str) -> BaseException:

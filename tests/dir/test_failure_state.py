@@ -357,3 +357,31 @@ def test_a_read_failure_at_a_sealed_segments_first_use_takes_the_dir_offline(tmp
             logdir.close()
     assert {p.name: p.read_bytes() for p in (tmp_path / "t-0").iterdir()} == before
     assert not (tmp_path / CLEAN_SHUTDOWN_FILE).exists()
+
+
+@pytest.mark.parametrize("iterating", [False, True])
+def test_an_error_that_is_no_io_failure_passes_a_guard_as_it_came(tmp_path, iterating):
+    """An inner LogDirOfflineError (no new failure) leaves a guarded call, or a guarded
+    iteration, as it came: not chained to itself (`raise exc from exc` made a cause cycle, and
+    the crash enumeration's walk along the causes never ended)."""
+    from storage.core.failure import LogDirFailureChannel, guarded, guarded_iteration
+
+    inner = errors.LogDirOfflineError(str(tmp_path), OSError(errno.EIO, "earlier"), operation="earlier")
+
+    class Holder:
+        failure_channel = LogDirFailureChannel(str(tmp_path))
+
+        @guarded
+        def call(self):
+            raise inner
+
+        def items(self):
+            def produce():
+                yield 1
+                raise inner
+            return guarded_iteration(self.failure_channel, produce(), "items")
+
+    with pytest.raises(errors.LogDirOfflineError) as caught:
+        list(Holder().items()) if iterating else Holder().call()
+    assert caught.value is inner and caught.value.__cause__ is not inner
+    assert Holder.failure_channel.first_failure is None
