@@ -30,6 +30,7 @@ from . import producer as _producer
 from . import reads as _reads
 from . import retention as _retention
 from .appends import (
+    NOTHING_APPENDED,
     AppendInfo,
     _AppendState,
     _check_leader_append,
@@ -236,11 +237,10 @@ class PartitionLog(ClosedOnExit):
             return append_chunk(self, state, batches, -1, state.flags, partial_tail)
 
     def _nothing_appended(self) -> AppendInfo:
-        """Kafka's UnifiedLog.append returns early for an empty record set: nothing changes.
-        first_offset and last_offset are -1 (Kafka's unknown offsets), every count 0."""
+        """An empty record set appends nothing (appends.NOTHING_APPENDED) on an open log."""
         with self._lock:
             self._local.ensure_open()
-            return AppendInfo(-1, -1, -1, -1, 0, 0, 0)
+            return NOTHING_APPENDED
 
     def restart_empty_log(self, pointer, length: int) -> None:
         """(A step of the append, under the lock.)  Kafka's follower special case (docs/kafka-formats.md 6.7): an empty log whose first fetched
