@@ -25,6 +25,8 @@ def cmd_verify(args) -> int:
     for w in dir_warnings:
         print(f"warning: {w.line()}")
     for s in scans:
+        if args.quiet and not s.problems:
+            continue
         epochs = _lineage_text(s.lineage_pairs)
         agreement = {True: "checkpoint agrees", False: "checkpoint DISAGREES", None: "no checkpoint"}[s.agrees]
         span = f"offsets {s.log_start_offset}..{s.log_end_offset - 1}" if s.log_end_offset > s.log_start_offset \

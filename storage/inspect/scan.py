@@ -175,9 +175,19 @@ class _SegmentIndexes:
             {base + relative for _timestamp, relative in self.time_entries}
 
     def check(self, seg: SegmentScan, problems: list) -> None:
+        """Each index entry against the batches found.  Where the walk stopped before the file's
+        end (a torn tail, a corrupt batch), the entries past that point are what the cut hides,
+        not problems of their own: recovery cuts the log there and rebuilds both indexes.  They
+        are counted into the cut's problem, said once."""
+        cut = seg.valid_bytes if seg.valid_bytes < seg.size else None
+        last_kept = seg.last_offset if seg.last_offset is not None else seg.base_offset - 1
+        hidden_offsets = hidden_times = 0
         previous = None
         for n, (relative, position) in enumerate(self.offset_entries):
             offset = seg.base_offset + relative
+            if cut is not None and position >= cut:
+                hidden_offsets += 1
+                continue
             where = dict(file=self.offset_path, position=n * _OFFSET_ENTRY.size, offset=offset)
             if previous is not None and (offset <= previous[0] or position <= previous[1]):
                 problems.append(Issue("index", f"entry {n} (offset {offset}, position {position}) does not follow "
@@ -200,6 +210,9 @@ class _SegmentIndexes:
         previous = None
         for n, (timestamp, relative) in enumerate(self.time_entries):
             offset = seg.base_offset + relative
+            if cut is not None and offset > last_kept:
+                hidden_times += 1
+                continue
             where = dict(file=self.time_path, position=n * _TIME_ENTRY.size, offset=offset)
             if previous is not None and (timestamp <= previous[0] or offset < previous[1]):
                 problems.append(Issue("time_index", f"entry {n} (timestamp {timestamp}, offset {offset}) is out of "
@@ -212,6 +225,19 @@ class _SegmentIndexes:
             elif ending[1].max_timestamp != timestamp:
                 problems.append(Issue("time_index", f"entry {n} says timestamp {timestamp} for the batch ending at "
                                       f"offset {offset}, whose max timestamp is {ending[1].max_timestamp}", **where))
+        if hidden_offsets or hidden_times:
+            self._note_hidden(seg, cut, problems, hidden_offsets, hidden_times)
+
+    def _note_hidden(self, seg: SegmentScan, cut: int, problems: list, offsets: int, times: int) -> None:
+        hidden = " and ".join(f"{count} {'entry' if count == 1 else 'entries'} of the {name}" for count, name in
+                              ((offsets, "offset index"), (times, "time index")) if count)
+        note = f"it hides {hidden} past byte {cut} (recovery rebuilds both indexes)"
+        at = next((i for i in range(len(problems) - 1, -1, -1) if problems[i].file == seg.path
+                   and problems[i].kind in ("partial_tail", "corrupt")), None)
+        if at is not None:
+            problems[at] = problems[at]._replace(message=f"{problems[at].message}; {note}")
+        else:
+            problems.append(Issue("index", note[0].upper() + note[1:], seg.path, cut))
 
 
 def scan_partition(log_dir: str, topic: str, partition: int, path: str, *, offsets: dict | None = None,

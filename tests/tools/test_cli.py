@@ -239,6 +239,39 @@ def test_verify_torn_tail_and_corrupt_size(broker, capsys):
     assert f"problem: {log_path}, position {batches[3].position}, offset {batches[3].base_offset}: corrupt" in out
 
 
+def test_verify_reports_a_cut_segment_once_with_what_it_hides(tmp_path, capsys):
+    # A segment cut in the middle (a crash that lost the page cache's tail) leaves index entries
+    # that point past the cut: they are what the cut hides, said with it, not one problem each.
+    config = LogConfig(segment_bytes=64 * 1024, index_interval_bytes=512, fsync=False)
+    log = PartitionLog.open(tmp_path / "d" / "t-0", config)
+    for i in range(600):
+        log.append_as_leader([Record(value=b"x" * 200, key=b"k", timestamp=1000 + i)], leader_epoch=0)
+    log.close()
+    first = tmp_path / "d" / "t-0" / f"{SEGMENT}.log"
+    os.truncate(first, first.stat().st_size // 2)
+    code, doc = run_json(capsys, "verify", tmp_path / "d")
+    assert code == 1
+    (problem,) = doc["partitions"][0]["problems"]
+    assert problem["kind"] == "partial_tail" and problem["file"] == str(first)
+    hidden = re.search(r"it hides (\d+) entries of the offset index and (\d+) entries of the time index "
+                       r"past byte (\d+)", problem["message"])
+    assert hidden and int(hidden[1]) > 10 and int(hidden[2]) > 10 and int(hidden[3]) == problem["position"]
+    assert "deletes the" in problem["message"]      # the later segments recovery removes, in the same line
+
+
+def test_verify_quiet_prints_only_partitions_with_problems(broker, capsys):
+    copy_tree(broker / "orders-0", broker / "orders-1")        # a second, healthy partition
+    code, out, _ = run(capsys, "verify", broker)
+    assert code == 0 and len([line for line in out.splitlines() if ": ok;" in line]) == 2
+    with open(broker / "orders-0" / f"{SEGMENT}.log", "ab") as f:
+        f.write(b"torn")
+    code, out, _ = run(capsys, "verify", "--quiet", broker)
+    lines = out.splitlines()
+    assert code == 1 and not [line for line in lines if "orders-1" in line]
+    assert lines[0].startswith("orders-0: 1 problem;") and "4 bytes after the last whole batch" in lines[1]
+    assert lines[-1].startswith("verified 2 partitions") and "1 problem" in lines[-1]
+
+
 def test_follower_chunk_index_entries_are_valid(tmp_path, capsys):
     # A follower appends fetched chunks of several batches; Kafka indexes a chunk by its last
     # offset at the chunk's first position.  Kafka's own dump tool calls that a mismatch; it is not.
