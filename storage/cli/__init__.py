@@ -86,8 +86,7 @@ def build_parser() -> argparse.ArgumentParser:
                                    "tails, both indexes of every segment, and the leader-epoch-checkpoint against "
                                    "the epochs found in the batches.  Exit 1 when anything is wrong.")
     p.add_argument("dir", metavar="DIR", help="a broker log dir (or one partition dir)")
-    p.add_argument("--quiet", action="store_true",
-                   help="only the partitions with problems and the summary line; no warnings")
+    p.add_argument("--quiet", action="store_true", help="only the partitions with problems, no warnings")
     common(p)
 
     p = sub.add_parser("recover", help="offline unclean-shutdown recovery, reporting what was truncated",
