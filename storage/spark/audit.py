@@ -400,20 +400,40 @@ def _notes(record: dict) -> str:
     return "; ".join(notes)
 
 
-def format_table(results: list[dict]) -> str:
+def _span(values: list[int]) -> str:
+    """One number when the replicas agree, else their range."""
+    return "-" if not values else str(values[0]) if min(values) == max(values) else f"{min(values)}..{max(values)}"
+
+
+def quiet_internal(record: dict) -> bool:
+    """An internal topic's partition with nothing in it on any replica (most of
+    `__consumer_offsets`' 50): left out of the table unless asked for (--all)."""
+    return (record["topic"].startswith("__") and record["verdict"] == "consistent"
+            and all(r["batch_count"] == 0 for r in record["replicas"]))
+
+
+def format_table(results: list[dict], *, show_all: bool = False) -> str:
+    """The audit's table, one row per partition; BATCHES and LEO are per replica (one number when
+    the replicas agree).  Empty internal partitions are counted in a closing line, not listed,
+    unless `show_all`."""
     header = ("TOPIC-PARTITION", "REPLICAS", "HW", "LEO", "BATCHES", "VERDICT", "FIRST DIVERGENT", "NOTES")
     lines = []
+    hidden = 0 if show_all else sum(1 for record in results if quiet_internal(record))
     for record in results:
-        ends = [r["log_end_offset"] for r in record["replicas"]]
-        leo = "-" if not ends else str(ends[0]) if min(ends) == max(ends) else f"{min(ends)}..{max(ends)}"
+        if hidden and quiet_internal(record):
+            continue
         lines.append((f"{record['topic']}-{record['partition']}", str(record["replica_count"]),
-                      "?" if record["high_watermark"] is None else str(record["high_watermark"]), leo,
-                      str(sum(r["batch_count"] for r in record["replicas"])), record["verdict"],
+                      "?" if record["high_watermark"] is None else str(record["high_watermark"]),
+                      _span([r["log_end_offset"] for r in record["replicas"]]),
+                      _span([r["batch_count"] for r in record["replicas"]]), record["verdict"],
                       "-" if record["first_divergent_offset"] is None else str(record["first_divergent_offset"]),
                       _notes(record)))
     widths = [max(len(row[i]) for row in [header] + lines) for i in range(len(header) - 1)]
-    return "\n".join(("  ".join(cell.ljust(w) for cell, w in zip(row[:-1], widths)) + "  " + row[-1]).rstrip()
-                     for row in [header] + lines)
+    table = "\n".join(("  ".join(cell.ljust(w) for cell, w in zip(row[:-1], widths)) + "  " + row[-1]).rstrip()
+                      for row in [header] + lines)
+    if hidden:
+        table += f"\n({hidden} empty partitions of internal topics not listed: --all lists them)"
+    return table
 
 
 def write_outputs(report: dict, out_dir: str, *, extra: dict | None = None) -> None:
@@ -498,6 +518,8 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--conf", action="append", default=[], metavar="KEY=VALUE",
                         help="extra Spark setting (repeatable), e.g. --conf spark.executor.memory=4g")
     parser.add_argument("--quiet", action="store_true", help="no table and no progress bar, only the summary line")
+    parser.add_argument("--all", action="store_true", dest="show_all",
+                        help="list empty partitions of internal topics (__consumer_offsets ...) too")
     return parser
 
 
@@ -533,6 +555,9 @@ def main(argv: list[str] | None = None) -> int:
 
     owned = SparkSession.getActiveSession() is None
     if owned:
+        if not args.quiet and sys.stderr.isatty():
+            print(f"starting Spark on {args.master} (its first start takes a while; a bar follows once the "
+                  "scan begins)", file=sys.stderr, flush=True)
         spark = create_session(args.master, conf=conf)
     else:                                   # embedded in a program (or a test) that has one
         spark = SparkSession.getActiveSession()
@@ -548,7 +573,7 @@ def main(argv: list[str] | None = None) -> int:
     write_outputs(report, args.out, extra={"master": master})
     code = analysis.exit_code(results)
     if not args.quiet:
-        print(format_table(results))
+        print(format_table(results, show_all=args.show_all))
     verdicts = {v: sum(1 for r in results if r["verdict"] == v) for v in analysis.VERDICTS}
     rate = report["bytes"] / 1e6 / report["seconds"] if report["seconds"] else 0.0
     print(f"{len(results)} partitions: " + ", ".join(f"{n} {v}" for v, n in verdicts.items())
