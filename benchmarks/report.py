@@ -72,6 +72,22 @@ def fmt_rate(value: float, unit: str) -> str:
     return f"{value / 1e3:,.0f} k records/s"
 
 
+def volume_text(extra: dict, unit: str) -> str:
+    """What one round did, from a benchmark's extra_info, naming only what the benchmark recorded
+    (a missing count is left out, never printed as None)."""
+    batches, batch_bytes = extra.get("batches"), extra.get("batch_bytes")
+    per_batch = extra.get("records_per_batch")
+    if unit == "bytes":
+        text = f"{(extra.get('bytes') or 0) / 2**20:.0f} MiB"
+        if batches:
+            text += f" in {batches} batches" + (f" of {batch_bytes} bytes" if batch_bytes else "")
+        return text + (f" ({per_batch} records of 100 bytes each)" if per_batch else "")
+    shape = [f"{batches} batches" + (f" of {per_batch}" if per_batch else "")] if batches else []
+    shape.append(f"{extra.get('value_bytes', 100)}-byte values")
+    records = extra.get("records")
+    return (f"{records} records" if records is not None else "records") + f" ({', '.join(shape)})"
+
+
 def fmt_ratio(x: float | None) -> str:
     """A ratio to the ceiling, as a percentage."""
     return "–" if x is None else f"{x:.0%}"
@@ -214,11 +230,7 @@ def plain_group(name: str, benches: list[dict]) -> list[str]:
             row[0] = f"{row[0]} ({fmt_bytes(extra.get('bytes', 0))}, {extra.get('batches')} batches)"
         benches = sorted(benches, key=lambda b: -(b.get("extra_info", {}).get("bytes") or 0))
     first = benches[0].get("extra_info", {})
-    work = (f"{first.get('bytes', 0) / 2**20:.0f} MiB in {first.get('batches')} batches of "
-            f"{first.get('batch_bytes')} bytes ({first.get('records_per_batch')} records of 100 bytes each)"
-            if unit == "bytes" else
-            f"{first.get('records')} records ({first.get('batches')} batches of {first.get('records_per_batch')}, "
-            f"{first.get('value_bytes', 100)}-byte values)")
+    work = volume_text(first, unit)
     mixed = " (cases marked with another volume wrote that instead)" if len(volumes) > 1 else ""
     out = [f"### {name}", "", f"Per round: {work}{mixed}. Median and min over the rounds; throughput from the median.", ""]
     out += table(["case", "role", "rounds", "median", "min", "throughput", rel_header], rows)
@@ -299,21 +311,16 @@ def paired_group(name: str, benches: list[dict]) -> list[str]:
         extra = b["extra_info"]
         unit = extra.get("unit", "bytes")
         labels = extra.get("labels", {})
-        if unit == "bytes":
-            amount = extra.get("bytes")
-            line = f"**{extra.get('size')}**: {amount / 2**20:.0f} MiB per run"
-            if extra.get("batches"):
-                line += f", {extra.get('batches')} batches of {extra.get('batch_bytes')} bytes"
-            out.append(line + ".")
-        elif unit == "records":
-            out.append(f"**{extra.get('size')}**: {extra.get('records')} records per run, {extra.get('batches')} "
-                       f"batches of {extra.get('records_per_batch')}.")
+        label = extra.get("size") or b["name"]
+        if unit in ("bytes", "records"):
+            out.append(f"**{label}**: {volume_text(extra, unit)} per run.")
         elif unit == "latency":
-            out.append(f"**{extra.get('size')}**: {extra.get('reads')} random offsets per run over "
-                       f"{fmt_bytes(extra.get('bytes', 0))} ({extra.get('batches')} batches); timer overhead "
-                       f"(included in every sample) {fmt_time(extra.get('timer_overhead_s', 0))}.")
+            out.append(f"**{label}**: {extra.get('reads')} random offsets per run over "
+                       f"{fmt_bytes(extra.get('bytes', 0))}" + (f" ({extra['batches']} batches)" if extra.get("batches")
+                                                                 else "")
+                       + f"; timer overhead (included in every sample) {fmt_time(extra.get('timer_overhead_s', 0))}.")
         else:
-            out.append(f"**{extra.get('size')}**" + (f": {extra['detail']}" if extra.get("detail") else "") + ".")
+            out.append(f"**{label}**" + (f": {extra['detail']}" if extra.get("detail") else "") + ".")
         out.append("")
         rows = []
         for pair in extra["pairs"].values():
