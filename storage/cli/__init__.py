@@ -32,6 +32,7 @@ import argparse
 import os
 import sys
 
+from .._version import __version__
 from ..core import errors
 from .abort_txn import add_parser as add_abort_txn_parser
 from .abort_txn import cmd_abort_txn
@@ -50,14 +51,17 @@ class _Parser(argparse.ArgumentParser):
         raise UsageError(f"{self.prog}: {message}")
 
 
+def common(p, json_help="print one JSON document instead of text"):
+    """The options every inspecting tool has."""
+    p.add_argument("--json", action="store_true", help=json_help)
+    p.add_argument("--no-progress", action="store_true", help="no progress bar on stderr")
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = _Parser(prog="storage", description="Kafka-compatible partition-log storage: tools and demo.",
                      epilog="Exit status: 0 ok, 1 problems found (recover: data was cut), 2 usage error.")
+    parser.add_argument("--version", action="version", version=f"storage (kafka-partition-storage) {__version__}")
     sub = parser.add_subparsers(dest="command", required=True, parser_class=_Parser)
-
-    def common(p, json_help="print one JSON document instead of text"):
-        p.add_argument("--json", action="store_true", help=json_help)
-        p.add_argument("--no-progress", action="store_true", help="no progress bar on stderr")
 
     p = sub.add_parser("dump-log", help="print segments, indexes, snapshots and epoch checkpoints as Kafka's "
                                         "kafka-dump-log does",
@@ -156,7 +160,7 @@ def main(argv: list[str] | None = None) -> int:
         print(f"(python -m storage {argv[0] if argv and not argv[0].startswith('-') else ''} --help for help)"
               .replace("  ", " "), file=sys.stderr)
         return USAGE
-    except SystemExit as exc:          # --help
+    except SystemExit as exc:          # --help, --version
         return int(exc.code or 0)
     commands = {"dump-log": cmd_dump_log, "verify": cmd_verify, "recover": cmd_recover, "epochs": cmd_epochs,
                 "abort-txn": cmd_abort_txn, "serve": cmd_serve, "controller": cmd_controller, "cluster": cmd_cluster}

@@ -676,3 +676,10 @@ def test_demo_ends_with_kafka_clients_over_the_wire(capsys):
     assert re.search(r"The producer followed the new leader, broker \d \(leader epoch 1\)", cluster), cluster
     assert "All 300 acknowledged entries are there, each once, in order." in cluster
     assert "finds the replicas of ledger-0 consistent" in cluster
+
+
+def test_version(capsys):
+    from storage import __version__
+
+    code, out, _ = run(capsys, "--version")
+    assert code == 0 and out.strip() == f"storage (kafka-partition-storage) {__version__}"
