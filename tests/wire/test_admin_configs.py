@@ -14,8 +14,16 @@ import pytest
 
 pytest.importorskip("confluent_kafka")
 from confluent_kafka import Consumer, KafkaException, Producer, TopicCollection  # noqa: E402
-from confluent_kafka.admin import (AclOperation, AdminClient, AlterConfigOpType, ConfigEntry,  # noqa: E402
-                                   ConfigResource, ConfigSource, NewTopic, ResourceType)
+from confluent_kafka.admin import (  # noqa: E402
+    AclOperation,
+    AdminClient,
+    AlterConfigOpType,
+    ConfigEntry,
+    ConfigResource,
+    ConfigSource,
+    NewTopic,
+    ResourceType,
+)
 
 from storage.core.config import LogConfig  # noqa: E402
 from storage.core.errors import Errors  # noqa: E402
