@@ -19,7 +19,7 @@ from __future__ import annotations
 import dataclasses
 import logging
 
-from ..core.config import LogConfig
+from ..core.config import RANGES, LogConfig
 from ..core.errors import Errors
 from . import configs as topic_configs
 
@@ -129,11 +129,39 @@ def _legacy_plan(entries, kind: str) -> dict[str, str]:
     return dict(entries)
 
 
+def kafka_value_problem(topic_name: str, raw: str, shown: str | None = None) -> str | None:
+    """Kafka's ConfigException text for a value its ConfigDef refuses (its type, its list,
+    its range), naming the config as `shown` (a broker synonym) or `topic_name`; None when the
+    value parses and is in range."""
+    name = shown or topic_name
+    field, kind = topic_configs.TOPIC_CONFIGS[topic_name]
+    try:
+        value = topic_configs.parse_value(topic_name, raw)
+    except topic_configs.ConfigError:
+        if kind == "LIST":
+            return f"Invalid value {raw} for configuration {name}: String must be one of: compact, delete"
+        return f"Invalid value {raw} for configuration {name}: Not a number of type {kind}"
+    low, high = RANGES.get(field, (1, None)) if field is not None else (1, None)
+
+    def shown(bound) -> str:          # Kafka's between(0, 1) of the one DOUBLE prints ints
+        return format(bound, "g") if isinstance(bound, float) else str(bound)
+    if kind != "LIST" and value < low:
+        return f"Invalid value {raw} for configuration {name}: Value must be at least {shown(low)}"
+    if kind != "LIST" and high is not None and value > high:
+        return f"Invalid value {raw} for configuration {name}: Value must be no more than {shown(high)}"
+    return None
+
+
 def validate_topic_configs(new: dict[str, str]) -> None:
-    """Kafka's LogConfig.validate: every name known, every value of its type and range."""
+    """Kafka's LogConfig.validate: every name known, every value of its type and range (with
+    Kafka's messages), then the rules between them."""
     for name in new:
         if name not in topic_configs.TOPIC_CONFIGS:
             raise AlterError(Errors.INVALID_CONFIG, f"Unknown topic config name: {name}")
+    for name, raw in sorted(new.items()):
+        problem = kafka_value_problem(name, raw)
+        if problem:
+            raise AlterError(Errors.INVALID_CONFIG, problem)
     try:
         topic_configs.log_config(topic_configs.VALIDATION_BASE, new)
     except topic_configs.ConfigError as exc:
@@ -151,6 +179,10 @@ def validate_broker_configs(resource: str, new: dict[str, str]) -> None:
     if unknown:
         raise AlterError(Errors.INVALID_CONFIG, f"Unknown broker config name: {', '.join(unknown)} (this broker "
                                                 f"alters only {', '.join(sorted(DYNAMIC_BROKER_CONFIGS))})")
+    for name, raw in sorted(new.items()):
+        problem = kafka_value_problem(DYNAMIC_BROKER_CONFIGS[name], raw, name)
+        if problem:
+            raise AlterError(Errors.INVALID_CONFIG, problem)
     try:
         topic_configs.log_config(topic_configs.VALIDATION_BASE,
                                  {DYNAMIC_BROKER_CONFIGS[name]: value for name, value in new.items()})
