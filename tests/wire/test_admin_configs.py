@@ -372,3 +372,23 @@ def test_describe_cluster_endpoint_types_and_fenced_brokers_raw_frames(broker):
                                "include_cluster_authorized_operations": True,
                                "include_topic_authorized_operations": False})
     assert meta.cluster_authorized_operations == sum(1 << op for op in (5, 7, 8, 9, 10, 11, 12))
+
+
+def test_an_altered_min_insync_replicas_refuses_acks_all(broker):
+    # min.insync.replicas reaches the replica manager: 2 on a one-replica topic refuses acks=all.
+    a = admin(broker)
+    create(a, "isr")
+    producer = Producer({"bootstrap.servers": broker.bootstrap, "acks": "all", "retries": 0,
+                         "enable.idempotence": False})
+    outcomes = []
+
+    def send():
+        producer.produce("isr", b"v", on_delivery=lambda err, msg: outcomes.append(err))
+        producer.flush(10)
+        return outcomes.pop()
+    assert send() is None
+    assert incremental(a, ResourceType.TOPIC, "isr", ("min.insync.replicas", SET, "2")).result(10) is None
+    err = send()
+    assert err is not None and err.code() == Errors.NOT_ENOUGH_REPLICAS
+    assert incremental(a, ResourceType.TOPIC, "isr", ("min.insync.replicas", DELETE, None)).result(10) is None
+    assert send() is None
