@@ -51,6 +51,11 @@ class LocalLog:
         self.recovery_report = recovery_report   # (base, bytes cut, why) of what the load repaired
         self.segment_home = SegmentHome(path, config, self.lock, recovery_report, failure_channel)
 
+    def reconfigure(self, config: LogConfig) -> None:
+        """The log's new config, for the segments too (they share `segment_home`)."""
+        self.config = config
+        self.segment_home.config = config
+
     # ---- the segment list ----
     @property
     def active_segment(self) -> Segment:

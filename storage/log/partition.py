@@ -114,6 +114,20 @@ class PartitionLog(ClosedOnExit):
         """
         return cls(path, config, **kwargs)
 
+    def reconfigure(self, config: LogConfig) -> None:
+        """Serve from now on with `config` (a topic's configs altered while it runs: Kafka's
+        UnifiedLog.updateConfig).  The next append, roll, retention pass and cleaner round read
+        it; the append structs made with the old limits are dropped and made again at the next
+        append.  A config that changes the durability knobs (fsync, epoch_flush) is refused:
+        they are the log dir's, fixed at the open."""
+        if (config.fsync, config.epoch_flush) != (self.config.fsync, self.config.epoch_flush):
+            raise ValueError(f"{self.path}: fsync and epoch_flush are fixed at the open")
+        with self._lock:
+            self.config = config
+            self._local.reconfigure(config)
+            self._leader_append.clear()
+            self._follower_append = None
+
     # ---- state ----
     @property
     def local(self) -> LocalLog:

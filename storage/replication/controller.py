@@ -89,6 +89,9 @@ class Controller:
         # Topics created through create_topic: name -> {"topic_id": hex, "configs": {name: value}}
         # (Kafka's TopicRecord and ConfigRecords), and the next producer-id block's start.
         self.topics: dict[str, dict] = {}
+        # Dynamic broker configs (Kafka's ConfigRecords of the BROKER resource): resource name
+        # ("" the cluster default, else a broker id) -> {name: value}.
+        self.broker_configs: dict[str, dict[str, str]] = {}
         self.next_producer_id = 0
         if self.store is not None:
             self._load()
@@ -105,11 +108,13 @@ class Controller:
         self.next_broker_epoch = counters.get("next_broker_epoch", 1)
         self.next_producer_id = counters.get("next_producer_id", 0)
         self.topics = self.store.get_document("topics") or {}
+        self.broker_configs = self.store.get_document("broker_configs") or {}
         self.controller_epoch = counters.get("controller_epoch", 0)
         self.brokers = {int(b): Registration(**r) for b, r in self.store.brokers().items()}
         self.partitions = {key: PartitionState(**state) for key, state in self.store.partition_states().items()}
 
-    def _commit(self, *, brokers=(), partitions=(), topics: bool = False, deleted=()) -> None:
+    def _commit(self, *, brokers=(), partitions=(), topics: bool = False, deleted=(),
+                broker_configs: bool = False) -> None:
         if self.store is None:
             return
         documents = {"controller": {"next_broker_epoch": self.next_broker_epoch,
@@ -117,6 +122,8 @@ class Controller:
                                     "next_producer_id": self.next_producer_id}}
         if topics:
             documents["topics"] = self.topics
+        if broker_configs:
+            documents["broker_configs"] = self.broker_configs
         try:
             self.failure_channel.check()
             self.store.write_batch(
@@ -327,6 +334,25 @@ class Controller:
         self._commit(partitions=keys, topics=True)
         for key in keys:
             self._publish(self.partitions[key])
+        return Errors.NONE
+
+    def set_topic_configs(self, name: str, configs: dict[str, str]) -> int:
+        """Replace a topic's configs (validated by the caller), committed before they are
+        published (as ConfigRecords).  UNKNOWN_TOPIC_OR_PARTITION when there is no such topic."""
+        if name not in self.topics:
+            return Errors.UNKNOWN_TOPIC_OR_PARTITION
+        self.topics[name]["configs"] = dict(configs)
+        self._commit(topics=True)
+        return Errors.NONE
+
+    def set_broker_configs(self, resource: str, configs: dict[str, str]) -> int:
+        """Replace the dynamic configs of a broker resource ("" the cluster default, else a
+        broker id), validated by the caller; committed before they are published."""
+        if configs:
+            self.broker_configs[resource] = dict(configs)
+        else:
+            self.broker_configs.pop(resource, None)
+        self._commit(broker_configs=True)
         return Errors.NONE
 
     def delete_topic(self, name: str) -> int:

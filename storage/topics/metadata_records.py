@@ -57,6 +57,7 @@ RECORDS = {0: (REGISTER_BROKER, 1), 2: (TOPIC, 0), 3: (PARTITION, 2), 4: (CONFIG
 NAMES = {0: "RegisterBrokerRecord", 2: "TopicRecord", 3: "PartitionRecord", 4: "ConfigRecord",
          9: "RemoveTopicRecord"}
 TOPIC_RESOURCE = 2          # ConfigResource.Type.TOPIC
+BROKER_RESOURCE = 4         # ConfigResource.Type.BROKER
 _ELEMENTS = {"BrokerEndpoint": _ENDPOINT, "BrokerFeature": _FEATURE}
 
 

@@ -13,6 +13,7 @@ from ..core.errors import Errors
 from ..replication import messages as m
 from . import configs as topic_configs
 from . import rules
+from .admin_apis import CLUSTER_OPERATIONS, TOPIC_OPERATIONS, operations
 from .broker import MetadataSource
 from .codec import SUPPORTED, InvalidRequestError, ms
 
@@ -128,10 +129,15 @@ class ClientApis:
         else:
             names, unknown = self._metadata_names(wanted, version)
             create = getattr(request, "allow_auto_topic_creation", True)
+        topics = unknown + [await self._topic_metadata(n, create) for n in names]
+        if getattr(request, "include_topic_authorized_operations", False):     # v8+: no authorizer, all of them
+            for t in topics:
+                if t["error_code"] == Errors.NONE:
+                    t["topic_authorized_operations"] = TOPIC_OPERATIONS
         return {"brokers": [{"node_id": b, "host": host, "port": port, "rack": None} for b, host, port in node.brokers()],
-                "cluster_id": node.cluster_id, "controller_id": node.controller_id,
-                "topics": unknown + [await self._topic_metadata(n, create) for n in names],
-                "cluster_authorized_operations": -2147483648}
+                "cluster_id": node.cluster_id, "controller_id": node.controller_id, "topics": topics,
+                "cluster_authorized_operations": operations(
+                    getattr(request, "include_cluster_authorized_operations", False), CLUSTER_OPERATIONS)}
 
     def _metadata_names(self, wanted, version: int) -> tuple[list[str], list[dict]]:
         """The topic names a Metadata request asks for, and the rows it gets for the topics it
@@ -309,33 +315,6 @@ class ClientApis:
         return {"responses": out}
 
     # ---- DescribeConfigs -----------------------------------------------------------------------
-    async def describe_configs(self, header, request) -> dict:
-        node, results = self.node, []
-        for r in request.resources:
-            configs, code, message = [], Errors.NONE, None
-            if r.resource_type == 2:        # TOPIC
-                if not node.partitions_of(r.resource_name):
-                    code, message = Errors.UNKNOWN_TOPIC_OR_PARTITION, f"topic {r.resource_name!r} does not exist"
-                else:
-                    own = node.topic_configs(r.resource_name)
-                    min_isr = node.manager.topic_min_isr.get(r.resource_name, node.manager.min_insync_replicas)
-                    configs = [(n, v, 1 if mine else 5)
-                               for n, v, mine in topic_configs.describe(node.log_config, own, min_isr)]
-            elif r.resource_type == 4:      # BROKER
-                configs = [(n, v, 5) for n, v, _ in topic_configs.describe(node.log_config, {},
-                                                                           node.manager.min_insync_replicas)]
-                configs.append(("broker.id", str(node.node_id), 4))
-            else:
-                code, message = Errors.INVALID_REQUEST, f"resource type {r.resource_type} is not served"
-            keys = r.configuration_keys
-            results.append({
-                "error_code": code, "error_message": message, "resource_type": r.resource_type,
-                "resource_name": r.resource_name,
-                "configs": [{"name": n, "value": v, "read_only": False, "config_source": source,
-                             "is_default": source == 5, "is_sensitive": False, "synonyms": [],
-                             "config_type": 0, "documentation": None}
-                            for n, v, source in configs if keys is None or n in keys]})
-        return {"results": results}
 
 
 def delete_topics_targets(request, topic_by_id) -> tuple[list[tuple[str, int]], list[dict]]:

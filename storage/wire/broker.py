@@ -28,8 +28,8 @@ from ..dir.logdir import LogDir, hold_lock, read_clean_shutdown_epoch, release_h
 from ..replication import messages as m
 from ..replication.replica import ReplicaManager
 from ..topics import metadata_records as mr
+from . import config_admin, rules
 from . import configs as topic_configs
-from . import rules
 from .metadata import MetadataImage
 from .rules import OFFSETS_TOPIC
 
@@ -53,7 +53,11 @@ class MetadataSource(Protocol):
     auto_create_topics: bool
     offsets_partitions: int
     fetch_max_bytes: int
-    log_config: LogConfig
+    log_config: LogConfig            # the static one with the dynamic broker configs over it
+    static_log_config: LogConfig
+    static_min_isr: int
+    num_partitions: int
+    replication_factor: int
     logdir: LogDir
     manager: ReplicaManager
 
@@ -67,6 +71,10 @@ class MetadataSource(Protocol):
     def topic_id(self, topic: str) -> int: ...
     def topic_by_id(self, topic_id: int) -> str | None: ...
     def topic_configs(self, topic: str) -> dict[str, str]: ...
+    def broker_configs(self) -> dict[str, dict[str, str]]: ...
+    def broker_registrations(self) -> list[tuple[int, str, int, bool]]: ...
+    async def alter_configs(self, resources, *, incremental: bool,
+                            validate_only: bool) -> list[tuple[int, str | None]]: ...
     def pump(self) -> None: ...
     async def create_topic(self, name: str, num_partitions: int = -1, replication_factor: int = -1,
                            configs: dict[str, str] | None = None, *, validate_only: bool = False,
@@ -89,6 +97,9 @@ class ControllerLink(Protocol):
     async def create_topic(self, name: str, partitions: int, replication: int, configs: dict[str, str], *,
                            validate_only: bool, internal: bool) -> tuple[int, str | None]: ...
     async def delete_topic(self, name: str) -> int: ...
+    async def alter_configs(self, resources, *, incremental: bool,
+                            validate_only: bool) -> list[tuple[int, str | None]]:
+        """config_admin.alter at the controller, the change replayed here before it returns."""
     async def allocate_producer_ids(self) -> tuple[int, int]:
         """(first id, count) of a new block."""
     def pump(self) -> None:
@@ -113,8 +124,8 @@ class Broker:
         self.num_partitions, self.replication_factor = num_partitions, replication_factor
         self.auto_create_topics, self.offsets_partitions = auto_create_topics, offsets_partitions
         self.fetch_max_bytes = fetch_max_bytes
-        self.log_config = log_config or LogConfig()
-        self.min_insync_replicas = min_insync_replicas
+        self.static_log_config = self.log_config = log_config or LogConfig()
+        self.static_min_isr = self.min_insync_replicas = min_insync_replicas
         self._background = background
         self._manager_options = {"min_insync_replicas": min_insync_replicas}
         if replica_lag_time_max_ms is not None:
@@ -182,6 +193,18 @@ class Broker:
     def topic_configs(self, topic: str) -> dict[str, str]:
         return dict(self.image.configs.get(topic, {}))
 
+    def broker_configs(self) -> dict[str, dict[str, str]]:
+        return {resource: dict(c) for resource, c in self.image.broker_configs.items()}
+
+    def broker_registrations(self) -> list[tuple[int, str, int, bool]]:
+        """(id, host, port, fenced) of every registered broker."""
+        return [(b.broker_id, b.host, b.port, b.fenced) for b in sorted(self.image.brokers.values(),
+                                                                         key=lambda b: b.broker_id)]
+
+    async def alter_configs(self, resources, *, incremental: bool,
+                            validate_only: bool) -> list[tuple[int, str | None]]:
+        return await self.link.alter_configs(resources, incremental=incremental, validate_only=validate_only)
+
     # ---- topics and producer ids ------------------------------------------------------------------
     async def create_topic(self, name: str, num_partitions: int = -1, replication_factor: int = -1,
                            configs: dict[str, str] | None = None, *, validate_only: bool = False,
@@ -234,7 +257,11 @@ class Broker:
         for value in values:
             api_key, _, fields = mr.decode(value)
             changes.append(self.image.apply(api_key, fields))
-        for name in dict.fromkeys(c[1] for c in changes if c[0] == "topic"):
+        reparse = dict.fromkeys(c[1] for c in changes if c[0] == "topic")
+        if any(c[0] == "broker_config" for c in changes) and self._rebase():
+            reparse = dict.fromkeys(self.image.configs)         # every topic's default moved
+            changes += [("topic", name) for name in reparse]
+        for name in reparse:
             if name in self.image.configs:
                 self.topic_settings[name] = topic_configs.TopicConfig.parse(self.log_config, name,
                                                                             self.image.configs[name])
@@ -245,7 +272,24 @@ class Broker:
                     if change[1] in installed or change[1] not in self.topic_settings:
                         continue
                     installed.add(change[1])
-                self._apply(change)
+                if change[0] != "broker_config":
+                    self._apply(change)
+
+    def _rebase(self) -> bool:
+        """The broker's LogConfig and min.insync.replicas from the static ones and the dynamic
+        broker configs replayed (config_admin.effective_base); True when they changed."""
+        base, min_isr = config_admin.effective_base(self.static_log_config, self.static_min_isr,
+                                                    self.image.broker_configs, self.node_id)
+        if (base, min_isr) == (self.log_config, self.min_insync_replicas):
+            return False
+        self.log_config, self.min_insync_replicas = base, min_isr
+        self._manager_options["min_insync_replicas"] = min_isr
+        if self.manager is not None:
+            self.manager.min_insync_replicas = min_isr
+        log.info("node %d: broker configs in force: %s, min.insync.replicas=%d", self.node_id,
+                 {f.name: getattr(base, f.name) for f in dataclasses.fields(base)
+                  if getattr(base, f.name) != getattr(self.static_log_config, f.name)} or "the static ones", min_isr)
+        return True
 
     def catch_up(self) -> None:
         """Open the log dir with every topic's configs from the replayed image, the replica

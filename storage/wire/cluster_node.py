@@ -25,6 +25,7 @@ from ..core import errors
 from ..core.errors import Errors
 from ..core.records import iter_batches
 from ..replication import messages as m
+from . import config_admin
 from .broker import Broker
 from .client import Peer, PeerError
 from .controller_server import METADATA_TOPIC
@@ -91,6 +92,36 @@ class RemoteController:
             return Errors.REQUEST_TIMED_OUT
         await self._await_metadata(lambda: name not in self.broker.image.topic_ids)
         return int(answer.responses[0].error_code)
+
+    async def alter_configs(self, resources, *, incremental: bool,
+                            validate_only: bool) -> list[tuple[int, str | None]]:
+        """Forwarded to the controller (as Kafka's brokers forward them); then, for each
+        resource it altered, wait until the replayed metadata shows the new set (planned from
+        this broker's image, which the controller's state matches once replayed)."""
+        view = config_admin.ImageView(self.broker.image)
+        expected = {}
+        for resource_type, name, change in resources:
+            try:
+                expected[(resource_type, name)] = config_admin.plan(view, resource_type, name, change,
+                                                                    incremental=incremental)
+            except config_admin.AlterError:
+                pass
+        key, version = (44, 1) if incremental else (33, 2)
+        body = {"validate_only": validate_only, "resources": [
+            {"resource_type": t, "resource_name": n, "configs": [
+                {"name": c[0], "config_operation": c[1], "value": c[2]} if incremental else {"name": c[0], "value": c[1]}
+                for c in change]} for t, n, change in resources]}
+        try:
+            answer = await self._rpc.call(key, version, body)
+        except PeerError as exc:
+            log.warning("%s: %s", "IncrementalAlterConfigs" if incremental else "AlterConfigs", exc)
+            return [(Errors.REQUEST_TIMED_OUT, str(exc))] * len(resources)
+        results = [(int(r.error_code), r.error_message) for r in answer.responses]
+        if not validate_only:
+            done = [((t, n), expected[(t, n)]) for (t, n, _), (code, _) in zip(resources, results)
+                    if code == Errors.NONE and (t, n) in expected]
+            await self._await_metadata(lambda: all(view.configs_of(*key) == want for key, want in done), timeout_s=5.0)
+        return results
 
     async def allocate_producer_ids(self) -> tuple[int, int]:
         answer = await self._rpc.call(67, 0, {"broker_id": self.broker.node_id,

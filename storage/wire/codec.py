@@ -56,6 +56,9 @@ SUPPORTED: dict[int, tuple[str, int, int]] = {
     23: ("OffsetForLeaderEpoch", 2, 4),
     27: ("WriteTxnMarkers", 1, 2),
     32: ("DescribeConfigs", 1, 4),
+    33: ("AlterConfigs", 0, 2),
+    44: ("IncrementalAlterConfigs", 0, 1),
+    60: ("DescribeCluster", 0, 2),
     61: ("DescribeProducers", 0, 0),
 }
 
@@ -66,6 +69,8 @@ CONTROLLER_SUPPORTED: dict[int, tuple[str, int, int]] = {
     18: ("ApiVersions", 0, 4),
     19: ("CreateTopics", 2, 7),
     20: ("DeleteTopics", 1, 6),
+    33: ("AlterConfigs", 0, 2),
+    44: ("IncrementalAlterConfigs", 0, 1),
     56: ("AlterPartition", 2, 3),
     62: ("BrokerRegistration", 3, 3),
     63: ("BrokerHeartbeat", 0, 1),

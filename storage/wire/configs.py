@@ -232,8 +232,12 @@ def create_problem(name: str, partitions: int, configs: dict[str, str], *,
 
 def install(logdir, manager, name: str, config: TopicConfig) -> None:
     """A topic's parsed configs where they act: its LogConfig for its partitions' logs (LogDir
-    reads it when a partition opens) and its min.insync.replicas for the replica manager."""
+    reads it when a partition opens, and the open ones take it at once: an altered config acts
+    on the running logs) and its min.insync.replicas for the replica manager."""
     logdir.topic_configs[name] = config.log
+    for (topic, _), opened in logdir.logs().items():
+        if topic == name and opened.config != config.log:
+            opened.reconfigure(config.log)
     if config.min_isr is not None:
         manager.topic_min_isr[name] = config.min_isr
     else:

@@ -28,7 +28,7 @@ from ..core.records import build_batch
 from ..dir.logdir import LogDir
 from ..replication import messages as m
 from ..replication.controller import Controller
-from . import codec, rules
+from . import codec, config_admin, rules
 from . import configs as topic_configs
 from .apis import Notifier, delete_topics_targets, long_poll
 from .broker import PRODUCER_ID_BLOCK
@@ -65,7 +65,8 @@ class ControllerServer(FrameServer):
         self.notifier = Notifier()
         self.handlers = {key: self._stops_on_failure(handler) for key, handler in {
             1: self.fetch, 19: self.create_topics, 20: self.delete_topics, 56: self.alter_partition,
-            62: self.register, 63: self.heartbeat, 67: self.allocate_producer_ids}.items()}
+            62: self.register, 63: self.heartbeat, 67: self.allocate_producer_ids,
+            33: self.alter_configs, 44: self.incremental_alter_configs}.items()}
         self.handlers[18] = self.api_versions          # touches no state: it cannot meet the failure
         self._ticker: asyncio.Task | None = None
 
@@ -242,6 +243,19 @@ class ControllerServer(FrameServer):
 
     def _topic_by_id(self, topic_id: int) -> str | None:
         return next((name for name, t in self.controller.topics.items() if int(t["topic_id"], 16) == topic_id), None)
+
+    async def alter_configs(self, header, request) -> dict:
+        return self._alter(request, incremental=False)
+
+    async def incremental_alter_configs(self, header, request) -> dict:
+        return self._alter(request, incremental=True)
+
+    def _alter(self, request, *, incremental: bool) -> dict:
+        """Validated and committed here (config_admin.alter), published as ConfigRecords."""
+        results = config_admin.alter(self.controller, config_admin.request_resources(request, incremental=incremental),
+                                     incremental=incremental, validate_only=bool(request.validate_only))
+        self.sync()
+        return config_admin.response_body(request, results)
 
     async def allocate_producer_ids(self, header, request) -> dict:
         r = self.controller.brokers.get(request.broker_id)

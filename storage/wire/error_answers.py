@@ -108,6 +108,11 @@ def _describe_configs(request, code):
                          "configs": []} for r in request.resources]}
 
 
+def _alter_configs(request, code):
+    return {"responses": [{"error_code": code, "resource_type": r.resource_type, "resource_name": r.resource_name}
+                          for r in request.resources]}
+
+
 def _write_txn_markers(request, code):
     return {"markers": [{"producer_id": mk.producer_id, "topics": [
         {"name": t.name, "partitions": [{"partition_index": i, "error_code": code} for i in t.partition_indexes]}
@@ -131,6 +136,7 @@ _BODIES = {
     15: _describe_groups, 16: lambda request, code: {"error_code": code, "groups": []}, 18: _api_versions,
     19: _create_topics, 20: _delete_topics, 22: _init_producer_id,
     23: _by_topic("topic"), 27: _write_txn_markers, 32: _describe_configs, 61: _describe_producers,
+    33: _alter_configs, 44: _alter_configs, 60: _top_level,
     56: _top_level, 62: _top_level, 63: _top_level, 67: _top_level,
 }
 

@@ -26,6 +26,7 @@ from ..core.errors import Errors, StorageError
 from ..core.records import build_batch
 from ..replication import messages as m
 from ..topics import coordinator_records as cr
+from .admin_apis import GROUP_OPERATIONS, operations
 from .broker import MetadataSource
 from .codec import ms
 from .rules import OFFSETS_TOPIC
@@ -573,5 +574,6 @@ class GroupCoordinator:
             out.append({"error_code": Errors.NONE, "group_id": group_id, "group_state": g.state,
                         "protocol_type": g.protocol_type or "",
                         "protocol_data": g.protocol or "", "members": members,
-                        "authorized_operations": -2147483648})
+                        "authorized_operations": operations(getattr(request, "include_authorized_operations", False),
+                                                            GROUP_OPERATIONS)})
         return {"groups": out}

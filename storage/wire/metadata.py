@@ -30,6 +30,8 @@ class MetadataImage:
     brokers: dict[int, BrokerEntry] = field(default_factory=dict)
     topic_ids: dict[str, int] = field(default_factory=dict)
     configs: dict[str, dict[str, str]] = field(default_factory=dict)
+    # Dynamic broker configs: "" (the cluster default) or a broker id -> {name: value}.
+    broker_configs: dict[str, dict[str, str]] = field(default_factory=dict)
     partitions: dict[tuple[str, int], PartitionState] = field(default_factory=dict)
 
     def topic_name(self, topic_id: int) -> str | None:
@@ -40,7 +42,8 @@ class MetadataImage:
 
     def apply(self, api_key: int, f: dict) -> tuple:
         """Replay one record; returns what changed: ("broker", id), ("partition", key),
-        ("topic", name) or ("removed", name, [keys])."""
+        ("topic", name), ("broker_config", resource) or ("removed", name, [keys]).  A
+        ConfigRecord with a null value removes that config (Kafka's deletion)."""
         if api_key == 0:
             endpoint = f["endPoints"][0] if f["endPoints"] else {"host": "", "port": 0}
             self.brokers[f["brokerId"]] = BrokerEntry(f["brokerId"], f["brokerEpoch"], f["incarnationId"],
@@ -52,8 +55,13 @@ class MetadataImage:
             self.configs.setdefault(f["name"], {})
             return ("topic", f["name"])
         if api_key == 4:
-            self.configs.setdefault(f["resourceName"], {})[f["name"]] = f["value"]
-            return ("topic", f["resourceName"])
+            broker = f["resourceType"] == mr.BROKER_RESOURCE
+            held = (self.broker_configs if broker else self.configs).setdefault(f["resourceName"], {})
+            if f["value"] is None:
+                held.pop(f["name"], None)
+            else:
+                held[f["name"]] = f["value"]
+            return ("broker_config" if broker else "topic", f["resourceName"])
         if api_key == 3:
             name = self.topic_name(int.from_bytes(f["topicId"], "big"))
             state = PartitionState(name, f["partitionId"], f["leader"], f["leaderEpoch"], f["partitionEpoch"],
@@ -80,6 +88,17 @@ def _partition_fields(topic_id: int, s: PartitionState) -> dict:
             "eligibleLeaderReplicas": list(s.elr) or None, "lastKnownElr": list(s.last_known_elr) or None}
 
 
+def _config_records(resource_type: int, resource: str, want: dict, held: dict) -> list[tuple[int, dict]]:
+    """ConfigRecords that bring `held` to `want`: a set value for each that differs, a null
+    value for each config no longer set."""
+    out = []
+    for key in sorted(set(want) | set(held)):
+        if held.get(key) != want.get(key):
+            out.append((4, {"resourceType": resource_type, "resourceName": resource, "name": key,
+                            "value": want.get(key)}))
+    return out
+
+
 def records_for(controller, image: MetadataImage, endpoints: dict[int, tuple[str, int]]) -> list[bytes]:
     """The records that bring `image` to the controller's state (and applies them to it):
     full-state records of every broker, topic and partition that differ, removals last."""
@@ -97,9 +116,10 @@ def records_for(controller, image: MetadataImage, endpoints: dict[int, tuple[str
         topic_id = int(topic["topic_id"], 16)
         if image.topic_ids.get(name) != topic_id:
             out.append((2, {"name": name, "topicId": topic_id.to_bytes(16, "big")}))
-        for key, value in sorted(topic["configs"].items()):
-            if image.configs.get(name, {}).get(key) != value:
-                out.append((4, {"resourceType": mr.TOPIC_RESOURCE, "resourceName": name, "name": key, "value": value}))
+        out += _config_records(mr.TOPIC_RESOURCE, name, topic["configs"], image.configs.get(name, {}))
+    for resource in sorted(set(controller.broker_configs) | set(image.broker_configs)):
+        out += _config_records(mr.BROKER_RESOURCE, resource, controller.broker_configs.get(resource, {}),
+                               image.broker_configs.get(resource, {}))
     for key, s in sorted(controller.partitions.items()):
         topic_id = int(controller.topics[key[0]]["topic_id"], 16) if key[0] in controller.topics else 0
         if topic_id and image.partitions.get(key) != s:

@@ -25,6 +25,7 @@ from ..core import errors
 from ..core.clock import monotonic_ms
 from ..replication.controller import Controller
 from ..replication.messages import NO_LEADER, BrokerHeartbeatRequest, BrokerRegistrationRequest
+from . import config_admin
 from . import configs as topic_configs
 from .broker import FETCH_MAX_BYTES, PRODUCER_ID_BLOCK, Broker  # noqa: F401  (FETCH_MAX_BYTES: its old home)
 from .configs import topic_name_problem  # noqa: F401  (the name rules' old home)
@@ -161,6 +162,17 @@ class LocalController:
             self.publish()
             self.pump()
         return code
+
+    async def alter_configs(self, resources, *, incremental: bool,
+                            validate_only: bool) -> list[tuple[int, str | None]]:
+        try:
+            results = config_admin.alter(self.controller, resources, incremental=incremental,
+                                         validate_only=validate_only)
+        except errors.LogDirOfflineError as exc:       # the store's commit failed: the failure state
+            return [(exc.error_code, f"configs not altered: {exc}")] * len(resources)
+        self.publish()
+        self.pump()
+        return results
 
     async def allocate_producer_ids(self) -> tuple[int, int]:
         return self.controller.allocate_producer_ids(PRODUCER_ID_BLOCK), PRODUCER_ID_BLOCK

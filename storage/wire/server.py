@@ -25,6 +25,7 @@ import signal
 
 from ..core import errors
 from . import codec, error_answers
+from .admin_apis import AdminApis
 from .apis import ClientApis, Notifier
 from .broker import MetadataSource
 from .groups import GroupCoordinator
@@ -232,7 +233,10 @@ class BrokerServer(FrameServer):
         a = self.apis
         self.handlers = {0: a.produce, 1: a.fetch, 2: a.list_offsets, 3: a.metadata, 18: a.api_versions,
                          19: a.create_topics, 20: a.delete_topics, 22: a.init_producer_id,
-                         23: a.offset_for_leader_epoch, 32: a.describe_configs}
+                         23: a.offset_for_leader_epoch}
+        admin = AdminApis(node)
+        self.handlers.update({32: admin.describe_configs, 33: admin.alter_configs,
+                              44: admin.incremental_alter_configs, 60: admin.describe_cluster})
         txn = TxnAdminApis(node, self.notifier)
         self.handlers.update({27: txn.write_txn_markers, 61: txn.describe_producers})
 

@@ -47,6 +47,11 @@ VALID = [
         {"partition": 0, "current_leader_epoch": -1, "leader_epoch": 0}]}]}),
     (32, 4, {"resources": [{"resource_type": 2, "resource_name": "fuzz", "configuration_keys": None}],
              "include_synonyms": False, "include_documentation": False}),
+    (33, 2, {"validate_only": True, "resources": [{"resource_type": 2, "resource_name": "fuzz",
+                                                   "configs": [{"name": "retention.ms", "value": "100000"}]}]}),
+    (44, 1, {"validate_only": True, "resources": [{"resource_type": 2, "resource_name": "fuzz", "configs": [
+        {"name": "cleanup.policy", "config_operation": 2, "value": "delete"}]}]}),
+    (60, 1, {"include_cluster_authorized_operations": True, "endpoint_type": 1}),
 ]
 FRAMES = [codec.encode_request(k, v, 5, "fuzz", body)[4:] for k, v, body in VALID]
 
