@@ -86,3 +86,11 @@ def test_cleaner_rounds_and_the_dir_sum(tmp_path):
     assert dm.size_bytes == compacted.size_bytes + other.size_bytes
     assert dm.open_segments >= 1
     d.close()
+
+
+def test_the_operations_guide_example_runs(tmp_path, capsys):
+    from tests.test_readme import block
+    code = block("m = log.metrics").replace('"/tmp/demo-dir"', repr(str(tmp_path / "demo-dir")))
+    exec(compile(code, "<guide-operations>", "exec"), {})
+    appends, records, size, fsyncs, longest = capsys.readouterr().out.split("\n")[0].split()
+    assert (appends, records, fsyncs) == ("1", "2", "1") and int(size) > 0 and float(longest) > 0
