@@ -148,7 +148,8 @@ class BrokerState(_OnLoop):
                       rows=[((), server.gate.count)])]
         if manager is None or logdir is None:      # still starting
             return out
-        stats = sorted(manager.topic_stats.items())
+        # A deleted topic's counters go with it (Kafka's removeMetrics at deletion).
+        stats = sorted((t, s) for t, s in manager.topic_stats.items() if node.topic_id(t))
         out += [
             _counter("kafka_server_brokertopicmetrics_bytesin", "Client bytes appended as leader, per topic",
                      ["topic"], [((t, ), s[0]) for t, s in stats]),

@@ -111,6 +111,12 @@ def test_a_produce_consume_run_moves_the_metrics(broker):
     assert value(after, "storage_log_open_segments") >= 1
     assert value(after, "process_open_fds") > 0
     assert value(during, "kafka_server_socketservermetrics_connection_count") >= 1
+    # A deleted topic's series go.
+    admin.delete_topics(["m"])["m"].result(30)
+    gone = _wait_for(url, lambda s: ("kafka_server_brokertopicmetrics_bytesin_total", frozenset({("topic", "m")}))
+                     not in s, timeout_s=20)
+    assert ("kafka_server_brokertopicmetrics_bytesin_total", frozenset({("topic", "m")})) not in gone
+    assert ("kafka_log_log_size", frozenset({("topic", "m"), ("partition", "0")})) not in gone
 
 
 def test_the_controller_serves_its_metrics(tmp_path):
