@@ -94,3 +94,14 @@ def test_the_operations_guide_example_runs(tmp_path, capsys):
     exec(compile(code, "<guide-operations>", "exec"), {})
     appends, records, size, fsyncs, longest = capsys.readouterr().out.split("\n")[0].split()
     assert (appends, records, fsyncs) == ("1", "2", "1") and int(size) > 0 and float(longest) > 0
+
+
+def test_the_engine_imports_no_metrics_library():
+    """The counters are plain numbers: embedding the engine (log, dir) loads no prometheus_client;
+    only the broker's --metrics-listen does."""
+    import subprocess
+    import sys
+    code = ("import sys, storage, storage.log.metrics, storage.dir.logdir; "
+            "print(sorted(m for m in sys.modules if m.startswith('prometheus_client')))")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60, check=True)
+    assert out.stdout.strip() == "[]"
