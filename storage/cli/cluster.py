@@ -47,6 +47,12 @@ def _stop(procs: list[subprocess.Popen]) -> None:
         stop_process(proc)
 
 
+def _metrics(args, offset: int) -> list[str]:
+    """--metrics-listen for the process at `offset` from --metrics-base-port (none without it)."""
+    base = getattr(args, "metrics_base_port", None)
+    return [] if base is None else ["--metrics-listen", f"127.0.0.1:{base + offset}"]
+
+
 def run_cluster(args) -> int:
     root = os.path.abspath(args.data_dir)
     os.makedirs(root, exist_ok=True)
@@ -57,14 +63,15 @@ def run_cluster(args) -> int:
         controller_port = args.base_port + 100
         proc, found = start_process(["controller", "--data-dir", os.path.join(root, "controller-data"), "--listen",
                               f"127.0.0.1:{controller_port}", "--min-insync-replicas",
-                              str(args.min_insync_replicas)], os.path.join(root, "controller.log"))
+                              str(args.min_insync_replicas), *_metrics(args, 100)], os.path.join(root, "controller.log"))
         procs.append(proc)
         print(f"controller {found.group(2)} at {found.group(3)}:{found.group(4)} pid {found.group(5)}", flush=True)
         for n in range(1, args.brokers + 1):
             proc, found = start_process(["serve", "--data-dir", os.path.join(root, f"broker-{n}"), "--node-id", str(n),
                                   "--listen", f"127.0.0.1:{args.base_port + n - 1}", "--controller",
                                   f"127.0.0.1:{controller_port}", "--replication-factor",
-                                  str(min(3, args.brokers)), "--min-insync-replicas", str(args.min_insync_replicas)],
+                                  str(min(3, args.brokers)), "--min-insync-replicas", str(args.min_insync_replicas),
+                                  *_metrics(args, n - 1)],
                                  os.path.join(root, f"broker-{n}.log"))
             procs.append(proc)
             print(f"broker {n} at {found.group(3)}:{found.group(4)} pid {found.group(5)}", flush=True)

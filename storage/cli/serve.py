@@ -57,6 +57,7 @@ def add_parsers(sub) -> None:
     p.add_argument("--no-fsync", action="store_true", help="never fsync (tests only: a crash of the machine "
                                                           "loses acknowledged data)")
     p.add_argument("--log-level", default="INFO", help="logging level (default INFO)")
+    _metrics_flag(p)
     _connection_flags(p)
 
     p = sub.add_parser("controller", help="run the controller of a multi-process cluster",
@@ -73,6 +74,7 @@ def add_parsers(sub) -> None:
                    help="elect a replica outside the ISR when no ISR member is left (KIP-704: it leads as "
                         "RECOVERING until its recovery completes; acknowledged records it lacks are lost)")
     p.add_argument("--log-level", default="INFO", help="logging level (default INFO)")
+    _metrics_flag(p)
     _connection_flags(p)
 
     p = sub.add_parser("cluster", help="start and supervise a local cluster: a controller and N brokers",
@@ -84,6 +86,28 @@ def add_parsers(sub) -> None:
     p.add_argument("--base-port", type=_ranged(1, 65535 - 100), default=9092, help="broker N listens on base+N-1, the controller "
                                                                  "on base+100 (default 9092)")
     p.add_argument("--min-insync-replicas", type=_ranged(1, INT32_MAX, "min.insync.replicas"), default=2, help="min.insync.replicas (default 2)")
+    p.add_argument("--metrics-base-port", type=_ranged(1, 65535 - 100), help="broker N serves its metrics on "
+                   "base+N-1, the controller on base+100 (default: no metrics)")
+
+
+def _metrics_flag(p) -> None:
+    p.add_argument("--metrics-listen", metavar="HOST:PORT", type=_metrics_address,
+                   help="serve Prometheus metrics over HTTP there (port 0: any free port; docs/guide-operations.md)")
+
+
+def _metrics_address(text: str) -> tuple[str, int]:
+    try:
+        return _listen(text)
+    except UsageError as exc:       # argparse names the option and says why
+        raise argparse.ArgumentTypeError(str(exc)) from None
+
+
+def _start_metrics(args, server) -> None:
+    """--metrics-listen: the metrics endpoint, and one line on stdout saying where it is."""
+    if args.metrics_listen is not None:
+        from ..wire.metrics import serve_metrics
+        metrics = serve_metrics(server, *args.metrics_listen)
+        print(f"metrics listening on {args.metrics_listen[0]}:{metrics.port}", flush=True)
 
 
 def _connection_flags(p) -> None:
@@ -146,6 +170,7 @@ def cmd_serve(args) -> int:
     def ready(server) -> None:
         # One line on stdout for supervisors and tests: the node, its address and pid.
         print(f"node {node.node_id} listening on {node.host}:{node.port} pid {os.getpid()}", flush=True)
+        _start_metrics(args, server)
 
     asyncio.run(run(node, initial_rebalance_delay_ms=args.group_initial_rebalance_delay_ms, ready=ready,
                     limits=limits))
@@ -167,6 +192,7 @@ def cmd_controller(args) -> int:
 
         def ready(s) -> None:
             print(f"controller {s.node_id} listening on {s.host}:{s.port} pid {os.getpid()}", flush=True)
+            _start_metrics(args, s)
         await serve(server, ready)
 
     asyncio.run(main())

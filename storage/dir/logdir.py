@@ -44,7 +44,9 @@ from ..core.clock import wall_ms
 from ..core.config import LogConfig
 from ..core.failure import ClosedOnExit, LogDirFailureChannel, guarded
 from ..log import cleaner as _cleaner
+from ..log.metrics import DirMetrics, LogMetrics
 from ..log.partition import PartitionLog
+from ..log.segment import open_segments
 from .background import Background, BackgroundConfig
 from .meta import FILE_NAME as META_FILE
 from .meta import MetaStore, PartitionOffsets
@@ -411,6 +413,19 @@ class LogDir(ClosedOnExit):
     def offline_dirs(self) -> list[str]:
         """The log dirs of this LogDir that are offline: [] or [path] (Kafka's offline dirs)."""
         return [self.path] if self.offline else []
+
+    def metrics(self) -> DirMetrics:
+        """The engine's counters of every open partition summed (storage/log/metrics.py), and
+        what the dir holds now: partitions, segments, bytes, offline, open segments."""
+        with self._partitions_lock:
+            logs = list(self._logs.values())
+        total = LogMetrics()
+        segments = size = 0
+        for log in logs:
+            total.add(log.metrics)
+            segments += len(log.segments)
+            size += log.size_bytes
+        return DirMetrics(total, len(logs), segments, size, self.offline, len(open_segments))
 
     # ---- partitions ----
     @guarded

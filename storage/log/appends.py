@@ -85,7 +85,7 @@ class _AppendState:
     its leading AppendInfo fields, the flags of its C calls, and (a client's leader appends)
     the producers C may check on its own."""
 
-    __slots__ = ("v", "out", "flags", "origin", "expected")
+    __slots__ = ("v", "out", "flags", "origin", "expected", "metrics")
 
     def __init__(self, config: LogConfig, flags: int, max_batch_bytes: int, origin: str | None = None):
         self.v = ffi.new("plog_validate *")
@@ -96,6 +96,7 @@ class _AppendState:
         self.flags = flags
         self.origin = origin                # None: a follower's appends
         self.expected: producer_check.ExpectedProducers | None = None
+        self.metrics = None                 # the log's LogMetrics (set by the log that made it)
 
 
 # ---- the states of a log, made on its first append of each kind ------------------------------
@@ -201,6 +202,11 @@ def _written(log, state: _AppendState, pointer, length: int, plan) -> AppendInfo
     out = state.out.tolist()
     out.append(False)
     info = _new_append_info(AppendInfo, out)
+    metrics = state.metrics
+    metrics.appends += 1
+    metrics.append_batches += out[4]
+    metrics.append_records += out[5]
+    metrics.append_bytes += out[6]
     epoch = v.sole_epoch
     if epoch == _EPOCH_MIXED or (epoch >= 0 and epoch != log.epoch_cache.latest_epoch):
         assign_epochs(log, v, pointer, length)     # before the log end offset moves

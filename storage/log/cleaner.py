@@ -501,8 +501,8 @@ def _new_cleaned_segment(log, seam, base: int, owner_lock) -> Segment:
         stale = segment_file(log.path, base, suffix + CLEANED_SUFFIX)
         if seam.exists(stale):                  # an earlier round that failed before its swap
             seam.unlink(stale)
-    return Segment(SegmentHome(log.path, log.config, owner_lock, failure=log.failure_channel), base, create=True, active=True,
-                   suffix=CLEANED_SUFFIX)
+    home = SegmentHome(log.path, log.config, owner_lock, failure=log.failure_channel, metrics=log.local.metrics)
+    return Segment(home, base, create=True, active=True, suffix=CLEANED_SUFFIX)
 
 
 # ---- one batch (Kafka's RecordFilter over MemoryRecords.filterTo) ----------------------------------

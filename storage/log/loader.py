@@ -443,8 +443,12 @@ class Loader:
         truncated, report = segment.recover(check_crc=guards.on("M24"))
         segment.seal()
         self.recovered.append(recovered_entry(segment, report))
+        metrics = local.metrics
+        metrics.recoveries += 1
         if not truncated:
             return False
+        metrics.recovered_bytes_cut += truncated
+        metrics.recovered_segments_deleted += len(logs) - i - 1
         self.recovery_report.append((base, truncated, report.stop_reason or ""))
         # Kafka: after the first invalid batch nothing is trusted; later segments go.  Highest
         # first, and durably before anything else happens: a crash during recovery must not

@@ -24,6 +24,7 @@ from ..core import io as _io
 from ..core.config import LogConfig
 from ..core.failure import LogDirFailureChannel
 from ..core.files import CLEANED_SUFFIX, INDEX_SUFFIX, LOG_SUFFIX, SWAP_SUFFIX, TIME_INDEX_SUFFIX, segment_name
+from .metrics import LogMetrics
 from .segment import Segment, SegmentHome
 from .txnindex import AbortedTxn
 
@@ -49,7 +50,8 @@ class LocalLog:
         self.truncations = 0                # a cleaner round aborts when this moved
         self.recovery_point = 0
         self.recovery_report = recovery_report   # (base, bytes cut, why) of what the load repaired
-        self.segment_home = SegmentHome(path, config, self.lock, recovery_report, failure_channel)
+        self.metrics = LogMetrics()         # the engine's counters of this log (storage/log/metrics.py)
+        self.segment_home = SegmentHome(path, config, self.lock, recovery_report, failure_channel, self.metrics)
 
     def reconfigure(self, config: LogConfig) -> None:
         """The log's new config, for the segments too (they share `segment_home`)."""
@@ -139,6 +141,7 @@ class LocalLog:
         if before_new is not None:
             before_new(old, base_offset)
         segment = self.new_segment(base_offset)
+        self.metrics.rolls += 1
         self.flush_dir()
         self.recovery_point = max(self.recovery_point, base_offset)
         return segment
@@ -149,6 +152,7 @@ class LocalLog:
         base: later segments go, the one holding it is cut, durably.  Returns whether the
         recovery point was lowered (the caller tells the store)."""
         self.truncations += 1
+        size_before = self.size_bytes
         # Highest first: any crash in between leaves a prefix of the old log.
         deleted = False
         while len(self.segments) > 1 and self.segments[-1].base_offset > offset:
@@ -170,20 +174,27 @@ class LocalLog:
         # cluster simulator: unclean recovery then preferred the resurrected epoch).
         if active.flush():
             self.flush_dir()       # its index files were created now
+        self._count_truncation(size_before)
         lowered = offset < self.recovery_point
         self.recovery_point = min(self.recovery_point, offset)
         return lowered
+
+    def _count_truncation(self, size_before: int) -> None:
+        self.metrics.truncations += 1
+        self.metrics.truncated_bytes += max(size_before - self.size_bytes, 0)
 
     def truncate_fully(self, offset: int) -> bool:
         """Delete every segment and start again, empty, at `offset` (durably).  Returns whether
         the recovery point was lowered."""
         self.truncations += 1
+        size_before = self.size_bytes
         while self.segments:
             self.segments.pop().delete()
         self.bases.clear()
         self.new_segment(offset)
         self.flush_dir()           # the old segments must not come back after a crash
         self.flush_dir()
+        self._count_truncation(size_before)
         lowered = offset < self.recovery_point
         self.recovery_point = offset
         return lowered

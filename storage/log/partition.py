@@ -43,6 +43,7 @@ from .appends import (
 from .epoch import CHECKPOINT_FILE, LeaderEpochCache
 from .loader import list_or_create, load
 from .local import LocalLog
+from .metrics import LogMetrics
 from .reads import ISOLATIONS, TimestampAndOffset
 from .segment import Segment
 from .txnindex import AbortedTxn
@@ -135,6 +136,12 @@ class PartitionLog(ClosedOnExit):
         return self._local
 
     @property
+    def metrics(self) -> LogMetrics:
+        """The engine's counters of this log since its open: appends, fsyncs and their latency,
+        rolls, truncations, recoveries, cleaner rounds (storage/log/metrics.py)."""
+        return self._local.metrics
+
+    @property
     def segments(self) -> list[Segment]:
         return self._local.segments
 
@@ -221,12 +228,14 @@ class PartitionLog(ClosedOnExit):
             state = self._leader_append.get(origin)
             if state is None:
                 state = new_leader_state(self.config, self.producer_state, origin, self._client_flags)
+                state.metrics = self._local.metrics
                 self._leader_append[origin] = state
             return state
 
     def _follower_state(self) -> _AppendState:
         if self._follower_append is None:
             self._follower_append = new_follower_state(self.config)
+            self._follower_append.metrics = self._local.metrics
         return self._follower_append
 
     @guarded
@@ -486,6 +495,7 @@ class PartitionLog(ClosedOnExit):
             self._local.ensure_open()
             if not self.config.compacts:
                 raise ValueError(f"{self.path}: cleanup_policy {self.config.cleanup_policy!r} does not compact")
+            self._local.metrics.cleaner_rounds += 1
         return _cleaner.compact(self, _now_ms() if now_ms is None else now_ms)
 
     @guarded

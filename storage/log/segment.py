@@ -492,7 +492,10 @@ class Segment:
         created = self.attach_indexes()
         if self._txn is not None:      # never made: nothing of it to write
             self._txn.flush()
+        metrics = self._home.metrics
+        started = metrics.fsync_timer()
         self._check(lib.plog_segment_flush(self._c), "flush")
+        metrics.fsync_done(started)
         return created
 
     def offset_index_entries(self) -> list[tuple[int, int]]:

@@ -18,6 +18,7 @@ from ..core import io as _io
 from ..core._native import ffi, lib
 from ..core.failure import LogDirFailureChannel
 from ..core.records import forget_source, register_source
+from .metrics import LogMetrics
 
 
 def _default_open_segments_max() -> int:
@@ -104,10 +105,11 @@ class SegmentHome:
     first use's repair goes there), the find/read out-arguments (the lock serialises them) and
     the log dir's failure channel."""
 
-    __slots__ = ("directory", "config", "lock", "report", "reads", "failure")
+    __slots__ = ("directory", "config", "lock", "report", "reads", "failure", "metrics")
 
-    def __init__(self, directory: str, config, lock=None, report: list | None = None, failure=None):
+    def __init__(self, directory: str, config, lock=None, report: list | None = None, failure=None, metrics=None):
         self.directory = directory
+        self.metrics = metrics if metrics is not None else LogMetrics()   # the log's counters (its fsyncs)
         self.config = config
         self.lock = lock
         self.report = report

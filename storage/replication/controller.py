@@ -85,6 +85,7 @@ class Controller:
         self.next_broker_epoch = 1
         self.controller_epoch = 1
         self._outbox: list[tuple[int, object]] = []
+        self.leader_elections = 0     # leaders set since this process started (metrics)
         self.unclean_elections: list[tuple[str, int, int, int, bool]] = []   # (topic, partition, leader, epoch, RECOVERING)
         # Topics created through create_topic: name -> {"topic_id": hex, "configs": {name: value}}
         # (Kafka's TopicRecord and ConfigRecords), and the next producer-id block's start.
@@ -308,6 +309,8 @@ class Controller:
         return changed
 
     def _set_leader(self, s: PartitionState, leader: int) -> None:
+        if leader != NO_LEADER:
+            self.leader_elections += 1       # Kafka's LeaderElectionRateAndTimeMs count
         s.leader = leader
         s.leader_epoch += 1
         s.partition_epoch += 1

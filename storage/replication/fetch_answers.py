@@ -62,7 +62,12 @@ class FetchAnswers:
         for item in request.partitions:
             unique[(item.topic, item.partition)] = item
         budget = [max(request.max_bytes, 0), True]      # bytes left, no data returned yet
-        return FetchResponse([self._fetch_partition(request, item, budget) for item in unique.values()])
+        answers = [self._fetch_partition(request, item, budget) for item in unique.values()]
+        for a in answers:
+            if a.records:       # Kafka's BytesOutPerSec (followers' fetches included)
+                stats = self.topic_stats.get(a.topic) or self.topic_stats.setdefault(a.topic, [0, 0, 0])
+                stats[2] += len(a.records)
+        return FetchResponse(answers)
 
     def _fetch_partition(self, request: FetchRequest, item, budget: list) -> FetchResponsePartition:
         def answer(code, **kw):

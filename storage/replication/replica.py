@@ -147,6 +147,10 @@ class ReplicaManager(FetchAnswers):
         self.partitions: dict[tuple[str, int], Partition] = {}
         self._alter_outbox: list[AlterPartitionRequest] = []
         self._delayed: list[_DelayedProduce] = []
+        # Kafka's BrokerTopicMetrics (per topic: client bytes and records appended as leader, bytes
+        # fetched) and the ISR changes this leader committed, for the broker's metrics.
+        self.topic_stats: dict[str, list[int]] = {}     # topic -> [bytes in, messages in, bytes out]
+        self.isr_shrinks = self.isr_expands = 0
         self.fetcher = ReplicaFetcher(self, **(fetcher_options or {}))
 
     # ---- controller-facing ------------------------------------------------------------------
@@ -291,6 +295,11 @@ class ReplicaManager(FetchAnswers):
         code = response.error_code
         if code == Errors.NONE:
             if response.leader_epoch == p.leader_epoch and response.partition_epoch >= p.partition_epoch:
+                if len(response.isr) != len(p.isr):
+                    if len(response.isr) < len(p.isr):
+                        self.isr_shrinks += 1
+                    else:
+                        self.isr_expands += 1
                 p.isr = list(response.isr)
                 p.partition_epoch = response.partition_epoch
                 p.leader_recovery_state = response.leader_recovery_state
@@ -465,6 +474,9 @@ class ReplicaManager(FetchAnswers):
         except errors.StorageError as exc:
             self._went_offline()       # fail what waits, if this append took the dir offline
             return answer(int(exc.error_code))
+        stats = self.topic_stats.get(p.topic) or self.topic_stats.setdefault(p.topic, [0, 0, 0])
+        stats[0] += info.size_bytes
+        stats[1] += info.record_count
         if request.acks != -1:
             self._maybe_increment_high_watermark(p)
             return answer(Errors.NONE, info.first_offset)

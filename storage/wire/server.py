@@ -22,6 +22,7 @@ import asyncio
 import collections
 import logging
 import signal
+import time
 
 from ..core import errors
 from . import codec, error_answers
@@ -58,6 +59,7 @@ class FrameServer:
         # log dir only once it has replayed the metadata log: the topics' configs come from it).
         self.ready = asyncio.Event()
         self.ready.set()
+        self.observer = None        # --metrics-listen's request metrics (wire/metrics.py), when on
 
     async def listen(self, host: str, port: int) -> int:
         self._server = await asyncio.start_server(self._serve, host, port)
@@ -177,14 +179,19 @@ class FrameServer:
         if log.isEnabledFor(logging.DEBUG):
             log.debug("%s v%d #%d from %s: %s", codec.api_name(key), version, correlation_id, header.client_id,
                       str(request)[:300])
+        started = time.perf_counter()
         try:
             body = await self.handlers[key](header, request)
+            if self.observer is not None:
+                self.observer.answered(key, started, body)
             if log.isEnabledFor(logging.DEBUG):
                 log.debug("answer to #%d: %s", correlation_id, str(body)[:200])
             if body is None:
                 return None
             return codec.encode_response(key, version, correlation_id, body)
         except Exception as exc:
+            if self.observer is not None:
+                self.observer.failed(key, started, exc)
             return self._error_response(key, version, correlation_id, header, request, exc)
 
     def _error_response(self, key: int, version: int, correlation_id: int, header, request, exc) -> bytes | None:

@@ -1,0 +1,212 @@
+"""`--metrics-listen`: a broker's and the controller's Prometheus endpoint, scraped during a run
+of real clients (confluent-kafka: acks=all produce, a group that consumes and commits); the
+values move as the run did (docs/guide-operations.md)."""
+from __future__ import annotations
+
+import re
+import urllib.request
+
+import pytest
+
+pytest.importorskip("kio", reason="the wire front end needs kio (pip install kio)")
+ck = pytest.importorskip("confluent_kafka")
+from confluent_kafka.admin import AdminClient, NewTopic  # noqa: E402
+from prometheus_client.parser import text_string_to_metric_families  # noqa: E402
+
+from tests.wire_support import Broker  # noqa: E402
+
+N = 120
+_METRICS = re.compile(r"metrics listening on ([\d.]+):(\d+)")
+
+
+def start_with_metrics(data_dir, *extra, command="serve") -> tuple[Broker, str]:
+    broker = Broker(data_dir, "--metrics-listen", "127.0.0.1:0", *extra, command=command).start()
+    line = broker.proc.stdout.readline()
+    found = _METRICS.search(line)
+    if not found:
+        broker.kill()
+        raise RuntimeError(f"no metrics line: {line!r}")
+    return broker, f"http://{found.group(1)}:{found.group(2)}/metrics"
+
+
+def scrape(url: str) -> dict:
+    """{(sample name, frozenset of labels): value} of one scrape."""
+    with urllib.request.urlopen(url, timeout=10) as answer:
+        text = answer.read().decode()
+    return {(s.name, frozenset(s.labels.items())): s.value
+            for family in text_string_to_metric_families(text) for s in family.samples}
+
+
+def value(samples: dict, name: str, **labels) -> float:
+    return samples.get((name, frozenset(labels.items())), 0.0)
+
+
+@pytest.fixture
+def broker(tmp_path):
+    b, url = start_with_metrics(tmp_path / "data", "--no-auto-create-topics")
+    yield b, url
+    b.kill()
+
+
+def test_a_produce_consume_run_moves_the_metrics(broker):
+    b, url = broker
+    before = scrape(url)
+    assert value(before, "kafka_server_brokertopicmetrics_messagesin_total", topic="m") == 0
+    admin = AdminClient({"bootstrap.servers": b.bootstrap})
+    admin.create_topics([NewTopic("m", 1, 1)])["m"].result(30)
+    # A refused request: auto-create is off, so a Metadata for an unknown topic is answered
+    # UNKNOWN_TOPIC_OR_PARTITION.
+    admin.list_topics(topic="nope", timeout=10)
+
+    delivered = []
+    producer = ck.Producer({"bootstrap.servers": b.bootstrap, "acks": "all", "linger.ms": 5,
+                            "batch.num.messages": 40})
+    for i in range(N):
+        producer.produce("m", key=b"k%d" % (i % 5), value=b"value-%04d" % i,
+                         on_delivery=lambda err, msg: err is None and delivered.append(msg.offset()))
+    assert producer.flush(30) == 0
+    assert sorted(delivered) == list(range(N))
+
+    consumer = ck.Consumer({"bootstrap.servers": b.bootstrap, "group.id": "g", "auto.offset.reset": "earliest",
+                            "enable.auto.commit": False})
+    try:
+        consumer.subscribe(["m"])
+        got = []
+        while len(got) < N:
+            msg = consumer.poll(10)
+            assert msg is not None, f"consumed {len(got)} of {N}"
+            assert msg.error() is None, msg.error()
+            got.append(msg)
+        half = ck.TopicPartition("m", 0, N // 2)
+        consumer.commit(offsets=[half], asynchronous=False)
+        during = scrape(url)
+        consumer.commit(asynchronous=False)
+        after = scrape(url)
+    finally:
+        consumer.close()
+
+    # Bytes in are the acknowledged batches, which are all the log holds; records in are N.
+    bytes_in = value(after, "kafka_server_brokertopicmetrics_bytesin_total", topic="m")
+    assert bytes_in == value(after, "kafka_log_log_size", topic="m", partition="0") > N * 10
+    assert value(after, "kafka_server_brokertopicmetrics_messagesin_total", topic="m") == N
+    assert value(after, "kafka_log_log_logendoffset", topic="m", partition="0") == N
+    assert value(after, "kafka_server_brokertopicmetrics_bytesout_total", topic="m") >= bytes_in
+    produces = value(after, "kafka_network_requestmetrics_requests_total", request="Produce")
+    assert 1 <= produces <= N
+    assert value(after, "kafka_network_requestmetrics_totaltime_seconds_count", request="Produce") == produces
+    assert value(after, "kafka_network_requestmetrics_requests_total", request="OffsetCommit") == 2
+    assert value(after, "kafka_network_requestmetrics_errors_total", request="Metadata",
+                 error="UNKNOWN_TOPIC_OR_PARTITION") >= 1
+    assert value(after, "kafka_network_requestmetrics_errors_total", request="Produce",
+                 error="UNKNOWN_TOPIC_OR_PARTITION") == 0
+    # Lag: high watermark - committed offset, per group and partition.
+    assert value(during, "kafka_consumergroup_lag", group="g", topic="m", partition="0") == N - N // 2
+    assert value(after, "kafka_consumergroup_lag", group="g", topic="m", partition="0") == 0
+    assert value(after, "kafka_consumergroup_current_offset", group="g", topic="m", partition="0") == N
+    # The engine's counters and the process.
+    assert value(after, "storage_log_append_records_total") >= N
+    assert value(after, "kafka_server_replicamanager_underreplicatedpartitions") == 0
+    assert value(after, "kafka_server_replicamanager_leadercount") >= 1
+    assert value(after, "kafka_log_logmanager_offlinelogdirectorycount") == 0
+    assert value(after, "storage_log_open_segments") >= 1
+    assert value(after, "process_open_fds") > 0
+    assert value(during, "kafka_server_socketservermetrics_connection_count") >= 1
+    # A deleted topic's series go.
+    admin.delete_topics(["m"])["m"].result(30)
+    gone = _wait_for(url, lambda s: ("kafka_server_brokertopicmetrics_bytesin_total", frozenset({("topic", "m")}))
+                     not in s, timeout_s=20)
+    assert ("kafka_server_brokertopicmetrics_bytesin_total", frozenset({("topic", "m")})) not in gone
+    assert ("kafka_log_log_size", frozenset({("topic", "m"), ("partition", "0")})) not in gone
+
+
+def test_the_controller_serves_its_metrics(tmp_path):
+    controller, url = start_with_metrics(tmp_path / "controller", command="controller")
+    try:
+        samples = scrape(url)
+        assert value(samples, "kafka_controller_kafkacontroller_activecontrollercount") == 1
+        assert value(samples, "kafka_controller_kafkacontroller_offlinepartitionscount") == 0
+        assert ("kafka_controller_controllerstats_leaderelections_total", frozenset()) in samples
+        assert value(samples, "kafka_network_requestmetrics_requests_total", request="ApiVersions") == 0
+    finally:
+        controller.kill()
+
+
+def test_a_bad_metrics_address_is_refused(tmp_path):
+    import subprocess
+    import sys
+    out = subprocess.run([sys.executable, "-m", "storage", "serve", "--data-dir", str(tmp_path / "d"),
+                          "--metrics-listen", "nohostport"], capture_output=True, text=True, timeout=60)
+    assert out.returncode != 0 and "HOST:PORT" in out.stderr
+
+
+def _free_base(offsets) -> int:
+    """A base port below Linux's ephemeral range with base+offset free for every offset."""
+    import random
+    import socket
+
+    def free(port):
+        with socket.socket() as s:
+            try:
+                s.bind(("127.0.0.1", port))
+                return True
+            except OSError:
+                return False
+    rng = random.Random()
+    return next(b for b in (rng.randrange(20_000, 30_000) for _ in range(200)) if all(free(b + d) for d in offsets))
+
+
+def _wait_for(url: str, check, timeout_s: float = 40.0) -> dict:
+    import time
+    deadline = time.monotonic() + timeout_s
+    while True:
+        samples = scrape(url)
+        if check(samples) or time.monotonic() > deadline:
+            return samples
+        time.sleep(0.5)
+
+
+def test_storage_cluster_serves_metrics_and_they_see_a_broker_die(tmp_path):
+    """`storage cluster --metrics-base-port`: the controller's and each broker's endpoint; a
+    broker killed with SIGKILL is fenced: the controller counts it, elects new leaders and
+    reports the partition it alone held offline; the survivor reports under-replicated
+    partitions."""
+    import os
+    import signal
+    import subprocess
+    import sys
+    base = _free_base((0, 1, 100))
+    metrics = _free_base((0, 1, 100))
+    proc = subprocess.Popen([sys.executable, "-m", "storage", "cluster", "--brokers", "2", "--data-dir",
+                             str(tmp_path / "c"), "--base-port", str(base), "--min-insync-replicas", "1",
+                             "--metrics-base-port", str(metrics)], stdout=subprocess.PIPE, text=True)
+    try:
+        lines = [proc.stdout.readline() for _ in range(4)]
+        assert "cluster up" in lines[3], lines
+        pids = [int(line.rsplit("pid ", 1)[1].split()[0]) for line in lines[:3]]
+        controller = f"http://127.0.0.1:{metrics + 100}/metrics"
+        broker1 = f"http://127.0.0.1:{metrics}/metrics"
+        samples = _wait_for(controller, lambda s: value(s, "kafka_controller_kafkacontroller_activebrokercount") == 2)
+        assert value(samples, "kafka_controller_kafkacontroller_activebrokercount") == 2
+        admin = AdminClient({"bootstrap.servers": f"127.0.0.1:{base}"})
+        for f in admin.create_topics([NewTopic("both", 2, 2), NewTopic("solo", 2, 1)]).values():
+            f.result(30)
+        samples = _wait_for(controller, lambda s: value(s, "kafka_controller_kafkacontroller_globaltopiccount") >= 2)
+        assert value(samples, "kafka_controller_kafkacontroller_offlinepartitionscount") == 0
+        elections = value(samples, "kafka_controller_controllerstats_leaderelections_total")
+        os.kill(pids[2], signal.SIGKILL)          # broker 2
+        samples = _wait_for(controller, lambda s: value(s, "kafka_controller_kafkacontroller_fencedbrokercount") == 1
+                            and value(s, "kafka_controller_kafkacontroller_offlinepartitionscount") >= 1)
+        assert value(samples, "kafka_controller_kafkacontroller_fencedbrokercount") == 1
+        assert value(samples, "kafka_controller_kafkacontroller_offlinepartitionscount") == 1   # solo's on broker 2
+        assert value(samples, "kafka_controller_controllerstats_leaderelections_total") >= elections + 1
+        samples = _wait_for(broker1, lambda s: value(s, "kafka_server_replicamanager_underreplicatedpartitions") == 2)
+        assert value(samples, "kafka_server_replicamanager_underreplicatedpartitions") == 2     # both's two
+    finally:
+        os.kill(proc.pid, signal.SIGTERM)
+        try:
+            proc.wait(60)
+        finally:
+            if proc.poll() is None:
+                proc.kill()
+                proc.wait(10)
+            proc.stdout.close()
