@@ -148,3 +148,57 @@ def test_second_producer_fences_the_first(broker):
     second.produce(topic, b"from-second", partition=0)
     second.commit_transaction(30)
     assert _read_committed(broker.bootstrap, topic, 1, group="fence-reader") == [b"from-second"]
+
+
+def test_coordinator_sigkill_mid_transaction_then_commit(tmp_path):
+    """The coordinator (the only broker) is killed with SIGKILL while a transaction is Ongoing
+    and restarted: it loads the transaction from `__transaction_state`, the producer's commit
+    then completes it (as Kafka's coordinator failover does), and a read_committed consumer
+    reads the records of both transactions, each once."""
+    b = Broker(tmp_path / "data", *TXN_OPTIONS).start()
+    try:
+        topic = "txn-crash"
+        _create(b.bootstrap, topic, 1)
+        p = _producer(b.bootstrap, "txn-crash", **{"message.timeout.ms": 60_000})
+        p.init_transactions(30)
+        p.begin_transaction()
+        p.produce(topic, b"before-1", partition=0)
+        p.commit_transaction(30)
+        p.begin_transaction()
+        p.produce(topic, b"open-1", partition=0)
+        p.flush(10)
+        b.kill()
+        b.start()
+        p.produce(topic, b"open-2", partition=0)
+        p.commit_transaction(60)
+        assert _read_committed(b.bootstrap, topic, 3, group="crash-reader") == [b"before-1", b"open-1", b"open-2"]
+    finally:
+        b.stop()
+
+
+def test_markers_reach_other_brokers_partitions(tmp_path):
+    """A cluster of three brokers: a transaction over partitions led by every broker commits
+    (the coordinator's WriteTxnMarkers reach the other brokers) and one aborts; a read_committed
+    consumer reads the committed records only."""
+    from tests.wire_support import Cluster
+    cluster = Cluster(tmp_path, broker_args=TXN_OPTIONS)
+    try:
+        topic = "txn-cluster"
+        cluster.create(topic, 3)
+        cluster.wait_in_sync(topic)
+        assert {p.leader for p in cluster.partitions(topic).values()} == {1, 2, 3}
+        p = _producer(cluster.bootstrap, "txn-cluster")
+        p.init_transactions(60)
+        p.begin_transaction()
+        for i in range(6):
+            p.produce(topic, b"c-%d" % i, partition=i % 3)
+        p.commit_transaction(60)
+        p.begin_transaction()
+        for i in range(3):
+            p.produce(topic, b"a-%d" % i, partition=i % 3)
+        p.flush(30)
+        p.abort_transaction(60)
+        got = _read_committed(cluster.bootstrap, topic, 6, timeout_s=40, group="cluster-reader")
+        assert sorted(got) == [b"c-%d" % i for i in range(6)]
+    finally:
+        cluster.kill()
