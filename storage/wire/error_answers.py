@@ -133,8 +133,8 @@ def _txn_offset_commit(request, code):
 
 def _describe_transactions(request, code):
     return {"transaction_states": [{"error_code": code, "transactional_id": i, "transaction_state": "",
-                                    "transaction_timeout": 0, "transaction_start_time": -1, "producer_id": -1,
-                                    "producer_epoch": -1, "topics": []} for i in request.transactional_ids]}
+                                    "transaction_timeout": 0, "transaction_start_time": 0, "producer_id": 0,
+                                    "producer_epoch": 0, "topics": []} for i in request.transactional_ids]}
 
 
 def _api_versions(request, code):

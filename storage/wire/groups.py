@@ -538,8 +538,12 @@ class GroupCoordinator:
             items.setdefault(topic, []).append({"partition_index": partition, "error_code": part_code or stored})
         return {"topics": [{"name": t, "partitions": parts} for t, parts in items.items()]}
 
-    def _fetched(self, group_id: str, topics) -> list[dict]:
+    def _fetched(self, group_id: str, topics, require_stable: bool = False) -> list[dict]:
+        """require_stable (OffsetFetch v7+, KIP-447): a partition with transactional offsets not
+        yet ended answers UNSTABLE_OFFSET_COMMIT (the client asks again)."""
         g = self.groups.get(group_id)
+        pending = {key[1:] for p in self.txn_offsets.values() for key in p if key[0] == group_id} \
+            if require_stable else set()
         offsets = g.offsets if g is not None else {}
         if topics is None:
             wanted: dict[str, list[int]] = {}
@@ -552,8 +556,11 @@ class GroupCoordinator:
             parts = []
             for partition in partitions:
                 offset, epoch, metadata = offsets.get((topic, partition), (-1, -1, ""))
+                code = Errors.UNSTABLE_OFFSET_COMMIT if (topic, partition) in pending else Errors.NONE
+                if code:
+                    offset, epoch, metadata = -1, -1, ""
                 parts.append({"partition_index": partition, "committed_offset": offset,
-                              "committed_leader_epoch": epoch, "metadata": metadata, "error_code": Errors.NONE})
+                              "committed_leader_epoch": epoch, "metadata": metadata, "error_code": code})
             out.append({"name": topic, "partitions": parts})
         return out
 
@@ -562,11 +569,12 @@ class GroupCoordinator:
             out = []
             for q in request.groups:
                 code = self._coordinator_error(q.group_id)
-                out.append({"group_id": q.group_id, "error_code": code,
-                            "topics": [] if code else self._fetched(q.group_id, q.topics)})
+                out.append({"group_id": q.group_id, "error_code": code, "topics": [] if code else
+                            self._fetched(q.group_id, q.topics, bool(getattr(request, "require_stable", False)))})
             return {"groups": out}
         code = self._coordinator_error(request.group_id)
-        return {"topics": [] if code else self._fetched(request.group_id, request.topics), "error_code": code}
+        stable = bool(getattr(request, "require_stable", False))
+        return {"topics": [] if code else self._fetched(request.group_id, request.topics, stable), "error_code": code}
 
     async def list_groups(self, header, request) -> dict:
         states = set(getattr(request, "states_filter", ()) or ())

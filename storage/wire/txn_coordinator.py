@@ -438,8 +438,9 @@ class TxnCoordinator:
     async def describe_transactions(self, header, request) -> dict:
         out = []
         for tid in request.transactional_ids:
+            # an error row carries the fields' defaults, as Kafka's (0, not -1)
             row = {"transactional_id": tid, "transaction_state": "", "transaction_timeout": 0,
-                   "transaction_start_time": -1, "producer_id": -1, "producer_epoch": -1, "topics": []}
+                   "transaction_start_time": 0, "producer_id": 0, "producer_epoch": 0, "topics": []}
             code = Errors.INVALID_REQUEST if not tid else self._coordinator(tid)[0]
             meta = self.txns.get(tid) if not code else None
             if not code and (meta is None or meta.state == ts.DEAD):

@@ -77,15 +77,6 @@ def _describe(broker, tid):
     return _ask(broker, 65, 0, {"transactional_ids": [tid]}).transaction_states[0]
 
 
-def _describe_error(broker, tid) -> int:
-    """The error code of DescribeTransactions for one id, read from the frame: an error row
-    carries Kafka's start time -1, which kio's reader refuses (a Java client reads it)."""
-    frame = codec.encode_request(65, 0, 7, "txn-test", {"transactional_ids": [tid]})
-    answer = raw_exchange((broker.host, broker.port), frame)
-    # correlation id, header tags, throttle time, the rows' compact length, then the first error code
-    return int.from_bytes(answer[10:12], "big", signed=True)
-
-
 def _wait_state(broker, tid, state, timeout_s=10.0):
     deadline = time.monotonic() + timeout_s
     while time.monotonic() < deadline:
@@ -206,8 +197,8 @@ def test_list_and_describe_transactions(broker):
     by_pid = _ask(broker, 66, 0, {"state_filters": [], "producer_id_filters": [r.producer_id]})
     assert [t.transactional_id for t in by_pid.transaction_states] == ["t-list"]
     # testDescribeTransactionsWithEmptyTransactionalId, and an id never seen
-    assert _describe_error(broker, "") == Errors.INVALID_REQUEST
-    assert _describe_error(broker, "t-never") == Errors.TRANSACTIONAL_ID_NOT_FOUND
+    assert _describe(broker, "").error_code == Errors.INVALID_REQUEST
+    assert _describe(broker, "t-never").error_code == Errors.TRANSACTIONAL_ID_NOT_FOUND
     assert _end(broker, "t-list", r.producer_id, r.producer_epoch, False) == Errors.NONE
 
 
@@ -259,3 +250,45 @@ def test_prepare_commit_found_after_sigkill_is_completed(tmp_path):
         assert not part.aborted_transactions
     finally:
         b.stop()
+
+
+def _offset_fetch(broker, group, stable):
+    r = _ask(broker, 9, 8, {"groups": [{"group_id": group, "topics": [{"name": "data", "partition_indexes": [0]}]}],
+                            "require_stable": stable})
+    p = r.groups[0].topics[0].partitions[0]
+    return p.error_code, p.committed_offset
+
+
+def _txn_commit_offset(broker, tid, group, pid, epoch, offset):
+    assert _ask(broker, 25, 3, {"transactional_id": tid, "producer_id": pid, "producer_epoch": epoch,
+                                "group_id": group}).error_code == 0
+    r = _ask(broker, 28, 3, {"transactional_id": tid, "group_id": group, "producer_id": pid, "producer_epoch": epoch,
+                             "generation_id": -1, "member_id": "", "group_instance_id": None, "topics": [
+                                 {"name": "data", "partitions": [{"partition_index": 0, "committed_offset": offset,
+                                                                  "committed_leader_epoch": -1,
+                                                                  "committed_metadata": ""}]}]})
+    return r.topics[0].partitions[0].error_code
+
+
+def test_txn_offsets_visible_with_the_commit_marker_only(broker):
+    """TxnOffsetCommit's offsets are not the group's until the commit marker lands: OffsetFetch
+    without require_stable sees the offset before, with it (KIP-447) UNSTABLE_OFFSET_COMMIT;
+    an aborted transaction's offsets never become visible."""
+    r = _init(broker, "t-offsets")
+    pid, epoch = r.producer_id, r.producer_epoch
+    assert _txn_commit_offset(broker, "t-offsets", "g-txn", pid, epoch, 5) == 0
+    assert _offset_fetch(broker, "g-txn", False) == (0, -1)
+    assert _offset_fetch(broker, "g-txn", True) == (Errors.UNSTABLE_OFFSET_COMMIT, -1)
+    assert _end(broker, "t-offsets", pid, epoch, True) == 0
+    _wait_state(broker, "t-offsets", "CompleteCommit")
+    deadline = time.monotonic() + 10
+    while _offset_fetch(broker, "g-txn", True)[1] != 5 and time.monotonic() < deadline:
+        time.sleep(0.1)
+    assert _offset_fetch(broker, "g-txn", True) == (0, 5)
+    assert _txn_commit_offset(broker, "t-offsets", "g-txn", pid, epoch, 9) == 0
+    assert _end(broker, "t-offsets", pid, epoch, False) == 0
+    _wait_state(broker, "t-offsets", "CompleteAbort")
+    deadline = time.monotonic() + 10
+    while _offset_fetch(broker, "g-txn", True)[0] != 0 and time.monotonic() < deadline:
+        time.sleep(0.1)
+    assert _offset_fetch(broker, "g-txn", True) == (0, 5)
