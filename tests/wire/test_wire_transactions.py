@@ -200,5 +200,32 @@ def test_markers_reach_other_brokers_partitions(tmp_path):
         p.abort_transaction(60)
         got = _read_committed(cluster.bootstrap, topic, 6, timeout_s=40, group="cluster-reader")
         assert sorted(got) == [b"c-%d" % i for i in range(6)]
+        # offsets in a transaction, for a group another broker coordinates: the marker written
+        # there makes them the group's (TxnAdminApis.on_written on that broker)
+        broker = next(iter(cluster.brokers.values()))
+        txn_coordinator = _coordinator(broker, 1, "txn-cluster")
+        group = next(g for g in (f"eos-{i}" for i in range(100)) if _coordinator(broker, 0, g) != txn_coordinator)
+        consumer = ck.Consumer({"bootstrap.servers": cluster.bootstrap, "group.id": group})
+        p.begin_transaction()
+        p.produce(topic, b"with-offsets", partition=0)
+        p.send_offsets_to_transaction([TopicPartition(topic, 1, 7)], consumer.consumer_group_metadata(), 60)
+        p.commit_transaction(60)
+        deadline = time.monotonic() + 20
+        while consumer.committed([TopicPartition(topic, 1)], 10)[0].offset != 7 and time.monotonic() < deadline:
+            time.sleep(0.2)
+        assert consumer.committed([TopicPartition(topic, 1)], 10)[0].offset == 7
+        consumer.close()
     finally:
         cluster.kill()
+
+
+def _coordinator(broker, key_type: int, key: str) -> int:
+    from storage.wire import codec
+    from tests.wire_support import raw_exchange
+    for _ in range(50):
+        frame = codec.encode_request(10, 3, 1, "txn-test", {"key": key, "key_type": key_type})
+        answer = codec.decode_response(10, 3, raw_exchange((broker.host, broker.port), frame))[1]
+        if answer.error_code == 0:
+            return answer.node_id
+        time.sleep(0.2)
+    raise AssertionError(f"no coordinator for {key!r} (key type {key_type})")

@@ -292,3 +292,31 @@ def test_txn_offsets_visible_with_the_commit_marker_only(broker):
     while _offset_fetch(broker, "g-txn", True)[0] != 0 and time.monotonic() < deadline:
         time.sleep(0.1)
     assert _offset_fetch(broker, "g-txn", True) == (0, 5)
+
+
+def test_exhausted_epoch_gets_a_new_producer_id(tmp_path):
+    """shouldGenerateNewProducerIdIfEpochsExhausted: a transactional id whose epoch reached
+    Short.MaxValue - 1 (its record written into the stopped broker's `__transaction_state`)
+    gets a new producer id at epoch 0 on its next InitProducerId; with KIP-360's expected
+    id/epoch the old id is remembered, so a retry naming it is not fenced."""
+    b = Broker(tmp_path / "data", *OPTIONS).start()
+    try:
+        old = _init(b, "t-exhausted")
+    finally:
+        b.stop()
+    meta = txn_state.TxnMetadata("t-exhausted", old.producer_id, txn_state.MAX_EPOCH - 1, timeout_ms=30_000,
+                                 state=txn_state.COMPLETE_COMMIT, update_ms=int(time.time() * 1000))
+    with LogDir.open(os.path.join(b.data_dir, "logs"), LogConfig(fsync=False), background=False) as d:
+        log = d.partition("__transaction_state", txn_state.txn_partition("t-exhausted", 3))
+        log.append_as_leader(build_batch([(txn_state.record_key("t-exhausted"), txn_state.record_value(meta))]),
+                             log.latest_epoch)
+        log.flush()
+    b.start()
+    try:
+        new = _init(b, "t-exhausted", pid=old.producer_id, epoch=txn_state.MAX_EPOCH - 1)
+        assert new.error_code == 0 and new.producer_id != old.producer_id and new.producer_epoch == 0
+        # testRetryInitProducerIdAfterProducerIdRotation: the same request again is the lost answer's retry
+        again = _init(b, "t-exhausted", pid=old.producer_id, epoch=txn_state.MAX_EPOCH - 1)
+        assert (again.error_code, again.producer_id) == (0, new.producer_id)
+    finally:
+        b.stop()
