@@ -299,8 +299,12 @@ class TxnCoordinator:
         if meta is None or meta.state != ts.ONGOING or meta.pending is not None:
             return Errors.CONCURRENT_TRANSACTIONS
         fenced = meta.fence_epoch()
+        if isinstance(fenced, int):
+            return fenced
         meta.producer_epoch, meta.last_producer_epoch = fenced.producer_epoch, ts.NO_PRODUCER_EPOCH
-        return await self._end(tid, meta.producer_id, meta.producer_epoch, False, from_client=False)
+        code = await self._end(tid, meta.producer_id, meta.producer_epoch, False, from_client=False)
+        meta.failed_fence = code != Errors.NONE
+        return code
 
     # ---- AddPartitionsToTxn / AddOffsetsToTxn ------------------------------------------------
     async def _add(self, tid: str, producer_id: int, epoch: int, partitions) -> int:

@@ -49,6 +49,7 @@ class TxnMetadata:
     start_ms: int = -1
     update_ms: int = -1
     pending: str | None = None          # the state a transition in flight goes to (not persisted)
+    failed_fence: bool = False          # an epoch fence bumped the epoch but its write failed
 
     # ---- Kafka's TransactionMetadata transitions: each returns the new metadata ----------------
     def epoch_exhausted(self) -> bool:
@@ -56,7 +57,7 @@ class TxnMetadata:
 
     def _next(self, **changes) -> "TxnMetadata":
         return dataclasses.replace(self, partitions=set(changes.pop("partitions", self.partitions)),
-                                   pending=None, **changes)
+                                   pending=None, failed_fence=False, **changes)
 
     def increment_epoch(self, timeout_ms: int, expected_epoch: int | None, now: int) -> "TxnMetadata | int":
         """InitProducerId for the same producer id: the epoch bumped (or the same one again for
@@ -80,10 +81,14 @@ class TxnMetadata:
                           last_producer_epoch=self.producer_epoch if record_last_epoch else NO_PRODUCER_EPOCH,
                           timeout_ms=timeout_ms, state=EMPTY, partitions=(), start_ms=-1, update_ms=now)
 
-    def fence_epoch(self) -> "TxnMetadata":
+    def fence_epoch(self) -> "TxnMetadata | int":
         """An Ongoing transaction a new producer (or the timeout) ends: its epoch bumped, so the
-        producer that began it is fenced, to be aborted (Kafka's prepareFenceProducerEpoch)."""
-        epoch = self.producer_epoch if self.epoch_exhausted() else self.producer_epoch + 1
+        producer that began it is fenced, to be aborted (Kafka's prepareFenceProducerEpoch: an
+        exhausted epoch is bumped too, up to Short.MaxValue; a fence whose write failed is not
+        bumped again, that epoch was never handed out)."""
+        if self.producer_epoch >= MAX_EPOCH:
+            return Errors.UNKNOWN_SERVER_ERROR       # Kafka's IllegalStateException: it would overflow
+        epoch = self.producer_epoch if self.failed_fence else self.producer_epoch + 1
         return self._next(producer_epoch=epoch, last_producer_epoch=NO_PRODUCER_EPOCH)
 
     def add_partitions(self, partitions, now: int) -> "TxnMetadata":
