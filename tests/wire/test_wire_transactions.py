@@ -229,3 +229,34 @@ def _coordinator(broker, key_type: int, key: str) -> int:
             return answer.node_id
         time.sleep(0.2)
     raise AssertionError(f"no coordinator for {key!r} (key type {key_type})")
+
+
+@pytest.mark.slow
+def test_coordinator_broker_sigkill_in_a_cluster(tmp_path):
+    """The broker coordinating a transactional id is SIGKILLed mid-transaction in a three-broker
+    cluster: another replica of its `__transaction_state` partition becomes leader, loads the
+    Ongoing transaction, and the producer's commit completes it there (as Kafka's coordinator
+    failover); the killed broker restarts and a read_committed consumer reads every record once."""
+    from tests.wire_support import Cluster
+    cluster = Cluster(tmp_path, broker_args=TXN_OPTIONS)
+    try:
+        topic = "txn-failover"
+        cluster.create(topic, 3)
+        cluster.wait_in_sync(topic)
+        p = _producer(cluster.bootstrap, "txn-failover", **{"message.timeout.ms": 90_000,
+                                                              "transaction.timeout.ms": 90_000})
+        p.init_transactions(60)
+        p.begin_transaction()
+        for i in range(3):
+            p.produce(topic, b"a-%d" % i, partition=i)
+        p.flush(30)
+        victim = cluster.brokers[_coordinator(next(iter(cluster.brokers.values())), 1, "txn-failover")]
+        victim.kill()
+        for i in range(3):
+            p.produce(topic, b"b-%d" % i, partition=i)
+        p.commit_transaction(90)
+        victim.start()
+        got = _read_committed(cluster.bootstrap, topic, 6, timeout_s=60, group="failover-reader")
+        assert sorted(got) == sorted([b"a-%d" % i for i in range(3)] + [b"b-%d" % i for i in range(3)])
+    finally:
+        cluster.kill()
