@@ -54,7 +54,7 @@ SUPPORTED: dict[int, tuple[str, int, int]] = {
     20: ("DeleteTopics", 1, 6),
     22: ("InitProducerId", 0, 4),
     23: ("OffsetForLeaderEpoch", 2, 4),
-    24: ("AddPartitionsToTxn", 0, 3),
+    24: ("AddPartitionsToTxn", 0, 4),
     25: ("AddOffsetsToTxn", 0, 3),
     26: ("EndTxn", 0, 3),
     27: ("WriteTxnMarkers", 1, 2),

@@ -324,21 +324,56 @@ class TxnCoordinator:
             return Errors.NONE
         return await self._write(meta, meta.add_partitions(partitions, wall_ms()), cepoch)
 
-    async def add_partitions_to_txn(self, header, request) -> dict:
-        version = type(request).__version__
-        wanted = [(t.name, int(p)) for t in request.v3_and_below_topics for p in t.partitions]
+    async def _add_codes(self, tid: str, producer_id: int, epoch: int, wanted, *, verify_only: bool = False,
+                         version: int = 3) -> dict:
+        """(topic, partition) -> error code of one transaction's AddPartitionsToTxn: an unknown
+        partition fails the request (the others OPERATION_NOT_ATTEMPTED), as Kafka's KafkaApis."""
         unknown = {tp for tp in wanted if self.node.partition_state(*tp) is None}
         if unknown:
-            codes = {tp: Errors.UNKNOWN_TOPIC_OR_PARTITION if tp in unknown else Errors.OPERATION_NOT_ATTEMPTED
-                     for tp in wanted}
-        else:
-            code = await self._add(request.v3_and_below_transactional_id, request.v3_and_below_producer_id,
-                                   request.v3_and_below_producer_epoch, wanted)
-            codes = dict.fromkeys(wanted, _fenced(code, version, 2))
+            return {tp: Errors.UNKNOWN_TOPIC_OR_PARTITION if tp in unknown else Errors.OPERATION_NOT_ATTEMPTED
+                    for tp in wanted}
+        if verify_only:
+            return self._verify(tid, producer_id, epoch, wanted)
+        return dict.fromkeys(wanted, _fenced(await self._add(tid, producer_id, epoch, wanted), version, 2))
+
+    def _verify(self, tid: str, producer_id: int, epoch: int, wanted) -> dict:
+        """v4's verify_only (KIP-890, what a partition leader asks before it appends a
+        transactional batch): NONE for the partitions in the transaction, INVALID_TXN_STATE for
+        the others (Kafka's handleVerifyPartitionsInTransaction; v5's TRANSACTION_ABORTABLE is
+        not served)."""
+        code = Errors.INVALID_REQUEST if not tid else self._coordinator(tid)[0]
+        meta = self.txns.get(tid) if not code else None
+        if not code and (meta is None or meta.producer_id != producer_id):
+            code = Errors.INVALID_PRODUCER_ID_MAPPING
+        elif not code and meta.producer_epoch != epoch:
+            code = Errors.PRODUCER_FENCED
+        elif not code and meta.state in (ts.PREPARE_COMMIT, ts.PREPARE_ABORT):
+            code = Errors.CONCURRENT_TRANSACTIONS
+        if code:
+            return dict.fromkeys(wanted, code)
+        return {tp: Errors.NONE if tp in meta.partitions else Errors.INVALID_TXN_STATE for tp in wanted}
+
+    @staticmethod
+    def _by_topic(codes: dict) -> list[dict]:
         topics: dict[str, list] = {}
         for (topic, partition), code in codes.items():
             topics.setdefault(topic, []).append({"partition_index": partition, "partition_error_code": code})
-        return {"results_by_topic_v3_and_below": [{"name": t, "results_by_partition": ps} for t, ps in topics.items()]}
+        return [{"name": t, "results_by_partition": ps} for t, ps in topics.items()]
+
+    async def add_partitions_to_txn(self, header, request) -> dict:
+        version = type(request).__version__
+        if version >= 4:        # the batched broker form: one result per transaction
+            results = []
+            for txn in request.transactions:
+                wanted = [(t.name, int(p)) for t in txn.topics for p in t.partitions]
+                codes = await self._add_codes(txn.transactional_id, txn.producer_id, txn.producer_epoch, wanted,
+                                              verify_only=bool(txn.verify_only), version=version)
+                results.append({"transactional_id": txn.transactional_id, "topic_results": self._by_topic(codes)})
+            return {"error_code": Errors.NONE, "results_by_transaction": results}
+        wanted = [(t.name, int(p)) for t in request.v3_and_below_topics for p in t.partitions]
+        codes = await self._add_codes(request.v3_and_below_transactional_id, request.v3_and_below_producer_id,
+                                      request.v3_and_below_producer_epoch, wanted, version=version)
+        return {"results_by_topic_v3_and_below": self._by_topic(codes)}
 
     async def add_offsets_to_txn(self, header, request) -> dict:
         await self.node.ensure_offsets_topic()

@@ -320,3 +320,25 @@ def test_exhausted_epoch_gets_a_new_producer_id(tmp_path):
         assert (again.error_code, again.producer_id) == (0, new.producer_id)
     finally:
         b.stop()
+
+
+def test_add_partitions_v4_batched_and_verify_only(broker):
+    """AddPartitionsToTxn v4, the broker form: several transactions in one request, and
+    verify_only (testVerifyPartitionHandling): NONE for a partition in the transaction,
+    INVALID_TXN_STATE for one that is not, PRODUCER_FENCED for another epoch, nothing added."""
+    a, b = _init(broker, "t-v4-a"), _init(broker, "t-v4-b")
+
+    def ask(*txns):
+        r = _ask(broker, 24, 4, {"transactions": [
+            {"transactional_id": tid, "producer_id": pid, "producer_epoch": epoch, "verify_only": verify,
+             "topics": [{"name": "data", "partitions": [0]}]} for tid, pid, epoch, verify in txns]})
+        assert r.error_code == 0
+        return {t.transactional_id: [p.partition_error_code for tr in t.topic_results for p in tr.results_by_partition]
+                for t in r.results_by_transaction}
+
+    assert ask(("t-v4-a", a.producer_id, a.producer_epoch, True),
+               ("t-v4-b", b.producer_id, b.producer_epoch, False)) == {"t-v4-a": [Errors.INVALID_TXN_STATE],
+                                                                       "t-v4-b": [Errors.NONE]}
+    assert ask(("t-v4-b", b.producer_id, b.producer_epoch, True)) == {"t-v4-b": [Errors.NONE]}
+    assert ask(("t-v4-b", b.producer_id, b.producer_epoch + 1, True)) == {"t-v4-b": [Errors.PRODUCER_FENCED]}
+    assert _end(broker, "t-v4-b", b.producer_id, b.producer_epoch, False) == 0
