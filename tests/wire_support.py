@@ -149,7 +149,7 @@ SESSION_MS = 3000
 class Cluster:
     """A controller and `brokers` broker processes on loopback (confluent-kafka drives them)."""
 
-    def __init__(self, root, brokers: int = 3, min_isr: int = 2, controller_args=()):
+    def __init__(self, root, brokers: int = 3, min_isr: int = 2, controller_args=(), broker_args=()):
         self.root = root
         self.min_isr = min_isr
         self.controller = Broker(root / "controller", "--min-insync-replicas", str(min_isr),
@@ -157,7 +157,7 @@ class Cluster:
         address = f"127.0.0.1:{self.controller.port}"
         self.brokers = {n: Broker(root / f"broker-{n}", "--node-id", str(n), "--controller", address,
                                   "--replication-factor", "3", "--min-insync-replicas", str(min_isr),
-                                  "--replica-lag-time-max-ms", "3000") for n in range(1, brokers + 1)}
+                                  "--replica-lag-time-max-ms", "3000", *broker_args) for n in range(1, brokers + 1)}
         for b in self.brokers.values():
             b.start()
 

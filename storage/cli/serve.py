@@ -54,6 +54,14 @@ def add_parsers(sub) -> None:
                         "sent whole even when larger (Kafka's fetch.max.bytes, default 55 MiB)")
     p.add_argument("--group-initial-rebalance-delay-ms", type=_ranged(0, INT32_MAX, "group.initial.rebalance.delay.ms"), default=3000,
                    help="how long an empty group's first rebalance waits for more members (Kafka: 3000)")
+    p.add_argument("--transaction-partitions", type=_ranged(1, MAX_PARTITIONS_PER_TOPIC, "transaction.state.log.num.partitions"),
+                   default=50, help="partitions of __transaction_state (default 50)")
+    p.add_argument("--transaction-max-timeout-ms", type=_ranged(1, INT32_MAX, "transaction.max.timeout.ms"),
+                   default=900_000, help="the longest transaction.timeout.ms a producer may ask (default 900000)")
+    p.add_argument("--transaction-abort-interval-ms",
+                   type=_ranged(1, INT32_MAX, "transaction.abort.timed.out.transaction.cleanup.interval.ms"),
+                   default=10_000, help="how often transactions past their timeout are looked for and aborted "
+                                        "(default 10000)")
     p.add_argument("--no-fsync", action="store_true", help="never fsync (tests only: a crash of the machine "
                                                           "loses acknowledged data)")
     p.add_argument("--log-level", default="INFO", help="logging level (default INFO)")
@@ -151,6 +159,7 @@ def _logging(level: str) -> None:
 
 def cmd_serve(args) -> int:
     from ..wire.server import run
+    from ..wire.txn_coordinator import TxnSettings
 
     host, port = _listen(args.listen)
     limits = _connection_limits(args)
@@ -172,8 +181,9 @@ def cmd_serve(args) -> int:
         print(f"node {node.node_id} listening on {node.host}:{node.port} pid {os.getpid()}", flush=True)
         _start_metrics(args, server)
 
+    txn = TxnSettings(args.transaction_partitions, args.transaction_max_timeout_ms, args.transaction_abort_interval_ms)
     asyncio.run(run(node, initial_rebalance_delay_ms=args.group_initial_rebalance_delay_ms, ready=ready,
-                    limits=limits))
+                    limits=limits, txn=txn))
     return 0
 
 

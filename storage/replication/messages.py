@@ -282,6 +282,7 @@ class ProduceRequest:
     partition: int
     records: bytes
     acks: int = -1                  # 0, 1 or -1 (all)
+    origin: str = "client"          # "coordinator": a group coordinator's transactional offsets
 
 
 @dataclass

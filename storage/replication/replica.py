@@ -470,7 +470,7 @@ class ReplicaManager(FetchAnswers):
         if request.acks == -1 and len(p.isr) < self._min_isr(p.topic):
             return answer(Errors.NOT_ENOUGH_REPLICAS)
         try:
-            info = p.log.append_as_leader(request.records, p.leader_epoch)
+            info = p.log.append_as_leader(request.records, p.leader_epoch, origin=request.origin)
         except errors.StorageError as exc:
             self._went_offline()       # fail what waits, if this append took the dir offline
             return answer(int(exc.error_code))

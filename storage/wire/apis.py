@@ -164,7 +164,7 @@ class ClientApis:
         manager, waits, refused = self.node.manager, [], {}
         for topic, index, part in _partition_keys(request.topic_data, parts_attr="partition_data", index_attr="index"):
             done = loop.create_future()
-            problem = rules.produce_problem(topic, part.records or b"")
+            problem = rules.produce_problem(topic, part.records or b"", request.transactional_id)
             if problem:         # an internal topic, a transactional or a control batch: never appended
                 refused[(topic, index)] = problem[1]
                 done.set_result(m.ProduceResponse(topic, index, problem[0], -1))

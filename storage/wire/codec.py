@@ -54,12 +54,18 @@ SUPPORTED: dict[int, tuple[str, int, int]] = {
     20: ("DeleteTopics", 1, 6),
     22: ("InitProducerId", 0, 4),
     23: ("OffsetForLeaderEpoch", 2, 4),
+    24: ("AddPartitionsToTxn", 0, 4),
+    25: ("AddOffsetsToTxn", 0, 3),
+    26: ("EndTxn", 0, 3),
     27: ("WriteTxnMarkers", 1, 2),
+    28: ("TxnOffsetCommit", 0, 3),
     32: ("DescribeConfigs", 1, 4),
     33: ("AlterConfigs", 0, 2),
     44: ("IncrementalAlterConfigs", 0, 1),
     60: ("DescribeCluster", 0, 2),
     61: ("DescribeProducers", 0, 0),
+    65: ("DescribeTransactions", 0, 0),
+    66: ("ListTransactions", 0, 1),
 }
 
 

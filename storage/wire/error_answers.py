@@ -125,6 +125,23 @@ def _describe_producers(request, code):
         for i in t.partition_indexes]} for t in request.topics]}
 
 
+def _add_partitions_to_txn(request, code):
+    return {"error_code": code, "results_by_topic_v3_and_below": [
+        {"name": t.name, "results_by_partition": [{"partition_index": i, "partition_error_code": code}
+                                                  for i in t.partitions]}
+        for t in getattr(request, "v3_and_below_topics", ()) or ()], "results_by_transaction": []}
+
+
+def _txn_offset_commit(request, code):
+    return {"topics": [{"name": t.name, "partitions": _partitions(t.partitions, code)} for t in request.topics]}
+
+
+def _describe_transactions(request, code):
+    return {"transaction_states": [{"error_code": code, "transactional_id": i, "transaction_state": "",
+                                    "transaction_timeout": 0, "transaction_start_time": 0, "producer_id": 0,
+                                    "producer_epoch": 0, "topics": []} for i in request.transactional_ids]}
+
+
 def _api_versions(request, code):
     return {"error_code": code, "api_keys": []}
 
@@ -135,7 +152,9 @@ _BODIES = {
     12: _top_level, 13: lambda request, code: {"error_code": code, "members": []}, 14: _top_level,
     15: _describe_groups, 16: lambda request, code: {"error_code": code, "groups": []}, 18: _api_versions,
     19: _create_topics, 20: _delete_topics, 22: _init_producer_id,
-    23: _by_topic("topic"), 27: _write_txn_markers, 32: _describe_configs, 61: _describe_producers,
+    23: _by_topic("topic"), 24: _add_partitions_to_txn, 25: _top_level, 26: _top_level, 27: _write_txn_markers,
+    28: _txn_offset_commit, 32: _describe_configs, 61: _describe_producers, 65: _describe_transactions,
+    66: lambda request, code: {"error_code": code, "unknown_state_filters": [], "transaction_states": []},
     33: _alter_configs, 44: _alter_configs, 60: _top_level,
     56: _top_level, 62: _top_level, 63: _top_level, 67: _top_level,
 }

@@ -105,6 +105,9 @@ class GroupCoordinator:
         self._loaded: dict[int, int] = {}       # offsets partition -> the leader epoch it was loaded at
         self._offsets_count = (0, 0)            # (topic id, partition count) of __consumer_offsets
         self._load_failed: set[tuple[int, int]] = set()     # (partition, leader epoch) the tick could not load
+        # TxnOffsetCommit's offsets until their transaction's marker: producer id ->
+        # (group, topic, partition) -> (offset, leader epoch, metadata).
+        self.txn_offsets: dict[int, dict[tuple[str, str, int], tuple[int, int, str]]] = {}
 
     # ---- the log ----------------------------------------------------------------------------
     def partition_for(self, group_id: str) -> int:
@@ -169,14 +172,23 @@ class GroupCoordinator:
     def _load_partition(self, partition: int) -> None:
         """Rebuild committed offsets and group generations from a `__consumer_offsets` partition."""
         plog, loaded = self.node.logdir.partition(OFFSETS_TOPIC, partition), 0
+        for pending in self.txn_offsets.values():
+            for key in [k for k in pending if self.partition_for(k[0]) == partition]:
+                del pending[key]
         for batch in plog.batches():
             if batch.is_control:
+                for record in batch.records():      # a transaction's end: its offsets apply or go
+                    if record.key is not None and len(record.key) >= 4:
+                        self._end_txn(batch.producer_id, struct.unpack_from(">h", record.key, 2)[0] == 1, partition)
                 continue
             for record in batch.records():
                 if record.key is None:
                     continue
                 try:
-                    self._replay(record.key, record.value)
+                    if batch.is_transactional:
+                        self._stage_txn(batch.producer_id, record.key, record.value)
+                    else:
+                        self._replay(record.key, record.value)
                     loaded += 1
                 except (cr.RecordFormatError, struct.error) as exc:
                     # Kafka's loader stops at such a record; this one names it and goes on.
@@ -204,14 +216,22 @@ class GroupCoordinator:
                 v = cr.decode(cr.GROUP_METADATA_VALUE, value[2:], version)
                 group.generation, group.protocol_type = v["generation"], v["protocolType"] or None
 
-    async def _append(self, group_id: str, records: list[tuple[bytes, bytes | None]]) -> int:
-        """Write records to the group's partition with acks=all; Kafka's coordinator error."""
-        batch = build_batch([(k, v) for k, v in records])
+    async def _append(self, group_id: str, records: list[tuple[bytes, bytes | None]],
+                      producer: tuple[int, int] | None = None) -> int:
+        """Write records to the group's partition with acks=all; Kafka's coordinator error.
+        producer: (id, epoch) of a transaction the records belong to (TxnOffsetCommit)."""
+        if producer is None:
+            batch, origin = build_batch([(k, v) for k, v in records]), "client"
+        else:
+            batch, origin = build_batch([(k, v) for k, v in records], producer_id=producer[0],
+                                        producer_epoch=producer[1], is_transactional=True), "coordinator"
         done = asyncio.get_running_loop().create_future()
-        self.node.manager.handle_produce(m.ProduceRequest(OFFSETS_TOPIC, self.partition_for(group_id), batch, -1),
-                                         callback=lambda r: done.done() or done.set_result(r))
+        self.node.manager.handle_produce(m.ProduceRequest(OFFSETS_TOPIC, self.partition_for(group_id), batch, -1,
+                                                          origin), callback=lambda r: done.done() or done.set_result(r))
         self.node.pump()
         code = (await done).error_code
+        if producer is not None and code in (Errors.INVALID_PRODUCER_EPOCH, Errors.PRODUCER_FENCED):
+            return code
         if code in (Errors.UNKNOWN_TOPIC_OR_PARTITION, Errors.NOT_LEADER_OR_FOLLOWER, Errors.FENCED_LEADER_EPOCH):
             return Errors.NOT_COORDINATOR
         if code in (Errors.MESSAGE_TOO_LARGE, Errors.RECORD_LIST_TOO_LARGE, Errors.INVALID_RECORD):
@@ -519,8 +539,12 @@ class GroupCoordinator:
             items.setdefault(topic, []).append({"partition_index": partition, "error_code": part_code or stored})
         return {"topics": [{"name": t, "partitions": parts} for t, parts in items.items()]}
 
-    def _fetched(self, group_id: str, topics) -> list[dict]:
+    def _fetched(self, group_id: str, topics, require_stable: bool = False) -> list[dict]:
+        """require_stable (OffsetFetch v7+, KIP-447): a partition with transactional offsets not
+        yet ended answers UNSTABLE_OFFSET_COMMIT (the client asks again)."""
         g = self.groups.get(group_id)
+        pending = {key[1:] for p in self.txn_offsets.values() for key in p if key[0] == group_id} \
+            if require_stable else set()
         offsets = g.offsets if g is not None else {}
         if topics is None:
             wanted: dict[str, list[int]] = {}
@@ -533,8 +557,11 @@ class GroupCoordinator:
             parts = []
             for partition in partitions:
                 offset, epoch, metadata = offsets.get((topic, partition), (-1, -1, ""))
+                code = Errors.UNSTABLE_OFFSET_COMMIT if (topic, partition) in pending else Errors.NONE
+                if code:
+                    offset, epoch, metadata = -1, -1, ""
                 parts.append({"partition_index": partition, "committed_offset": offset,
-                              "committed_leader_epoch": epoch, "metadata": metadata, "error_code": Errors.NONE})
+                              "committed_leader_epoch": epoch, "metadata": metadata, "error_code": code})
             out.append({"name": topic, "partitions": parts})
         return out
 
@@ -543,11 +570,12 @@ class GroupCoordinator:
             out = []
             for q in request.groups:
                 code = self._coordinator_error(q.group_id)
-                out.append({"group_id": q.group_id, "error_code": code,
-                            "topics": [] if code else self._fetched(q.group_id, q.topics)})
+                out.append({"group_id": q.group_id, "error_code": code, "topics": [] if code else
+                            self._fetched(q.group_id, q.topics, bool(getattr(request, "require_stable", False)))})
             return {"groups": out}
         code = self._coordinator_error(request.group_id)
-        return {"topics": [] if code else self._fetched(request.group_id, request.topics), "error_code": code}
+        stable = bool(getattr(request, "require_stable", False))
+        return {"topics": [] if code else self._fetched(request.group_id, request.topics, stable), "error_code": code}
 
     async def list_groups(self, header, request) -> dict:
         states = set(getattr(request, "states_filter", ()) or ())
@@ -577,3 +605,63 @@ class GroupCoordinator:
                         "authorized_operations": operations(getattr(request, "include_authorized_operations", False),
                                                             GROUP_OPERATIONS)})
         return {"groups": out}
+
+    # ---- transactional offsets (TxnOffsetCommit, and the transaction's marker) --------------
+    def _stage_txn(self, producer_id: int, key: bytes, value: bytes | None) -> None:
+        kind = struct.unpack_from(">h", key)[0]
+        if kind not in (0, 1) or value is None:
+            return
+        k = cr.decode(cr.OFFSET_COMMIT_KEY, key[2:], kind)
+        v = cr.decode(cr.OFFSET_COMMIT_VALUE, value[2:], struct.unpack_from(">h", value)[0])
+        self.txn_offsets.setdefault(producer_id, {})[(k["group"], k["topic"], k["partition"])] = (
+            v["offset"], v.get("leaderEpoch", -1), v["metadata"])
+
+    def _end_txn(self, producer_id: int, commit: bool, partition: int) -> None:
+        pending = self.txn_offsets.get(producer_id, {})
+        for key in [k for k in pending if self.partition_for(k[0]) == partition]:
+            value = pending.pop(key)
+            if commit:
+                self.groups.setdefault(key[0], Group(key[0])).offsets[key[1:]] = value
+        if not pending:
+            self.txn_offsets.pop(producer_id, None)
+
+    def complete_txn(self, producer_id: int, commit: bool, partitions) -> None:
+        """A transaction's marker was written on `partitions`: its offsets on those of
+        `__consumer_offsets` become the groups' committed offsets (commit) or are dropped."""
+        for topic, partition in partitions:
+            if topic == OFFSETS_TOPIC:
+                self._end_txn(producer_id, commit, partition)
+
+    async def txn_offset_commit(self, header, request) -> dict:
+        """Offsets written to the group's partition in the producer's transaction, visible to
+        OffsetFetch once the commit marker lands (Kafka's GroupCoordinator.handleTxnCommitOffsets)."""
+        code = self._coordinator_error(request.group_id)
+        g = self.groups.get(request.group_id)
+        member_id, generation = getattr(request, "member_id", ""), getattr(request, "generation_id", -1)
+        if code:
+            pass
+        elif g is None or (generation < 0 and g.state == EMPTY):
+            g = g or self.groups.setdefault(request.group_id, Group(request.group_id))
+        elif member_id and member_id not in g.members:
+            code = Errors.UNKNOWN_MEMBER_ID
+        elif generation >= 0 and generation != g.generation:
+            code = Errors.ILLEGAL_GENERATION
+        records, wanted, now = [], [], wall_ms()
+        for t in request.topics:
+            for p in t.partitions:
+                metadata = p.committed_metadata or ""
+                part_code = code or (Errors.OFFSET_METADATA_TOO_LARGE
+                                     if len(metadata.encode()) > OFFSET_METADATA_MAX_BYTES else Errors.NONE)
+                epoch = getattr(p, "committed_leader_epoch", -1)
+                wanted.append((t.name, p.partition_index, part_code, (p.committed_offset, epoch, metadata)))
+                if not part_code:
+                    records.append((_offset_key(g.group_id, t.name, p.partition_index),
+                                    _offset_value(p.committed_offset, epoch, metadata, now)))
+        producer = (request.producer_id, request.producer_epoch)
+        stored = await self._append(g.group_id, records, producer) if records else Errors.NONE
+        items: dict[str, list] = {}
+        for topic, partition, part_code, value in wanted:
+            if not part_code and not stored:
+                self.txn_offsets.setdefault(producer[0], {})[(g.group_id, topic, partition)] = value
+            items.setdefault(topic, []).append({"partition_index": partition, "error_code": part_code or stored})
+        return {"topics": [{"name": t, "partitions": parts} for t, parts in items.items()]}

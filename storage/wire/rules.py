@@ -21,12 +21,15 @@ one gets:
                 (its tools refuse internal topics on the client side); TOPIC_DELETION_DISABLED
                 means delete.topic.enable=false for every topic, which is not the case here.
 
-Batches from a client (Produce), until a transaction coordinator exists:
+Batches from a client (Produce):
 
-  transactional INVALID_TXN_STATE: Kafka's answer for a transactional write to a partition
-                that is not in a transaction (ReplicaManager's "Partition was not added to the
-                transaction").  Nothing could ever end such a transaction: its open offset
-                would hold the last stable offset, read_committed consumers and the cleaner.
+  transactional INVALID_TXN_STATE when the request names no transactional id (Kafka's answer
+                for a transactional write to a partition that is not in a transaction,
+                ReplicaManager's "Partition was not added to the transaction"): no coordinator
+                could ever end such a transaction, and its open offset would hold the last
+                stable offset, read_committed consumers and the cleaner.  With a transactional
+                id the batch is appended (txn_coordinator.py ends it), as Kafka without
+                transaction.partition.verification.enable.
   control       INVALID_RECORD: Kafka's LogValidator ("Clients are not allowed to write
                 control records").  Markers come only from the broker (origin "coordinator").
 """
@@ -67,7 +70,7 @@ def delete_problem(name: str) -> tuple[int, str] | None:
     return None
 
 
-def produce_problem(topic: str, records) -> tuple[int, str] | None:
+def produce_problem(topic: str, records, transactional_id: str | None = None) -> tuple[int, str] | None:
     """(error code, message) when a client may not write `records` (v2 batches as sent) to
     `topic`; None otherwise.  Reads only batch headers: a malformed buffer is left to the
     append, which names what is wrong with it."""
@@ -82,9 +85,9 @@ def produce_problem(topic: str, records) -> tuple[int, str] | None:
         attributes = struct.unpack_from(">h", view, position + _ATTRIBUTES_AT)[0]
         if attributes & _CONTROL:
             return Errors.INVALID_RECORD, f"clients may not write control batches (to {topic!r} at byte {position})"
-        if attributes & _TRANSACTIONAL:
+        if attributes & _TRANSACTIONAL and transactional_id is None:
             return (Errors.INVALID_TXN_STATE,
-                    f"transactional batch to {topic!r} refused: this broker runs no transaction coordinator, "
-                    f"so nothing could end the transaction")
+                    f"transactional batch to {topic!r} refused: the request names no transactional id, "
+                    f"so no transaction coordinator could end the transaction")
         position += 12 + length
     return None

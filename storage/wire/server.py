@@ -32,6 +32,7 @@ from .broker import MetadataSource
 from .groups import GroupCoordinator
 from .limits import ConnectionGate, ConnectionLimits, ConnectionTimeoutError, RequestMemory
 from .txn_admin import TxnAdminApis
+from .txn_coordinator import TxnCoordinator, TxnSettings
 
 log = logging.getLogger("storage.wire")
 
@@ -229,8 +230,11 @@ class FrameServer:
 
 
 class BrokerServer(FrameServer):
-    def __init__(self, node, *, initial_rebalance_delay_ms: int = 3_000, limits: ConnectionLimits | None = None):
+    def __init__(self, node, *, initial_rebalance_delay_ms: int = 3_000, limits: ConnectionLimits | None = None,
+                 txn: TxnSettings | None = None):
         super().__init__(codec.SUPPORTED, limits)
+        self.txn: TxnCoordinator | None = None
+        self._txn_settings = txn
         self.node = node
         self.notifier = Notifier()
         self.apis = ClientApis(node, self.notifier)
@@ -244,8 +248,8 @@ class BrokerServer(FrameServer):
         admin = AdminApis(node)
         self.handlers.update({32: admin.describe_configs, 33: admin.alter_configs,
                               44: admin.incremental_alter_configs, 60: admin.describe_cluster})
-        txn = TxnAdminApis(node, self.notifier)
-        self.handlers.update({27: txn.write_txn_markers, 61: txn.describe_producers})
+        self.txn_admin = TxnAdminApis(node, self.notifier)
+        self.handlers.update({27: self.txn_admin.write_txn_markers, 61: self.txn_admin.describe_producers})
 
     def serve_groups(self) -> None:
         """The group coordinator and its APIs (it needs a running event loop for its timers)."""
@@ -253,7 +257,12 @@ class BrokerServer(FrameServer):
         g = self.groups
         self.handlers.update({8: g.offset_commit, 9: g.offset_fetch, 10: g.find_coordinator, 11: g.join_group,
                               12: g.heartbeat, 13: g.leave_group, 14: g.sync_group, 15: g.describe_groups,
-                              16: g.list_groups})
+                              16: g.list_groups, 28: g.txn_offset_commit})
+        self.txn_admin.on_written = g.complete_txn
+        t = self.txn = TxnCoordinator(self.node, g, self.txn_admin, self.apis, self._txn_settings)
+        self.handlers.update({10: t.find_coordinator, 22: t.init_producer_id, 24: t.add_partitions_to_txn,
+                              25: t.add_offsets_to_txn, 26: t.end_txn, 65: t.describe_transactions,
+                              66: t.list_transactions})
 
     async def start(self) -> None:
         self.serve_groups()
@@ -270,6 +279,7 @@ class BrokerServer(FrameServer):
             try:
                 await self.node.tick()
                 self.groups.tick()
+                self.txn.tick()
             except errors.LogDirOfflineError as exc:
                 log.error("the log dir is offline: %s", exc)
             self.notifier.notify()
@@ -287,6 +297,8 @@ class BrokerServer(FrameServer):
         if self._ticker is not None:
             self._ticker.cancel()
             await asyncio.gather(self._ticker, return_exceptions=True)     # ended, not left cancelled
+        if self.txn is not None:
+            await self.txn.close()
         self.stop_listening()
         await _connections_end(self)
         await self.node.shutdown()
@@ -341,6 +353,7 @@ async def serve(server: "FrameServer", ready=None) -> None:
 
 
 async def run(node: MetadataSource, *, initial_rebalance_delay_ms: int = 3_000, ready=None,
-              limits: ConnectionLimits | None = None) -> None:
+              limits: ConnectionLimits | None = None, txn: TxnSettings | None = None) -> None:
     """A broker on `node` until SIGTERM or SIGINT."""
-    await serve(BrokerServer(node, initial_rebalance_delay_ms=initial_rebalance_delay_ms, limits=limits), ready)
+    await serve(BrokerServer(node, initial_rebalance_delay_ms=initial_rebalance_delay_ms, limits=limits, txn=txn),
+                ready)

@@ -29,6 +29,7 @@ class TxnAdminApis:
     def __init__(self, node: MetadataSource, notifier):
         self.node = node
         self.notifier = notifier
+        self.on_written = None      # (producer id, commit, [(topic, partition)]) -> None
 
     # ---- DescribeProducers -------------------------------------------------------------------
     def _producers(self, topic: str, index: int) -> dict:
@@ -50,16 +51,28 @@ class TxnAdminApis:
             for t in request.topics]}
 
     # ---- WriteTxnMarkers ---------------------------------------------------------------------
-    async def write_txn_markers(self, header, request) -> dict:
-        markers = [m.TxnMarker(int(w.producer_id), int(w.producer_epoch), bool(w.transaction_result),
-                               [(t.name, int(i)) for t in w.topics for i in t.partition_indexes],
-                               int(w.coordinator_epoch)) for w in request.markers]
+    async def write_markers(self, markers: list[m.TxnMarker]) -> m.WriteTxnMarkersResponse:
+        """Write `markers` on the partitions this broker leads (acks=all), then tell `on_written`
+        (the group coordinator: a transaction's offsets on `__consumer_offsets` become visible
+        with its commit marker) what was written."""
         done = asyncio.get_running_loop().create_future()
         self.node.manager.handle_write_txn_markers(
             m.WriteTxnMarkersRequest(markers), callback=lambda r: done.done() or done.set_result(r))
         self.node.pump()
         self.notifier.notify({key for marker in markers for key in marker.partitions})
         answer = await done
+        if self.on_written is not None:
+            for marker in markers:
+                codes = answer.errors.get(marker.producer_id, {})
+                self.on_written(marker.producer_id, marker.commit,
+                                [key for key in marker.partitions if codes.get(key) == Errors.NONE])
+        return answer
+
+    async def write_txn_markers(self, header, request) -> dict:
+        markers = [m.TxnMarker(int(w.producer_id), int(w.producer_epoch), bool(w.transaction_result),
+                               [(t.name, int(i)) for t in w.topics for i in t.partition_indexes],
+                               int(w.coordinator_epoch)) for w in request.markers]
+        answer = await self.write_markers(markers)
         return {"markers": [
             {"producer_id": w.producer_id, "topics": [
                 {"name": t.name, "partitions": [

@@ -27,7 +27,7 @@ def _error_codes(entity) -> list[int]:
         for item in items:
             if dataclasses.is_dataclass(item):
                 found += _error_codes(item)
-            elif f.name == "error_code":
+            elif f.name in ("error_code", "partition_error_code"):       # the latter: AddPartitionsToTxn v0-3
                 found.append(int(item.value if hasattr(item, "value") else item))
     return found
 

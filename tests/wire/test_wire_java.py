@@ -34,3 +34,23 @@ def test_java_client_produce_consume_commit_resume(tmp_path, java_classpath):
     assert proc.stdout.splitlines() == ["created java-orders 3", "produced 200", "consumed 200", "produced 10",
                                         "consumed 10", "ok 200 10"]
     assert_readme_column("Java kafka-clients", broker.stderr())
+
+
+TXN_SOURCE = Path(__file__).resolve().parents[1] / "interop" / "jvm" / "WireTxnCheck.java"
+
+
+def test_java_client_exactly_once_consume_transform_produce(tmp_path, tmp_path_factory):
+    """kafka-clients' transactional producer and read_committed consumer (tests/interop/jvm/
+    WireTxnCheck.java): every input record copied once, the aborted record never read, the
+    group's offsets committed with the transactions, and the Admin client's listTransactions /
+    describeTransactions (KIP-664) answered."""
+    classpath = jvm_classpath(tmp_path_factory, TXN_SOURCE, "the Java transactions test")
+    broker = Broker(tmp_path / "data", "--transaction-partitions", "3").start()
+    try:
+        proc = subprocess.run(["java", "-cp", classpath, "WireTxnCheck", broker.bootstrap, "eos-in", "eos-out",
+                               "eos-group", "50"], capture_output=True, text=True, timeout=240)
+    finally:
+        broker.stop()
+    assert proc.returncode == 0, proc.stdout + proc.stderr + broker.stderr()[-3000:]
+    assert proc.stdout.splitlines() == ["produced 50", "copied 50", "read 50", "committed 50",
+                                        "listed java-eos CompleteCommit", "described CompleteCommit 0", "ok 50 true"]

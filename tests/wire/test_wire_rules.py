@@ -1,7 +1,7 @@
 """What a client may not do, over TCP: write to, create or delete the internal topics (on a
 broker, embedded or in a cluster, and on the controller's port), fetch as the leader's own
 follower, make one Fetch answer grow past max_bytes or with copies of a partition, write
-transactional or control batches while no transaction coordinator runs.  After each refused
+control batches, or transactional ones in a request that names no transactional id.  After each refused
 request the broker restarts and its groups work."""
 from __future__ import annotations
 

@@ -1,9 +1,9 @@
 """DescribeProducers (61) and WriteTxnMarkers (27) on a live broker (storage/wire/txn_admin.py;
 issue 30 item 7): what Kafka's `kafka-transactions.sh find-hanging` and `abort` send (KIP-664).
 A transactional batch no coordinator will end holds the last stable offset back; the tool's
-two requests find it and abort it, and read_committed fetches pass it.  Clients cannot produce
-transactional batches to this broker (INVALID_TXN_STATE: no coordinator runs), so the hanging
-transaction is written into the stopped broker's log dir, as a log written elsewhere would hold it."""
+two requests find it and abort it, and read_committed fetches pass it.  A client's transaction
+is ended by the transaction coordinator (test_wire_transactions.py), so the hanging transaction
+is written into the stopped broker's log dir, as a log written elsewhere would hold it."""
 from __future__ import annotations
 
 import pytest
