@@ -41,8 +41,7 @@ The round runs beside appends, as Kafka's: the log's lock is taken for the bound
 of each sealed segment (the view keeps its mapping alive), and for each swap, which happens only
 if no truncation ran and every segment of the group is still in the log (else the round is
 aborted: Kafka's cleaner manager aborts cleaning before a truncation too).  Deviations: legacy
-(magic 0/1) batches are copied as they are; a partly kept snappy or lz4 batch is written
-uncompressed (the engine writes gzip and zstd only).
+(magic 0/1) batches are copied as they are.
 """
 from __future__ import annotations
 
@@ -54,8 +53,9 @@ from dataclasses import dataclass, field
 from ..core import errors
 from ..core import io as _io
 from ..core._native import build_listed, ffi, lib
+from ..core.codecs import CODEC_NAMES, WRITABLE_CODECS, compress
 from ..core.files import CLEANED_SUFFIX, INT32_MAX, SEGMENT_FILE_KINDS, segment_file
-from ..core.records import BATCH_OVERHEAD, CODEC_NAMES, WRITABLE_CODECS, Record, compress, iter_batches
+from ..core.records import BATCH_OVERHEAD, Record, iter_batches
 from .segment import Segment, SegmentHome
 from .txnindex import AbortedTxn
 

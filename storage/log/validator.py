@@ -7,7 +7,7 @@ a walk over its records (well formed, offset deltas 0..n-1, nothing left over) t
 checks the batch's max timestamp against the largest record timestamp.  What C cannot do
 without help comes here (PLOG_ERECHECK, nothing written yet):
 
-  - a compressed batch: its records are decompressed (bounded, records.DECOMPRESSED_BYTES_MAX)
+  - a compressed batch: its records are decompressed (bounded, codecs.DECOMPRESSED_BYTES_MAX)
     and walked the same way;
   - a max timestamp that is not the largest record timestamp: Kafka's leader sets it from
     the records (LogValidator.assignOffsetsNonCompressed, setMaxTimestamp), so it is
