@@ -38,8 +38,8 @@ WRITABLE_CODECS = CODEC_NAMES
 DECOMPRESSED_BYTES_MAX = 64 << 20
 
 # Kafka's levels (compression.gzip.level, compression.lz4.level, compression.zstd.level): the
-# accepted range and the default of each.
-LEVELS = {"gzip": (1, 9, 6), "lz4": (1, 17, 9), "zstd": (-131072, 22, 3)}
+# accepted range and the default of each (gzip: -1, zlib's default, 6).
+LEVELS = {"gzip": (1, 9, -1), "lz4": (1, 17, 9), "zstd": (-131072, 22, 3)}
 
 _XERIAL_MAGIC = b"\x82SNAPPY\x00"
 _XERIAL_HEADER = _XERIAL_MAGIC + struct.pack(">ii", 1, 1)      # version 1, compatible with 1

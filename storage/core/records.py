@@ -87,7 +87,8 @@ def _normalise(records: list) -> list:
 
 
 def _build(records, *, base_offset, partition_leader_epoch, compression, base_timestamp,
-           producer_id, producer_epoch, base_sequence, is_transactional, is_control) -> bytes | bytearray:
+           producer_id, producer_epoch, base_sequence, is_transactional, is_control,
+           level=None) -> bytes | bytearray:
     if not isinstance(records, list):
         records = list(records)
     n = len(records)
@@ -113,7 +114,7 @@ def _build(records, *, base_offset, partition_leader_epoch, compression, base_ti
     if plain:
         return out                          # finished by the walk: header and CRC
     with memoryview(out) as whole:
-        payload = compress(compression, whole[BATCH_OVERHEAD:])
+        payload = compress(compression, whole[BATCH_OVERHEAD:], level)
     out = bytearray(BATCH_OVERHEAD + len(payload))
     out[BATCH_OVERHEAD:] = payload
     info = ffi.new("plog_batch_info *")
@@ -136,17 +137,18 @@ def _build(records, *, base_offset, partition_leader_epoch, compression, base_ti
 def build_batch(records: Iterable, *, base_offset: int = 0, partition_leader_epoch: int = -1,
                 compression: str = "none", base_timestamp: int | None = None, producer_id: int = -1,
                 producer_epoch: int = -1, base_sequence: int = -1, is_transactional: bool = False,
-                is_control: bool = False) -> bytes:
+                is_control: bool = False, level: int | None = None) -> bytes:
     """Encode records as one v2 batch.
 
     records: bytes values, (key, value) or (key, value, headers) tuples, or `Record`s.
-    compression: "none", "gzip", "snappy", "lz4" or "zstd".  base_timestamp defaults to the first record's
+    compression: "none", "gzip", "snappy", "lz4" or "zstd"; level: the codec's level (None:
+    Kafka's default; codecs.LEVELS).  base_timestamp defaults to the first record's
     timestamp, or now (ms) when records carry none.
     """
     return bytes(_build(records, base_offset=base_offset, partition_leader_epoch=partition_leader_epoch,
                         compression=compression, base_timestamp=base_timestamp, producer_id=producer_id,
                         producer_epoch=producer_epoch, base_sequence=base_sequence,
-                        is_transactional=is_transactional, is_control=is_control))
+                        is_transactional=is_transactional, is_control=is_control, level=level))
 
 
 # ---- reading -----------------------------------------------------------------------------

@@ -29,6 +29,7 @@ from . import cleaner as _cleaner
 from . import producer as _producer
 from . import reads as _reads
 from . import retention as _retention
+from . import validator
 from .appends import (
     NOTHING_APPENDED,
     AppendInfo,
@@ -195,6 +196,8 @@ class PartitionLog(ClosedOnExit):
         state = self._leader_append.get(origin) or self._leader_state(origin)
         if origin == "client" and self.config.compacts:
             _cleaner.require_keys(buf, self.path)      # Kafka's LogValidator for compacted topics
+        if origin == "client" and self.config.compression_type != "producer":
+            buf = validator.recompress(buf, self.config.target_codec, file=f"{self.path} (appended data)")
         # Our own builder's batch: its records and max timestamp are right.
         flags = state.flags if prebuilt else state.flags | lib.PLOG_VALIDATE_RECHECKED
         with self._lock:

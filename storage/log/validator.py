@@ -13,6 +13,12 @@ without help comes here (PLOG_ERECHECK, nothing written yet):
     the records (LogValidator.assignOffsetsNonCompressed, setMaxTimestamp), so it is
     rewritten here, after the batch's CRC was checked, and the CRC is recomputed.
 
+`recompress` is LogValidator's other road: a topic whose compression.type names a codec (not
+"producer") has every producer batch of another codec rebuilt in it before the append, as
+Kafka's validateMessagesAndAssignOffsetsCompressed does (inPlaceAssignment false): the
+records and their timestamps (CreateTime) as they came, the producer id, epoch, base sequence
+and transactional flag kept, the offsets then assigned by the append as for any batch.
+
 `explain` turns the C refusal of a batch into Kafka's reason, naming the record.
 
 Where we differ from Kafka, on purpose: a chunk may hold several batches (Kafka takes one
@@ -28,8 +34,9 @@ import struct
 
 from ..core import errors
 from ..core._native import ffi, lib
+from ..core.codecs import CODEC_IDS, decompress
 from ..core.files import INT64_MAX
-from ..core.records import BATCH_OVERHEAD, decompress
+from ..core.records import BATCH_OVERHEAD, Record, RecordBatch, build_batch
 
 _CRC_START = 21            # the CRC covers the batch from its attributes on
 _POS_CRC = 17
@@ -149,3 +156,43 @@ def explain(buf, pos: int, rc: int, *, file) -> errors.StorageError:
             section.release()
         reason = "invalid record"
     return errors.InvalidRecordError(reason, file=file, position=pos, offset=offset)
+
+
+def recompress(buf, target: tuple[str, int | None], *, file):
+    """`buf` with every producer batch whose codec is not target's (codec, level) rebuilt in
+    it; `buf` itself when none differs.  A batch C refuses anyway (not a whole v2 batch, a
+    control or LogAppendTime batch) is left for C to name; a batch whose CRC or header is bad
+    is refused here, before its records are read."""
+    codec, level = target
+    pieces, changed, pos, length = [], False, 0, len(buf)
+    with ffi.from_buffer(buf) as pointer:
+        while pos < length:
+            info = _parse(pointer, length, pos)
+            if info is None:
+                break
+            size = info.size_bytes
+            attributes = info.attributes
+            if (attributes & lib.PLOG_ATTR_COMPRESSION_MASK) == CODEC_IDS[codec] or \
+                    attributes & (lib.PLOG_ATTR_CONTROL | lib.PLOG_ATTR_LOG_APPEND_TIME):
+                pieces.append(bytes(buf[pos:pos + size]))
+                pos += size
+                continue
+            if not lib.plog_batch_crc_ok(pointer + pos, info):
+                raise errors.CorruptRecordError("CRC mismatch", file=file, position=pos, offset=info.base_offset)
+            problem = _header_problem(info)
+            if problem:
+                raise errors.InvalidRecordError(problem, file=file, position=pos, offset=info.base_offset)
+            batch = RecordBatch(memoryview(bytes(buf[pos:pos + size])), source=file, position=pos)
+            records = [Record(None, r.timestamp, r.key, r.value, r.headers) for r in batch.records()]
+            pieces.append(build_batch(records, base_offset=info.base_offset, compression=codec, level=level,
+                                      partition_leader_epoch=info.partition_leader_epoch,
+                                      producer_id=info.producer_id, producer_epoch=info.producer_epoch,
+                                      base_sequence=info.base_sequence,
+                                      is_transactional=bool(attributes & lib.PLOG_ATTR_TRANSACTIONAL)))
+            changed = True
+            pos += size
+    if not changed:
+        return buf
+    if pos < length:
+        pieces.append(bytes(buf[pos:]))
+    return bytearray().join(pieces)

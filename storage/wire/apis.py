@@ -291,7 +291,8 @@ class ClientApis:
             described = []
             if code == Errors.NONE:
                 min_isr = node.manager.topic_min_isr.get(t.name, node.manager.min_insync_replicas)
-                described = [{"name": n, "value": v, "read_only": False, "config_source": 1 if own else 5,
+                described = [{"name": n, "value": v, "read_only": False,
+                              "config_source": topic_configs.source(node.log_config, n, own),
                               "is_sensitive": False}
                              for n, v, own in topic_configs.describe(node.log_config, configs, min_isr)]
             out.append({"name": t.name, "topic_id": node.topic_id(t.name), "error_code": code,
@@ -319,11 +320,11 @@ class ClientApis:
                 else:
                     own = node.topic_configs(r.resource_name)
                     min_isr = node.manager.topic_min_isr.get(r.resource_name, node.manager.min_insync_replicas)
-                    configs = [(n, v, 1 if mine else 5)
+                    configs = [(n, v, topic_configs.source(node.log_config, n, mine))
                                for n, v, mine in topic_configs.describe(node.log_config, own, min_isr)]
             elif r.resource_type == 4:      # BROKER
-                configs = [(n, v, 5) for n, v, _ in topic_configs.describe(node.log_config, {},
-                                                                           node.manager.min_insync_replicas)]
+                configs = [(n, v, topic_configs.source(node.log_config, n, False))
+                           for n, v, _ in topic_configs.describe(node.log_config, {}, node.manager.min_insync_replicas)]
                 configs.append(("broker.id", str(node.node_id), 4))
             else:
                 code, message = Errors.INVALID_REQUEST, f"resource type {r.resource_type} is not served"

@@ -23,7 +23,7 @@ import pytest
 
 pytest.importorskip("kio", reason="the wire front end needs kio (pip install kio)")
 
-from storage.core.config import RANGES  # noqa: E402
+from storage.core.config import COMPRESSION_LEVELS, COMPRESSION_TYPES, RANGES  # noqa: E402
 from storage.core.errors import Errors  # noqa: E402
 from storage.core.records import build_batch  # noqa: E402
 from storage.wire import codec  # noqa: E402
@@ -37,6 +37,8 @@ INT32_MAX, INT64_MAX = 2**31 - 1, 2**63 - 1
 
 def _bounds(name: str):
     field = TOPIC_CONFIGS[name][0]
+    if name.startswith("compression.") and name.endswith(".level"):
+        return COMPRESSION_LEVELS[name.split(".")[1]][:2]
     return RANGES[field] if field else (1, INT32_MAX)        # min.insync.replicas: INT, atLeast(1)
 
 
@@ -45,6 +47,8 @@ def edge_values(name: str) -> list[str]:
     junk = ["", "   ", "junk", "1.5", "1_000", "0x10", "NaN", "-", "12 34", "\u0661\u0662"]
     if name == "cleanup.policy":
         return ["compact", "delete", "compact,delete", " delete , compact ", "", ",", "foo", "delete,foo", "1"]
+    if name == "compression.type":
+        return [*COMPRESSION_TYPES, " zstd ", "none", "ZSTD", "", "brotli"]
     low, high = _bounds(name)
     if isinstance(low, float):
         return ["0", "1", "0.5", ".25", "1e-3", "-0.1", "1.01", "Infinity", *junk]
@@ -61,7 +65,7 @@ def fuzzed_configs(rng: random.Random, count: int) -> list[dict[str, str]]:
         chosen = {}
         for name in rng.sample(names, rng.randint(1, 3)):
             values = edge_values(name)
-            if name != "cleanup.policy" and rng.random() < 0.3:
+            if name not in ("cleanup.policy", "compression.type") and rng.random() < 0.3:
                 values = [str(rng.randint(-2**64, 2**64)), str(rng.randint(0, 1 << rng.randint(1, 40)))]
             chosen[name] = rng.choice(values)
         out.append(chosen)

@@ -62,6 +62,12 @@ FROM_PROPS_INVALID = {
     "cleanup.policy": ["true", "foobar"],
     "min.cleanable.dirty.ratio": ["not_a_number", "-0.1", "1.2"],
     "min.insync.replicas": ["not_a_number", "0", "-1"],
+    # LogConfigTest's compression cases: Kafka's BrokerCompressionType names only ("none" is a
+    # producer's name, not a topic's), and each codec's level range (gzip's -1 is its default).
+    "compression.type": ["none", "GZIP", "brotli", ""],
+    "compression.gzip.level": ["not_a_number", "0", "10", "-2"],
+    "compression.lz4.level": ["not_a_number", "0", "18"],
+    "compression.zstd.level": ["not_a_number", "23", "-131073"],
 }
 
 
