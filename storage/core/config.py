@@ -37,6 +37,8 @@ RANGES = {
     "min_cleanable_dirty_ratio": (0.0, 1.0),            # DOUBLE, between(0, 1)
     "producer_id_expiration_ms": (1, INT64_MAX),       # broker producer.id.expiration.ms (atLeast(1)); int64 here
     "dedupe_buffer_bytes": (24, INT64_MAX),            # one key slot (24 bytes) at least
+    "message_timestamp_before_max_ms": (0, INT64_MAX),  # LONG, atLeast(0)
+    "message_timestamp_after_max_ms": (0, INT64_MAX),   # LONG, atLeast(0)
 }
 KAFKA_NAMES = {
     "segment_bytes": "segment.bytes", "index_interval_bytes": "index.interval.bytes",
@@ -47,6 +49,8 @@ KAFKA_NAMES = {
     "min_cleanable_dirty_ratio": "min.cleanable.dirty.ratio",
     "producer_id_expiration_ms": "producer.id.expiration.ms",
     "dedupe_buffer_bytes": "log.cleaner.dedupe.buffer.size",
+    "message_timestamp_before_max_ms": "message.timestamp.before.max.ms",
+    "message_timestamp_after_max_ms": "message.timestamp.after.max.ms",
 }
 
 
@@ -99,6 +103,10 @@ class LogConfig:
     compression_gzip_level: int = -1
     compression_lz4_level: int = 9
     compression_zstd_level: int = 3
+    # How far a CreateTime record's timestamp may be before / after the leader's clock (Kafka's
+    # defaults: unbounded); a record outside is refused (INVALID_TIMESTAMP, KIP-467 record errors).
+    message_timestamp_before_max_ms: int = INT64_MAX
+    message_timestamp_after_max_ms: int = INT64_MAX
 
     def __post_init__(self):
         for name, (low, high) in RANGES.items():

@@ -47,6 +47,7 @@ from __future__ import annotations
 
 import hashlib
 import logging
+import os
 import threading
 from dataclasses import dataclass, field
 
@@ -111,16 +112,19 @@ class CleanerStats:
 
 def require_keys(buf, path: str) -> None:
     """A compacted topic takes no record without a key from a client (Kafka's LogValidator:
-    "Compacted topic cannot accept message without key", INVALID_RECORD)."""
+    "Compacted topic cannot accept message without key", INVALID_RECORD, with a KIP-467 record
+    error for each such record of the batch)."""
     try:
         batches = list(iter_batches(buf, verify=False))
     except errors.StorageError:
         return                                  # the append refuses the damage itself
+    partition = os.path.basename(str(path))
     for batch in batches:
-        for record in batch.records():
-            if record.key is None:
-                raise errors.InvalidRecordError("compacted topic cannot accept a record without a key",
-                                                file=f"{path} (appended data)", offset=record.offset)
+        keyless = [(i, f"Compacted topic cannot accept message without key in topic partition {partition}")
+                   for i, record in enumerate(batch.records()) if record.key is None]
+        if keyless:
+            raise errors.record_validation(errors.InvalidRecordError, keyless, file=f"{path} (appended data)",
+                                           position=batch.position, offset=batch.base_offset)
 
 
 # ---- bounds (LogCleanerManager) ---------------------------------------------------------------

@@ -36,7 +36,7 @@ from ..core import errors
 from ..core._native import ffi, lib
 from ..core.codecs import CODEC_IDS, decompress
 from ..core.files import INT64_MAX
-from ..core.records import BATCH_OVERHEAD, Record, RecordBatch, build_batch
+from ..core.records import BATCH_OVERHEAD, Record, RecordBatch, build_batch, iter_batches
 
 _CRC_START = 21            # the CRC covers the batch from its attributes on
 _POS_CRC = 17
@@ -196,3 +196,24 @@ def recompress(buf, target: tuple[str, int | None], *, file):
     if pos < length:
         pieces.append(bytes(buf[pos:]))
     return bytearray().join(pieces)
+
+
+def check_timestamps(buf, config, now: int, *, file) -> None:
+    """Kafka's LogValidator.validateTimestamp for a topic with message.timestamp.before/after.max.ms
+    set: every CreateTime record more than before_max_ms before `now` or after_max_ms after it
+    is a KIP-467 record error of its batch (InvalidTimestampError, the first batch that has one)."""
+    before, after = config.message_timestamp_before_max_ms, config.message_timestamp_after_max_ms
+    try:
+        batches = list(iter_batches(buf, verify=False))
+    except errors.StorageError:
+        return                                  # the append refuses the damage itself
+    for batch in batches:
+        if batch.magic != 2 or batch.attributes & lib.PLOG_ATTR_LOG_APPEND_TIME:
+            continue                            # refused by the C pass
+        bad = [(i, f"Timestamp {r.timestamp} of message with offset {r.offset} is out of range. The timestamp "
+                   f"should be within [{now - before}, {now + after}]")
+               for i, r in enumerate(batch.records())
+               if r.timestamp != -1 and (now - r.timestamp > before or r.timestamp - now > after)]
+        if bad:
+            raise errors.record_validation(errors.InvalidTimestampError, bad, file=f"{file} (appended data)",
+                                           position=batch.position, offset=batch.base_offset)

@@ -179,7 +179,9 @@ class ClientApis:
             hosted = self.node.manager.partitions.get((r.topic, r.partition))    # no copy of every log
             items.append((r.topic, {"index": r.partition, "error_code": r.error_code, "base_offset": r.base_offset,
                                     "log_start_offset": hosted.log.log_start_offset if hosted is not None else -1,
-                                    "record_errors": [], "error_message": refused.get((r.topic, r.partition))}))
+                                    "record_errors": [{"batch_index": i, "batch_index_error_message": text}
+                                                      for i, text in r.record_errors],
+                                    "error_message": refused.get((r.topic, r.partition), r.error_message)}))
         return {"responses": _grouped(items, "name", "partition_responses")}
 
     # ---- Fetch -------------------------------------------------------------------------------

@@ -43,6 +43,8 @@ TOPIC_CONFIGS: dict[str, tuple[str | None, str]] = {
     "compression.gzip.level": ("compression_gzip_level", "INT"),
     "compression.lz4.level": ("compression_lz4_level", "INT"),
     "compression.zstd.level": ("compression_zstd_level", "INT"),
+    "message.timestamp.before.max.ms": ("message_timestamp_before_max_ms", "LONG"),
+    "message.timestamp.after.max.ms": ("message_timestamp_after_max_ms", "LONG"),
 }
 _BITS = {"INT": 32, "LONG": 64}
 # ConfigDef.parseType trims the string with Java's String.trim: every char <= U+0020.
