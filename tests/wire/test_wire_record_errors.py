@@ -83,11 +83,19 @@ def test_produce_v7_has_no_record_errors_but_the_same_code(broker):
     assert answer.error_code == Errors.INVALID_RECORD
 
 
-def test_a_real_client_sees_the_error(broker):
+def test_librdkafka_fails_exactly_the_named_records(broker):
+    """As librdkafka's 0011 test_message_single_partition_record_fail: in one batch, the records
+    named in record_errors fail with INVALID_RECORD, the others with _INVALID_DIFFERENT_RECORD."""
     ck = pytest.importorskip("confluent_kafka")
     create(broker, "compacted-ck", {"cleanup.policy": "compact"})
-    producer = ck.Producer({"bootstrap.servers": broker.bootstrap, "retries": 0})
-    reports = []
-    producer.produce("compacted-ck", value=b"no key", on_delivery=lambda err, msg: reports.append(err))
+    producer = ck.Producer({"bootstrap.servers": broker.bootstrap, "retries": 0, "linger.ms": 500,
+                            "batch.num.messages": 1000})
+    reports = {}
+    for i in range(20):
+        producer.produce("compacted-ck", key=None if i % 4 == 1 else b"k%d" % i, value=b"v%d" % i,
+                         on_delivery=lambda err, msg, i=i: reports.__setitem__(i, err))
     producer.flush(20)
-    assert len(reports) == 1 and reports[0] is not None and reports[0].code() == ck.KafkaError.INVALID_RECORD
+    codes = {i: (err.code() if err is not None else None) for i, err in reports.items()}
+    assert {i for i, c in codes.items() if c == ck.KafkaError.INVALID_RECORD} == set(range(1, 20, 4))
+    assert {i for i, c in codes.items() if c == ck.KafkaError._INVALID_DIFFERENT_RECORD} == \
+        set(range(20)) - set(range(1, 20, 4))
