@@ -56,6 +56,10 @@ def add_parsers(sub) -> None:
                    help="how long an empty group's first rebalance waits for more members (Kafka: 3000)")
     p.add_argument("--no-fsync", action="store_true", help="never fsync (tests only: a crash of the machine "
                                                           "loses acknowledged data)")
+    p.add_argument("--max-incremental-fetch-session-cache-slots", type=_ranged(0, INT32_MAX,
+                   "max.incremental.fetch.session.cache.slots"), default=1000,
+                   help="incremental fetch sessions (KIP-227) the broker keeps at once (Kafka's default 1000; "
+                        "0: none, every fetch is a full one)")
     p.add_argument("--compression-type", choices=COMPRESSION_TYPES, default="producer",
                    help="the codec of every topic that sets no compression.type: a producer's batch of another "
                         "codec is recompressed (Kafka's compression.type; default producer: kept as sent)")
@@ -145,6 +149,7 @@ def cmd_serve(args) -> int:
     else:
         from ..wire.node import Node
         node = Node(args.data_dir, **options)
+    node.fetch_session_slots = args.max_incremental_fetch_session_cache_slots    # read by ClientApis
 
     def ready(server) -> None:
         # One line on stdout for supervisors and tests: the node, its address and pid.

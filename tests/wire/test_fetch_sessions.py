@@ -244,6 +244,16 @@ def test_sessions_over_the_wire_and_the_bytes_they_save(broker, version):
         Errors.FETCH_SESSION_ID_NOT_FOUND
 
 
+def test_a_broker_with_no_session_slots_makes_no_session(tmp_path):
+    b = Broker(tmp_path / "data", "--max-incremental-fetch-session-cache-slots", "0").start()
+    try:
+        _create(b, "t", 2)
+        _, _, r = _fetch(b, 12, 0, 0, [("t", [(0, 0), (1, 0)])])
+        assert (r.error_code, r.session_id, _answered(r)) == (Errors.NONE, 0, [0, 1])
+    finally:
+        b.kill()
+
+
 def test_sessionless_fetch_makes_no_session(broker):
     _create(broker, "plain", 3)
     _, _, r = _fetch(broker, 12, 0, -1, [("plain", [(0, 0), (1, 0)])])
