@@ -121,3 +121,25 @@ def test_the_brokers_compression_type_is_every_plain_topics(tmp_path):
         assert (entry.value, entry.source) == ("snappy", 4)     # STATIC_BROKER_CONFIG
     finally:
         broker.kill()
+
+
+def test_a_clusters_topic_codec_is_replicated_as_the_leader_wrote_it(tmp_path):
+    """`storage cluster` mode: the topic's compression.type goes through the controller's
+    metadata record to every broker; the leader recompresses, the followers copy its batches."""
+    from tests.wire_support import Cluster
+    cluster = Cluster(tmp_path, brokers=2, min_isr=2)
+    try:
+        cluster.create("replicated-zstd", 1, replication_factor=2, config={"compression.type": "zstd"})
+        cluster.wait_in_sync("replicated-zstd")
+        producer = ck.Producer({"bootstrap.servers": cluster.bootstrap, "compression.codec": "lz4", "acks": "all"})
+        for i in range(50):
+            producer.produce("replicated-zstd", value=b"value %d " % i * 20)
+        assert producer.flush(30) == 0
+        assert [v for _, v in cluster.read_all("replicated-zstd")[0]] == [b"value %d " % i * 20 for i in range(50)]
+        cluster.wait_in_sync("replicated-zstd")
+        for broker in cluster.brokers.values():
+            assert set(_codecs_on_disk(broker, "replicated-zstd")) == {"zstd"}, broker.data_dir
+        cluster.stop()
+        cluster.assert_replicas_identical("replicated-zstd")
+    finally:
+        cluster.kill()
