@@ -107,6 +107,9 @@ class LogConfig:
     # defaults: unbounded); a record outside is refused (INVALID_TIMESTAMP, KIP-467 record errors).
     message_timestamp_before_max_ms: int = INT64_MAX
     message_timestamp_after_max_ms: int = INT64_MAX
+    # Kafka's message.timestamp.type: only CreateTime is served (the append path refuses a batch
+    # with the LogAppendTime bit from a client; stamping it is the C core's to learn).
+    message_timestamp_type: str = "CreateTime"
 
     def __post_init__(self):
         for name, (low, high) in RANGES.items():
@@ -119,6 +122,9 @@ class LogConfig:
                              f"max_compaction_lag_ms={self.max_compaction_lag_ms}")
         if self.sealed_segment_check not in SEALED_SEGMENT_CHECKS:
             raise ValueError(f"sealed_segment_check must be one of {SEALED_SEGMENT_CHECKS}")
+        if self.message_timestamp_type != "CreateTime":
+            raise ValueError(f"message_timestamp_type={self.message_timestamp_type!r} is not served: only CreateTime "
+                             f"(Kafka's message.timestamp.type also takes LogAppendTime)")
         if self.compression_type not in COMPRESSION_TYPES:
             raise ValueError(f"compression_type must be one of {COMPRESSION_TYPES}, not {self.compression_type!r}")
         for codec, (low, high, default) in COMPRESSION_LEVELS.items():

@@ -40,6 +40,7 @@ TOPIC_CONFIGS: dict[str, tuple[str | None, str]] = {
     "min.cleanable.dirty.ratio": ("min_cleanable_dirty_ratio", "DOUBLE"),
     "min.insync.replicas": (None, "INT"),           # INT, atLeast(1)
     "compression.type": ("compression_type", "STRING"),  # in(BrokerCompressionType.names())
+    "message.timestamp.type": ("message_timestamp_type", "STRING"),  # in("CreateTime", "LogAppendTime")
     "compression.gzip.level": ("compression_gzip_level", "INT"),
     "compression.lz4.level": ("compression_lz4_level", "INT"),
     "compression.zstd.level": ("compression_zstd_level", "INT"),
@@ -47,6 +48,8 @@ TOPIC_CONFIGS: dict[str, tuple[str | None, str]] = {
     "message.timestamp.after.max.ms": ("message_timestamp_after_max_ms", "LONG"),
 }
 _BITS = {"INT": 32, "LONG": 64}
+# The STRING configs' values (Kafka's ValidString: exact, case-sensitive).
+STRING_CHOICES = {"compression.type": COMPRESSION_TYPES, "message.timestamp.type": ("CreateTime", "LogAppendTime")}
 # ConfigDef.parseType trims the string with Java's String.trim: every char <= U+0020.
 _JAVA_TRIM = "".join(map(chr, range(0x21)))
 # Integer.parseInt / Long.parseLong: an optional sign and decimal digits, nothing else.
@@ -74,8 +77,9 @@ def parse_value(name: str, raw) -> object:
             raise ConfigError(f"invalid value {raw!r} for {name}: must be at least 1")
         return value
     if kind == "STRING":
-        if text not in COMPRESSION_TYPES:
-            raise ConfigError(f"invalid value {raw!r} for {name}: one of {', '.join(COMPRESSION_TYPES)}")
+        choices = STRING_CHOICES[name]
+        if text not in choices:
+            raise ConfigError(f"invalid value {raw!r} for {name}: one of {', '.join(choices)}")
         return text
     if kind == "DOUBLE":
         if not _DECIMAL.fullmatch(text):

@@ -65,6 +65,8 @@ FROM_PROPS_INVALID = {
     # LogConfigTest's compression cases: Kafka's BrokerCompressionType names only ("none" is a
     # producer's name, not a topic's), and each codec's level range (gzip's -1 is its default).
     "compression.type": ["none", "GZIP", "brotli", ""],
+    # LogAppendTime is Kafka's too, but not served here: refused, never accepted and ignored
+    "message.timestamp.type": ["LogAppendTime", "createtime", "", "message.timestamp.type"],
     "compression.gzip.level": ["not_a_number", "0", "10", "-2"],
     "compression.lz4.level": ["not_a_number", "0", "18"],
     "compression.zstd.level": ["not_a_number", "23", "-131073"],
