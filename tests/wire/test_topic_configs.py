@@ -89,6 +89,9 @@ def test_every_served_config_refuses_kafkas_invalid_values(name):
     ("segment.ms", " 100\t"), ("segment.ms", "+100"), ("min.cleanable.dirty.ratio", ".5"),
     ("min.cleanable.dirty.ratio", "1e0"), ("min.cleanable.dirty.ratio", "0.5d"),
     ("cleanup.policy", " compact , delete "), ("cleanup.policy", "delete,delete"),
+    ("message.timestamp.type", "CreateTime"), ("compression.type", " lz4 "), ("compression.type", "uncompressed"),
+    ("compression.gzip.level", "-1"), ("compression.zstd.level", "-131072"), ("compression.lz4.level", "17"),
+    ("message.timestamp.before.max.ms", "0"), ("message.timestamp.after.max.ms", str(INT64_MAX)),
 ])
 def test_values_kafka_accepts_are_accepted(name, value):
     assert configs.topic_problem(LogConfig(), "t", 1, {name: value}) is None
