@@ -11,7 +11,7 @@ import os
 import re
 import sys
 
-from ..core.config import LogConfig
+from ..core.config import COMPRESSION_TYPES, LogConfig
 from ..core.files import INT32_MAX, INT64_MAX
 from ..wire.configs import MAX_PARTITIONS_PER_TOPIC
 from .output import UsageError
@@ -64,6 +64,13 @@ def add_parsers(sub) -> None:
                                         "(default 10000)")
     p.add_argument("--no-fsync", action="store_true", help="never fsync (tests only: a crash of the machine "
                                                           "loses acknowledged data)")
+    p.add_argument("--max-incremental-fetch-session-cache-slots", type=_ranged(0, INT32_MAX,
+                   "max.incremental.fetch.session.cache.slots"), default=1000,
+                   help="incremental fetch sessions (KIP-227) the broker keeps at once (Kafka's default 1000; "
+                        "0: none, every fetch is a full one)")
+    p.add_argument("--compression-type", choices=COMPRESSION_TYPES, default="producer",
+                   help="the codec of every topic that sets no compression.type: a producer's batch of another "
+                        "codec is recompressed (Kafka's compression.type; default producer: kept as sent)")
     p.add_argument("--log-level", default="INFO", help="logging level (default INFO)")
     _metrics_flag(p)
     _connection_flags(p)
@@ -167,7 +174,7 @@ def cmd_serve(args) -> int:
     options = dict(node_id=args.node_id, host=host, port=port, num_partitions=args.num_partitions,
                    replication_factor=args.replication_factor, auto_create_topics=not args.no_auto_create_topics,
                    offsets_partitions=args.offsets_partitions, min_insync_replicas=args.min_insync_replicas,
-                   log_config=LogConfig(fsync=not args.no_fsync), fetch_max_bytes=args.fetch_max_bytes)
+                   log_config=LogConfig(fsync=not args.no_fsync, compression_type=args.compression_type), fetch_max_bytes=args.fetch_max_bytes)
     if args.controller:
         from ..wire.cluster_node import ClusterNode
         node = ClusterNode(args.data_dir, controller=_listen(args.controller),
@@ -175,6 +182,7 @@ def cmd_serve(args) -> int:
     else:
         from ..wire.node import Node
         node = Node(args.data_dir, **options)
+    node.fetch_session_slots = args.max_incremental_fetch_session_cache_slots    # read by ClientApis
 
     def ready(server) -> None:
         # One line on stdout for supervisors and tests: the node, its address and pid.

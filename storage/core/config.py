@@ -4,9 +4,15 @@ from __future__ import annotations
 
 import dataclasses
 
+from .codecs import LEVELS as COMPRESSION_LEVELS
 from .files import INT32_MAX, INT64_MAX
 
 FLUSH_MODES = ("sync", "deferred")   # when the epoch cache's checkpoint is written
+# Kafka's BrokerCompressionType: the codec a topic's log is written in ("producer": the
+# producer's, as it came; "uncompressed": none).
+COMPRESSION_TYPES = ("uncompressed", "zstd", "lz4", "snappy", "gzip", "producer")
+# compression.<codec>.level (Kafka 3.8, KIP-390): codecs.LEVELS, (low, high, default); gzip's
+# default -1 (Deflater.DEFAULT_COMPRESSION) is outside its range and taken too.
 _INT64_MIN = -2**63
 SEALED_SEGMENT_CHECKS = ("first_use", "open")
 
@@ -31,6 +37,8 @@ RANGES = {
     "min_cleanable_dirty_ratio": (0.0, 1.0),            # DOUBLE, between(0, 1)
     "producer_id_expiration_ms": (1, INT64_MAX),       # broker producer.id.expiration.ms (atLeast(1)); int64 here
     "dedupe_buffer_bytes": (24, INT64_MAX),            # one key slot (24 bytes) at least
+    "message_timestamp_before_max_ms": (0, INT64_MAX),  # LONG, atLeast(0)
+    "message_timestamp_after_max_ms": (0, INT64_MAX),   # LONG, atLeast(0)
 }
 KAFKA_NAMES = {
     "segment_bytes": "segment.bytes", "index_interval_bytes": "index.interval.bytes",
@@ -41,6 +49,8 @@ KAFKA_NAMES = {
     "min_cleanable_dirty_ratio": "min.cleanable.dirty.ratio",
     "producer_id_expiration_ms": "producer.id.expiration.ms",
     "dedupe_buffer_bytes": "log.cleaner.dedupe.buffer.size",
+    "message_timestamp_before_max_ms": "message.timestamp.before.max.ms",
+    "message_timestamp_after_max_ms": "message.timestamp.after.max.ms",
 }
 
 
@@ -87,6 +97,19 @@ class LogConfig:
     max_compaction_lag_ms: int = INT64_MAX
     min_cleanable_dirty_ratio: float = 0.5
     dedupe_buffer_bytes: int = 128 << 20        # log.cleaner.dedupe.buffer.size: 24 bytes a key slot
+    # The codec a client's batches are written in (Kafka's LogValidator recompresses a batch of
+    # another codec), and the level of each codec that has one.
+    compression_type: str = "producer"
+    compression_gzip_level: int = -1
+    compression_lz4_level: int = 9
+    compression_zstd_level: int = 3
+    # How far a CreateTime record's timestamp may be before / after the leader's clock (Kafka's
+    # defaults: unbounded); a record outside is refused (INVALID_TIMESTAMP, KIP-467 record errors).
+    message_timestamp_before_max_ms: int = INT64_MAX
+    message_timestamp_after_max_ms: int = INT64_MAX
+    # Kafka's message.timestamp.type: only CreateTime is served (the append path refuses a batch
+    # with the LogAppendTime bit from a client; stamping it is the C core's to learn).
+    message_timestamp_type: str = "CreateTime"
 
     def __post_init__(self):
         for name, (low, high) in RANGES.items():
@@ -99,6 +122,17 @@ class LogConfig:
                              f"max_compaction_lag_ms={self.max_compaction_lag_ms}")
         if self.sealed_segment_check not in SEALED_SEGMENT_CHECKS:
             raise ValueError(f"sealed_segment_check must be one of {SEALED_SEGMENT_CHECKS}")
+        if self.message_timestamp_type != "CreateTime":
+            raise ValueError(f"message_timestamp_type={self.message_timestamp_type!r} is not served: only CreateTime "
+                             f"(Kafka's message.timestamp.type also takes LogAppendTime)")
+        if self.compression_type not in COMPRESSION_TYPES:
+            raise ValueError(f"compression_type must be one of {COMPRESSION_TYPES}, not {self.compression_type!r}")
+        for codec, (low, high, default) in COMPRESSION_LEVELS.items():
+            level = getattr(self, f"compression_{codec}_level")
+            if isinstance(level, bool) or not isinstance(level, int) or not (low <= level <= high or level == default):
+                raise ValueError(f"compression_{codec}_level={level!r} is out of range: [{low}, {high}]"
+                                 + (f" or {default}" if not low <= default <= high else "")
+                                 + f" (Kafka's compression.{codec}.level)")
         if self.epoch_flush not in FLUSH_MODES:
             raise ValueError(f"epoch_flush must be one of {FLUSH_MODES}")
         if not isinstance(self.cleanup_policy, str) or not self.cleanup_policy.strip() or \
@@ -112,6 +146,17 @@ class LogConfig:
         follower's appends); Kafka's max.message.bytes=0 refuses every batch, and since no
         batch is under 61 bytes a limit of 1 refuses exactly the same ones."""
         return self.max_message_bytes or 1
+
+    @property
+    def target_codec(self) -> tuple[str, int | None] | None:
+        """(codec, level) a client's batch of another codec is rewritten in; None: "producer"."""
+        if self.compression_type == "producer":
+            return None
+        if self.compression_type == "uncompressed":
+            return "none", None
+        if self.compression_type == "snappy":
+            return "snappy", None
+        return self.compression_type, getattr(self, f"compression_{self.compression_type}_level")
 
     @property
     def compacts(self) -> bool:

@@ -80,6 +80,9 @@ class Errors(IntEnum):
     INVALID_UPDATE_VERSION = 95
     UNKNOWN_TOPIC_ID = 100
     INCONSISTENT_TOPIC_ID = 103
+    FETCH_SESSION_ID_NOT_FOUND = 70
+    INVALID_FETCH_SESSION_EPOCH = 71
+    FETCH_SESSION_TOPIC_ID_ERROR = 106
     TRANSACTIONAL_ID_NOT_FOUND = 105
     INELIGIBLE_REPLICA = 107
     NEW_LEADER_ELECTED = 108
@@ -109,6 +112,10 @@ class StorageError(Exception):
     """Base of every engine error.  `file`, `position` and `offset` say where, when known."""
 
     error_code = Errors.UNKNOWN_SERVER_ERROR
+    # KIP-467: (index in its batch, message) of each record a check refused, and the message a
+    # Produce response carries (Kafka's RecordValidationException); empty / None otherwise.
+    record_errors: tuple = ()
+    produce_message: str | None = None
 
     def __init__(self, message: str, *, file=None, position=None, offset=None):
         self.reason = message
@@ -142,6 +149,22 @@ class InvalidRecordError(CorruptRecordError):
     """A record inside an otherwise valid batch is malformed (Kafka's InvalidRecordException)."""
 
     error_code = Errors.INVALID_RECORD
+
+
+def record_validation(cls, record_errors: list, *, file=None, position=None, offset=None) -> StorageError:
+    """Kafka's LogValidator.processRecordErrors: one error for a batch's refused records
+    (`cls` InvalidTimestampError when any is a timestamp's, else InvalidRecordError), its
+    record_errors and the message a Produce response gives (Kafka's own words)."""
+    if cls is InvalidTimestampError:
+        message = "One or more records have been rejected due to invalid timestamp"
+    else:
+        shown = ", ".join(f"RecordError(batchIndex={i}, message='{m}')" for i, m in record_errors[:3])
+        message = (f"One or more records have been rejected due to {len(record_errors)} record errors in total, "
+                   f"and only showing the first three errors at most: [{shown}]")
+    error = cls(f"{message} ({record_errors[0][1]})", file=file, position=position, offset=offset)
+    error.record_errors = tuple(record_errors)
+    error.produce_message = message
+    return error
 
 
 class InvalidTimestampError(StorageError, ValueError):

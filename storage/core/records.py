@@ -14,20 +14,14 @@ Invariants:
 from __future__ import annotations
 
 import bisect
-import gzip as _gzip
-import io as _pyio
 import struct
 import threading
-import zlib
 from typing import Iterable, Iterator, NamedTuple
 
 from . import errors
 from ._native import build_listed, decode_records, ffi, lib
 from .clock import wall_ms
-
-CODEC_NAMES = ("none", "gzip", "snappy", "lz4", "zstd")
-CODEC_IDS = {name: i for i, name in enumerate(CODEC_NAMES)}
-WRITABLE_CODECS = ("none", "gzip", "zstd")
+from .codecs import CODEC_IDS, CODEC_NAMES, compress, decompress
 
 NO_TIMESTAMP = -1
 NO_PARTITION_LEADER_EPOCH = -1
@@ -48,204 +42,6 @@ class Record(NamedTuple):
     key: bytes | None = None
     value: bytes | None = None
     headers: tuple | list = ()
-
-
-# ---- compression -------------------------------------------------------------------------
-
-_XERIAL_MAGIC = b"\x82SNAPPY\x00"
-
-
-def _missing(codec: str, package: str, where: dict):
-    raise errors.UnsupportedCodecError(
-        f"batch is compressed with {codec}, but no {codec} library is installed "
-        f"(pip install {package}, or the [codecs] extra)", **where)
-
-
-def _lz4_fix_kafka08_checksum(data: bytes, where: dict) -> bytes:
-    """Magic-0 LZ4 (Kafka 0.8) framed its header checksum over the frame magic too; Kafka
-    ignores that checksum for magic 0.  Rewrite it so a standard LZ4 frame reader accepts it."""
-    if len(data) < 7:
-        return data
-    flags = data[4]
-    hc_position = 6 + (8 if flags & 0x08 else 0) + (4 if flags & 0x01 else 0)
-    if hc_position >= len(data):
-        return data
-    try:
-        import xxhash
-    except ImportError:
-        _missing("lz4 (Kafka 0.8 framing, which needs xxhash)", "xxhash", where)
-    checksum = (xxhash.xxh32(data[4:hc_position]).intdigest() >> 8) & 0xFF
-    return data[:hc_position] + bytes([checksum]) + data[hc_position + 1:]
-
-
-# Decompression is bounded: a records section may expand to at most this many bytes (a small
-# batch that inflates to gigabytes is a CorruptRecordError, not an out-of-memory).  Kafka's
-# default max.message.bytes is ~1 MiB; 64 times that leaves room for every real batch (Kafka's
-# producers compress batches of batch.size, 16 KiB by default) and stops bombs.  A PartitionLog
-# passes 64 * its own max_message_bytes (at least this); callers of RecordBatch.records() may
-# pass max_decompressed_bytes themselves.
-DECOMPRESSED_BYTES_MAX = 64 << 20
-
-
-class _TooLarge(Exception):
-    pass
-
-
-def _check_size(produced: int, limit: int) -> None:
-    if produced > limit:
-        raise _TooLarge(f"expands beyond {limit} bytes (the decompression limit)")
-
-
-def _gzip_decompress(data: bytes, limit: int) -> bytes:
-    out, produced = [], 0
-    while data:
-        inflater = zlib.decompressobj(16 + zlib.MAX_WBITS)
-        chunk = inflater.decompress(data, limit + 1 - produced)
-        produced += len(chunk)
-        _check_size(produced, limit)
-        out.append(chunk)
-        if not inflater.eof:
-            if inflater.unconsumed_tail:
-                _check_size(produced + 1, limit)
-            raise ValueError("truncated gzip stream")
-        data = inflater.unused_data     # gzip allows several members back to back
-    return b"".join(out)
-
-
-def _lz4_decompress(data: bytes, where: dict, limit: int) -> bytes:
-    try:
-        import lz4.frame as lz4f
-    except ImportError:
-        lz4f = None
-    if lz4f is not None:
-        decompressor = lz4f.LZ4FrameDecompressor()
-        out = decompressor.decompress(data, max_length=limit + 1)
-        _check_size(len(out), limit)
-        if not decompressor.eof and not decompressor.needs_input:
-            _check_size(limit + 1, limit)
-        return out
-    try:
-        import cramjam
-    except ImportError:
-        _missing("lz4", "lz4", where)
-    out = bytes(cramjam.lz4.decompress(data))
-    _check_size(len(out), limit)
-    return out
-
-
-def _snappy_length(data: bytes) -> int:
-    """The uncompressed length a raw snappy block declares (its leading varint)."""
-    length, shift = 0, 0
-    for byte in data[:5]:
-        length |= (byte & 0x7F) << shift
-        if byte < 0x80:
-            return length
-        shift += 7
-    raise ValueError("malformed snappy length")
-
-
-def _snappy_raw(data: bytes, where: dict, limit: int) -> bytes:
-    _check_size(_snappy_length(data), limit)
-    try:
-        import cramjam
-    except ImportError:
-        cramjam = None
-    if cramjam is not None:
-        return bytes(cramjam.snappy.decompress_raw(data))
-    try:
-        import snappy
-    except ImportError:
-        _missing("snappy", "cramjam", where)
-    return snappy.decompress(data)
-
-
-def _snappy_decompress(data: bytes, where: dict, limit: int) -> bytes:
-    if not data.startswith(_XERIAL_MAGIC):
-        return _snappy_raw(data, where, limit)
-    # xerial framing: 8-byte magic, version int32, compatible version int32, then blocks of
-    # (length int32, raw snappy block).
-    out, produced = [], 0
-    pos = 16
-    while pos + 4 <= len(data):
-        (length,) = struct.unpack_from(">i", data, pos)
-        pos += 4
-        if length < 0 or pos + length > len(data):
-            raise errors.CorruptRecordError("snappy (xerial) block runs past the end of the batch", **where)
-        block = _snappy_raw(data[pos:pos + length], where, limit - produced)
-        produced += len(block)
-        out.append(block)
-        pos += length
-    return b"".join(out)
-
-
-def _zstd_decompress(data: bytes, limit: int) -> bytes:
-    import zstandard
-
-    # Kafka's zstd-jni writes frames without a content size: decompress as a stream, and read
-    # one byte past the limit to learn whether the limit is exceeded.
-    reader = zstandard.ZstdDecompressor().stream_reader(_pyio.BytesIO(data), read_across_frames=True)
-    out = reader.read(limit + 1)
-    _check_size(len(out), limit)
-    return out
-
-
-def decompress(codec: int, data: bytes, *, magic: int = 2, file=None, position=None, offset=None,
-               max_bytes: int | None = None) -> bytes:
-    """Decompress a records section (or a legacy wrapper's value) of the given codec id, to at
-    most `max_bytes` (default DECOMPRESSED_BYTES_MAX) bytes."""
-    where = {"file": file, "position": position, "offset": offset}
-    limit = DECOMPRESSED_BYTES_MAX if max_bytes is None else max_bytes
-    name = CODEC_NAMES[codec] if 0 <= codec < len(CODEC_NAMES) else f"codec {codec}"
-    try:
-        if codec == 1:
-            return _gzip_decompress(data, limit)
-        if codec == 2:
-            return _snappy_decompress(data, where, limit)
-        if codec == 3:
-            if magic == 0:
-                data = _lz4_fix_kafka08_checksum(data, where)
-            return _lz4_decompress(data, where, limit)
-        if codec == 4:
-            return _zstd_decompress(data, limit)
-    except errors.StorageError:
-        raise
-    except _TooLarge as exc:
-        raise errors.CorruptRecordError(f"{name} records section of {len(data)} bytes {exc}", **where) from None
-    except MemoryError as exc:
-        raise errors.CorruptRecordError(
-            f"out of memory decompressing a {name} records section of {len(data)} bytes", **where) from exc
-    except Exception as exc:  # codec libraries raise their own types
-        raise errors.CorruptRecordError(f"cannot decompress {name} records: {exc}", **where) from exc
-    raise errors.CorruptRecordError(f"invalid compression codec id {codec}", **where)
-
-
-_zstd_local = threading.local()
-
-
-def _zstd_compressor():
-    """This thread's level-3 ZstdCompressor (Kafka's and kafka-python's default level).
-    Reused: making one per batch costs ~15 µs of a ~100 KiB batch's ~400; an instance must
-    not be used by two threads at once, hence one per thread."""
-    compressor = getattr(_zstd_local, "compressor", None)
-    if compressor is None:
-        import zstandard
-
-        compressor = _zstd_local.compressor = zstandard.ZstdCompressor(level=3)
-    return compressor
-
-
-def compress(codec: str, data) -> bytes:
-    """Compress a records section (bytes-like) with the named codec."""
-    if codec == "gzip":
-        return _gzip.compress(data, compresslevel=6, mtime=0)
-    if codec == "zstd":
-        return _zstd_compressor().compress(data)
-    if codec == "none":
-        return data
-    if codec in CODEC_IDS:
-        raise errors.UnsupportedCodecError(
-            f"writing {codec} batches is not supported; writable codecs: {', '.join(WRITABLE_CODECS)}")
-    raise ValueError(f"unknown compression {codec!r}; expected one of {', '.join(CODEC_NAMES)}")
 
 
 # ---- building ----------------------------------------------------------------------------
@@ -291,7 +87,8 @@ def _normalise(records: list) -> list:
 
 
 def _build(records, *, base_offset, partition_leader_epoch, compression, base_timestamp,
-           producer_id, producer_epoch, base_sequence, is_transactional, is_control) -> bytes | bytearray:
+           producer_id, producer_epoch, base_sequence, is_transactional, is_control,
+           level=None) -> bytes | bytearray:
     if not isinstance(records, list):
         records = list(records)
     n = len(records)
@@ -317,7 +114,7 @@ def _build(records, *, base_offset, partition_leader_epoch, compression, base_ti
     if plain:
         return out                          # finished by the walk: header and CRC
     with memoryview(out) as whole:
-        payload = compress(compression, whole[BATCH_OVERHEAD:])
+        payload = compress(compression, whole[BATCH_OVERHEAD:], level)
     out = bytearray(BATCH_OVERHEAD + len(payload))
     out[BATCH_OVERHEAD:] = payload
     info = ffi.new("plog_batch_info *")
@@ -340,17 +137,18 @@ def _build(records, *, base_offset, partition_leader_epoch, compression, base_ti
 def build_batch(records: Iterable, *, base_offset: int = 0, partition_leader_epoch: int = -1,
                 compression: str = "none", base_timestamp: int | None = None, producer_id: int = -1,
                 producer_epoch: int = -1, base_sequence: int = -1, is_transactional: bool = False,
-                is_control: bool = False) -> bytes:
+                is_control: bool = False, level: int | None = None) -> bytes:
     """Encode records as one v2 batch.
 
     records: bytes values, (key, value) or (key, value, headers) tuples, or `Record`s.
-    compression: "none", "gzip" or "zstd".  base_timestamp defaults to the first record's
+    compression: "none", "gzip", "snappy", "lz4" or "zstd"; level: the codec's level (None:
+    Kafka's default; codecs.LEVELS).  base_timestamp defaults to the first record's
     timestamp, or now (ms) when records carry none.
     """
     return bytes(_build(records, base_offset=base_offset, partition_leader_epoch=partition_leader_epoch,
                         compression=compression, base_timestamp=base_timestamp, producer_id=producer_id,
                         producer_epoch=producer_epoch, base_sequence=base_sequence,
-                        is_transactional=is_transactional, is_control=is_control))
+                        is_transactional=is_transactional, is_control=is_control, level=level))
 
 
 # ---- reading -----------------------------------------------------------------------------

@@ -41,21 +41,22 @@ The round runs beside appends, as Kafka's: the log's lock is taken for the bound
 of each sealed segment (the view keeps its mapping alive), and for each swap, which happens only
 if no truncation ran and every segment of the group is still in the log (else the round is
 aborted: Kafka's cleaner manager aborts cleaning before a truncation too).  Deviations: legacy
-(magic 0/1) batches are copied as they are; a partly kept snappy or lz4 batch is written
-uncompressed (the engine writes gzip and zstd only).
+(magic 0/1) batches are copied as they are.
 """
 from __future__ import annotations
 
 import hashlib
 import logging
+import os
 import threading
 from dataclasses import dataclass, field
 
 from ..core import errors
 from ..core import io as _io
 from ..core._native import build_listed, ffi, lib
+from ..core.codecs import CODEC_NAMES, WRITABLE_CODECS, compress
 from ..core.files import CLEANED_SUFFIX, INT32_MAX, SEGMENT_FILE_KINDS, segment_file
-from ..core.records import BATCH_OVERHEAD, CODEC_NAMES, WRITABLE_CODECS, Record, compress, iter_batches
+from ..core.records import BATCH_OVERHEAD, Record, iter_batches
 from .segment import Segment, SegmentHome
 from .txnindex import AbortedTxn
 
@@ -111,16 +112,19 @@ class CleanerStats:
 
 def require_keys(buf, path: str) -> None:
     """A compacted topic takes no record without a key from a client (Kafka's LogValidator:
-    "Compacted topic cannot accept message without key", INVALID_RECORD)."""
+    "Compacted topic cannot accept message without key", INVALID_RECORD, with a KIP-467 record
+    error for each such record of the batch)."""
     try:
         batches = list(iter_batches(buf, verify=False))
     except errors.StorageError:
         return                                  # the append refuses the damage itself
+    partition = os.path.basename(str(path))
     for batch in batches:
-        for record in batch.records():
-            if record.key is None:
-                raise errors.InvalidRecordError("compacted topic cannot accept a record without a key",
-                                                file=f"{path} (appended data)", offset=record.offset)
+        keyless = [(i, f"Compacted topic cannot accept message without key in topic partition {partition}")
+                   for i, record in enumerate(batch.records()) if record.key is None]
+        if keyless:
+            raise errors.record_validation(errors.InvalidRecordError, keyless, file=f"{path} (appended data)",
+                                           position=batch.position, offset=batch.base_offset)
 
 
 # ---- bounds (LogCleanerManager) ---------------------------------------------------------------

@@ -24,11 +24,13 @@ from ..core._native import ffi, lib
 from ..core.clock import wall_ms as _now_ms
 from ..core.config import LogConfig
 from ..core.failure import ClosedOnExit, LogDirFailureChannel, guarded, guarded_iteration
+from ..core.files import INT64_MAX
 from ..core.records import _build
 from . import cleaner as _cleaner
 from . import producer as _producer
 from . import reads as _reads
 from . import retention as _retention
+from . import validator
 from .appends import (
     NOTHING_APPENDED,
     AppendInfo,
@@ -216,6 +218,11 @@ class PartitionLog(ClosedOnExit):
         state = self._leader_append.get(origin) or self._leader_state(origin)
         if origin == "client" and self.config.compacts:
             _cleaner.require_keys(buf, self.path)      # Kafka's LogValidator for compacted topics
+        if origin == "client" and min(self.config.message_timestamp_before_max_ms,
+                                      self.config.message_timestamp_after_max_ms) < INT64_MAX:
+            validator.check_timestamps(buf, self.config, _now_ms(), file=self.path)
+        if origin == "client" and self.config.compression_type != "producer":
+            buf = validator.recompress(buf, self.config.target_codec, file=f"{self.path} (appended data)")
         # Our own builder's batch: its records and max timestamp are right.
         flags = state.flags if prebuilt else state.flags | lib.PLOG_VALIDATE_RECHECKED
         with self._lock:

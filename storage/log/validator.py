@@ -7,11 +7,17 @@ a walk over its records (well formed, offset deltas 0..n-1, nothing left over) t
 checks the batch's max timestamp against the largest record timestamp.  What C cannot do
 without help comes here (PLOG_ERECHECK, nothing written yet):
 
-  - a compressed batch: its records are decompressed (bounded, records.DECOMPRESSED_BYTES_MAX)
+  - a compressed batch: its records are decompressed (bounded, codecs.DECOMPRESSED_BYTES_MAX)
     and walked the same way;
   - a max timestamp that is not the largest record timestamp: Kafka's leader sets it from
     the records (LogValidator.assignOffsetsNonCompressed, setMaxTimestamp), so it is
     rewritten here, after the batch's CRC was checked, and the CRC is recomputed.
+
+`recompress` is LogValidator's other road: a topic whose compression.type names a codec (not
+"producer") has every producer batch of another codec rebuilt in it before the append, as
+Kafka's validateMessagesAndAssignOffsetsCompressed does (inPlaceAssignment false): the
+records and their timestamps (CreateTime) as they came, the producer id, epoch, base sequence
+and transactional flag kept, the offsets then assigned by the append as for any batch.
 
 `explain` turns the C refusal of a batch into Kafka's reason, naming the record.
 
@@ -28,8 +34,9 @@ import struct
 
 from ..core import errors
 from ..core._native import ffi, lib
+from ..core.codecs import CODEC_IDS, decompress
 from ..core.files import INT64_MAX
-from ..core.records import BATCH_OVERHEAD, decompress
+from ..core.records import BATCH_OVERHEAD, Record, RecordBatch, build_batch, iter_batches
 
 _CRC_START = 21            # the CRC covers the batch from its attributes on
 _POS_CRC = 17
@@ -149,3 +156,64 @@ def explain(buf, pos: int, rc: int, *, file) -> errors.StorageError:
             section.release()
         reason = "invalid record"
     return errors.InvalidRecordError(reason, file=file, position=pos, offset=offset)
+
+
+def recompress(buf, target: tuple[str, int | None], *, file):
+    """`buf` with every producer batch whose codec is not target's (codec, level) rebuilt in
+    it; `buf` itself when none differs.  A batch C refuses anyway (not a whole v2 batch, a
+    control or LogAppendTime batch) is left for C to name; a batch whose CRC or header is bad
+    is refused here, before its records are read."""
+    codec, level = target
+    pieces, changed, pos, length = [], False, 0, len(buf)
+    with ffi.from_buffer(buf) as pointer:
+        while pos < length:
+            info = _parse(pointer, length, pos)
+            if info is None:
+                break
+            size = info.size_bytes
+            attributes = info.attributes
+            if (attributes & lib.PLOG_ATTR_COMPRESSION_MASK) == CODEC_IDS[codec] or \
+                    attributes & (lib.PLOG_ATTR_CONTROL | lib.PLOG_ATTR_LOG_APPEND_TIME):
+                pieces.append(bytes(buf[pos:pos + size]))
+                pos += size
+                continue
+            if not lib.plog_batch_crc_ok(pointer + pos, info):
+                raise errors.CorruptRecordError("CRC mismatch", file=file, position=pos, offset=info.base_offset)
+            problem = _header_problem(info)
+            if problem:
+                raise errors.InvalidRecordError(problem, file=file, position=pos, offset=info.base_offset)
+            batch = RecordBatch(memoryview(bytes(buf[pos:pos + size])), source=file, position=pos)
+            records = [Record(None, r.timestamp, r.key, r.value, r.headers) for r in batch.records()]
+            pieces.append(build_batch(records, base_offset=info.base_offset, compression=codec, level=level,
+                                      partition_leader_epoch=info.partition_leader_epoch,
+                                      producer_id=info.producer_id, producer_epoch=info.producer_epoch,
+                                      base_sequence=info.base_sequence,
+                                      is_transactional=bool(attributes & lib.PLOG_ATTR_TRANSACTIONAL)))
+            changed = True
+            pos += size
+    if not changed:
+        return buf
+    if pos < length:
+        pieces.append(bytes(buf[pos:]))
+    return bytearray().join(pieces)
+
+
+def check_timestamps(buf, config, now: int, *, file) -> None:
+    """Kafka's LogValidator.validateTimestamp for a topic with message.timestamp.before/after.max.ms
+    set: every CreateTime record more than before_max_ms before `now` or after_max_ms after it
+    is a KIP-467 record error of its batch (InvalidTimestampError, the first batch that has one)."""
+    before, after = config.message_timestamp_before_max_ms, config.message_timestamp_after_max_ms
+    try:
+        batches = list(iter_batches(buf, verify=False))
+    except errors.StorageError:
+        return                                  # the append refuses the damage itself
+    for batch in batches:
+        if batch.magic != 2 or batch.attributes & lib.PLOG_ATTR_LOG_APPEND_TIME:
+            continue                            # refused by the C pass
+        bad = [(i, f"Timestamp {r.timestamp} of message with offset {r.offset} is out of range. The timestamp "
+                   f"should be within [{now - before}, {now + after}]")
+               for i, r in enumerate(batch.records())
+               if r.timestamp != -1 and (now - r.timestamp > before or r.timestamp - now > after)]
+        if bad:
+            raise errors.record_validation(errors.InvalidTimestampError, bad, file=f"{file} (appended data)",
+                                           position=batch.position, offset=batch.base_offset)

@@ -292,6 +292,8 @@ class ProduceResponse:
     error_code: int
     base_offset: int = -1
     log_start_offset: int = -1
+    record_errors: tuple = ()           # KIP-467: (batch index, message) of each refused record
+    error_message: str | None = None
 
 
 @dataclass

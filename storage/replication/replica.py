@@ -454,8 +454,10 @@ class ReplicaManager(FetchAnswers):
                        callback: Callable[[ProduceResponse], None] | None = None) -> ProduceResponse | None:
         """Append as leader.  acks 0/1 answer at once; acks=-1 answers (through `callback`, and
         returns None) when the high watermark passes the batch, or at the timeout."""
-        def answer(code, base_offset=-1):
+        def answer(code, base_offset=-1, failure=None):
             response = ProduceResponse(request.topic, request.partition, code, base_offset)
+            if failure is not None:
+                response.record_errors, response.error_message = failure.record_errors, failure.produce_message
             if callback is not None:
                 callback(response)
             return response
@@ -473,7 +475,7 @@ class ReplicaManager(FetchAnswers):
             info = p.log.append_as_leader(request.records, p.leader_epoch, origin=request.origin)
         except errors.StorageError as exc:
             self._went_offline()       # fail what waits, if this append took the dir offline
-            return answer(int(exc.error_code))
+            return answer(int(exc.error_code), failure=exc)
         stats = self.topic_stats.get(p.topic) or self.topic_stats.setdefault(p.topic, [0, 0, 0])
         stats[0] += info.size_bytes
         stats[1] += info.record_count

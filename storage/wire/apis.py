@@ -16,6 +16,7 @@ from . import rules
 from .admin_apis import CLUSTER_OPERATIONS, TOPIC_OPERATIONS, operations
 from .broker import MetadataSource
 from .codec import SUPPORTED, InvalidRequestError, ms
+from .fetch_sessions import FetchManager, FetchSessionCache
 
 log = logging.getLogger("storage.wire")
 
@@ -86,6 +87,7 @@ class ClientApis:
     def __init__(self, node: MetadataSource, notifier: Notifier):
         self.node = node
         self.notifier = notifier
+        self.fetch_sessions = FetchManager(FetchSessionCache(getattr(node, "fetch_session_slots", 1000)))
 
     # ---- ApiVersions -------------------------------------------------------------------------
     @staticmethod
@@ -185,7 +187,9 @@ class ClientApis:
             hosted = self.node.manager.partitions.get((r.topic, r.partition))    # no copy of every log
             items.append((r.topic, {"index": r.partition, "error_code": r.error_code, "base_offset": r.base_offset,
                                     "log_start_offset": hosted.log.log_start_offset if hosted is not None else -1,
-                                    "record_errors": [], "error_message": refused.get((r.topic, r.partition))}))
+                                    "record_errors": [{"batch_index": i, "batch_index_error_message": text}
+                                                      for i, text in r.record_errors],
+                                    "error_message": refused.get((r.topic, r.partition), r.error_message)}))
         return {"responses": _grouped(items, "name", "partition_responses")}
 
     # ---- Fetch -------------------------------------------------------------------------------
@@ -214,8 +218,26 @@ class ClientApis:
                                               getattr(p, "log_start_offset", -1), p.partition_max_bytes))
         return m.FetchRequest(replica_id, replica_epoch, parts, getattr(request, "isolation_level", 0)), ids
 
+    def _fetch_context(self, request, internal: m.FetchRequest, ids: dict):
+        """The request's fetch session context (KIP-227, fetch_sessions.py); internal.partitions
+        become the partitions it reads."""
+        forgotten = []
+        for t in getattr(request, "forgotten_topics_data", None) or ():
+            name = getattr(t, "topic", None)
+            if name is None:
+                name = self.node.topic_by_id(int(t.topic_id) if t.topic_id is not None else 0)
+            forgotten += [(name, p) for p in t.partitions] if name is not None else []
+        context = self.fetch_sessions.new_context(
+            type(request).__version__, getattr(request, "session_id", 0), getattr(request, "session_epoch", -1),
+            internal.replica_id >= 0, internal.partitions, forgotten, ids)
+        internal.partitions = context.partitions
+        return context
+
     async def fetch(self, header, request) -> dict:
         internal, ids = self._fetch_request(request)
+        context = self._fetch_context(request, internal, ids)
+        if context.kind == "error":
+            return {"error_code": context.error, "session_id": 0, "responses": []}
         # KIP-74: the answer holds at most min(max_bytes, fetch.max.bytes), but one batch (v0-2
         # have no max_bytes: the broker's cap).
         internal.max_bytes = min(max(getattr(request, "max_bytes", self.node.fetch_max_bytes), 0),
@@ -232,8 +254,14 @@ class ClientApis:
             return response, size >= request.min_bytes or failed or not internal.partitions
 
         response = await long_poll(self.notifier, min(ms(request.max_wait), MAX_WAIT_MS), attempt, keys)
+        code, session_id, answered = context.answer(response.partitions)
+        if log.isEnabledFor(logging.DEBUG):
+            log.debug("fetch session %d epoch %d (%s): %d partitions asked, %d read, %d answered, session %d",
+                      getattr(request, "session_id", 0), getattr(request, "session_epoch", -1), context.kind,
+                      sum(len(t.partitions) for t in request.topics), len(internal.partitions), len(answered),
+                      session_id)
         items = []
-        for p in response.partitions:
+        for p in answered:
             aborted = None if p.aborted_transactions is None else \
                 [{"producer_id": a.producer_id, "first_offset": a.first_offset} for a in p.aborted_transactions]
             diverging = p.diverging_epoch or m.EpochEndOffset()
@@ -245,8 +273,8 @@ class ClientApis:
                 "aborted_transactions": aborted, "preferred_read_replica": -1, "records": bytes(p.records)}))
         topics = _grouped(items, "topic", "partitions")
         for t in topics:
-            t["topic_id"] = ids.get(t["topic"], 0)
-        return {"error_code": Errors.NONE, "session_id": 0, "responses": topics}
+            t["topic_id"] = ids[t["topic"]] if t["topic"] in ids else self.node.topic_id(t["topic"])
+        return {"error_code": code, "session_id": session_id, "responses": topics}
 
     # ---- ListOffsets -------------------------------------------------------------------------
     async def list_offsets(self, header, request) -> dict:
@@ -297,7 +325,8 @@ class ClientApis:
             described = []
             if code == Errors.NONE:
                 min_isr = node.manager.topic_min_isr.get(t.name, node.manager.min_insync_replicas)
-                described = [{"name": n, "value": v, "read_only": False, "config_source": 1 if own else 5,
+                described = [{"name": n, "value": v, "read_only": False,
+                              "config_source": topic_configs.source(node.log_config, n, own),
                               "is_sensitive": False}
                              for n, v, own in topic_configs.describe(node.log_config, configs, min_isr)]
             out.append({"name": t.name, "topic_id": node.topic_id(t.name), "error_code": code,

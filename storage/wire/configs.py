@@ -10,7 +10,7 @@ import dataclasses
 import logging
 import re
 
-from ..core.config import LogConfig
+from ..core.config import COMPRESSION_TYPES, LogConfig
 from ..core.errors import Errors
 from . import rules
 
@@ -39,8 +39,17 @@ TOPIC_CONFIGS: dict[str, tuple[str | None, str]] = {
     "max.compaction.lag.ms": ("max_compaction_lag_ms", "LONG"),
     "min.cleanable.dirty.ratio": ("min_cleanable_dirty_ratio", "DOUBLE"),
     "min.insync.replicas": (None, "INT"),           # INT, atLeast(1)
+    "compression.type": ("compression_type", "STRING"),  # in(BrokerCompressionType.names())
+    "message.timestamp.type": ("message_timestamp_type", "STRING"),  # in("CreateTime", "LogAppendTime")
+    "compression.gzip.level": ("compression_gzip_level", "INT"),
+    "compression.lz4.level": ("compression_lz4_level", "INT"),
+    "compression.zstd.level": ("compression_zstd_level", "INT"),
+    "message.timestamp.before.max.ms": ("message_timestamp_before_max_ms", "LONG"),
+    "message.timestamp.after.max.ms": ("message_timestamp_after_max_ms", "LONG"),
 }
 _BITS = {"INT": 32, "LONG": 64}
+# The STRING configs' values (Kafka's ValidString: exact, case-sensitive).
+STRING_CHOICES = {"compression.type": COMPRESSION_TYPES, "message.timestamp.type": ("CreateTime", "LogAppendTime")}
 # ConfigDef.parseType trims the string with Java's String.trim: every char <= U+0020.
 _JAVA_TRIM = "".join(map(chr, range(0x21)))
 # Integer.parseInt / Long.parseLong: an optional sign and decimal digits, nothing else.
@@ -67,6 +76,11 @@ def parse_value(name: str, raw) -> object:
         if name == "min.insync.replicas" and value < 1:
             raise ConfigError(f"invalid value {raw!r} for {name}: must be at least 1")
         return value
+    if kind == "STRING":
+        choices = STRING_CHOICES[name]
+        if text not in choices:
+            raise ConfigError(f"invalid value {raw!r} for {name}: one of {', '.join(choices)}")
+        return text
     if kind == "DOUBLE":
         if not _DECIMAL.fullmatch(text):
             raise ConfigError(f"invalid value {raw!r} for {name}: not a number (DOUBLE)")
@@ -154,6 +168,16 @@ def describe(base: LogConfig, configs: dict[str, str], min_isr: int) -> list[tup
         value = getattr(effective, field) if field is not None else own_min_isr
         out.append((name, str(value), name in configs))
     return out
+
+
+def source(base: LogConfig, name: str, own: bool) -> int:
+    """DescribeConfigs' config_source of a topic config: DYNAMIC_TOPIC_CONFIG (1) when the topic
+    sets it, STATIC_BROKER_CONFIG (4) when the broker's own default is not Kafka's, else
+    DEFAULT_CONFIG (5)."""
+    if own:
+        return 1
+    field = TOPIC_CONFIGS[name][0]
+    return 4 if field is not None and getattr(base, field) != getattr(VALIDATION_BASE, field) else 5
 
 
 def topic_name_problem(name: str) -> str | None:

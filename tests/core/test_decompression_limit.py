@@ -8,7 +8,7 @@ import zstandard
 
 from storage import build_batch, iter_batches
 from storage.core import errors
-from storage.core.records import DECOMPRESSED_BYTES_MAX, decompress
+from storage.core.codecs import DECOMPRESSED_BYTES_MAX, decompress
 
 CHUNK = bytes(1 << 20)
 

@@ -418,10 +418,10 @@ def test_partition_log_segments_read_by_kafka_python(tmp_path):
     log = storage.PartitionLog.open(tmp_path / "topic-0", config)
     expected = []            # (offset, timestamp, key, value, headers, epoch)
     epochs = [0, 0, 1, 1, 1, 3, 3, 4, 7, 7, 7, 7]
-    codecs = ["none", "zstd", "gzip"]
+    codecs = ["none", "zstd", "gzip", "snappy", "lz4"]
     for step in range(36):
         epoch = epochs[step // 3]
-        codec = codecs[step % 3]
+        codec = codecs[step % 5]
         start = log.log_end_offset
         n = 1 + step % 6
         recs = []

@@ -62,6 +62,14 @@ FROM_PROPS_INVALID = {
     "cleanup.policy": ["true", "foobar"],
     "min.cleanable.dirty.ratio": ["not_a_number", "-0.1", "1.2"],
     "min.insync.replicas": ["not_a_number", "0", "-1"],
+    # LogConfigTest's compression cases: Kafka's BrokerCompressionType names only ("none" is a
+    # producer's name, not a topic's), and each codec's level range (gzip's -1 is its default).
+    "compression.type": ["none", "GZIP", "brotli", ""],
+    # LogAppendTime is Kafka's too, but not served here: refused, never accepted and ignored
+    "message.timestamp.type": ["LogAppendTime", "createtime", "", "message.timestamp.type"],
+    "compression.gzip.level": ["not_a_number", "0", "10", "-2"],
+    "compression.lz4.level": ["not_a_number", "0", "18"],
+    "compression.zstd.level": ["not_a_number", "23", "-131073"],
 }
 
 
@@ -81,6 +89,9 @@ def test_every_served_config_refuses_kafkas_invalid_values(name):
     ("segment.ms", " 100\t"), ("segment.ms", "+100"), ("min.cleanable.dirty.ratio", ".5"),
     ("min.cleanable.dirty.ratio", "1e0"), ("min.cleanable.dirty.ratio", "0.5d"),
     ("cleanup.policy", " compact , delete "), ("cleanup.policy", "delete,delete"),
+    ("message.timestamp.type", "CreateTime"), ("compression.type", " lz4 "), ("compression.type", "uncompressed"),
+    ("compression.gzip.level", "-1"), ("compression.zstd.level", "-131072"), ("compression.lz4.level", "17"),
+    ("message.timestamp.before.max.ms", "0"), ("message.timestamp.after.max.ms", str(INT64_MAX)),
 ])
 def test_values_kafka_accepts_are_accepted(name, value):
     assert configs.topic_problem(LogConfig(), "t", 1, {name: value}) is None
