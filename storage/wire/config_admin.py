@@ -44,6 +44,13 @@ BROKER_SYNONYMS: dict[str, str] = {
     "max.compaction.lag.ms": "log.cleaner.max.compaction.lag.ms",
     "min.cleanable.dirty.ratio": "log.cleaner.min.cleanable.ratio",
     "min.insync.replicas": "min.insync.replicas",
+    "compression.type": "compression.type",
+    "compression.gzip.level": "compression.gzip.level",
+    "compression.lz4.level": "compression.lz4.level",
+    "compression.zstd.level": "compression.zstd.level",
+    "message.timestamp.type": "log.message.timestamp.type",
+    "message.timestamp.before.max.ms": "log.message.timestamp.before.max.ms",
+    "message.timestamp.after.max.ms": "log.message.timestamp.after.max.ms",
 }
 DYNAMIC_BROKER_CONFIGS = {broker: topic for topic, broker in BROKER_SYNONYMS.items()}
 # Static broker configs described read-only (altering one: "Cannot update these configs dynamically").
@@ -71,6 +78,13 @@ DOCS = {
     "max.compaction.lag.ms": "The most time a record stays ineligible for compaction.",
     "min.cleanable.dirty.ratio": "The dirty share of a compacted log above which it is cleaned.",
     "min.insync.replicas": "The fewest in-sync replicas an acks=all produce needs.",
+    "compression.type": "The codec of the topic's batches: producer keeps the producer's, else batches are rebuilt in it.",
+    "compression.gzip.level": "The gzip level batches are rebuilt with when compression.type is gzip.",
+    "compression.lz4.level": "The lz4 level batches are rebuilt with when compression.type is lz4.",
+    "compression.zstd.level": "The zstd level batches are rebuilt with when compression.type is zstd.",
+    "message.timestamp.type": "Whether a record's timestamp is the producer's (CreateTime) or the log's.",
+    "message.timestamp.before.max.ms": "How far before the broker's clock a CreateTime timestamp may be.",
+    "message.timestamp.after.max.ms": "How far after the broker's clock a CreateTime timestamp may be.",
 }
 
 

@@ -45,6 +45,8 @@ def test_session_cache_evicts_by_staleness_then_size():
     cache = FetchSessionCache(3, 100, clock=clock)
     ids = [cache.maybe_create(False, dict.fromkeys(range(n)), False) for n in (10, 20, 30)]
     assert all(ids) and len(cache) == 3
+    clock.now = 5
+    cache.touch(cache.get(ids[2]), clock.now)     # so ids[1] is the least recently used (ids are random)
     clock.now = 10
     assert cache.maybe_create(False, dict.fromkeys(range(40)), False) == INVALID_SESSION_ID   # none old enough
     clock.now = 20
