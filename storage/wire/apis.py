@@ -282,11 +282,9 @@ class ClientApis:
         node, out = self.node, []
         for t in request.topics:
             configs = {c.name: c.value for c in t.configs}
-            if t.assignments:
-                code, message = Errors.INVALID_REQUEST, "manual replica assignments are not supported"
-            else:
-                code, message = await node.create_topic(t.name, t.num_partitions, t.replication_factor, configs,
-                                                  validate_only=request.validate_only)
+            assignments = [(a.partition_index, list(a.broker_ids)) for a in t.assignments]
+            code, message = await node.create_topic(t.name, t.num_partitions, t.replication_factor, configs,
+                                                    validate_only=request.validate_only, assignments=assignments)
             parts = node.partitions_of(t.name) if code == Errors.NONE else []
             described = []
             if code == Errors.NONE:

@@ -56,6 +56,8 @@ SUPPORTED: dict[int, tuple[str, int, int]] = {
     23: ("OffsetForLeaderEpoch", 2, 4),
     27: ("WriteTxnMarkers", 1, 2),
     32: ("DescribeConfigs", 1, 4),
+    37: ("CreatePartitions", 0, 3),
+    43: ("ElectLeaders", 0, 2),
     61: ("DescribeProducers", 0, 0),
 }
 
@@ -66,6 +68,8 @@ CONTROLLER_SUPPORTED: dict[int, tuple[str, int, int]] = {
     18: ("ApiVersions", 0, 4),
     19: ("CreateTopics", 2, 7),
     20: ("DeleteTopics", 1, 6),
+    37: ("CreatePartitions", 0, 3),
+    43: ("ElectLeaders", 0, 2),
     56: ("AlterPartition", 2, 3),
     62: ("BrokerRegistration", 3, 3),
     63: ("BrokerHeartbeat", 0, 1),

@@ -120,6 +120,22 @@ def _describe_producers(request, code):
         for i in t.partition_indexes]} for t in request.topics]}
 
 
+def _create_partitions(request, code):
+    return {"results": [{"name": t.name, "error_code": code, "error_message": None} for t in request.topics]}
+
+
+def _elect_leaders(request, code):
+    return {"error_code": code, "replica_election_results": [
+        {"topic": t.topic, "partition_result": [{"partition_id": p, "error_code": code, "error_message": None}
+                                                for p in t.partitions]} for t in request.topic_partitions or ()]}
+
+
+def _delete_records(request, code):
+    return {"topics": [{"name": t.name, "partitions": [
+        {"partition_index": p.partition_index, "low_watermark": -1, "error_code": code} for p in t.partitions]}
+        for t in request.topics]}
+
+
 def _api_versions(request, code):
     return {"error_code": code, "api_keys": []}
 
@@ -131,12 +147,14 @@ _BODIES = {
     15: _describe_groups, 16: lambda request, code: {"error_code": code, "groups": []}, 18: _api_versions,
     19: _create_topics, 20: _delete_topics, 22: _init_producer_id,
     23: _by_topic("topic"), 27: _write_txn_markers, 32: _describe_configs, 61: _describe_producers,
+    21: _delete_records, 35: lambda request, code: {"error_code": code, "results": []},
+    37: _create_partitions, 43: _elect_leaders,
     56: _top_level, 62: _top_level, 63: _top_level, 67: _top_level,
 }
 
 
-# The APIs whose per-topic rows carry an error message: CreateTopics, DeleteTopics.
-_MESSAGE_ROWS = {19: "topics", 20: "responses"}
+# The APIs whose per-topic rows carry an error message: CreateTopics, DeleteTopics, CreatePartitions.
+_MESSAGE_ROWS = {19: "topics", 20: "responses", 37: "results"}
 
 
 def error_body(key: int, request, code: int, message: str | None = None) -> dict:

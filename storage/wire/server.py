@@ -29,6 +29,7 @@ from .apis import ClientApis, Notifier
 from .broker import MetadataSource
 from .groups import GroupCoordinator
 from .limits import ConnectionGate, ConnectionLimits, ConnectionTimeoutError, RequestMemory
+from .topic_admin import TopicAdminApis
 from .txn_admin import TxnAdminApis
 
 log = logging.getLogger("storage.wire")
@@ -233,6 +234,8 @@ class BrokerServer(FrameServer):
         self.handlers = {0: a.produce, 1: a.fetch, 2: a.list_offsets, 3: a.metadata, 18: a.api_versions,
                          19: a.create_topics, 20: a.delete_topics, 22: a.init_producer_id,
                          23: a.offset_for_leader_epoch, 32: a.describe_configs}
+        admin = TopicAdminApis(node)
+        self.handlers.update({37: admin.create_partitions, 43: admin.elect_leaders})
         txn = TxnAdminApis(node, self.notifier)
         self.handlers.update({27: txn.write_txn_markers, 61: txn.describe_producers})
 

@@ -47,6 +47,9 @@ VALID = [
         {"partition": 0, "current_leader_epoch": -1, "leader_epoch": 0}]}]}),
     (32, 4, {"resources": [{"resource_type": 2, "resource_name": "fuzz", "configuration_keys": None}],
              "include_synonyms": False, "include_documentation": False}),
+    (37, 3, {"topics": [{"name": "fuzz", "count": 2, "assignments": [{"broker_ids": [1]}]}], "timeout": 1000,
+             "validate_only": True}),
+    (43, 2, {"election_type": 0, "topic_partitions": [{"topic": "fuzz", "partitions": [0]}], "timeout": 1000}),
 ]
 FRAMES = [codec.encode_request(k, v, 5, "fuzz", body)[4:] for k, v, body in VALID]
 
