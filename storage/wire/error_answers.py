@@ -136,6 +136,11 @@ def _delete_records(request, code):
         for t in request.topics]}
 
 
+def _describe_log_dirs(request, code):
+    """The top-level code (v3+), and one result with it for v1-2, which have none."""
+    return {"error_code": code, "results": [{"error_code": code, "log_dir": "", "topics": []}]}
+
+
 def _api_versions(request, code):
     return {"error_code": code, "api_keys": []}
 
@@ -147,7 +152,7 @@ _BODIES = {
     15: _describe_groups, 16: lambda request, code: {"error_code": code, "groups": []}, 18: _api_versions,
     19: _create_topics, 20: _delete_topics, 22: _init_producer_id,
     23: _by_topic("topic"), 27: _write_txn_markers, 32: _describe_configs, 61: _describe_producers,
-    21: _delete_records, 35: lambda request, code: {"error_code": code, "results": []},
+    21: _delete_records, 35: _describe_log_dirs,
     37: _create_partitions, 43: _elect_leaders,
     56: _top_level, 62: _top_level, 63: _top_level, 67: _top_level,
 }

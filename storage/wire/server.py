@@ -235,7 +235,8 @@ class BrokerServer(FrameServer):
                          19: a.create_topics, 20: a.delete_topics, 22: a.init_producer_id,
                          23: a.offset_for_leader_epoch, 32: a.describe_configs}
         admin = TopicAdminApis(node)
-        self.handlers.update({37: admin.create_partitions, 43: admin.elect_leaders})
+        self.handlers.update({21: admin.delete_records, 35: admin.describe_log_dirs, 37: admin.create_partitions,
+                              43: admin.elect_leaders})
         txn = TxnAdminApis(node, self.notifier)
         self.handlers.update({27: txn.write_txn_markers, 61: txn.describe_producers})
 

@@ -1,15 +1,20 @@
-"""The topic admin APIs that change the cluster metadata -- CreatePartitions (37) and
+"""The topic admin APIs.  Those that change the cluster metadata -- CreatePartitions (37) and
 ElectLeaders (43) -- on both sides: the broker's handlers (`TopicAdminApis`, which ask the
 controller through the broker's link, as KRaft brokers forward them) and what the controller
 does with them (`grow_topics`, `elect`; the embedded LocalController and the controller process
-call these on their `Controller`, then publish the change as metadata records).
+call these on their `Controller`, then publish the change as metadata records).  And those a
+partition's leader answers from its logs: DeleteRecords (21), DescribeLogDirs (35).
 """
 from __future__ import annotations
 
 import collections
+import os
+import shutil
 
 from ..core.errors import Errors
+from ..replication import messages as m
 from . import configs as topic_configs
+from . import rules
 from .broker import MetadataSource
 
 PREFERRED, UNCLEAN = 0, 1          # ElectionType
@@ -81,3 +86,62 @@ class TopicAdminApis:
         wanted = None if request.topic_partitions is None else \
             [(t.topic, p) for t in request.topic_partitions for p in t.partitions]
         return election_answer(await self.node.elect_leaders(election_type, wanted))
+
+    async def delete_records(self, header, request) -> dict:
+        """Each partition's log start offset raised to the offset asked (-1: the high watermark),
+        as Kafka's ReplicaManager.deleteRecords: on the leader only, never past the high
+        watermark (OFFSET_OUT_OF_RANGE), never on an internal topic (INVALID_TOPIC_EXCEPTION) or
+        one without the delete cleanup policy (POLICY_VIOLATION); answered with the leader's new
+        log start offset, which the followers take from their next fetch (fetcher.py)."""
+        node, out = self.node, []
+        for t in request.topics:
+            rows = []
+            for p in t.partitions:
+                code, low = self._delete_records(t.name, p.partition_index, p.offset)
+                rows.append({"partition_index": p.partition_index, "low_watermark": low, "error_code": code})
+            out.append({"name": t.name, "partitions": rows})
+        node.pump()
+        return {"topics": out}
+
+    def _delete_records(self, topic: str, partition: int, offset: int) -> tuple[int, int]:
+        node = self.node
+        if rules.is_internal(topic):
+            return Errors.INVALID_TOPIC_EXCEPTION, -1
+        if offset < 0 and offset != -1:
+            return Errors.OFFSET_OUT_OF_RANGE, -1
+        hosted = node.manager.partitions.get((topic, partition))
+        if hosted is None:      # Kafka's getPartitionOrError: a partition the metadata has is led elsewhere
+            known = node.partition_state(topic, partition) is not None
+            return (Errors.NOT_LEADER_OR_FOLLOWER if known else Errors.UNKNOWN_TOPIC_OR_PARTITION), -1
+        if "delete" not in hosted.log.config.cleanup_policy:
+            return Errors.POLICY_VIOLATION, -1
+        r = node.manager.handle(m.DeleteRecordsRequest(topic, partition, offset))
+        return r.error_code, r.low_watermark
+
+    async def describe_log_dirs(self, header, request) -> dict:
+        """The broker's one log dir (Kafka's ReplicaManager.describeLogDirs): its partitions
+        (those asked, null: every one) with their size in bytes, offset lag 0 (no future
+        replica moves here: max(0, high watermark - log end) of the current log is 0) and
+        is_future false; its disk's total and usable bytes (v4); KAFKA_STORAGE_ERROR and no
+        partitions once the dir is offline."""
+        logdir = self.node.logdir
+        path = os.path.abspath(logdir.path)
+        if logdir.offline:
+            return {"error_code": Errors.NONE, "results": [
+                {"error_code": Errors.KAFKA_STORAGE_ERROR, "log_dir": path, "topics": [],
+                 "total_bytes": -1, "usable_bytes": -1}]}
+        wanted = None if request.topics is None else {(t.topic, p) for t in request.topics for p in t.partitions}
+        rows: dict[str, list] = {}
+        for (topic, partition), log in sorted(logdir.logs().items()):
+            if wanted is None or (topic, partition) in wanted:
+                lag = max(0, log.high_watermark - log.log_end_offset)
+                rows.setdefault(topic, []).append({"partition_index": partition, "partition_size": log.size_bytes,
+                                                   "offset_lag": lag, "is_future_key": False})
+        try:
+            usage = shutil.disk_usage(path)
+            total, usable = usage.total, usage.free
+        except OSError:
+            total = usable = -1
+        return {"error_code": Errors.NONE, "results": [
+            {"error_code": Errors.NONE, "log_dir": path, "total_bytes": total, "usable_bytes": usable,
+             "topics": [{"name": t, "partitions": parts} for t, parts in rows.items()]}]}

@@ -50,6 +50,8 @@ VALID = [
     (37, 3, {"topics": [{"name": "fuzz", "count": 2, "assignments": [{"broker_ids": [1]}]}], "timeout": 1000,
              "validate_only": True}),
     (43, 2, {"election_type": 0, "topic_partitions": [{"topic": "fuzz", "partitions": [0]}], "timeout": 1000}),
+    (21, 2, {"topics": [{"name": "fuzz", "partitions": [{"partition_index": 0, "offset": 0}]}], "timeout": 1000}),
+    (35, 4, {"topics": [{"topic": "fuzz", "partitions": [0]}]}),
 ]
 FRAMES = [codec.encode_request(k, v, 5, "fuzz", body)[4:] for k, v, body in VALID]
 

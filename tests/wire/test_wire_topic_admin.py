@@ -1,7 +1,8 @@
 """The topic admin APIs over the wire, in both modes: CreatePartitions (37), CreateTopics with a
-manual replica assignment, ElectLeaders (43) -- through confluent-kafka's AdminClient (what
-librdkafka's tests 0044, 0069, 0081, 0112 and 0113 use) and raw frames for the error paths; an
-embedded `storage serve`, and a 3-broker `storage cluster` (controller process + brokers)."""
+manual replica assignment, ElectLeaders (43), DeleteRecords (21), DescribeLogDirs (35) --
+through confluent-kafka's AdminClient (what librdkafka's tests 0044, 0069, 0081, 0112 and 0113
+use), kafka-python's describe_log_dirs, and raw frames for the error paths; an embedded
+`storage serve`, and a 3-broker `storage cluster` (controller process + brokers)."""
 from __future__ import annotations
 
 import time
@@ -12,7 +13,9 @@ pytest.importorskip("kio", reason="the wire front end needs kio")
 ck = pytest.importorskip("confluent_kafka", reason="confluent-kafka is in the [test] extra")
 from confluent_kafka.admin import AdminClient, NewPartitions, NewTopic  # noqa: E402
 
-from storage.core.errors import Errors  # noqa: E402
+from storage.core.config import LogConfig  # noqa: E402
+from storage.core.errors import Errors, LogDirOfflineError  # noqa: E402
+from storage.dir.logdir import LogDir  # noqa: E402
 from storage.wire import codec  # noqa: E402
 from tests.wire_support import Broker, Cluster, raw_exchange  # noqa: E402
 
@@ -133,6 +136,159 @@ def test_elect_leaders_on_one_broker(broker):
         assert answer.replica_election_results == ()
 
 
+def produce_many(bootstrap: str, topic: str, partition: int, n: int) -> None:
+    producer = ck.Producer({"bootstrap.servers": bootstrap, "acks": "all", "linger.ms": 0})
+    for i in range(n):
+        producer.produce(topic, b"r%d" % i, partition=partition)
+        producer.flush(20)          # one batch each: a deletion can fall inside the log
+    assert len(producer) == 0
+
+
+def watermarks(bootstrap: str, topic: str, partition: int) -> tuple[int, int]:
+    consumer = ck.Consumer({"bootstrap.servers": bootstrap, "group.id": "wm"})
+    try:
+        return consumer.get_watermark_offsets(ck.TopicPartition(topic, partition), timeout=10)
+    finally:
+        consumer.close()
+
+
+def test_delete_records_advances_the_log_start(broker):
+    """DeleteRecordsRequestTest (testDeleteRecordsHappyCase, testErrorWhenDeletingRecordsWithInvalidOffset,
+    testErrorWhenDeletingRecordsWithInvalidTopic) and librdkafka's 0081 delete_records: the low
+    watermark is the offset asked, -1 the high watermark; beyond it OFFSET_OUT_OF_RANGE."""
+    a = admin(broker.bootstrap)
+    assert failure(a.create_topics([NewTopic("trimmed", 2, 1)])["trimmed"]) is None
+    produce_many(broker.bootstrap, "trimmed", 0, 6)
+    result = a.delete_records([ck.TopicPartition("trimmed", 0, 4)])
+    assert next(iter(result.values())).result(20).low_watermark == 4
+    assert watermarks(broker.bootstrap, "trimmed", 0) == (4, 6)
+    consumer = ck.Consumer({"bootstrap.servers": broker.bootstrap, "group.id": "trim", "enable.auto.commit": False})
+    consumer.assign([ck.TopicPartition("trimmed", 0, ck.OFFSET_BEGINNING)])
+    first = consumer.consume(1, 10)
+    consumer.close()
+    assert first and first[0].offset() == 4 and first[0].value() == b"r4"
+    bad = failure(next(iter(a.delete_records([ck.TopicPartition("trimmed", 0, 7)]).values())))
+    assert bad.code() == ck.KafkaError.OFFSET_OUT_OF_RANGE
+    done = next(iter(a.delete_records([ck.TopicPartition("trimmed", 0, ck.OFFSET_END)]).values())).result(20)
+    assert done.low_watermark == 6 and watermarks(broker.bootstrap, "trimmed", 0) == (6, 6)
+    assert next(iter(a.delete_records([ck.TopicPartition("trimmed", 0, 2)]).values())).result(20).low_watermark == 6
+    answer = ask(broker, 21, 2, {"topics": [
+        {"name": "trimmed", "partitions": [{"partition_index": 1, "offset": -2}, {"partition_index": 7, "offset": 0}]},
+        {"name": "nowhere", "partitions": [{"partition_index": 0, "offset": 0}]},
+        {"name": "__consumer_offsets", "partitions": [{"partition_index": 0, "offset": 0}]}], "timeout": 5000})
+    got = {(t.name, p.partition_index): (p.error_code, p.low_watermark) for t in answer.topics for p in t.partitions}
+    assert got == {("trimmed", 1): (Errors.OFFSET_OUT_OF_RANGE, -1), ("trimmed", 7): (Errors.UNKNOWN_TOPIC_OR_PARTITION, -1),
+                   ("nowhere", 0): (Errors.UNKNOWN_TOPIC_OR_PARTITION, -1),
+                   ("__consumer_offsets", 0): (Errors.INVALID_TOPIC_EXCEPTION, -1)}
+    assert failure(a.create_topics([NewTopic("kept", 1, 1, config={"cleanup.policy": "compact"})])["kept"]) is None
+    answer = ask(broker, 21, 0, {"topics": [{"name": "kept", "partitions": [{"partition_index": 0, "offset": -1}]}],
+                                 "timeout": 5000})
+    assert answer.topics[0].partitions[0].error_code == Errors.POLICY_VIOLATION
+
+
+def test_describe_log_dirs(broker):
+    """DescribeLogDirsRequestTest.testDescribeLogDirsRequest, for this broker's one log dir:
+    each partition's size, offset lag 0, is_future false; a filter of partitions."""
+    a = admin(broker.bootstrap)
+    assert failure(a.create_topics([NewTopic("sized", 2, 1)])["sized"]) is None
+    produce_many(broker.bootstrap, "sized", 1, 3)
+    kafka_admin = pytest.importorskip("kafka").KafkaAdminClient(bootstrap_servers=broker.bootstrap)
+    try:
+        answer = kafka_admin.describe_log_dirs()
+    finally:
+        kafka_admin.close()
+    [dirs] = [r["log_dirs"] for r in answer if r["broker"] == 1]
+    [only] = dirs
+    assert only["error_code"] == 0 and only["log_dir"].endswith("/logs")
+    sized = {p["partition_index"]: p for t in only["topics"] if t["name"] == "sized" for p in t["partitions"]}
+    assert sized[0]["partition_size"] == 0 and sized[1]["partition_size"] > 0
+    assert all(p["offset_lag"] == 0 and p["is_future_key"] is False for p in sized.values())
+    for version in (1, 4):
+        answer = ask(broker, 35, version, {"topics": [{"topic": "sized", "partitions": [1]}]})
+        [result] = answer.results
+        assert [(t.name, [p.partition_index for p in t.partitions]) for t in result.topics] == [("sized", [1])]
+        assert version < 4 or result.total_bytes > 0
+
+
+def test_list_offsets_every_spec_and_version(broker):
+    """ListOffsetsRequestTest.testResponseIncludesLeaderEpoch and
+    testResponseDefaultOffsetAndLeaderEpochForAllVersions, on one broker: 9 records, then one with
+    the largest timestamp; earliest, earliest local (-4), latest, max timestamp (-3: the offset of
+    the record with the largest timestamp, KIP-734), by time, latest tiered (-5: no offset, nothing
+    is tiered), for every version served (v1-3 carry no leader epoch).  And confluent-kafka's
+    list_offsets with OffsetSpec.earliest / latest / max_timestamp / for_timestamp."""
+    a = admin(broker.bootstrap)
+    assert failure(a.create_topics([NewTopic("listed", 1, 1)])["listed"]) is None
+    now = int(time.time() * 1000)
+    producer = ck.Producer({"bootstrap.servers": broker.bootstrap, "linger.ms": 0})
+    for i in range(10):
+        producer.produce("listed", b"v%d" % i, partition=0, timestamp=now + (60_000 if i == 9 else i))
+        producer.flush(20)
+    want = {0: (0, 0), -2: (0, 0), -4: (0, 0), -1: (10, 0), -3: (9, 0), now + 5: (5, 0), now + 61_000: (-1, -1),
+            -5: (-1, -1)}
+    lo, hi = codec.SUPPORTED[2][1:]
+    for version in range(lo, hi + 1):
+        body = {"replica_id": -1, "isolation_level": 0, "timeout": 5000, "topics": [{"name": "listed", "partitions": [
+            {"partition_index": 0, "current_leader_epoch": -1, "timestamp": t} for t in want]}]}
+        answer = ask(broker, 2, version, body)
+        got = {t: (p.error_code, p.offset, getattr(p, "leader_epoch", -1))
+               for t, p in zip(want, answer.topics[0].partitions)}
+        assert got == {t: (0, o, e if version >= 4 else -1) for t, (o, e) in want.items()}, version
+    tp = ck.TopicPartition("listed", 0)
+    specs = {"earliest": ck.admin.OffsetSpec.earliest(), "latest": ck.admin.OffsetSpec.latest(),
+             "max": ck.admin.OffsetSpec.max_timestamp(), "time": ck.admin.OffsetSpec.for_timestamp(now + 3)}
+    got = {name: a.list_offsets({tp: spec})[tp].result(20) for name, spec in specs.items()}
+    assert {n: r.offset for n, r in got.items()} == {"earliest": 0, "latest": 10, "max": 9, "time": 3}
+    assert got["max"].timestamp == now + 60_000 and got["time"].timestamp == now + 3
+    answer = ask(broker, 2, 7, {"replica_id": -1, "isolation_level": 0, "topics": [
+        {"name": "listed", "partitions": [{"partition_index": 0, "current_leader_epoch": 5, "timestamp": -1},
+                                          {"partition_index": 3, "current_leader_epoch": -1, "timestamp": -1}]},
+        {"name": "nowhere", "partitions": [{"partition_index": 0, "current_leader_epoch": -1, "timestamp": -2}]}]})
+    codes = [p.error_code for t in answer.topics for p in t.partitions]     # ListOffsetsRequestTest.testListOffsetsErrorCodes
+    assert codes == [Errors.UNKNOWN_LEADER_EPOCH, Errors.UNKNOWN_TOPIC_OR_PARTITION, Errors.UNKNOWN_TOPIC_OR_PARTITION]
+
+
+def test_list_offsets_after_every_record_was_deleted(broker):
+    """Latest on a log emptied by DeleteRecords: the log end with the leader's epoch (the epoch
+    cache holds no entry below the log start; this frame was answered with a crash before)."""
+    a = admin(broker.bootstrap)
+    assert failure(a.create_topics([NewTopic("emptied", 1, 1)])["emptied"]) is None
+    produce_many(broker.bootstrap, "emptied", 0, 2)
+    next(iter(a.delete_records([ck.TopicPartition("emptied", 0, ck.OFFSET_END)]).values())).result(20)
+    answer = ask(broker, 2, 10, {"replica_id": -1, "isolation_level": 1, "timeout": 5000, "topics": [
+        {"name": "emptied", "partitions": [{"partition_index": 0, "current_leader_epoch": -1, "timestamp": t}
+                                           for t in (-1, -2, -3, -4)]}]})
+    assert [(p.error_code, p.offset) for p in answer.topics[0].partitions] == [(0, 2), (0, 2), (0, -1), (0, 2)]
+    assert answer.topics[0].partitions[0].leader_epoch == 0
+
+
+def test_describe_log_dirs_of_an_offline_dir(tmp_path):
+    """An offline log dir is described with KAFKA_STORAGE_ERROR and no partitions (Kafka's
+    ReplicaManager.describeLogDirs for a dir in its offline set)."""
+    import asyncio
+
+    from storage.wire.node import Node
+    from storage.wire.topic_admin import TopicAdminApis
+    node = Node(tmp_path, offsets_partitions=1, log_config=LogConfig(fsync=False), background=False)
+    loop = asyncio.new_event_loop()
+    try:
+        request = codec.parse_request(codec.encode_request(35, 4, 1, "t", {"topics": None})[4:])[1]
+        apis = TopicAdminApis(node)
+        loop.run_until_complete(node.create_topic("here", 1, 1))
+        [online] = loop.run_until_complete(apis.describe_log_dirs(None, request))["results"]
+        assert online["error_code"] == Errors.NONE and [t["name"] for t in online["topics"]] == ["here"]
+        node.logdir.failure_channel.fail(OSError(5, "EIO"), "test")
+        [offline] = loop.run_until_complete(apis.describe_log_dirs(None, request))["results"]
+        assert (offline["error_code"], offline["topics"]) == (Errors.KAFKA_STORAGE_ERROR, [])
+        assert offline["log_dir"] == online["log_dir"]
+    finally:
+        try:
+            loop.run_until_complete(node.shutdown())
+        except LogDirOfflineError:       # an offline dir closes with its failure
+            node.link.controller.close()
+        loop.close()
+
+
 # ---- a 3-broker cluster ------------------------------------------------------------------------
 def _leaders(cluster, topic):
     return {p.id: (p.leader, p.replicas, sorted(p.isrs)) for p in cluster.partitions(topic).values()}
@@ -183,5 +339,19 @@ def test_cluster_create_partitions_and_elect_leaders(tmp_path):
             time.sleep(0.2)
         assert all(_leaders(cluster, "wide")[p][0] == 1 for p in preferred_1)
         assert produce(cluster.bootstrap, "wide", preferred_1[0], acks="all") >= 0      # the new leader serves
+
+        # DeleteRecords on the leader; every follower takes the log start from its next fetch.
+        produce_many(cluster.bootstrap, "wide", 2, 4)          # offsets 1-4 after the one above
+        deleted = a.delete_records([ck.TopicPartition("wide", 2, 3)])
+        assert next(iter(deleted.values())).result(20).low_watermark == 3
+        assert watermarks(cluster.bootstrap, "wide", 2) == (3, 5)
+        time.sleep(2)                                          # a few follower fetches (500 ms long polls)
+        cluster.stop()
+        starts = {}
+        for n, b in cluster.brokers.items():
+            logdir = LogDir.open(b.data_dir + "/logs", LogConfig(), background=False)
+            starts[n] = logdir.partition("wide", 2, create=False).log_start_offset
+            logdir.close()
+        assert starts == {1: 3, 2: 3, 3: 3}
     finally:
         cluster.kill()
