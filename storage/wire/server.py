@@ -234,7 +234,7 @@ class BrokerServer(FrameServer):
         self.handlers = {0: a.produce, 1: a.fetch, 2: a.list_offsets, 3: a.metadata, 18: a.api_versions,
                          19: a.create_topics, 20: a.delete_topics, 22: a.init_producer_id,
                          23: a.offset_for_leader_epoch, 32: a.describe_configs}
-        admin = TopicAdminApis(node)
+        admin = TopicAdminApis(node, self.notifier)
         self.handlers.update({21: admin.delete_records, 35: admin.describe_log_dirs, 37: admin.create_partitions,
                               43: admin.elect_leaders})
         txn = TxnAdminApis(node, self.notifier)

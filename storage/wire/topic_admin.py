@@ -13,9 +13,10 @@ import shutil
 
 from ..core.errors import Errors
 from ..replication import messages as m
+from . import apis, rules
 from . import configs as topic_configs
-from . import rules
 from .broker import MetadataSource
+from .codec import ms
 
 PREFERRED, UNCLEAN = 0, 1          # ElectionType
 
@@ -70,10 +71,12 @@ def election_answer(rows) -> dict:
 
 
 class TopicAdminApis:
-    """The broker's CreatePartitions and ElectLeaders handlers."""
+    """The broker's CreatePartitions, ElectLeaders, DeleteRecords and DescribeLogDirs handlers
+    (`notifier`: the one the follower fetches wake, for DeleteRecords' wait)."""
 
-    def __init__(self, node: MetadataSource):
+    def __init__(self, node: MetadataSource, notifier):
         self.node = node
+        self.notifier = notifier
 
     async def create_partitions(self, header, request) -> dict:
         topics = [(t.name, t.count, None if t.assignments is None else [list(a.broker_ids) for a in t.assignments])
@@ -91,17 +94,42 @@ class TopicAdminApis:
         """Each partition's log start offset raised to the offset asked (-1: the high watermark),
         as Kafka's ReplicaManager.deleteRecords: on the leader only, never past the high
         watermark (OFFSET_OUT_OF_RANGE), never on an internal topic (INVALID_TOPIC_EXCEPTION) or
-        one without the delete cleanup policy (POLICY_VIOLATION); answered with the leader's new
-        log start offset, which the followers take from their next fetch (fetcher.py)."""
-        node, out = self.node, []
+        one without the delete cleanup policy (POLICY_VIOLATION).  Answered, as Kafka's
+        DelayedDeleteRecords, once the low watermark -- the lowest log start of the replicas on
+        live brokers, which followers report in their fetches -- reached the offset, or at the
+        request's timeout with REQUEST_TIMED_OUT."""
+        rows: dict[tuple[str, int], list] = {}
+        pending: dict[tuple[str, int], int] = {}
+        manager = self.node.manager
         for t in request.topics:
-            rows = []
             for p in t.partitions:
-                code, low = self._delete_records(t.name, p.partition_index, p.offset)
-                rows.append({"partition_index": p.partition_index, "low_watermark": low, "error_code": code})
-            out.append({"name": t.name, "partitions": rows})
-        node.pump()
-        return {"topics": out}
+                key = (t.name, p.partition_index)
+                code, start = self._delete_records(t.name, p.partition_index, p.offset)
+                rows[key] = [code, start]
+                if code == Errors.NONE:
+                    pending[key] = start if p.offset == -1 else p.offset
+                    rows[key][1] = manager.low_watermark(*key)     # what a timed-out answer says
+        self.node.pump()
+
+        def attempt():
+            for key, required in list(pending.items()):
+                low = manager.low_watermark(*key)
+                if low is None:
+                    rows[key] = [Errors.NOT_LEADER_OR_FOLLOWER, -1]
+                elif low >= required:
+                    rows[key] = [Errors.NONE, low]
+                else:
+                    continue
+                del pending[key]
+            return None, not pending
+        if pending:
+            await apis.long_poll(self.notifier, min(ms(request.timeout), apis.MAX_WAIT_MS), attempt, set(pending))
+        for key in pending:
+            rows[key][0] = Errors.REQUEST_TIMED_OUT
+        out: dict[str, list] = {}
+        for (topic, index), (code, low) in rows.items():
+            out.setdefault(topic, []).append({"partition_index": index, "low_watermark": low, "error_code": code})
+        return {"topics": [{"name": t, "partitions": parts} for t, parts in out.items()]}
 
     def _delete_records(self, topic: str, partition: int, offset: int) -> tuple[int, int]:
         node = self.node

@@ -17,7 +17,7 @@ from storage.core.config import LogConfig  # noqa: E402
 from storage.core.errors import Errors, LogDirOfflineError  # noqa: E402
 from storage.dir.logdir import LogDir  # noqa: E402
 from storage.wire import codec  # noqa: E402
-from tests.wire_support import Broker, Cluster, raw_exchange  # noqa: E402
+from tests.wire_support import SESSION_MS, Broker, Cluster, raw_exchange  # noqa: E402
 
 
 @pytest.fixture(scope="module")
@@ -273,7 +273,7 @@ def test_describe_log_dirs_of_an_offline_dir(tmp_path):
     loop = asyncio.new_event_loop()
     try:
         request = codec.parse_request(codec.encode_request(35, 4, 1, "t", {"topics": None})[4:])[1]
-        apis = TopicAdminApis(node)
+        apis = TopicAdminApis(node, None)
         loop.run_until_complete(node.create_topic("here", 1, 1))
         [online] = loop.run_until_complete(apis.describe_log_dirs(None, request))["results"]
         assert online["error_code"] == Errors.NONE and [t["name"] for t in online["topics"]] == ["here"]
@@ -345,13 +345,25 @@ def test_cluster_create_partitions_and_elect_leaders(tmp_path):
         deleted = a.delete_records([ck.TopicPartition("wide", 2, 3)])
         assert next(iter(deleted.values())).result(20).low_watermark == 3
         assert watermarks(cluster.bootstrap, "wide", 2) == (3, 5)
-        time.sleep(2)                                          # a few follower fetches (500 ms long polls)
+        # Answered once every live replica's log start reached the offset (DelayedDeleteRecords):
+        # with a follower killed and not yet fenced, the request times out; once it is fenced
+        # (session timeout), the live replicas are enough.
+        leader, replicas, _ = _leaders(cluster, "wide")[3]
+        victim = next(b for b in replicas if b != leader)
+        cluster.brokers[victim].kill()
+        body = {"topics": [{"name": "wide", "partitions": [{"partition_index": 3, "offset": -1}]}], "timeout": 300}
+        [timed_out] = ask(cluster.brokers[leader], 21, 2, body).topics[0].partitions
+        assert (timed_out.error_code, timed_out.low_watermark) == (Errors.REQUEST_TIMED_OUT, 0)
+        time.sleep(SESSION_MS / 1000 + 1)
+        body["topics"][0]["partitions"][0]["offset"] = 1
+        [done] = ask(cluster.brokers[leader], 21, 2, dict(body, timeout=5000)).topics[0].partitions
+        assert (done.error_code, done.low_watermark) == (Errors.NONE, 1)
         cluster.stop()
-        starts = {}
-        for n, b in cluster.brokers.items():
+        starts = {}          # (the killed broker's log start was not checkpointed: Kafka's is periodic too)
+        for n, b in ((n, b) for n, b in cluster.brokers.items() if n != victim):
             logdir = LogDir.open(b.data_dir + "/logs", LogConfig(), background=False)
             starts[n] = logdir.partition("wide", 2, create=False).log_start_offset
             logdir.close()
-        assert starts == {1: 3, 2: 3, 3: 3}
+        assert starts == {n: 3 for n in cluster.brokers if n != victim}
     finally:
         cluster.kill()
