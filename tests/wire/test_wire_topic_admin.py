@@ -72,6 +72,26 @@ def test_create_partitions_grows_a_topic_clients_can_produce_to(broker):
     assert produce(broker.bootstrap, "grown", 1) == 1       # the existing partition kept its records
 
 
+def test_grown_and_placed_topics_survive_a_restart(tmp_path):
+    """The embedded controller commits the new partitions and the manual placement to its store
+    before it publishes them: a restarted `storage serve` has them, and their data."""
+    b = Broker(tmp_path / "data").start()
+    try:
+        a = admin(b.bootstrap)
+        assert failure(a.create_topics([NewTopic("kept", 1, 1)])["kept"]) is None
+        assert failure(a.create_partitions([NewPartitions("kept", 3)])["kept"]) is None
+        assert failure(a.create_topics([NewTopic("put", 2, replica_assignment=[[1], [1]])])["put"]) is None
+        assert produce(b.bootstrap, "kept", 2) == 0
+        assert b.stop() == 0
+        b.start()
+        a = admin(b.bootstrap)
+        assert sorted(a.list_topics("kept", timeout=10).topics["kept"].partitions) == [0, 1, 2]
+        assert sorted(a.list_topics("put", timeout=10).topics["put"].partitions) == [0, 1]
+        assert produce(b.bootstrap, "kept", 2) == 1
+    finally:
+        b.stop()
+
+
 def test_create_partitions_refusals(broker):
     """Kafka's answers (ReplicationControlManagerTest.testCreatePartitions, ControllerApisTest
     .testCreatePartitionsRequest): shrink or same count -> INVALID_PARTITIONS, unknown topic,
@@ -345,6 +365,10 @@ def test_cluster_create_partitions_and_elect_leaders(tmp_path):
         deleted = a.delete_records([ck.TopicPartition("wide", 2, 3)])
         assert next(iter(deleted.values())).result(20).low_watermark == 3
         assert watermarks(cluster.bootstrap, "wide", 2) == (3, 5)
+        follower = next(n for n in cluster.brokers if n != _leaders(cluster, "wide")[2][0])
+        body = {"topics": [{"name": "wide", "partitions": [{"partition_index": 2, "offset": 4}]}], "timeout": 5000}
+        [elsewhere] = ask(cluster.brokers[follower], 21, 2, body).topics[0].partitions
+        assert elsewhere.error_code == Errors.NOT_LEADER_OR_FOLLOWER
         # Answered once every live replica's log start reached the offset (DelayedDeleteRecords):
         # with a follower killed and not yet fenced, the request times out; once it is fenced
         # (session timeout), the live replicas are enough.
