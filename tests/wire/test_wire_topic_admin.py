@@ -391,3 +391,35 @@ def test_cluster_create_partitions_and_elect_leaders(tmp_path):
         assert starts == {n: 3 for n in cluster.brokers if n != victim}
     finally:
         cluster.kill()
+
+
+def test_cluster_unclean_election_on_request(tmp_path):
+    """ElectLeaders UNCLEAN through the controller process (unclean.leader.election off there):
+    broker 2 is out of the ISR when the last ISR member (1) dies; the partition stays leaderless
+    (a preferred election: PREFERRED_LEADER_NOT_AVAILABLE) until a client asks for an unclean
+    election, which makes 2 the leader (ReplicationControlManagerTest.testElectUncleanLeaders_WithoutElr)."""
+    cluster = Cluster(tmp_path, brokers=2, min_isr=1)
+    try:
+        cluster.create("lonely", 1, replication_factor=2)
+        cluster.wait_in_sync("lonely")
+        cluster.brokers[2].kill()
+        deadline = time.monotonic() + 30
+        while time.monotonic() < deadline and _leaders(cluster, "lonely")[0][2] != [1]:
+            time.sleep(0.2)                   # fenced at the session timeout: out of the ISR
+        assert _leaders(cluster, "lonely")[0][2] == [1]
+        cluster.brokers[1].kill()
+        time.sleep(SESSION_MS / 1000 + 1)    # 1 fenced too: the last ISR member, no leader
+        cluster.brokers[2].start()
+        a = admin(cluster.brokers[2].bootstrap)
+        tp = ck.TopicPartition("lonely", 0)
+        assert cluster.partitions("lonely")[0].leader == -1
+        [err] = a.elect_leaders(ck.ElectionType.PREFERRED, [tp]).result(20).values()
+        assert err.code() == ck.KafkaError.PREFERRED_LEADER_NOT_AVAILABLE
+        [err] = a.elect_leaders(ck.ElectionType.UNCLEAN, [tp]).result(20).values()
+        assert err is None
+        assert cluster.partitions("lonely")[0].leader == 2
+        [err] = a.elect_leaders(ck.ElectionType.UNCLEAN, [tp]).result(20).values()
+        assert err.code() == ck.KafkaError.ELECTION_NOT_NEEDED
+        assert produce(cluster.brokers[2].bootstrap, "lonely", 0, acks="all") >= 0
+    finally:
+        cluster.kill()
