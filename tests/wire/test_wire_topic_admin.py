@@ -15,6 +15,7 @@ from confluent_kafka.admin import AdminClient, NewPartitions, NewTopic  # noqa: 
 
 from storage.core.config import LogConfig  # noqa: E402
 from storage.core.errors import Errors, LogDirOfflineError  # noqa: E402
+from storage.core.records import build_batch  # noqa: E402
 from storage.dir.logdir import LogDir  # noqa: E402
 from storage.wire import codec  # noqa: E402
 from tests.wire_support import SESSION_MS, Broker, Cluster, raw_exchange  # noqa: E402
@@ -423,3 +424,41 @@ def test_cluster_unclean_election_on_request(tmp_path):
         assert produce(cluster.brokers[2].bootstrap, "lonely", 0, acks="all") >= 0
     finally:
         cluster.kill()
+
+
+def test_list_offsets_read_committed_stops_at_the_last_stable_offset(tmp_path):
+    """Isolation read_committed: latest is the last stable offset, and a timestamp or max
+    timestamp lookup that finds an offset at or past it finds nothing (Kafka's
+    Partition.fetchOffsetForTimestamp: lastFetchableOffset); read_uncommitted sees past it.  An
+    open transaction no coordinator ends (offsets 1-2) is written into the stopped broker's log,
+    as tests/wire/test_wire_txn_admin.py does."""
+    b = Broker(tmp_path / "data").start()
+    t0 = int(time.time() * 1000)
+    try:
+        a = admin(b.bootstrap)            # kept alive until its future resolves
+        assert failure(a.create_topics([NewTopic("pending", 1, 1)])["pending"]) is None
+        producer = ck.Producer({"bootstrap.servers": b.bootstrap})
+        producer.produce("pending", b"first", partition=0, timestamp=t0)
+        producer.flush(20)
+    finally:
+        b.stop()
+    with LogDir.open(b.data_dir + "/logs", LogConfig(fsync=False), background=False) as d:
+        log = d.partition("pending", 0)
+        epoch = log.latest_epoch
+        log.append_as_leader(build_batch([b"t1", b"t2"], producer_id=77, producer_epoch=0, base_sequence=0,
+                                         is_transactional=True, base_timestamp=t0 + 10), epoch)
+        log.append_as_leader(build_batch([b"after"], base_timestamp=t0 + 20), epoch)
+        log.flush()
+    b.start()
+    try:
+        specs = (-2, -1, -3, t0 + 5, t0 + 20)
+
+        def offsets(isolation):
+            answer = ask(b, 2, 7, {"replica_id": -1, "isolation_level": isolation, "topics": [
+                {"name": "pending", "partitions": [{"partition_index": 0, "current_leader_epoch": -1, "timestamp": t}
+                                                   for t in specs]}]})
+            return [(p.error_code, p.offset) for p in answer.topics[0].partitions]
+        assert offsets(0) == [(0, 0), (0, 4), (0, 3), (0, 1), (0, 3)]
+        assert offsets(1) == [(0, 0), (0, 1), (0, -1), (0, -1), (0, -1)]
+    finally:
+        b.stop()
