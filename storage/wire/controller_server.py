@@ -261,7 +261,7 @@ class ControllerServer(FrameServer):
             [(t.topic, p) for t in request.topic_partitions for p in t.partitions]
         rows = topic_admin.elect(self.controller, getattr(request, "election_type", topic_admin.PREFERRED), wanted)
         self.sync()
-        return topic_admin.election_answer(rows)
+        return topic_admin.election_answer(rows, sorted(self.controller.topics) if wanted is None else ())
 
     def _topic_by_id(self, topic_id: int) -> str | None:
         return next((name for name, t in self.controller.topics.items() if int(t["topic_id"], 16) == topic_id), None)

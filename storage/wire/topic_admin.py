@@ -62,12 +62,15 @@ def _by_topic(rows) -> dict[str, list]:
     return out
 
 
-def election_answer(rows) -> dict:
-    """The ElectLeaders response of elect's rows."""
+def election_answer(rows, every_topic=()) -> dict:
+    """The ElectLeaders response of elect's rows; an election of every partition has a row for
+    each topic of `every_topic`, if empty (Kafka's electLeaders)."""
+    grouped = {topic: [] for topic in every_topic}
+    grouped.update(_by_topic(rows))
     return {"error_code": Errors.NONE, "replica_election_results": [
         {"topic": topic, "partition_result": [{"partition_id": p, "error_code": code, "error_message": message}
                                               for p, code, message in parts]}
-        for topic, parts in _by_topic(rows).items()]}
+        for topic, parts in grouped.items()]}
 
 
 class TopicAdminApis:
@@ -88,7 +91,8 @@ class TopicAdminApis:
         election_type = getattr(request, "election_type", PREFERRED)
         wanted = None if request.topic_partitions is None else \
             [(t.topic, p) for t in request.topic_partitions for p in t.partitions]
-        return election_answer(await self.node.elect_leaders(election_type, wanted))
+        rows = await self.node.elect_leaders(election_type, wanted)
+        return election_answer(rows, self.node.topic_names() if wanted is None else ())
 
     async def delete_records(self, header, request) -> dict:
         """Each partition's log start offset raised to the offset asked (-1: the high watermark),
