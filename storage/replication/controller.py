@@ -34,6 +34,7 @@ from ..core import guards
 from ..core.errors import Errors
 from ..core.failure import LogDirFailureChannel, is_io_failure
 from ..dir.meta import MetaStore
+from . import assignment
 from .messages import (
     NO_LEADER,
     RECOVERED,
@@ -358,6 +359,66 @@ class Controller:
         self._commit(broker_configs=True)
         return Errors.NONE
 
+    def create_assigned_topic(self, name: str, assignments: list[tuple[int, list[int]]],
+                              configs: dict[str, str] | None = None, *, num_partitions: int = -1,
+                              replication_factor: int = -1, validate_only: bool = False) -> tuple[int, str | None]:
+        """Create a topic with a manual replica assignment [(partition, broker ids)], Kafka's
+        checks first (assignment.topic_assignment); each partition led by its first active replica."""
+        if name in self.topics or any(key[0] == name for key in self.partitions):
+            return Errors.TOPIC_ALREADY_EXISTS, f"Topic '{name}' already exists."
+        try:
+            placed = assignment.topic_assignment(assignments, num_partitions, replication_factor, self.brokers,
+                                                 self.active)
+        except assignment.AssignmentError as exc:
+            return exc.error_code, exc.message
+        if not validate_only:
+            self.topics[name] = {"topic_id": uuid.uuid4().hex, "configs": dict(configs or {})}
+            self._add_partitions(name, [(p, placed[p]) for p in sorted(placed)])
+        return Errors.NONE, None
+
+    def create_partitions(self, name: str, count: int, assignments: list[list[int]] | None = None, *,
+                          validate_only: bool = False) -> tuple[int, str | None]:
+        """Grow a topic to `count` partitions (Kafka's CreatePartitions): the new ones placed as
+        `assignments` says (one broker list each) or over the active brokers with the topic's
+        replication factor; the existing partitions are untouched."""
+        current = sorted(p for t, p in self.partitions if t == name)
+        if name not in self.topics or not current:
+            return Errors.UNKNOWN_TOPIC_OR_PARTITION, None
+        factor = len(self.partitions[(name, current[0])].replicas)
+        try:
+            lists = assignment.added_partitions(name, len(current), count, factor, assignments, self.brokers)
+            if lists is None:
+                lists = self._placed(name, count - len(current), factor, len(current))
+            for i, replicas in enumerate(lists):
+                assignment.in_sync(replicas, len(current) + i, self.active)
+        except assignment.AssignmentError as exc:
+            return exc.error_code, exc.message
+        if not validate_only:
+            self._add_partitions(name, [(len(current) + i, r) for i, r in enumerate(lists)])
+        return Errors.NONE, None
+
+    def _placed(self, name: str, n: int, factor: int, first: int) -> list[list[int]]:
+        """Replica lists for `n` new partitions from `first`, round robin over the active brokers
+        from where the topic's partition 0 starts."""
+        active = sorted(b for b in self.brokers if self.active(b))
+        if factor > len(active):
+            raise assignment.AssignmentError(
+                Errors.INVALID_REPLICATION_FACTOR, f"Unable to replicate the partition {factor} time(s): The target "
+                f"replication factor of {factor} cannot be reached because only {len(active)} broker(s) are registered.")
+        head = self.partitions[(name, 0)].replicas[0] if (name, 0) in self.partitions else active[0]
+        start = active.index(head) if head in active else 0
+        return [[active[(start + p + i) % len(active)] for i in range(factor)] for p in range(first, first + n)]
+
+    def _add_partitions(self, name: str, placed: list[tuple[int, list[int]]]) -> None:
+        keys = []
+        for p, replicas in placed:
+            isr = [b for b in replicas if self.active(b)]
+            self.partitions[(name, p)] = PartitionState(name, p, isr[0], 0, 0, isr, list(replicas))
+            keys.append((name, p))
+        self._commit(partitions=keys, topics=True)
+        for key in keys:
+            self._publish(self.partitions[key])
+
     def delete_topic(self, name: str) -> int:
         """Delete a topic: its replicas get StopReplica(delete) and its records go."""
         keys = sorted(key for key in self.partitions if key[0] == name)
@@ -438,6 +499,31 @@ class Controller:
             return Errors.NONE
         return Errors.ELECTION_NOT_NEEDED if s.leader != NO_LEADER and self.active(s.leader) \
             else Errors.LEADER_NOT_AVAILABLE
+
+    def elect_for_client(self, topic: str, partition: int, election_type: int) -> tuple[int, str | None]:
+        """ElectLeaders as Kafka's controller answers it: a preferred election (0) moves the
+        leadership to the first replica when it is an active ISR member (ELECTION_NOT_NEEDED
+        when it leads, PREFERRED_LEADER_NOT_AVAILABLE when it cannot); an unclean one (1) elects
+        a leaderless partition's leader -- the ISR first, then the ELR, then any active replica
+        (RECOVERING, KIP-704) -- ELIGIBLE_LEADERS_NOT_AVAILABLE when there is none."""
+        s = self.partitions.get((topic, partition))
+        if s is None:
+            return Errors.UNKNOWN_TOPIC_OR_PARTITION, "The partition does not exist."
+        if election_type == 0:
+            if s.replicas and s.leader == s.replicas[0]:
+                return Errors.ELECTION_NOT_NEEDED, "Leader election not needed for topic partition."
+            code = self.move_leader(topic, partition, s.replicas[0])
+            return (Errors.NONE, None) if code == Errors.NONE else \
+                (Errors.PREFERRED_LEADER_NOT_AVAILABLE, "Failed to elect leader for topic partition.")
+        if election_type != 1:
+            return Errors.INVALID_REQUEST, f"Unknown election type {election_type}."
+        if s.leader != NO_LEADER:
+            return Errors.ELECTION_NOT_NEEDED, "Leader election not needed for topic partition."
+        if self._elect(s, True):
+            self._commit(partitions=[(topic, partition)])
+            self._publish(s)
+            return Errors.NONE, None
+        return Errors.ELIGIBLE_LEADERS_NOT_AVAILABLE, "Failed to elect leader for topic partition."
 
     def recover_partition(self, topic: str, partition: int, offers: dict[int, tuple[int, int]]) -> int:
         """KIP-966's unclean recovery for a partition with no ISR and no ELR left: elect the live

@@ -47,6 +47,7 @@ class FollowerState:
     last_caught_up_time_ms: int = -1
     last_fetch_time_ms: int = -1
     last_fetch_leader_log_end_offset: int = -1
+    log_start_offset: int = -1               # as its last fetch said (DeleteRecords' low watermark)
 
 
 class FetchAnswers:
@@ -127,6 +128,7 @@ class FetchAnswers:
         code = self._update_follower(p, request, item.fetch_offset)
         if code:
             return answer(code)
+        p.followers[request.replica_id].log_start_offset = item.log_start_offset
         response.high_watermark = log.high_watermark
         return response
 

@@ -585,6 +585,20 @@ class ReplicaManager(FetchAnswers):
         epoch = found.leader_epoch if found.leader_epoch is not None else NO_EPOCH
         return answer(Errors.NONE, found.timestamp, found.offset, epoch)
 
+    def low_watermark(self, topic: str, partition: int) -> int | None:
+        """The lowest log start offset of a led partition's replicas on live brokers (Kafka's
+        Partition.lowWatermarkIfLeader: a follower counts with what its last fetch said, -1
+        before any); None when this broker does not lead it."""
+        p = self.partitions.get((topic, partition))
+        if p is None or p.leader != self.broker_id:
+            return None
+        low = p.log.log_start_offset
+        for b, follower in p.followers.items():
+            info = self.metadata.get(b)
+            if b in p.replicas and info is not None and not info.fenced:
+                low = min(low, follower.log_start_offset)
+        return low
+
     def handle_delete_records(self, request: DeleteRecordsRequest) -> DeleteRecordsResponse:
         p, code = self.leader_partition(request.topic, request.partition)
         if code:

@@ -21,6 +21,8 @@ from .fetch_sessions import FetchManager, FetchSessionCache
 log = logging.getLogger("storage.wire")
 
 MAX_WAIT_MS = 30_000        # a fetch's wait is capped (a client asking more is waited this long)
+EARLIEST_LOCAL_TIMESTAMP = -4   # ListOffsets v8+ (KIP-405)
+LATEST_TIERED_TIMESTAMP = -5    # ListOffsets v9+ (KIP-1005)
 
 
 class Notifier:
@@ -279,16 +281,33 @@ class ClientApis:
     # ---- ListOffsets -------------------------------------------------------------------------
     async def list_offsets(self, header, request) -> dict:
         read_committed = getattr(request, "isolation_level", 0) == m.READ_COMMITTED
-        items = []
-        for topic, index, part in _partition_keys(request.topics):
-            r = self.node.manager.handle(m.ListOffsetsRequest(request.replica_id, topic, index, part.timestamp,
-                                                              getattr(part, "current_leader_epoch", -1)))
-            offset = r.offset
-            if read_committed and part.timestamp == -1 and r.error_code == Errors.NONE:
-                offset = min(offset, self.node.logdir.partition(topic, index).last_stable_offset)
-            items.append((topic, {"partition_index": index, "error_code": r.error_code, "timestamp": r.timestamp,
-                                  "offset": offset, "leader_epoch": r.leader_epoch}))
+        items = [(topic, self._list_offset(request.replica_id, topic, index, part, read_committed))
+                 for topic, index, part in _partition_keys(request.topics)]
         return {"topics": _grouped(items, "name", "partitions")}
+
+    def _list_offset(self, replica_id: int, topic: str, index: int, part, read_committed: bool) -> dict:
+        """One partition's answer, as Kafka's Partition.fetchOffsetForTimestamp and
+        UnifiedLog.fetchOffsetByTimestamp: earliest (-2) and earliest local (-4, KIP-405: the
+        same without tiered storage), latest (-1: the high watermark, or the last stable offset
+        read_committed, with the partition's leader epoch), max timestamp (-3, KIP-734),
+        latest tiered (-5, KIP-1005: offset -1, nothing is tiered here), or by time; a found
+        offset at or past what the client may read (HW, or LSO read_committed) is no offset."""
+        asked = part.timestamp
+        spec = -2 if asked in (EARLIEST_LOCAL_TIMESTAMP, LATEST_TIERED_TIMESTAMP) else asked
+        r = self.node.manager.handle(m.ListOffsetsRequest(replica_id, topic, index, spec,
+                                                          getattr(part, "current_leader_epoch", -1)))
+        timestamp, offset, epoch = r.timestamp, r.offset, r.leader_epoch
+        hosted = self.node.manager.partitions.get((topic, index))
+        if r.error_code == Errors.NONE and hosted is not None:
+            lso = hosted.log.last_stable_offset
+            if asked == LATEST_TIERED_TIMESTAMP:
+                timestamp, offset, epoch = -1, -1, -1
+            elif asked == -1 and replica_id < 0:
+                offset, epoch = min(offset, lso) if read_committed else offset, hosted.leader_epoch
+            elif read_committed and asked not in (-1, -2, EARLIEST_LOCAL_TIMESTAMP) and offset >= lso:
+                timestamp, offset, epoch = -1, -1, -1
+        return {"partition_index": index, "error_code": r.error_code, "timestamp": timestamp, "offset": offset,
+                "leader_epoch": -1 if epoch is None else epoch}
 
     # ---- OffsetForLeaderEpoch ----------------------------------------------------------------
     async def offset_for_leader_epoch(self, header, request) -> dict:
@@ -316,11 +335,9 @@ class ClientApis:
         node, out = self.node, []
         for t in request.topics:
             configs = {c.name: c.value for c in t.configs}
-            if t.assignments:
-                code, message = Errors.INVALID_REQUEST, "manual replica assignments are not supported"
-            else:
-                code, message = await node.create_topic(t.name, t.num_partitions, t.replication_factor, configs,
-                                                  validate_only=request.validate_only)
+            assignments = [(a.partition_index, list(a.broker_ids)) for a in t.assignments]
+            code, message = await node.create_topic(t.name, t.num_partitions, t.replication_factor, configs,
+                                                    validate_only=request.validate_only, assignments=assignments)
             parts = node.partitions_of(t.name) if code == Errors.NONE else []
             described = []
             if code == Errors.NONE:

@@ -78,8 +78,10 @@ class MetadataSource(Protocol):
     def pump(self) -> None: ...
     async def create_topic(self, name: str, num_partitions: int = -1, replication_factor: int = -1,
                            configs: dict[str, str] | None = None, *, validate_only: bool = False,
-                           internal: bool = False) -> tuple[int, str | None]: ...
+                           internal: bool = False, assignments: list | None = None) -> tuple[int, str | None]: ...
     async def delete_topic(self, name: str) -> int: ...
+    async def create_partitions(self, topics: list, validate_only: bool) -> list[tuple[str, int, str | None]]: ...
+    async def elect_leaders(self, election_type: int, partitions: list | None) -> list[tuple]: ...
     async def ensure_offsets_topic(self) -> None: ...
     async def next_producer_id(self) -> int: ...
 
@@ -95,11 +97,18 @@ class ControllerLink(Protocol):
         """Called by the broker's constructor, holding the log dir's lock."""
     async def start(self, broker: "Broker", notifier) -> None: ...
     async def create_topic(self, name: str, partitions: int, replication: int, configs: dict[str, str], *,
-                           validate_only: bool, internal: bool) -> tuple[int, str | None]: ...
+                           validate_only: bool, internal: bool,
+                           assignments: list | None = None) -> tuple[int, str | None]: ...
     async def delete_topic(self, name: str) -> int: ...
     async def alter_configs(self, resources, *, incremental: bool,
                             validate_only: bool) -> list[tuple[int, str | None]]:
         """config_admin.alter at the controller, the change replayed here before it returns."""
+    async def create_partitions(self, topics: list[tuple[str, int, list[list[int]] | None]],
+                                validate_only: bool) -> list[tuple[str, int, str | None]]:
+        """topic_admin.grow_topics on the controller; returns once this broker sees the change."""
+    async def elect_leaders(self, election_type: int,
+                            partitions: list[tuple[str, int]] | None) -> list[tuple[str, int, int, str | None]]:
+        """topic_admin.elect on the controller; returns once this broker sees the change."""
     async def allocate_producer_ids(self) -> tuple[int, int]:
         """(first id, count) of a new block."""
     def pump(self) -> None:
@@ -208,20 +217,25 @@ class Broker:
     # ---- topics and producer ids ------------------------------------------------------------------
     async def create_topic(self, name: str, num_partitions: int = -1, replication_factor: int = -1,
                            configs: dict[str, str] | None = None, *, validate_only: bool = False,
-                           internal: bool = False) -> tuple[int, str | None]:
-        """(error code, message) of creating a topic; -1 takes the broker's defaults.
+                           internal: bool = False, assignments: list | None = None) -> tuple[int, str | None]:
+        """(error code, message) of creating a topic; -1 takes the broker's defaults (but with a
+        manual replica assignment [(partition, broker ids)], which wants both -1).
         internal: the broker's own creation of an internal topic (rules.create_problem).  The
         controller validates the rest (topic_configs.create_problem)."""
         problem = rules.create_problem(name, internal_allowed=internal)
         if problem:         # the controller refuses it too (a client may send it there)
             return problem
         configs = dict(configs or {})
-        n = self.num_partitions if num_partitions == -1 else num_partitions
-        rf = self.replication_factor if replication_factor == -1 else replication_factor
+        n, rf = num_partitions, replication_factor
+        if not assignments:
+            n = self.num_partitions if num_partitions == -1 else num_partitions
+            rf = self.replication_factor if replication_factor == -1 else replication_factor
         code, message = await self.link.create_topic(name, n, rf, configs, validate_only=validate_only,
-                                                     internal=internal)
-        if code == errors.Errors.NONE and not validate_only:
-            log.info("created topic %s: %d partitions, replication factor %d, configs %s", name, n, rf, configs)
+                                                     internal=internal, assignments=assignments or None)
+        parts = self.partitions_of(name)
+        if code == errors.Errors.NONE and not validate_only and parts:
+            log.info("created topic %s: %d partitions, replication factor %d, configs %s", name, len(parts),
+                     len(parts[0].replicas), configs)
         return code, message
 
     async def ensure_offsets_topic(self) -> None:
@@ -238,6 +252,16 @@ class Broker:
         if code == errors.Errors.NONE:
             log.info("deleted topic %s", name)
         return code
+
+    async def create_partitions(self, topics: list, validate_only: bool) -> list[tuple[str, int, str | None]]:
+        answers = await self.link.create_partitions(topics, validate_only)
+        for name, code, _ in answers:
+            if code == errors.Errors.NONE and not validate_only:
+                log.info("topic %s now has %d partitions", name, len(self.partitions_of(name)))
+        return answers
+
+    async def elect_leaders(self, election_type: int, partitions: list | None) -> list[tuple]:
+        return await self.link.elect_leaders(election_type, partitions)
 
     async def next_producer_id(self) -> int:
         first, end = self._producer_ids

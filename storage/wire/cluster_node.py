@@ -72,9 +72,11 @@ class RemoteController:
 
     # ---- topics and producer ids ---------------------------------------------------------------
     async def create_topic(self, name: str, partitions: int, replication: int, configs: dict[str, str], *,
-                           validate_only: bool, internal: bool) -> tuple[int, str | None]:
+                           validate_only: bool, internal: bool,
+                           assignments: list | None = None) -> tuple[int, str | None]:
         body = {"topics": [{"name": name, "num_partitions": partitions, "replication_factor": replication,
-                            "assignments": [], "configs": [{"name": k, "value": v} for k, v in configs.items()]}],
+                            "assignments": [{"partition_index": i, "broker_ids": b} for i, b in assignments or ()],
+                            "configs": [{"name": k, "value": v} for k, v in configs.items()]}],
                 "timeout": 30_000, "validate_only": validate_only}
         try:
             answer = (await self._rpc.call(19, 7, body)).topics[0]
@@ -122,6 +124,38 @@ class RemoteController:
                     if code == Errors.NONE and (t, n) in expected]
             await self._await_metadata(lambda: all(view.configs_of(*key) == want for key, want in done), timeout_s=5.0)
         return results
+
+    async def create_partitions(self, topics: list, validate_only: bool) -> list[tuple[str, int, str | None]]:
+        body = {"topics": [{"name": n, "count": c, "assignments": None if a is None else
+                            [{"broker_ids": b} for b in a]} for n, c, a in topics],
+                "timeout": 30_000, "validate_only": validate_only}
+        try:
+            answer = await self._rpc.call(37, 3, body)
+        except PeerError as exc:
+            return [(n, Errors.REQUEST_TIMED_OUT, str(exc)) for n, _, _ in topics]
+        rows = [(r.name, int(r.error_code), r.error_message) for r in answer.results]
+        grown = {n: c for n, c, _ in topics}
+        if not validate_only:
+            await self._await_metadata(lambda: all(len(self.broker.partitions_of(n)) >= grown.get(n, 0)
+                                                   for n, code, _ in rows if code == Errors.NONE))
+        return rows
+
+    async def elect_leaders(self, election_type: int, partitions: list | None) -> list[tuple]:
+        body = {"election_type": election_type, "timeout": 30_000, "topic_partitions": None if partitions is None else
+                [{"topic": t, "partitions": [p for tp, p in partitions if tp == t]}
+                 for t in dict.fromkeys(t for t, _ in partitions)]}
+        try:
+            answer = await self._rpc.call(43, 2, body)
+        except PeerError as exc:
+            return [(t, p, Errors.REQUEST_TIMED_OUT, str(exc)) for t, p in partitions or ()]
+        rows = [(r.topic, p.partition_id, int(p.error_code), p.error_message)
+                for r in answer.replica_election_results for p in r.partition_result]
+
+        def elected(t, p):
+            s = self.broker.partition_state(t, p)
+            return s is not None and s.leader >= 0 and (election_type != 0 or s.leader == s.replicas[0])
+        await self._await_metadata(lambda: all(elected(t, p) for t, p, code, _ in rows if code == Errors.NONE))
+        return rows
 
     async def allocate_producer_ids(self) -> tuple[int, int]:
         answer = await self._rpc.call(67, 0, {"broker_id": self.broker.node_id,

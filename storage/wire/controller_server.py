@@ -3,7 +3,8 @@
 The `Controller` model (storage/replication/controller.py) keeps the metadata in LMDB and
 validates every change; this process serves its RPCs over Kafka's protocol --
 BrokerRegistration, BrokerHeartbeat (fencing, controlled shutdown, KIP-841), AlterPartition
-(KIP-497 validation, KIP-903 broker epochs), CreateTopics, DeleteTopics, AllocateProducerIds --
+(KIP-497 validation, KIP-903 broker epochs), CreateTopics, DeleteTopics, CreatePartitions,
+ElectLeaders, AllocateProducerIds --
 and writes every change as Kafka's metadata records to its metadata log, `__cluster_metadata-0`
 (a partition of this engine, flushed before any answer), which brokers replay by fetching it
 (Fetch v12-16).  Brokers that stop heartbeating for the session timeout are fenced and lose
@@ -28,7 +29,7 @@ from ..core.records import build_batch
 from ..dir.logdir import LogDir
 from ..replication import messages as m
 from ..replication.controller import Controller
-from . import codec, config_admin, rules
+from . import codec, config_admin, rules, topic_admin
 from . import configs as topic_configs
 from .apis import Notifier, delete_topics_targets, long_poll
 from .broker import PRODUCER_ID_BLOCK
@@ -64,7 +65,8 @@ class ControllerServer(FrameServer):
         self.last_heartbeat: dict[int, int] = {b: monotonic_ms() for b in self.controller.brokers}
         self.notifier = Notifier()
         self.handlers = {key: self._stops_on_failure(handler) for key, handler in {
-            1: self.fetch, 19: self.create_topics, 20: self.delete_topics, 56: self.alter_partition,
+            1: self.fetch, 19: self.create_topics, 20: self.delete_topics, 37: self.create_partitions,
+            43: self.elect_leaders, 56: self.alter_partition,
             62: self.register, 63: self.heartbeat, 67: self.allocate_producer_ids,
             33: self.alter_configs, 44: self.incremental_alter_configs}.items()}
         self.handlers[18] = self.api_versions          # touches no state: it cannot meet the failure
@@ -212,19 +214,26 @@ class ControllerServer(FrameServer):
         self.sync()
         return {"error_code": Errors.NONE, "topics": topics}
 
-    def _create(self, name: str, partitions: int, replication: int, configs: dict, *,
-                internal: bool) -> tuple[int, str | None]:
-        problem = topic_configs.create_problem(name, partitions, configs, internal=internal)
+    def _create(self, t, configs: dict, *, internal: bool, validate_only: bool) -> tuple[int, str | None]:
+        assignments = [(a.partition_index, list(a.broker_ids)) for a in t.assignments]
+        problem = topic_configs.create_problem(t.name, len(assignments) or t.num_partitions, configs,
+                                               internal=internal)
         if problem:
             return problem
-        return self.controller.create_topic(name, partitions, replication, configs), None
+        if assignments:
+            return self.controller.create_assigned_topic(t.name, assignments, configs, num_partitions=t.num_partitions,
+                                                         replication_factor=t.replication_factor,
+                                                         validate_only=validate_only)
+        if validate_only:
+            return Errors.NONE, None
+        return self.controller.create_topic(t.name, t.num_partitions, t.replication_factor, configs), None
 
     async def create_topics(self, header, request) -> dict:
         out = []
         for t in request.topics:
             configs = {c.name: c.value for c in t.configs}
-            code, message = self._create(t.name, t.num_partitions, t.replication_factor, configs,
-                                         internal=header.client_id == BROKER_CLIENT_ID)
+            code, message = self._create(t, configs, internal=header.client_id == BROKER_CLIENT_ID,
+                                         validate_only=bool(request.validate_only))
             topic = self.controller.topics.get(t.name)
             parts = [s for key, s in self.controller.partitions.items() if key[0] == t.name]
             out.append({"name": t.name, "topic_id": int(topic["topic_id"], 16) if topic else 0, "error_code": code,
@@ -240,6 +249,20 @@ class ControllerServer(FrameServer):
             out.append({"name": n, "topic_id": i, "error_code": code, "error_message": message})
         self.sync()
         return {"responses": out}
+
+    async def create_partitions(self, header, request) -> dict:
+        topics = [(t.name, t.count, None if t.assignments is None else [list(a.broker_ids) for a in t.assignments])
+                  for t in request.topics]
+        answers = topic_admin.grow_topics(self.controller, topics, bool(request.validate_only))
+        self.sync()
+        return {"results": [{"name": n, "error_code": code, "error_message": message} for n, code, message in answers]}
+
+    async def elect_leaders(self, header, request) -> dict:
+        wanted = None if request.topic_partitions is None else \
+            [(t.topic, p) for t in request.topic_partitions for p in t.partitions]
+        rows = topic_admin.elect(self.controller, getattr(request, "election_type", topic_admin.PREFERRED), wanted)
+        self.sync()
+        return topic_admin.election_answer(rows, sorted(self.controller.topics) if wanted is None else ())
 
     def _topic_by_id(self, topic_id: int) -> str | None:
         return next((name for name, t in self.controller.topics.items() if int(t["topic_id"], 16) == topic_id), None)

@@ -142,6 +142,27 @@ def _describe_transactions(request, code):
                                     "producer_epoch": 0, "topics": []} for i in request.transactional_ids]}
 
 
+def _create_partitions(request, code):
+    return {"results": [{"name": t.name, "error_code": code, "error_message": None} for t in request.topics]}
+
+
+def _elect_leaders(request, code):
+    return {"error_code": code, "replica_election_results": [
+        {"topic": t.topic, "partition_result": [{"partition_id": p, "error_code": code, "error_message": None}
+                                                for p in t.partitions]} for t in request.topic_partitions or ()]}
+
+
+def _delete_records(request, code):
+    return {"topics": [{"name": t.name, "partitions": [
+        {"partition_index": p.partition_index, "low_watermark": -1, "error_code": code} for p in t.partitions]}
+        for t in request.topics]}
+
+
+def _describe_log_dirs(request, code):
+    """The top-level code (v3+), and one result with it for v1-2, which have none."""
+    return {"error_code": code, "results": [{"error_code": code, "log_dir": "", "topics": []}]}
+
+
 def _api_versions(request, code):
     return {"error_code": code, "api_keys": []}
 
@@ -156,12 +177,13 @@ _BODIES = {
     28: _txn_offset_commit, 32: _describe_configs, 61: _describe_producers, 65: _describe_transactions,
     66: lambda request, code: {"error_code": code, "unknown_state_filters": [], "transaction_states": []},
     33: _alter_configs, 44: _alter_configs, 60: _top_level,
+    21: _delete_records, 35: _describe_log_dirs, 37: _create_partitions, 43: _elect_leaders,
     56: _top_level, 62: _top_level, 63: _top_level, 67: _top_level,
 }
 
 
-# The APIs whose per-topic rows carry an error message: CreateTopics, DeleteTopics.
-_MESSAGE_ROWS = {19: "topics", 20: "responses"}
+# The APIs whose per-topic rows carry an error message: CreateTopics, DeleteTopics, CreatePartitions.
+_MESSAGE_ROWS = {19: "topics", 20: "responses", 37: "results"}
 
 
 def error_body(key: int, request, code: int, message: str | None = None) -> dict:

@@ -27,6 +27,7 @@ from ..replication.controller import Controller
 from ..replication.messages import NO_LEADER, BrokerHeartbeatRequest, BrokerRegistrationRequest
 from . import config_admin
 from . import configs as topic_configs
+from . import topic_admin
 from .broker import FETCH_MAX_BYTES, PRODUCER_ID_BLOCK, Broker  # noqa: F401  (FETCH_MAX_BYTES: its old home)
 from .configs import topic_name_problem  # noqa: F401  (the name rules' old home)
 from .metadata import MetadataImage, records_for
@@ -138,20 +139,46 @@ class LocalController:
         self.publish()
 
     async def create_topic(self, name: str, partitions: int, replication: int, configs: dict[str, str], *,
-                           validate_only: bool, internal: bool) -> tuple[int, str | None]:
-        problem = topic_configs.create_problem(name, partitions, configs, internal=internal)
+                           validate_only: bool, internal: bool,
+                           assignments: list | None = None) -> tuple[int, str | None]:
+        problem = topic_configs.create_problem(name, len(assignments) if assignments else partitions, configs,
+                                               internal=internal)
         if problem:
             return problem
-        if validate_only:
-            return errors.Errors.NONE, None
+        message = None
         try:
-            code = self.controller.create_topic(name, partitions, replication, configs)
+            if assignments:
+                code, message = self.controller.create_assigned_topic(
+                    name, assignments, configs, num_partitions=partitions, replication_factor=replication,
+                    validate_only=validate_only)
+            elif validate_only:
+                return errors.Errors.NONE, None
+            else:
+                code = self.controller.create_topic(name, partitions, replication, configs)
         except errors.LogDirOfflineError as exc:       # the store's commit failed: the failure state
             return exc.error_code, f"topic {name!r} not created: {exc}"
         if code == errors.Errors.NONE:
             self.publish()
             self.pump()
-        return code, None
+        return code, message
+
+    async def create_partitions(self, topics: list, validate_only: bool) -> list[tuple[str, int, str | None]]:
+        return self._changing(lambda: topic_admin.grow_topics(self.controller, topics, validate_only),
+                              lambda exc: [(t[0], exc.error_code, str(exc)) for t in topics])
+
+    async def elect_leaders(self, election_type: int, partitions: list | None) -> list[tuple]:
+        return self._changing(lambda: topic_admin.elect(self.controller, election_type, partitions),
+                              lambda exc: [(t, p, exc.error_code, str(exc)) for t, p in partitions or ()])
+
+    def _changing(self, change, failed):
+        """`change()` on the controller, then published; `failed(exc)` when its commit failed."""
+        try:
+            answer = change()
+        except errors.LogDirOfflineError as exc:       # the store's commit failed: the failure state
+            return failed(exc)
+        self.publish()
+        self.pump()
+        return answer
 
     async def delete_topic(self, name: str) -> int:
         try:

@@ -31,6 +31,7 @@ from .apis import ClientApis, Notifier
 from .broker import MetadataSource
 from .groups import GroupCoordinator
 from .limits import ConnectionGate, ConnectionLimits, ConnectionTimeoutError, RequestMemory
+from .topic_admin import TopicAdminApis
 from .txn_admin import TxnAdminApis
 from .txn_coordinator import TxnCoordinator, TxnSettings
 
@@ -248,6 +249,9 @@ class BrokerServer(FrameServer):
         admin = AdminApis(node)
         self.handlers.update({32: admin.describe_configs, 33: admin.alter_configs,
                               44: admin.incremental_alter_configs, 60: admin.describe_cluster})
+        topic_admin = TopicAdminApis(node, self.notifier)
+        self.handlers.update({21: topic_admin.delete_records, 35: topic_admin.describe_log_dirs,
+                              37: topic_admin.create_partitions, 43: topic_admin.elect_leaders})
         self.txn_admin = TxnAdminApis(node, self.notifier)
         self.handlers.update({27: self.txn_admin.write_txn_markers, 61: self.txn_admin.describe_producers})
 

@@ -588,3 +588,33 @@ def test_the_truncation_record_is_bounded():
     assert recent == [("t", 0, i) for i in range(7, 12)] and recent.total == 12
     assert recent.since(10) == [("t", 0, 10), ("t", 0, 11)] and recent.since(12) == []
     assert recent.since(0) == list(recent)              # more than were kept: the kept ones
+
+
+# ---- the low watermark (DeleteRecords) ---------------------------------------------------------
+# Kafka's Partition.lowWatermarkIfLeader: the lowest log start offset of the replicas on live
+# brokers, a follower's as its last fetch said; the wire's DeleteRecords waits for it.
+def test_low_watermark_follows_the_followers_reported_log_start(make_manager):
+    leader, follower = make_manager(LEADER), make_manager(FOLLOWER)
+    leader.apply_partition_state(state(1))
+    follower.apply_partition_state(state(1))
+    produce(leader, 6)
+    pump(follower, leader, rounds=3)
+    assert log_of(follower).log_end_offset == 6
+    assert leader.low_watermark(TOPIC, 0) == 0
+    assert follower.low_watermark(TOPIC, 0) is None             # it does not lead
+    assert leader.handle_delete_records(DeleteRecordsRequest(TOPIC, 0, 4)).low_watermark == 4
+    assert leader.low_watermark(TOPIC, 0) == 0                   # the follower has not said yet
+    pump(follower, leader, rounds=1)                             # it learns 4 from this answer...
+    assert log_of(follower).log_start_offset == 4
+    pump(follower, leader, rounds=1)                             # ...and says so in its next fetch
+    assert leader.low_watermark(TOPIC, 0) == 4
+
+
+def test_low_watermark_leaves_out_a_fenced_follower(make_manager):
+    leader = make_manager(LEADER)
+    leader.apply_partition_state(state(1))
+    produce(leader, 3)
+    assert leader.handle_delete_records(DeleteRecordsRequest(TOPIC, 0, 2)).error_code == Errors.NONE
+    assert leader.low_watermark(TOPIC, 0) == -1                  # the follower never fetched
+    leader.apply_metadata(MetadataUpdate(2, {LEADER: BrokerInfo(LEADER, 101), FOLLOWER: BrokerInfo(FOLLOWER, 102, True)}))
+    assert leader.low_watermark(TOPIC, 0) == 2

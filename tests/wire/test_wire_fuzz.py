@@ -52,6 +52,11 @@ VALID = [
     (44, 1, {"validate_only": True, "resources": [{"resource_type": 2, "resource_name": "fuzz", "configs": [
         {"name": "cleanup.policy", "config_operation": 2, "value": "delete"}]}]}),
     (60, 1, {"include_cluster_authorized_operations": True, "endpoint_type": 1}),
+    (37, 3, {"topics": [{"name": "fuzz", "count": 2, "assignments": [{"broker_ids": [1]}]}], "timeout": 1000,
+             "validate_only": True}),
+    (43, 2, {"election_type": 0, "topic_partitions": [{"topic": "fuzz", "partitions": [0]}], "timeout": 1000}),
+    (21, 2, {"topics": [{"name": "fuzz", "partitions": [{"partition_index": 0, "offset": 0}]}], "timeout": 1000}),
+    (35, 4, {"topics": [{"topic": "fuzz", "partitions": [0]}]}),
 ]
 FRAMES = [codec.encode_request(k, v, 5, "fuzz", body)[4:] for k, v, body in VALID]
 
