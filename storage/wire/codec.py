@@ -48,7 +48,7 @@ SUPPORTED: dict[int, tuple[str, int, int]] = {
     13: ("LeaveGroup", 0, 5),
     14: ("SyncGroup", 0, 5),
     15: ("DescribeGroups", 0, 5),
-    16: ("ListGroups", 0, 4),
+    16: ("ListGroups", 0, 5),
     18: ("ApiVersions", 0, 4),
     19: ("CreateTopics", 2, 7),
     20: ("DeleteTopics", 1, 6),
@@ -56,6 +56,8 @@ SUPPORTED: dict[int, tuple[str, int, int]] = {
     23: ("OffsetForLeaderEpoch", 2, 4),
     27: ("WriteTxnMarkers", 1, 2),
     32: ("DescribeConfigs", 1, 4),
+    42: ("DeleteGroups", 0, 2),
+    47: ("OffsetDelete", 0, 0),
     61: ("DescribeProducers", 0, 0),
 }
 

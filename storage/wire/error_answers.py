@@ -131,6 +131,8 @@ _BODIES = {
     15: _describe_groups, 16: lambda request, code: {"error_code": code, "groups": []}, 18: _api_versions,
     19: _create_topics, 20: _delete_topics, 22: _init_producer_id,
     23: _by_topic("topic"), 27: _write_txn_markers, 32: _describe_configs, 61: _describe_producers,
+    42: lambda request, code: {"results": [{"group_id": g, "error_code": code} for g in request.groups_names]},
+    47: _top_level,
     56: _top_level, 62: _top_level, 63: _top_level, 67: _top_level,
 }
 

@@ -28,6 +28,7 @@ from . import codec, error_answers
 from .apis import ClientApis, Notifier
 from .broker import MetadataSource
 from .groups import GroupCoordinator
+from .groups_admin import GroupAdmin
 from .limits import ConnectionGate, ConnectionLimits, ConnectionTimeoutError, RequestMemory
 from .txn_admin import TxnAdminApis
 
@@ -241,8 +242,10 @@ class BrokerServer(FrameServer):
         self.groups = GroupCoordinator(self.node, initial_rebalance_delay_ms=self._initial_rebalance_delay_ms)
         g = self.groups
         self.handlers.update({8: g.offset_commit, 9: g.offset_fetch, 10: g.find_coordinator, 11: g.join_group,
-                              12: g.heartbeat, 13: g.leave_group, 14: g.sync_group, 15: g.describe_groups,
-                              16: g.list_groups})
+                              12: g.heartbeat, 13: g.leave_group, 14: g.sync_group})
+        admin = GroupAdmin(g)
+        self.handlers.update({15: admin.describe_groups, 16: admin.list_groups, 42: admin.delete_groups,
+                              47: admin.offset_delete})
 
     async def start(self) -> None:
         self.serve_groups()
