@@ -2,7 +2,7 @@
 filters, DescribeGroups' authorized operations) and OffsetCommit of unknown partitions, driven
 on the coordinator directly as Kafka's GroupMetadataManagerTest / OffsetMetadataManagerTest
 drive theirs: each test names the Kafka test whose case it ports (in our words; the error
-codes are Kafka's).  No sockets."""
+codes are Kafka's).  No sockets; the real clients are tests/wire/test_wire_groups_clients.py."""
 from __future__ import annotations
 
 import asyncio
