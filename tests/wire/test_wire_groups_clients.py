@@ -220,3 +220,48 @@ def test_group_admin_apis_through_both_admin_clients_and_a_restart(broker):
     admin = AdminClient({"bootstrap.servers": broker.bootstrap})
     assert committed("keep") == {0: 3}
     assert {g.group_id for g in admin.list_consumer_groups().result(30).valid} == {"keep", "busy"}
+
+
+def test_static_members_and_group_deletion_in_a_cluster(tmp_path):
+    # `storage cluster`'s brokers each coordinate the groups of the offsets partitions they lead:
+    # a static member restarts without rebalancing the other, kafka-python's
+    # remove_group_members takes both out by instance id (LeaveGroup v3+), and the emptied
+    # group is deleted (NON_EMPTY_GROUP before).
+    from kafka import KafkaAdminClient
+    from kafka.admin import MemberToRemove
+    from tests.wire_support import Cluster
+    cluster = Cluster(tmp_path)
+    members = []
+    try:
+        cluster.create("ct", 2)
+        a = Member(cluster.bootstrap, "cg", "ct", "a", instance="ia")
+        b = Member(cluster.bootstrap, "cg", "ct", "b", instance="ib")
+        members = [a, b]
+        _poll_until(members, lambda: len(a.owned()) == 1 and len(b.owned()) == 1, timeout=60)
+        a_owned, b_seen = a.owned(), list(b.events)
+        a.close()
+        members.remove(a)
+        a = Member(cluster.bootstrap, "cg", "ct", "a", instance="ia")
+        members.append(a)
+        _poll_until(members, lambda: a.owned() == a_owned, timeout=60)
+        _poll_for(members, 2.0)
+        assert b.events == b_seen, b.events
+        for m in members:
+            m.close()
+        members = []
+        admin = cluster.admin()
+        with pytest.raises(ck.KafkaException, match="NON_EMPTY_GROUP|not empty"):
+            admin.delete_consumer_groups(["cg"])["cg"].result(30)
+        kp = KafkaAdminClient(bootstrap_servers=cluster.bootstrap)
+        try:
+            removed = kp.remove_group_members("cg", [MemberToRemove(group_instance_id="ia"),
+                                                     MemberToRemove(group_instance_id="ib")])
+            assert [error.errno for error in removed.values()] == [0, 0], removed
+        finally:
+            kp.close()
+        admin.delete_consumer_groups(["cg"])["cg"].result(30)
+        assert "cg" not in {g.group_id for g in admin.list_consumer_groups().result(30).valid}
+    finally:
+        for m in members:
+            m.close()
+        cluster.kill()
