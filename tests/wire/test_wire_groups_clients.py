@@ -15,7 +15,7 @@ ck = pytest.importorskip("confluent_kafka", reason="confluent-kafka is in the [t
 
 from confluent_kafka.admin import AdminClient, NewTopic  # noqa: E402
 
-from tests.wire_support import Broker  # noqa: E402
+from tests.wire_support import Broker, Cluster  # noqa: E402
 
 
 @pytest.fixture
@@ -229,7 +229,6 @@ def test_static_members_and_group_deletion_in_a_cluster(tmp_path):
     # group is deleted (NON_EMPTY_GROUP before).
     from kafka import KafkaAdminClient
     from kafka.admin import MemberToRemove
-    from tests.wire_support import Cluster
     cluster = Cluster(tmp_path)
     members = []
     try:
