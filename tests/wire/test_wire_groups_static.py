@@ -57,6 +57,14 @@ class Static(Groups):
             12, 4, group_id=group, generation_id=generation, member_id=member,
             group_instance_id=instance)))["error_code"]
 
+    async def commit_static(self, member, instance, generation, group="g"):
+        answer = await self.coordinator.offset_commit(HEADER, request(
+            8, 8, group_id=group, generation_id_or_member_epoch=generation, member_id=member,
+            group_instance_id=instance, topics=[{"name": "t", "partitions": [
+                {"partition_index": 0, "committed_offset": 1, "committed_leader_epoch": -1,
+                 "committed_metadata": ""}]}]))
+        return answer["topics"][0]["partitions"][0]["error_code"]
+
     async def leave_many(self, members, group="g"):
         answer = await self.coordinator.leave_group(HEADER, request(13, 5, group_id=group, members=[
             {"member_id": m, "group_instance_id": i, "reason": None} for m, i in members]))
@@ -122,6 +130,9 @@ def test_a_restarted_static_follower_replaces_its_old_id_without_a_rebalance(gro
     assert run(groups.heartbeat_static(old, "follower", 2)) == Errors.FENCED_INSTANCE_ID
     assert run(groups.sync_static(old, "follower", 2))["error_code"] == Errors.FENCED_INSTANCE_ID
     assert run(groups.heartbeat_static(new, "follower", 2)) == Errors.NONE
+    # ClassicGroup.validateOffsetCommit: the old id's commit is fenced too, the new id's is taken
+    assert run(groups.commit_static(old, "follower", 2)) == Errors.FENCED_INSTANCE_ID
+    assert run(groups.commit_static(new, "follower", 2)) == Errors.NONE
     # testStaticMemberRejoinAsFollowerWithMismatchedInstanceId: a known member id, another's instance
     assert run(groups.join_static("follower", leader))["error_code"] == Errors.FENCED_INSTANCE_ID
     # testStaticMemberJoinWithUnknownInstanceIdAndKnownMemberId
@@ -251,13 +262,36 @@ def test_commit_of_an_unknown_topic_or_partition_is_refused_per_partition(groups
         member, _ = await groups.joined()
         await groups.sync(member, 1, [(member, b"")])
         as_member = await groups.commit(member, 1, {("t", 1): 2, ("gone", 3): 2})
-        return only_unknown, mixed, as_member, await groups.fetch(group="simple")
-    only_unknown, mixed, as_member, fetched = run(scenario())
+        unknown_fetched = await groups.coordinator.offset_fetch(HEADER, request(
+            9, 7, group_id="simple", topics=[{"name": "gone", "partition_indexes": [0]}], require_stable=False))
+        return only_unknown, mixed, as_member, await groups.fetch(group="simple"), unknown_fetched
+    only_unknown, mixed, as_member, fetched, unknown_fetched = run(scenario())
     assert only_unknown == {("gone", 0): Errors.UNKNOWN_TOPIC_OR_PARTITION}
     assert mixed == {("t", 0): Errors.NONE, ("t", 9): Errors.UNKNOWN_TOPIC_OR_PARTITION,
                      ("gone", 0): Errors.UNKNOWN_TOPIC_OR_PARTITION}
     assert as_member == {("t", 1): Errors.NONE, ("gone", 3): Errors.UNKNOWN_TOPIC_OR_PARTITION}
     assert fetched == {("t", 0): 4}
+    # OffsetFetch of an unknown topic is as before: no offset, no error (KafkaApis does not check it)
+    [part] = unknown_fetched["topics"][0]["partitions"]
+    assert (unknown_fetched["error_code"], part["error_code"], part["committed_offset"]) == (Errors.NONE, Errors.NONE, -1)
+
+
+def test_admin_apis_of_a_broker_that_is_not_the_coordinator(tmp_path):
+    # GroupCoordinatorServiceTest's NOT_COORDINATOR cases for deleteGroups / deleteOffsets /
+    # describeGroups: here no broker leads the offsets partition (the topic does not exist).
+    from storage.core.config import LogConfig
+    from storage.wire.groups import GroupCoordinator
+    from storage.wire.node import Node
+    node = Node(tmp_path / "bare", offsets_partitions=1, log_config=LogConfig(fsync=False), background=False)
+    try:
+        admin = GroupAdmin(GroupCoordinator(node, initial_rebalance_delay_ms=0))
+        deleted = run(admin.delete_groups(HEADER, request(42, 2, groups_names=["g"])))
+        offsets = run(admin.offset_delete(HEADER, request(47, 0, group_id="g", topics=[])))
+        described = run(admin.describe_groups(HEADER, request(15, 5, groups=["g"], include_authorized_operations=False)))
+        assert deleted["results"][0]["error_code"] == offsets["error_code"] == Errors.NOT_COORDINATOR
+        assert described["groups"][0]["error_code"] == Errors.NOT_COORDINATOR
+    finally:
+        run(node.shutdown())
 
 
 # ---- DeleteGroups and OffsetDelete ----------------------------------------------------------
