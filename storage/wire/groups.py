@@ -243,8 +243,9 @@ class GroupCoordinator:
         g.protocol, g.leader = v.get("protocol"), v.get("leader")
         g.members = {mem["memberId"]: Member(
             mem["memberId"], mem.get("groupInstanceId"), mem["clientId"], mem["clientHost"], mem["sessionTimeout"],
-            max(mem.get("rebalanceTimeout", -1), 0) or mem["sessionTimeout"], [(g.protocol or "", bytes(mem["subscription"]))],
-            bytes(mem["assignment"]), last_heartbeat_ms=now) for mem in v["members"]}
+            max(mem.get("rebalanceTimeout", -1), 0) or mem["sessionTimeout"],
+            [(g.protocol or "", bytes(mem["subscription"]))], bytes(mem["assignment"]), last_heartbeat_ms=now)
+            for mem in v["members"]}
         g.state = STABLE if g.members else EMPTY
         if not g.members:
             g.protocol, g.leader = None, None
