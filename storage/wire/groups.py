@@ -479,10 +479,10 @@ class GroupCoordinator:
             if version >= 4 and instance is None:     # a static member needs no round trip (KIP-345)
                 g.pending[member_id] = monotonic_ms() + session
                 return fail(Errors.MEMBER_ID_REQUIRED)
+        elif self._instance_error(g, member_id, instance):        # an old incarnation: fenced, as Kafka's
+            return fail(self._instance_error(g, member_id, instance))
         elif member_id not in g.members and member_id not in g.pending:
             return fail(Errors.UNKNOWN_MEMBER_ID)
-        elif self._instance_error(g, member_id, instance):
-            return fail(self._instance_error(g, member_id, instance))
         mem = g.members.get(member_id)
         if mem is not None and mem.protocols == protocols and g.state in (STABLE, COMPLETING) \
                 and member_id != g.leader:

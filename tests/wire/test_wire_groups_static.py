@@ -133,6 +133,8 @@ def test_a_restarted_static_follower_replaces_its_old_id_without_a_rebalance(gro
     # ClassicGroup.validateOffsetCommit: the old id's commit is fenced too, the new id's is taken
     assert run(groups.commit_static(old, "follower", 2)) == Errors.FENCED_INSTANCE_ID
     assert run(groups.commit_static(new, "follower", 2)) == Errors.NONE
+    # testStaticMemberFenceDuplicateRejoinedFollower: the old id's JoinGroup is fenced, not unknown
+    assert run(groups.join_static("follower", old))["error_code"] == Errors.FENCED_INSTANCE_ID
     # testStaticMemberRejoinAsFollowerWithMismatchedInstanceId: a known member id, another's instance
     assert run(groups.join_static("follower", leader))["error_code"] == Errors.FENCED_INSTANCE_ID
     # testStaticMemberJoinWithUnknownInstanceIdAndKnownMemberId
