@@ -630,12 +630,9 @@ class GroupCoordinator:
                 code = Errors.ILLEGAL_GENERATION
             else:
                 g = self.groups[request.group_id] = Group(request.group_id)
-        elif not (generation < 0 and g.state == EMPTY):
-            if g.state == COMPLETING:
-                code = Errors.REBALANCE_IN_PROGRESS
-            else:
-                code = self._member_error(g, request.member_id, generation,
-                                          getattr(request, "group_instance_id", None))
+        elif not (generation < 0 and g.state == EMPTY):      # Kafka's validateOffsetCommit, in its order
+            code = self._member_error(g, request.member_id, generation, getattr(request, "group_instance_id", None)) \
+                or (Errors.REBALANCE_IN_PROGRESS if g.state == COMPLETING else Errors.NONE)
         records, wanted, now = [], [], wall_ms()
         for t in request.topics:
             for p in t.partitions:

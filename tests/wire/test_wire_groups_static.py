@@ -141,6 +141,19 @@ def test_a_restarted_static_follower_replaces_its_old_id_without_a_rebalance(gro
     assert run(groups.join_static("nobody", new))["error_code"] == Errors.UNKNOWN_MEMBER_ID
 
 
+def test_a_fenced_static_member_commit_during_a_rebalance_is_fenced(groups):
+    # ClassicGroup.validateOffsetCommit checks the member before the CompletingRebalance state:
+    # the replaced id's commit is FENCED_INSTANCE_ID, the current id's REBALANCE_IN_PROGRESS.
+    async def scenario():
+        old = (await groups.join_static("solo"))["member_id"]         # generation 1, not synced
+        new = await groups.join_static("solo")                         # replaces it: a rebalance
+        return (old, new, await groups.commit_static(old, "solo", new["generation_id"]),
+                await groups.commit_static(new["member_id"], "solo", new["generation_id"]))
+    old, new, fenced, current = run(scenario())
+    assert new["error_code"] == Errors.NONE and new["generation_id"] == 2 and new["member_id"] != old
+    assert (fenced, current) == (Errors.FENCED_INSTANCE_ID, Errors.REBALANCE_IN_PROGRESS)
+
+
 def test_a_restarted_static_leader_is_told_to_skip_the_assignment_from_v9(groups):
     # testStaticMemberRejoinWithLeaderIdAndUnknownMemberId (its supportSkippingAssignment case):
     # v9 gives the new leader id the members and skip_assignment; before v9 it learns the
