@@ -178,6 +178,8 @@ _BODIES = {
     66: lambda request, code: {"error_code": code, "unknown_state_filters": [], "transaction_states": []},
     33: _alter_configs, 44: _alter_configs, 60: _top_level,
     21: _delete_records, 35: _describe_log_dirs, 37: _create_partitions, 43: _elect_leaders,
+    42: lambda request, code: {"results": [{"group_id": g, "error_code": code} for g in request.groups_names]},
+    47: _top_level,
     56: _top_level, 62: _top_level, 63: _top_level, 67: _top_level,
 }
 

@@ -16,85 +16,38 @@ Kafka's, so a group's records land where Kafka would put them.
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import logging
 import struct
 import uuid
-from dataclasses import dataclass, field
 
 from ..core.clock import monotonic_ms, wall_ms
 from ..core.errors import Errors, StorageError
 from ..core.records import build_batch
 from ..replication import messages as m
 from ..topics import coordinator_records as cr
-from .admin_apis import GROUP_OPERATIONS, operations
 from .broker import MetadataSource
 from .codec import ms
+from .group_model import (
+    COMPLETING,
+    EMPTY,
+    INVALID_COMMIT_OFFSET_SIZE,
+    MAX_SESSION_TIMEOUT_MS,
+    MIN_SESSION_TIMEOUT_MS,
+    OFFSET_METADATA_MAX_BYTES,
+    PREPARING,
+    STABLE,
+    Group,
+    Member,
+    join_failure,
+    offset_key,
+    offset_value,
+    offsets_partition,
+    partition_errors,
+)
 from .rules import OFFSETS_TOPIC
 
 log = logging.getLogger("storage.wire")
-
-EMPTY, PREPARING, COMPLETING, STABLE = "Empty", "PreparingRebalance", "CompletingRebalance", "Stable"
-MIN_SESSION_TIMEOUT_MS, MAX_SESSION_TIMEOUT_MS = 6_000, 1_800_000   # group.{min,max}.session.timeout.ms
-OFFSET_METADATA_MAX_BYTES = 4096                                     # offset.metadata.max.bytes
-INVALID_COMMIT_OFFSET_SIZE = 28
-
-
-def java_string_hash(text: str) -> int:
-    """Java's String.hashCode (over UTF-16 code units), as a signed 32-bit int."""
-    h = 0
-    data = text.encode("utf-16-be")
-    for i in range(0, len(data), 2):
-        h = (31 * h + (data[i] << 8 | data[i + 1])) & 0xFFFFFFFF
-    return h - (1 << 32) if h >= 1 << 31 else h
-
-
-def offsets_partition(group_id: str, partitions: int) -> int:
-    h = java_string_hash(group_id)
-    return (0 if h == -(1 << 31) else abs(h)) % partitions        # Kafka's Utils.abs
-
-
-@dataclass
-class Member:
-    member_id: str
-    group_instance_id: str | None
-    client_id: str
-    client_host: str
-    session_timeout_ms: int
-    rebalance_timeout_ms: int
-    protocols: list[tuple[str, bytes]]
-    assignment: bytes = b""
-    join: asyncio.Future | None = None
-    sync: asyncio.Future | None = None
-    last_heartbeat_ms: int = 0
-
-    def metadata(self, protocol: str) -> bytes:
-        return next(meta for name, meta in self.protocols if name == protocol)
-
-
-@dataclass
-class Group:
-    group_id: str
-    state: str = EMPTY
-    generation: int = 0
-    protocol_type: str | None = None
-    protocol: str | None = None
-    leader: str | None = None
-    members: dict[str, Member] = field(default_factory=dict)
-    pending: dict[str, int] = field(default_factory=dict)       # member id -> expiry (MEMBER_ID_REQUIRED)
-    offsets: dict[tuple[str, int], tuple[int, int, str]] = field(default_factory=dict)
-    join_deadline_ms: int = 0
-    initial_join: bool = False
-    timer: asyncio.TimerHandle | None = None
-
-
-def _offset_key(group: str, topic: str, partition: int) -> bytes:
-    return cr.encode(cr.OFFSET_COMMIT_KEY, {"group": group, "topic": topic,
-                                                                   "partition": partition}, 1)
-
-
-def _offset_value(offset: int, epoch: int, metadata: str, timestamp: int) -> bytes:
-    return cr.encode(cr.OFFSET_COMMIT_VALUE, {
-        "offset": offset, "leaderEpoch": epoch, "metadata": metadata, "commitTimestamp": timestamp}, 3)
 
 
 class GroupCoordinator:
@@ -108,6 +61,7 @@ class GroupCoordinator:
         # TxnOffsetCommit's offsets until their transaction's marker: producer id ->
         # (group, topic, partition) -> (offset, leader epoch, metadata).
         self.txn_offsets: dict[int, dict[tuple[str, str, int], tuple[int, int, str]]] = {}
+        self._writes: set[asyncio.Task] = set()             # group records written in the background
 
     # ---- the log ----------------------------------------------------------------------------
     def partition_for(self, group_id: str) -> int:
@@ -143,6 +97,17 @@ class GroupCoordinator:
                 del self.groups[gid]
             self._load_partition(partition)
             self._loaded[partition] = leader_epoch
+
+    def check_coordinator(self, group_id: str) -> int:
+        """NOT_COORDINATOR or NONE (loading the group's partition first, see _coordinator_error)."""
+        return self._coordinator_error(group_id)
+
+    async def write(self, group_id: str, records: list[tuple[bytes, bytes | None]]) -> int:
+        """Append records (tombstones: a None value) to the group's partition; Kafka's error."""
+        return await self._append(group_id, records)
+
+    def led_partitions(self) -> dict[int, int]:
+        return self._led_partitions()
 
     def _led_partitions(self) -> dict[int, int]:
         """offsets partition -> leader epoch, for every one this broker leads."""
@@ -211,10 +176,31 @@ class GroupCoordinator:
         elif kind == 2:
             k = cr.decode(cr.GROUP_METADATA_KEY, key[2:], kind)
             group = self.groups.setdefault(k["group"], Group(k["group"]))
-            if value is not None:
-                version = struct.unpack_from(">h", value)[0]
-                v = cr.decode(cr.GROUP_METADATA_VALUE, value[2:], version)
-                group.generation, group.protocol_type = v["generation"], v["protocolType"] or None
+            if value is None:                   # DeleteGroups' tombstone: its offsets have theirs
+                self.groups[k["group"]] = Group(k["group"], offsets=group.offsets)
+                if not group.offsets:
+                    del self.groups[k["group"]]
+                return
+            version = struct.unpack_from(">h", value)[0]
+            v = cr.decode(cr.GROUP_METADATA_VALUE, value[2:], version)
+            group.generation, group.protocol_type = v["generation"], v["protocolType"] or None
+            self._load_members(group, v)
+
+    @staticmethod
+    def _load_members(g: Group, v: dict) -> None:
+        """The members of a loaded group record, as Kafka's loader: a group with members is
+        Stable at its generation (their sessions run from now), so a static member that
+        restarts with its instance id after a broker restart still finds its place."""
+        now = monotonic_ms()
+        g.protocol, g.leader = v.get("protocol"), v.get("leader")
+        g.members = {mem["memberId"]: Member(
+            mem["memberId"], mem.get("groupInstanceId"), mem["clientId"], mem["clientHost"], mem["sessionTimeout"],
+            max(mem.get("rebalanceTimeout", -1), 0) or mem["sessionTimeout"],
+            [(g.protocol or "", bytes(mem["subscription"]))], bytes(mem["assignment"]), last_heartbeat_ms=now)
+            for mem in v["members"]}
+        g.state = STABLE if g.members else EMPTY
+        if not g.members:
+            g.protocol, g.leader = None, None
 
     async def _append(self, group_id: str, records: list[tuple[bytes, bytes | None]],
                       producer: tuple[int, int] | None = None) -> int:
@@ -251,6 +237,13 @@ class GroupCoordinator:
             "protocolType": g.protocol_type or "", "generation": g.generation, "protocol": g.protocol,
             "leader": g.leader, "currentStateTimestamp": wall_ms(), "members": members}, 3)
         return key, value
+
+    def _store_in_background(self, g: Group) -> None:
+        """Write the group's record now that it is Empty (Kafka appends it when a rebalance ends
+        with no members), so a restart does not bring back members that left; nobody waits."""
+        task = asyncio.get_running_loop().create_task(self._append(g.group_id, [self._group_record(g)]))
+        self._writes.add(task)
+        task.add_done_callback(self._writes.discard)
 
     # ---- rebalancing ------------------------------------------------------------------------
     def _prepare_rebalance(self, g: Group, reason: str) -> None:
@@ -293,17 +286,23 @@ class GroupCoordinator:
         g.generation += 1
         if not g.members:
             g.state, g.protocol, g.leader = EMPTY, None, None
+            self._store_in_background(g)
             return
         g.protocol = self._select_protocol(g)
         if g.leader not in g.members:
             g.leader = next(iter(g.members))
         g.state = COMPLETING
         now = monotonic_ms()
-        everyone = [{"member_id": mem.member_id, "group_instance_id": mem.group_instance_id,
-                     "metadata": mem.metadata(g.protocol)} for mem in g.members.values()]
+        everyone = self._everyone(g)
         for mem in g.members.values():
             mem.last_heartbeat_ms = now
             self._resolve(mem, "join", self._join_answer(g, mem, everyone if mem.member_id == g.leader else []))
+
+    @staticmethod
+    def _everyone(g: Group) -> list[dict]:
+        """The leader's JoinGroup member list."""
+        return [{"member_id": mem.member_id, "group_instance_id": mem.group_instance_id,
+                 "metadata": mem.metadata(g.protocol)} for mem in g.members.values()]
 
     @staticmethod
     def _select_protocol(g: Group) -> str:
@@ -382,7 +381,24 @@ class GroupCoordinator:
         first = out[0]
         return {k: first[k] for k in ("node_id", "host", "port", "error_code", "error_message")}
 
-    def _member_error(self, g: Group | None, member_id: str, generation: int) -> int:
+    @staticmethod
+    def _static_member_id(g: Group, instance: str) -> str | None:
+        return next((i for i, mem in g.members.items() if mem.group_instance_id == instance), None)
+
+    def _instance_error(self, g: Group, member_id: str, instance: str | None) -> int:
+        """Kafka's ClassicGroup.validateMember for a request naming a group.instance.id: the
+        instance must be a member's, and this member id's -- an older incarnation of a
+        restarted static member is FENCED_INSTANCE_ID."""
+        if instance is None:
+            return Errors.NONE
+        static = self._static_member_id(g, instance)
+        if static is None:
+            return Errors.UNKNOWN_MEMBER_ID
+        return Errors.FENCED_INSTANCE_ID if static != member_id else Errors.NONE
+
+    def _member_error(self, g: Group | None, member_id: str, generation: int, instance: str | None = None) -> int:
+        if g is not None and self._instance_error(g, member_id, instance):
+            return self._instance_error(g, member_id, instance)
         if g is None or member_id not in g.members:
             return Errors.UNKNOWN_MEMBER_ID
         if generation != g.generation:
@@ -415,11 +431,16 @@ class GroupCoordinator:
             if member_id:
                 return fail(Errors.UNKNOWN_MEMBER_ID)
             g = self.groups[request.group_id] = Group(request.group_id)
+        instance = getattr(request, "group_instance_id", None)
         if not member_id:
             member_id = f"{header.client_id or 'consumer'}-{uuid.uuid4()}"
-            if version >= 4:
+            if instance is not None and self._static_member_id(g, instance) is not None:
+                return await self._rejoin_static(g, instance, member_id, protocols, session, rebalance, version)
+            if version >= 4 and instance is None:     # a static member needs no round trip (KIP-345)
                 g.pending[member_id] = monotonic_ms() + session
                 return fail(Errors.MEMBER_ID_REQUIRED)
+        elif self._instance_error(g, member_id, instance):        # an old incarnation: fenced, as Kafka's
+            return fail(self._instance_error(g, member_id, instance))
         elif member_id not in g.members and member_id not in g.pending:
             return fail(Errors.UNKNOWN_MEMBER_ID)
         mem = g.members.get(member_id)
@@ -439,10 +460,50 @@ class GroupCoordinator:
         self._maybe_complete_join(g)
         return await future
 
+    async def _rejoin_static(self, g: Group, instance: str, new_id: str, protocols: list, session: int,
+                             rebalance: int, version: int) -> dict:
+        """KIP-345: a static member that restarted (a JoinGroup with its group.instance.id and no
+        member id) takes its old member's place under a new member id; the old id's waiting
+        JoinGroup/SyncGroup answers FENCED_INSTANCE_ID.  In a Stable group whose selected
+        protocol stays the same nobody rebalances: the group record is written with the new id
+        and the member gets the current generation (its SyncGroup then its assignment).
+        Otherwise the group rebalances (Kafka's updateStaticMemberThenRebalanceOrCompleteJoin)."""
+        old = g.members[self._static_member_id(g, instance)]
+        current_leader = g.leader
+        del g.members[old.member_id]
+        self._resolve(old, "join", join_failure(Errors.FENCED_INSTANCE_ID, old.member_id))
+        self._resolve(old, "sync", {"error_code": Errors.FENCED_INSTANCE_ID, "assignment": b""})
+        mem = g.members[new_id] = dataclasses.replace(old, member_id=new_id, join=None, sync=None, protocols=protocols,
+                                                      session_timeout_ms=session, rebalance_timeout_ms=rebalance,
+                                                      last_heartbeat_ms=monotonic_ms())
+        if g.leader == old.member_id:
+            g.leader = new_id
+        log.info("group %s: static member %s rejoined as %s (was %s)", g.group_id, instance, new_id, old.member_id)
+        if g.state == STABLE and self._select_protocol(g) == g.protocol:
+            stored = await self._append(g.group_id, [self._group_record(g)])
+            if stored:
+                if g.members.get(new_id) is mem:        # the old id stays the instance's
+                    del g.members[new_id]
+                    g.members[old.member_id] = old
+                    g.leader = current_leader if g.leader == new_id else g.leader
+                return join_failure(stored, "")
+            if version >= 9:                            # KIP-814: the leader learns the members, skips assigning
+                leads = g.leader == new_id
+                return {**self._join_answer(g, mem, self._everyone(g) if leads else []), "skip_assignment": leads}
+            return {**self._join_answer(g, mem, []), "leader": current_leader}
+        mem.join = asyncio.get_running_loop().create_future()
+        future = mem.join
+        if g.state == PREPARING:
+            self._maybe_complete_join(g)
+        else:
+            self._prepare_rebalance(g, f"static member {instance} rejoined as {new_id}")
+        return await future
+
     async def sync_group(self, header, request) -> dict:
         code = self._coordinator_error(request.group_id)
         g = self.groups.get(request.group_id)
-        code = code or self._member_error(g, request.member_id, request.generation_id)
+        code = code or self._member_error(g, request.member_id, request.generation_id,
+                                          getattr(request, "group_instance_id", None))
         if code == Errors.NONE and getattr(request, "protocol_name", None) not in (None, g.protocol):
             code = Errors.INCONSISTENT_GROUP_PROTOCOL
         if code == Errors.NONE and g.state == PREPARING:
@@ -476,7 +537,8 @@ class GroupCoordinator:
     async def heartbeat(self, header, request) -> dict:
         code = self._coordinator_error(request.group_id)
         g = self.groups.get(request.group_id)
-        code = code or self._member_error(g, request.member_id, request.generation_id)
+        code = code or self._member_error(g, request.member_id, request.generation_id,
+                                          getattr(request, "group_instance_id", None))
         if code == Errors.NONE:
             g.members[request.member_id].last_heartbeat_ms = monotonic_ms()
             if g.state == PREPARING:
@@ -489,20 +551,36 @@ class GroupCoordinator:
         g = self.groups.get(request.group_id)
         leaving = [(x.member_id, getattr(x, "group_instance_id", None)) for x in request.members] \
             if hasattr(request, "members") else [(request.member_id, None)]
-        answers = []
-        for member_id, instance in leaving:
-            if g is None or member_id not in g.members:
-                answers.append({"member_id": member_id, "group_instance_id": instance,
-                                "error_code": Errors.UNKNOWN_MEMBER_ID})
-                continue
-            self._remove_member(g, member_id, "left the group")
-            answers.append({"member_id": member_id, "group_instance_id": instance, "error_code": Errors.NONE})
+        answers = [{"member_id": member_id, "group_instance_id": instance,
+                    "error_code": self._leave(g, member_id, instance)} for member_id, instance in leaving]
         if hasattr(request, "members"):
             return {"error_code": Errors.NONE if g is not None else Errors.UNKNOWN_MEMBER_ID, "members": answers}
         return {"error_code": answers[0]["error_code"], "members": []}
 
+    def _leave(self, g: Group | None, member_id: str, instance: str | None) -> int:
+        """One member of a LeaveGroup (Kafka's classicGroupLeaveToClassicGroup): v3+ name
+        static members by instance id, an admin's removal with no member id; a member id that
+        is not the instance's current one is FENCED_INSTANCE_ID."""
+        if g is None:
+            return Errors.UNKNOWN_MEMBER_ID
+        if not member_id:
+            member_id = self._static_member_id(g, instance) if instance is not None else None
+            if member_id is None:
+                return Errors.UNKNOWN_MEMBER_ID
+        elif member_id in g.pending:
+            del g.pending[member_id]
+            self._maybe_complete_join(g)
+            return Errors.NONE
+        elif self._member_error(g, member_id, g.generation, instance):
+            return self._member_error(g, member_id, g.generation, instance)
+        self._remove_member(g, member_id, "left the group")
+        return Errors.NONE
+
     async def offset_commit(self, header, request) -> dict:
         generation = getattr(request, "generation_id_or_member_epoch", getattr(request, "generation_id", -1))
+        unknown = self.unknown_partitions(request.topics)
+        if unknown and len(unknown) == sum(len(t.partitions) for t in request.topics):
+            return partition_errors(request.topics, unknown)       # no partition for the coordinator
         code = self._coordinator_error(request.group_id)
         g = self.groups.get(request.group_id)
         if code:
@@ -512,23 +590,21 @@ class GroupCoordinator:
                 code = Errors.ILLEGAL_GENERATION
             else:
                 g = self.groups[request.group_id] = Group(request.group_id)
-        elif not (generation < 0 and g.state == EMPTY):
-            if g.state == COMPLETING:
-                code = Errors.REBALANCE_IN_PROGRESS
-            else:
-                code = self._member_error(g, request.member_id, generation)
+        elif not (generation < 0 and g.state == EMPTY):      # Kafka's validateOffsetCommit, in its order
+            code = self._member_error(g, request.member_id, generation, getattr(request, "group_instance_id", None)) \
+                or (Errors.REBALANCE_IN_PROGRESS if g.state == COMPLETING else Errors.NONE)
         records, wanted, now = [], [], wall_ms()
         for t in request.topics:
             for p in t.partitions:
                 metadata = p.committed_metadata or ""
-                part_code = code
+                part_code = unknown.get((t.name, p.partition_index), code)
                 if not part_code and len(metadata.encode()) > OFFSET_METADATA_MAX_BYTES:
                     part_code = Errors.OFFSET_METADATA_TOO_LARGE
                 epoch = getattr(p, "committed_leader_epoch", -1)
                 wanted.append((t.name, p.partition_index, part_code, (p.committed_offset, epoch, metadata)))
                 if not part_code:
-                    records.append((_offset_key(g.group_id, t.name, p.partition_index),
-                                    _offset_value(p.committed_offset, epoch, metadata, now)))
+                    records.append((offset_key(g.group_id, t.name, p.partition_index),
+                                    offset_value(p.committed_offset, epoch, metadata, now)))
         stored = await self._append(g.group_id, records) if records else Errors.NONE
         if g is not None and request.member_id in g.members:
             g.members[request.member_id].last_heartbeat_ms = monotonic_ms()
@@ -538,6 +614,13 @@ class GroupCoordinator:
                 g.offsets[(topic, partition)] = value
             items.setdefault(topic, []).append({"partition_index": partition, "error_code": part_code or stored})
         return {"topics": [{"name": t, "partitions": parts} for t, parts in items.items()]}
+
+    def unknown_partitions(self, topics) -> dict[tuple[str, int], int]:
+        """(topic, partition) -> UNKNOWN_TOPIC_OR_PARTITION for each one of a request's topics
+        that the metadata does not have: Kafka's KafkaApis answers those itself, before the
+        coordinator sees the rest (librdkafka's test 0030 commits to a topic that is gone)."""
+        return {(t.name, p.partition_index): Errors.UNKNOWN_TOPIC_OR_PARTITION for t in topics for p in t.partitions
+                if self.node.partition_state(t.name, p.partition_index) is None}
 
     def _fetched(self, group_id: str, topics, require_stable: bool = False) -> list[dict]:
         """require_stable (OffsetFetch v7+, KIP-447): a partition with transactional offsets not
@@ -576,35 +659,6 @@ class GroupCoordinator:
         code = self._coordinator_error(request.group_id)
         stable = bool(getattr(request, "require_stable", False))
         return {"topics": [] if code else self._fetched(request.group_id, request.topics, stable), "error_code": code}
-
-    async def list_groups(self, header, request) -> dict:
-        states = set(getattr(request, "states_filter", ()) or ())
-        self.load_led_partitions()
-        led = self._led_partitions()
-        return {"error_code": Errors.NONE,
-                "groups": [{"group_id": g.group_id, "protocol_type": g.protocol_type or "", "group_state": g.state}
-                           for g in self.groups.values()
-                           if self.partition_for(g.group_id) in led and (not states or g.state in states)]}
-
-    async def describe_groups(self, header, request) -> dict:
-        out = []
-        for group_id in request.groups:
-            self._coordinator_error(group_id)
-            g = self.groups.get(group_id)
-            if g is None:
-                out.append({"error_code": Errors.NONE, "group_id": group_id, "group_state": "Dead",
-                            "protocol_type": "", "protocol_data": "", "members": []})
-                continue
-            members = [{"member_id": mem.member_id, "group_instance_id": mem.group_instance_id,
-                        "client_id": mem.client_id, "client_host": mem.client_host,
-                        "member_metadata": mem.metadata(g.protocol) if g.protocol else b"",
-                        "member_assignment": mem.assignment} for mem in g.members.values()]
-            out.append({"error_code": Errors.NONE, "group_id": group_id, "group_state": g.state,
-                        "protocol_type": g.protocol_type or "",
-                        "protocol_data": g.protocol or "", "members": members,
-                        "authorized_operations": operations(getattr(request, "include_authorized_operations", False),
-                                                            GROUP_OPERATIONS)})
-        return {"groups": out}
 
     # ---- transactional offsets (TxnOffsetCommit, and the transaction's marker) --------------
     def _stage_txn(self, producer_id: int, key: bytes, value: bytes | None) -> None:
@@ -655,8 +709,8 @@ class GroupCoordinator:
                 epoch = getattr(p, "committed_leader_epoch", -1)
                 wanted.append((t.name, p.partition_index, part_code, (p.committed_offset, epoch, metadata)))
                 if not part_code:
-                    records.append((_offset_key(g.group_id, t.name, p.partition_index),
-                                    _offset_value(p.committed_offset, epoch, metadata, now)))
+                    records.append((offset_key(g.group_id, t.name, p.partition_index),
+                                    offset_value(p.committed_offset, epoch, metadata, now)))
         producer = (request.producer_id, request.producer_epoch)
         stored = await self._append(g.group_id, records, producer) if records else Errors.NONE
         items: dict[str, list] = {}

@@ -25,9 +25,8 @@ from ..core import errors
 from ..core.clock import monotonic_ms
 from ..replication.controller import Controller
 from ..replication.messages import NO_LEADER, BrokerHeartbeatRequest, BrokerRegistrationRequest
-from . import config_admin
+from . import config_admin, topic_admin
 from . import configs as topic_configs
-from . import topic_admin
 from .broker import FETCH_MAX_BYTES, PRODUCER_ID_BLOCK, Broker  # noqa: F401  (FETCH_MAX_BYTES: its old home)
 from .configs import topic_name_problem  # noqa: F401  (the name rules' old home)
 from .metadata import MetadataImage, records_for

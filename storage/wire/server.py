@@ -30,6 +30,7 @@ from .admin_apis import AdminApis
 from .apis import ClientApis, Notifier
 from .broker import MetadataSource
 from .groups import GroupCoordinator
+from .groups_admin import GroupAdmin
 from .limits import ConnectionGate, ConnectionLimits, ConnectionTimeoutError, RequestMemory
 from .topic_admin import TopicAdminApis
 from .txn_admin import TxnAdminApis
@@ -260,8 +261,10 @@ class BrokerServer(FrameServer):
         self.groups = GroupCoordinator(self.node, initial_rebalance_delay_ms=self._initial_rebalance_delay_ms)
         g = self.groups
         self.handlers.update({8: g.offset_commit, 9: g.offset_fetch, 10: g.find_coordinator, 11: g.join_group,
-                              12: g.heartbeat, 13: g.leave_group, 14: g.sync_group, 15: g.describe_groups,
-                              16: g.list_groups, 28: g.txn_offset_commit})
+                              12: g.heartbeat, 13: g.leave_group, 14: g.sync_group, 28: g.txn_offset_commit})
+        admin = GroupAdmin(g)
+        self.handlers.update({15: admin.describe_groups, 16: admin.list_groups, 42: admin.delete_groups,
+                              47: admin.offset_delete})
         self.txn_admin.on_written = g.complete_txn
         t = self.txn = TxnCoordinator(self.node, g, self.txn_admin, self.apis, self._txn_settings)
         self.handlers.update({10: t.find_coordinator, 22: t.init_producer_id, 24: t.add_partitions_to_txn,

@@ -20,7 +20,7 @@ from dataclasses import dataclass, field
 
 from ..core.errors import Errors
 from ..topics import coordinator_records as cr
-from .groups import offsets_partition
+from .group_model import offsets_partition
 
 EMPTY, ONGOING, PREPARE_COMMIT, PREPARE_ABORT = "Empty", "Ongoing", "PrepareCommit", "PrepareAbort"
 COMPLETE_COMMIT, COMPLETE_ABORT, DEAD, PREPARE_EPOCH_FENCE = "CompleteCommit", "CompleteAbort", "Dead", "PrepareEpochFence"

@@ -12,7 +12,7 @@ pytest.importorskip("kio", reason="the wire front end needs kio (pip install kio
 from storage.core.errors import Errors  # noqa: E402
 from storage.core.records import build_batch  # noqa: E402
 from storage.wire import codec  # noqa: E402
-from storage.wire.groups import java_string_hash, offsets_partition  # noqa: E402
+from storage.wire.group_model import java_string_hash, offsets_partition  # noqa: E402
 from storage.wire.node import topic_name_problem  # noqa: E402
 from tests.wire_support import Broker, raw_exchange, readme_table  # noqa: E402
 
