@@ -54,6 +54,10 @@ def add_parsers(sub) -> None:
                         "sent whole even when larger (Kafka's fetch.max.bytes, default 55 MiB)")
     p.add_argument("--group-initial-rebalance-delay-ms", type=_ranged(0, INT32_MAX, "group.initial.rebalance.delay.ms"), default=3000,
                    help="how long an empty group's first rebalance waits for more members (Kafka: 3000)")
+    p.add_argument("--log-cleaner-backoff-ms", type=_ranged(1, INT64_MAX, "log.cleaner.backoff.ms"), default=15_000,
+                   help="how often the log cleaner looks for compacted logs to clean (Kafka: 15000)")
+    p.add_argument("--no-log-cleaner", action="store_true",
+                   help="no log cleaner: compacted topics are never compacted (Kafka's log.cleaner.enable=false)")
     p.add_argument("--transaction-partitions", type=_ranged(1, MAX_PARTITIONS_PER_TOPIC, "transaction.state.log.num.partitions"),
                    default=50, help="partitions of __transaction_state (default 50)")
     p.add_argument("--transaction-max-timeout-ms", type=_ranged(1, INT32_MAX, "transaction.max.timeout.ms"),
@@ -174,7 +178,8 @@ def cmd_serve(args) -> int:
     options = dict(node_id=args.node_id, host=host, port=port, num_partitions=args.num_partitions,
                    replication_factor=args.replication_factor, auto_create_topics=not args.no_auto_create_topics,
                    offsets_partitions=args.offsets_partitions, min_insync_replicas=args.min_insync_replicas,
-                   log_config=LogConfig(fsync=not args.no_fsync, compression_type=args.compression_type), fetch_max_bytes=args.fetch_max_bytes)
+                   log_config=LogConfig(fsync=not args.no_fsync, compression_type=args.compression_type), fetch_max_bytes=args.fetch_max_bytes,
+                   cleaner_backoff_ms=None if args.no_log_cleaner else args.log_cleaner_backoff_ms)
     if args.controller:
         from ..wire.cluster_node import ClusterNode
         node = ClusterNode(args.data_dir, controller=_listen(args.controller),

@@ -24,6 +24,7 @@ from typing import Protocol
 
 from ..core import errors
 from ..core.config import LogConfig
+from ..dir.background import BackgroundConfig
 from ..dir.logdir import LogDir, hold_lock, read_clean_shutdown_epoch, release_held_lock
 from ..replication import messages as m
 from ..replication.replica import ReplicaManager
@@ -37,6 +38,7 @@ log = logging.getLogger("storage.wire")
 
 FETCH_MAX_BYTES = 55 << 20     # Kafka's fetch.max.bytes: the most one Fetch answer holds (but one batch)
 PRODUCER_ID_BLOCK = 1_000      # producer ids a broker takes from the controller at a time
+CLEANER_BACKOFF_MS = 15_000     # Kafka's log.cleaner.backoff.ms: the cleaner looks for dirty logs this often
 # __consumer_offsets as the broker creates it (Kafka's offsets.topic.* defaults).
 OFFSETS_TOPIC_CONFIGS = {"cleanup.policy": "compact", "segment.bytes": str(100 << 20)}
 OFFSETS_TOPIC_MAX_REPLICATION = 3
@@ -127,7 +129,8 @@ class Broker:
                  port: int = 9092, num_partitions: int = 1, replication_factor: int = 1,
                  auto_create_topics: bool = True, offsets_partitions: int = 50, min_insync_replicas: int = 1,
                  log_config: LogConfig | None = None, background: bool = True,
-                 fetch_max_bytes: int = FETCH_MAX_BYTES, replica_lag_time_max_ms: int | None = None):
+                 fetch_max_bytes: int = FETCH_MAX_BYTES, replica_lag_time_max_ms: int | None = None,
+                 cleaner_backoff_ms: int | None = CLEANER_BACKOFF_MS):
         self.data_dir = os.fspath(data_dir)
         self.node_id, self.host, self.port = node_id, host, port
         self.num_partitions, self.replication_factor = num_partitions, replication_factor
@@ -136,6 +139,9 @@ class Broker:
         self.static_log_config = self.log_config = log_config or LogConfig()
         self.static_min_isr = self.min_insync_replicas = min_insync_replicas
         self._background = background
+        # The log cleaner (Kafka's log.cleaner.enable, on by default, every log.cleaner.backoff.ms):
+        # compacted topics, __consumer_offsets and __transaction_state among them; None: off.
+        self._background_config = BackgroundConfig(clean_interval_ms=cleaner_backoff_ms)
         self._manager_options = {"min_insync_replicas": min_insync_replicas}
         if replica_lag_time_max_ms is not None:
             self._manager_options["replica_lag_time_max_ms"] = replica_lag_time_max_ms
@@ -320,6 +326,7 @@ class Broker:
         manager over it (as Kafka's broker loads its logs after its metadata), and hand it the
         whole image."""
         self.logdir = LogDir.open(self.logs_path, self.log_config, background=self._background,
+                                  background_config=self._background_config,
                                   broker_epoch=self.broker_epoch,
                                   topic_configs={t: c.log for t, c in self.topic_settings.items()})
         self.manager = ReplicaManager(self.node_id, self.logdir, **self._manager_options)
