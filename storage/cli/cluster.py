@@ -53,6 +53,11 @@ def _metrics(args, offset: int) -> list[str]:
     return [] if base is None else ["--metrics-listen", f"127.0.0.1:{base + offset}"]
 
 
+def _log_level(args) -> list[str]:
+    level = getattr(args, "log_level", None)
+    return [] if level is None else ["--log-level", level]
+
+
 def run_cluster(args) -> int:
     root = os.path.abspath(args.data_dir)
     os.makedirs(root, exist_ok=True)
@@ -63,7 +68,8 @@ def run_cluster(args) -> int:
         controller_port = args.base_port + 100
         proc, found = start_process(["controller", "--data-dir", os.path.join(root, "controller-data"), "--listen",
                               f"127.0.0.1:{controller_port}", "--min-insync-replicas",
-                              str(args.min_insync_replicas), *_metrics(args, 100)], os.path.join(root, "controller.log"))
+                              str(args.min_insync_replicas), *_metrics(args, 100), *_log_level(args)],
+                                     os.path.join(root, "controller.log"))
         procs.append(proc)
         print(f"controller {found.group(2)} at {found.group(3)}:{found.group(4)} pid {found.group(5)}", flush=True)
         for n in range(1, args.brokers + 1):
@@ -71,7 +77,7 @@ def run_cluster(args) -> int:
                                   "--listen", f"127.0.0.1:{args.base_port + n - 1}", "--controller",
                                   f"127.0.0.1:{controller_port}", "--replication-factor",
                                   str(min(3, args.brokers)), "--min-insync-replicas", str(args.min_insync_replicas),
-                                  *_metrics(args, n - 1)],
+                                  *_metrics(args, n - 1), *_log_level(args)],
                                  os.path.join(root, f"broker-{n}.log"))
             procs.append(proc)
             print(f"broker {n} at {found.group(3)}:{found.group(4)} pid {found.group(5)}", flush=True)

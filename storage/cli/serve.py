@@ -107,6 +107,8 @@ def add_parsers(sub) -> None:
     p.add_argument("--min-insync-replicas", type=_ranged(1, INT32_MAX, "min.insync.replicas"), default=2, help="min.insync.replicas (default 2)")
     p.add_argument("--metrics-base-port", type=_ranged(1, 65535 - 100), help="broker N serves its metrics on "
                    "base+N-1, the controller on base+100 (default: no metrics)")
+    p.add_argument("--log-level", default="INFO", help="every process's logging level (default INFO); each "
+                   "logs to DIR/controller.log or DIR/broker-N.log")
 
 
 def _metrics_flag(p) -> None:

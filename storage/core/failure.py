@@ -29,6 +29,7 @@ import threading
 from . import errors
 
 log = logging.getLogger("storage")
+_offline_log = logging.getLogger("storage.log")
 
 
 class LogDirFailureChannel:
@@ -54,12 +55,19 @@ class LogDirFailureChannel:
         if self.first_failure is not None:
             raise self.error()
 
-    def fail(self, exc: BaseException, operation: str) -> errors.LogDirOfflineError:
-        """Record `exc` (the first failure wins) and return the error to raise."""
+    def fail(self, exc: BaseException, operation: str, *, announce: bool = True) -> errors.LogDirOfflineError:
+        """Record `exc` (the first failure wins) and return the error to raise; the first failure
+        is logged at ERROR with its cause unless `announce` is False (a dir superseded by a newer
+        open of it in this process: nothing failed)."""
         with self._lock:
-            if self.first_failure is None:
+            first = self.first_failure is None
+            if first:
                 self.first_failure = exc
                 self.operation = operation
+        if first and announce:
+            # Kafka's LogDirFailureChannel.maybeAddOfflineLogDir: one line, with the cause.
+            _offline_log.error("log dir %s is offline: %s failed: %s; its partitions are no longer served",
+                               self.log_dir, operation, exc)
         return self.error()
 
 

@@ -178,7 +178,7 @@ def _lock_dir(logdir: "LogDir") -> int:
             if previous is not None and previous is not logdir and not previous.closed:
                 previous.failure_channel.fail(
                     errors.LogDirLockedError("superseded by a newer LogDir.open of this dir in this process",
-                                             file=previous.path), "superseded")
+                                             file=previous.path), "superseded", announce=False)
                 if previous.meta is not None:
                     previous.meta.close()    # LMDB allows one environment per file and process
             _held_locks[path] = (fd, logdir)

@@ -382,7 +382,8 @@ def _mark_uncleanable(log, stats: CleanerStats, error: errors.CorruptRecordError
     with log.local.lock:
         damaged = next((s for s in log.segments if s.log_path == error.file), None)
         log.uncleanable = (damaged, reason)
-    _log.error("log cleaner: %s is %s", log.path, reason)
+    _log.warning("log cleaner: marked %s uncleanable, skipped until segment %s leaves the log: %s", log.path,
+                 damaged.log_path if damaged is not None else error.file, error)
     stats.aborted = True
     stats.uncleanable = reason
     return stats

@@ -450,11 +450,18 @@ class Loader:
         metrics.recovered_bytes_cut += truncated
         metrics.recovered_segments_deleted += len(logs) - i - 1
         self.recovery_report.append((base, truncated, report.stop_reason or ""))
+        _log.warning("%s: recovery cut %d bytes at byte position %d (offset %d): %s; the log now ends at offset "
+                     "%d%s", segment.log_path, truncated, report.stop_position, report.stop_offset,
+                     report.stop_reason or "an invalid batch", segment.next_offset,
+                     f"; {len(logs) - i - 1} later segments deleted" if logs[i + 1:] else "")
         # Kafka: after the first invalid batch nothing is trusted; later segments go.  Highest
         # first, and durably before anything else happens: a crash during recovery must not
         # bring a later segment back behind the cut one.
         for later in reversed(logs[i + 1:]):
-            self._open_segment(later, active=False).delete()
+            doomed = self._open_segment(later, active=False)
+            _log.warning("%s: deleted by recovery: it follows the invalid batch at offset %d", doomed.log_path,
+                         report.stop_offset)
+            doomed.delete()
             self.recovery_report.append((later, -1, f"deleted: after the first invalid batch at offset "
                                                     f"{report.stop_offset} in segment {base}"))
         if logs[i + 1:]:
@@ -479,6 +486,9 @@ def load(log, seam, listing, recovery_point: int, log_start_offset: int | None, 
     local = log.local
     loader = Loader(local, log.producer_state, seam, recovery_point, clean, recover_mode)
     loader.load(listing)
+    if not clean and loader.recovered and not any(cut > 0 for _base, cut, _why in loader.recovery_report):
+        _log.info("%s: recovery after an unclean shutdown checked %d segment(s) from offset %d: nothing was cut",
+                  local.path, len(loader.recovered), recovery_point)
     start, log.log_end_offset, local.recovery_point = loader.offsets(log_start_offset, log_start_trusted,
                                                                       log.epoch_cache)
     log.log_start_offset = log.high_watermark = start

@@ -53,7 +53,7 @@ from .messages import (
     StopReplicaRequest,
 )
 
-log = logging.getLogger("storage.replication")
+log = logging.getLogger("storage.controller")   # docs/guide-operations.md, Logs
 
 
 @dataclass
@@ -217,6 +217,9 @@ class Controller:
             and guards.on("M18")
         # A new incarnation starts fenced; its old leaderships are gone.
         self.brokers[request.broker_id] = Registration(request.broker_id, epoch, request.incarnation_id)
+        log.info("registered broker %d with broker epoch %d (incarnation %s)%s; fenced until it catches up",
+                 request.broker_id, epoch, request.incarnation_id, "" if current is None else
+                 ", after an unclean shutdown (KIP-966)" if unclean else ", a new incarnation")
         changed = self._remove_broker_from_partitions(request.broker_id, unclean=unclean) \
             if current is not None else []
         self._commit(brokers=[request.broker_id], partitions=changed)
@@ -240,13 +243,16 @@ class Controller:
         changed: list = []
         if request.want_shut_down and not r.in_controlled_shutdown:
             r.in_controlled_shutdown = True             # persisted (KIP-841)
+            log.info("broker %d (broker epoch %d) asked for a controlled shutdown", r.broker_id, r.broker_epoch)
             changed = self._remove_broker_from_partitions(r.broker_id, shutting_down=True)
             self._commit(brokers=[r.broker_id], partitions=changed)
             self._publish_metadata()
         elif request.want_fence and not r.fenced:
-            return self._fence(r, BrokerHeartbeatResponse(Errors.NONE, True))
+            return self._fence(r, BrokerHeartbeatResponse(Errors.NONE, True), "it asked to be fenced")
         elif not request.want_fence and r.fenced and not r.in_controlled_shutdown:
             r.fenced = False
+            log.info("unfenced broker %d (broker epoch %d): it caught up with the metadata log", r.broker_id,
+                     r.broker_epoch)
             self._commit(brokers=[r.broker_id])
             self._publish_metadata()
             changed = self._elect_leaderless()
@@ -255,14 +261,15 @@ class Controller:
         leads = any(s.leader == r.broker_id for s in self.partitions.values())
         return BrokerHeartbeatResponse(Errors.NONE, r.fenced, r.in_controlled_shutdown and not leads)
 
-    def fence_broker(self, broker_id: int) -> None:
+    def fence_broker(self, broker_id: int, reason: str = "its session expired") -> None:
         """The broker's session expired (missed heartbeats)."""
         r = self.brokers.get(broker_id)
         if r is not None and not r.fenced:
-            self._fence(r, None)
+            self._fence(r, None, reason)
 
-    def _fence(self, r: Registration, response):
+    def _fence(self, r: Registration, response, reason: str):
         r.fenced = True
+        log.info("fenced broker %d (broker epoch %d): %s", r.broker_id, r.broker_epoch, reason)
         changed = self._remove_broker_from_partitions(r.broker_id)
         self._commit(brokers=[r.broker_id], partitions=changed)
         self._publish_metadata()
@@ -306,8 +313,23 @@ class Controller:
                 if s.leader == old[0]:
                     s.partition_epoch += 1
                 changed.append(key)
+                why = "controlled shutdown" if shutting_down else "unclean restart" if unclean else "fenced or re-registered"
+                self._log_change(s, old, f"broker {broker_id} left: {why}")
         changed += [k for k in self._elect_leaderless(commit=False) if k not in changed]
         return changed
+
+    @staticmethod
+    def _log_change(s: PartitionState, old: tuple, why: str) -> None:
+        """One line per partition change the controller makes (Kafka's ReplicationControlManager)."""
+        if s.leader != old[0] and s.leader != NO_LEADER:
+            log.info("elected leader %d of %s-%d with leader epoch %d and ISR %s (clean: an ISR member; %s)",
+                     s.leader, s.topic, s.partition, s.leader_epoch, s.isr, why)
+        elif s.leader != old[0]:
+            log.info("%s-%d has no leader (leader epoch %d, ISR %s, ELR %s): %s", s.topic, s.partition,
+                     s.leader_epoch, s.isr, s.elr, why)
+        else:
+            log.info("%s-%d: ISR %s -> %s, ELR %s (leader %d, partition epoch %d): %s", s.topic, s.partition,
+                     old[1], s.isr, s.elr, s.leader, s.partition_epoch, why)
 
     def _set_leader(self, s: PartitionState, leader: int) -> None:
         if leader != NO_LEADER:
@@ -460,6 +482,8 @@ class Controller:
             if b in s.isr and self.active(b):
                 if b != s.leader:
                     self._set_leader(s, b)
+                    log.info("elected leader %d of %s-%d with leader epoch %d and ISR %s (clean: the first "
+                             "active ISR member)", b, s.topic, s.partition, s.leader_epoch, s.isr)
                     return True
                 return False
         for b in s.replicas:   # KIP-966: an eligible leader replica holds every committed record
@@ -467,6 +491,8 @@ class Controller:
                 self._set_leader(s, b)
                 s.isr = [b]
                 s.elr = [x for x in s.elr if x != b]
+                log.info("elected leader %d of %s-%d with leader epoch %d and ISR %s (clean: an eligible leader "
+                         "replica, KIP-966)", b, s.topic, s.partition, s.leader_epoch, s.isr)
                 return True
         if unclean:
             for b in s.replicas:
@@ -477,6 +503,9 @@ class Controller:
                         s.leader_recovery_state = RECOVERING
                     self.unclean_elections.append((s.topic, s.partition, b, s.leader_epoch,
                                                    s.leader_recovery_state == RECOVERING))
+                    log.warning("elected leader %d of %s-%d with leader epoch %d and ISR %s UNCLEANLY: no ISR or "
+                                "eligible replica is active; records it lacks are lost", b, s.topic, s.partition,
+                                s.leader_epoch, s.isr)
                     return True
         return False
 
@@ -549,6 +578,8 @@ class Controller:
         s.last_known_elr = []
         s.leader_recovery_state = RECOVERING
         self.unclean_elections.append((topic, partition, best, s.leader_epoch, True))
+        log.warning("elected leader %d of %s-%d with leader epoch %d and ISR %s UNCLEANLY: unclean recovery "
+                    "(KIP-966) chose the longest log of %s", best, topic, partition, s.leader_epoch, s.isr, live)
         self._commit(partitions=[(topic, partition)])
         self._publish(s)
         return Errors.NONE
@@ -563,6 +594,8 @@ class Controller:
         if new_leader == s.leader:
             return Errors.ELECTION_NOT_NEEDED
         self._set_leader(s, new_leader)
+        log.info("elected leader %d of %s-%d with leader epoch %d and ISR %s (clean: a preferred leader election)",
+                 new_leader, topic, partition, s.leader_epoch, s.isr)
         self._commit(partitions=[(topic, partition)])
         self._publish(s)
         return Errors.NONE
@@ -606,6 +639,8 @@ class Controller:
     # ---- AlterPartition ----
     def handle_alter_partition(self, request: AlterPartitionRequest) -> AlterPartitionResponse:
         def answer(code):
+            log.info("rejected AlterPartition of %s-%d from broker %d (leader epoch %d, ISR %s): %s", request.topic,
+                     request.partition, request.broker_id, request.leader_epoch, request.new_isr, Errors(code).name)
             return AlterPartitionResponse(code, request.topic, request.partition)
 
         r = self.brokers.get(request.broker_id)
@@ -637,7 +672,7 @@ class Controller:
                 return answer(Errors.INELIGIBLE_REPLICA)
             if guards.on("M13") and member.broker_epoch != -1 and member.broker_epoch != reg.broker_epoch:
                 return answer(Errors.INELIGIBLE_REPLICA)
-        removed = [b for b in s.isr if b not in new_isr]
+        removed, old_isr = [b for b in s.isr if b not in new_isr], s.isr
         s.isr = list(new_isr)
         s.elr = [b for b in s.elr if b not in new_isr]
         if self._elr_enabled and len(new_isr) < self.min_insync_replicas:
@@ -646,6 +681,10 @@ class Controller:
             s.elr = []
         if len(new_isr) >= self.min_insync_replicas:
             s.last_known_elr = []
+        log.info("accepted AlterPartition of %s-%d from leader %d: ISR %s -> %s (leader epoch %d, partition epoch "
+                 "%d)%s", s.topic, s.partition, s.leader, old_isr, s.isr, s.leader_epoch,
+                 s.partition_epoch + 1,
+                 ", RECOVERED" if s.leader_recovery_state != request.leader_recovery_state else "")
         s.leader_recovery_state = request.leader_recovery_state
         s.partition_epoch += 1
         self._commit(partitions=[key])

@@ -21,6 +21,7 @@ Invariants:
 from __future__ import annotations
 
 import enum
+import logging
 from dataclasses import dataclass
 
 from ..core import errors, guards
@@ -38,6 +39,8 @@ from .messages import (
     OffsetForLeaderEpochResponse,
     epoch_end_on_the_wire,
 )
+
+_log = logging.getLogger("storage.replica")   # docs/guide-operations.md, Logs
 
 
 class RecentTruncations(list):
@@ -173,7 +176,8 @@ class ReplicaFetcher:
                 if p.log.latest_epoch is None or not guards.on("M1"):
                     # No epoch information (or the pre-KIP-101 rule): truncate to the high watermark.
                     self._truncate(p, fs, min(fs.fetch_offset, p.log.high_watermark)
-                                   if guards.on("M1") else p.log.high_watermark, final=True)
+                                   if guards.on("M1") else p.log.high_watermark, final=True,
+                                   why="no leader epoch in the log: to the high watermark")
                 else:
                     by_leader.setdefault((fs.leader_id, "epoch"), []).append(OffsetForLeaderEpochPartition(
                         fs.topic, fs.partition, p.log.latest_epoch, fs.current_leader_epoch))
@@ -258,9 +262,11 @@ class ReplicaFetcher:
             return min(local_end, leo), False
         return min(local_end, leader_end_offset, leo), True
 
-    def _truncate(self, p, fs: PartitionFetchState, offset: int, *, final: bool) -> None:
+    def _truncate(self, p, fs: PartitionFetchState, offset: int, *, final: bool, why: str) -> None:
         if offset < p.log.log_end_offset:
             self.truncations.append((fs.topic, fs.partition, offset))
+            _log.info("%s-%d: truncating the follower's log from offset %d to %d: %s (leader %d, leader epoch %d)",
+                     fs.topic, fs.partition, p.log.log_end_offset, offset, why, fs.leader_id, fs.current_leader_epoch)
         p.log.truncate_to(offset)
         fs.fetch_offset = offset
         _move(fs, FETCHING if final or self.truncate_on_fetch else TRUNCATING)
@@ -278,7 +284,8 @@ class ReplicaFetcher:
             return
         if result.error_code == Errors.NONE:
             offset, final = self._truncation_point(p, fs, result.leader_epoch, result.end_offset)
-            self._truncate(p, fs, offset, final=final)
+            self._truncate(p, fs, offset, final=final, why=f"OffsetForLeaderEpoch of epoch {item.leader_epoch}: the "
+                           f"leader ends epoch {result.leader_epoch} at offset {result.end_offset}")
         elif result.error_code == Errors.FENCED_LEADER_EPOCH:
             self._fenced(fs, item.current_leader_epoch)
         else:
@@ -298,7 +305,8 @@ class ReplicaFetcher:
                 log.high_watermark = min(result.high_watermark, leo_before)
             offset, _final = self._truncation_point(p, fs, result.diverging_epoch.epoch,
                                                     result.diverging_epoch.end_offset)
-            self._truncate(p, fs, offset, final=True)
+            self._truncate(p, fs, offset, final=True, why=f"a diverging epoch (KIP-320): the leader ends epoch "
+                           f"{result.diverging_epoch.epoch} at offset {result.diverging_epoch.end_offset}")
             if not guards.on("M10"):
                 log.high_watermark = min(result.high_watermark, leo_before)
             return
@@ -337,12 +345,16 @@ class ReplicaFetcher:
         if fs.reset_step == LATEST_TIMESTAMP:
             if response.offset < log.log_end_offset:
                 # The leader ends below us (an unclean election): truncate to its end.
-                self._truncate(p, fs, response.offset, final=True)
+                self._truncate(p, fs, response.offset, final=True,
+                               why="the leader's log ends below ours (an unclean election)")
             else:
                 fs.reset_step = EARLIEST_TIMESTAMP
             return
         if response.offset > log.log_end_offset:
             self.truncations.append((fs.topic, fs.partition, response.offset))
+            _log.info("%s-%d: the follower's log (end offset %d) restarts empty at offset %d: the leader's log starts "
+                     "there (leader %d, leader epoch %d)", fs.topic, fs.partition, log.log_end_offset,
+                     response.offset, fs.leader_id, fs.current_leader_epoch)
             log.truncate_fully_and_start_at(response.offset)
         fs.fetch_offset = max(response.offset, log.log_end_offset)
         _move(fs, FETCHING)

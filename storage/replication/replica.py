@@ -30,6 +30,7 @@ Invariants (each guard carries its catalogue id, storage/core/guards.py):
 """
 from __future__ import annotations
 
+import logging
 from dataclasses import dataclass
 from typing import Callable
 
@@ -73,6 +74,8 @@ from .messages import (
     WriteTxnMarkersResponse,
     epoch_end_on_the_wire,
 )
+
+_log = logging.getLogger("storage.replica")   # docs/guide-operations.md, Logs
 
 
 @dataclass
@@ -293,6 +296,9 @@ class ReplicaManager(FetchAnswers):
         if p is None or p.inflight is not request or p.leader != self.broker_id:
             return      # a stale answer: leadership or the request changed meanwhile
         code = response.error_code
+        if code != Errors.NONE:
+            _log.info("%s-%d: AlterPartition to ISR %s answered %s", p.topic, p.partition, request.new_isr,
+                      Errors(code).name)
         if code == Errors.NONE:
             if response.leader_epoch == p.leader_epoch and response.partition_epoch >= p.partition_epoch:
                 if len(response.isr) != len(p.isr):
@@ -300,6 +306,8 @@ class ReplicaManager(FetchAnswers):
                         self.isr_shrinks += 1
                     else:
                         self.isr_expands += 1
+                _log.info("%s-%d: ISR updated to %s (partition epoch %d)", p.topic, p.partition, response.isr,
+                          response.partition_epoch)
                 p.isr = list(response.isr)
                 p.partition_epoch = response.partition_epoch
                 p.leader_recovery_state = response.leader_recovery_state
@@ -369,6 +377,9 @@ class ReplicaManager(FetchAnswers):
                 return
         if not self._isr_eligible(follower.broker_id, follower):
             return
+        _log.info("%s-%d: expanding the ISR from %s to add replica %d: it caught up to offset %d (high watermark "
+                  "%d, leader epoch %d from offset %d)", p.topic, p.partition, p.isr, follower.broker_id,
+                  follower.log_end_offset, hw, p.leader_epoch, p.leader_epoch_start_offset)
         self._submit_alter_partition(p, sorted(set(p.isr) | {follower.broker_id}), p.leader_recovery_state)
 
     def _maybe_increment_high_watermark(self, p: Partition) -> bool:
@@ -401,11 +412,21 @@ class ReplicaManager(FetchAnswers):
             out = [b for b in p.isr if b != self.broker_id and b in p.followers
                    and not self._caught_up(p.followers[b], now)]
             if out:
+                _log.info("%s-%d: shrinking the ISR from %s: %s out of sync (high watermark %d, log end %d, "
+                          "replica.lag.time.max.ms %d)", p.topic, p.partition, p.isr, ", ".join(
+                              self._lag(p.followers[b], now) for b in out), p.log.high_watermark,
+                          p.log.log_end_offset, self.replica_lag_time_max_ms)
                 self._submit_alter_partition(p, [b for b in p.isr if b not in out], p.leader_recovery_state)
         expired = [d for d in self._delayed if d.deadline_ms <= now]
         for d in expired:
             self._delayed.remove(d)
             d.callback(ProduceResponse(d.topic, d.partition, Errors.REQUEST_TIMED_OUT, d.base_offset))
+
+    @staticmethod
+    def _lag(f: FollowerState, now: int) -> str:
+        since = "never caught up with this leader" if f.last_caught_up_time_ms < 0 else \
+            f"last caught up {now - f.last_caught_up_time_ms} ms ago"
+        return f"replica {f.broker_id} (log end offset {f.log_end_offset}, {since})"
 
     def _min_isr(self, topic: str) -> int:
         return self.topic_min_isr.get(topic, self.min_insync_replicas)

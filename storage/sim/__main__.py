@@ -12,6 +12,7 @@ import argparse
 import contextlib
 import hashlib
 import json
+import logging
 import os
 import sys
 import tempfile
@@ -305,7 +306,10 @@ def main(argv=None) -> int:
                    help="the compaction enumerations instead: crashes and I/O errors at every operation "
                         "of a clean (storage/sim/crash_compaction.py, I21, I16)")
     p.add_argument("--json", action="store_true")
+    parser.add_argument("--log-level", default="ERROR", help="the storage loggers' level (default ERROR: the "
+                        "simulated crashes, recoveries and unclean elections are the report's, not stderr's)")
     args = parser.parse_args(argv)
+    logging.getLogger("storage").setLevel(args.log_level.upper())
     return {"scenario": cmd_scenario, "run": cmd_run, "mutate": cmd_mutate, "regress": cmd_regress,
             "crash": cmd_crash}[args.command](args)
 

@@ -396,12 +396,8 @@ class RemoteController:
             log.exception("replication request to %d failed", leader)
             self.broker.manager.fetcher.handle_failure(leader, request)
             return
-        truncations = self.broker.manager.fetcher.truncations.total
         try:
-            self.broker.manager.fetcher.handle_response(leader, request, response)
-            for topic, partition, offset in self.broker.manager.fetcher.truncations.since(truncations):
-                log.info("%s-%d truncated to offset %d: its log diverged from leader %d's (KIP-320)",
-                         topic, partition, offset, leader)
+            self.broker.manager.fetcher.handle_response(leader, request, response)   # logs its truncations
         except errors.LogDirOfflineError:
             self.broker.manager.go_offline()
         except Exception:

@@ -111,8 +111,8 @@ class ControllerServer(FrameServer):
             try:
                 for b, r in list(self.controller.brokers.items()):
                     if not r.fenced and now - self.last_heartbeat.get(b, now) > self.session_timeout_ms:
-                        log.warning("broker %d missed its heartbeats for %d ms: fenced", b, self.session_timeout_ms)
-                        self.controller.fence_broker(b)
+                        self.controller.fence_broker(b, f"its session timed out: no heartbeat for "
+                                                        f"{self.session_timeout_ms} ms (broker.session.timeout.ms)")
                 self.sync()
             except errors.StorageError:
                 # The store's commit or the metadata log failed (each logged it): the failure state.
@@ -180,7 +180,7 @@ class ControllerServer(FrameServer):
             request.broker_id, incarnation, getattr(request, "previous_broker_epoch", -1)))
         self.last_heartbeat[request.broker_id] = monotonic_ms()
         self.sync()
-        log.info("broker %d registered (epoch %d, previous %d) at %s", request.broker_id, response.broker_epoch,
+        log.debug("broker %d registered (epoch %d, previous %d) at %s", request.broker_id, response.broker_epoch,
                  getattr(request, "previous_broker_epoch", -1), self.endpoints.get(request.broker_id))
         return {"error_code": response.error_code, "broker_epoch": response.broker_epoch}
 

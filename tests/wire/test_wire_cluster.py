@@ -246,7 +246,7 @@ def test_kip320_a_restarted_leader_truncates_its_unreplicated_tail(cluster):
     assert producer.flush(30) == 0
     cluster.brokers[leader].start()
     cluster.wait_in_sync("kip320")
-    assert re.search(r"kip320-0 truncated to offset 20: its log diverged from leader \d's \(KIP-320\)",
+    assert re.search(r"kip320-0: truncating the follower's log from offset \d+ to 20: a diverging epoch \(KIP-320\)",
                      cluster.brokers[leader].stderr()), cluster.brokers[leader].stderr()[-2000:]
     values = [v for _, v in cluster.read_all("kip320")[0]]
     assert values == [b"committed-%d" % i for i in range(30)]
@@ -306,7 +306,7 @@ def test_kip704_unclean_election_across_processes(tmp_path):
         assert producer.flush(30) == 0
         cluster.brokers[a].start()
         cluster.wait_in_sync("kip704")
-        assert "kip704-0 truncated to offset 10" in cluster.brokers[a].stderr()
+        assert re.search(r"kip704-0: truncating the follower's log from offset \d+ to 10: ", cluster.brokers[a].stderr())
         values = [v for _, v in cluster.read_all("kip704")[0]]
         assert values == [b"both-%d" % i for i in range(15)]
         cluster.stop()
