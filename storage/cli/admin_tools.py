@@ -290,6 +290,8 @@ def _targets(admin: Admin, args, partitions, committed) -> dict[tuple[str, int],
         return earliest
     if args.to_latest:
         return latest
+    if args.to_current:                     # without a committed offset: the log end, as Kafka
+        return {k: committed.get(k, latest[k]) for k in partitions}
     if args.to_datetime is not None:
         found = admin.offsets(partitions, spec.for_timestamp(_timestamp_ms(args.to_datetime)))
         return {k: latest[k] if v < 0 else v for k, v in found.items()}    # none that late: the log end
@@ -389,6 +391,7 @@ def add_parsers(sub) -> None:
             to = a.add_mutually_exclusive_group(required=True)
             to.add_argument("--to-earliest", action="store_true", help="the log start offsets")
             to.add_argument("--to-latest", action="store_true", help="the log end offsets")
+            to.add_argument("--to-current", action="store_true", help="the committed offsets (else the log end)")
             to.add_argument("--to-offset", type=int, metavar="N", help="offset N (clamped to the log)")
             to.add_argument("--to-datetime", metavar="YYYY-MM-DDTHH:mm:SS.sss",
                             help="the first offset at or after this time")

@@ -121,33 +121,35 @@ def test_group_describe_lag_reset_and_delete(capsys, broker):
     assert run(capsys, broker, "topics", "create", "--topic", "lagged", "--partitions", "2")[0] == 0
     _produce(broker.bootstrap, "lagged", [10, 6])
     consumer = _consumer(broker.bootstrap, "readers")
-    consumer.subscribe(["lagged"])
-    seen, deadline = 0, time.monotonic() + 30
-    while seen < 16 and time.monotonic() < deadline:
-        message = consumer.poll(1)
-        seen += message is not None and message.error() is None
-    assert seen == 16
-    consumer.commit(offsets=[ck.TopicPartition("lagged", 0, 7), ck.TopicPartition("lagged", 1, 6)],
-                    asynchronous=False)
+    try:
+        consumer.subscribe(["lagged"])
+        seen, deadline = 0, time.monotonic() + 30
+        while seen < 16 and time.monotonic() < deadline:
+            message = consumer.poll(1)
+            seen += message is not None and message.error() is None
+        assert seen == 16
+        consumer.commit(offsets=[ck.TopicPartition("lagged", 0, 7), ck.TopicPartition("lagged", 1, 6)],
+                        asynchronous=False)
 
-    # Active: each partition names its owner; reset-offsets is refused and changes nothing.
-    [group] = run_json(capsys, broker, "groups", "describe", "--group", "readers")
-    assert group["state"] == "STABLE"
-    rows = {r["partition"]: r for r in group["partitions"]}
-    assert [(rows[p]["current_offset"], rows[p]["log_end_offset"], rows[p]["lag"]) for p in (0, 1)] == \
-        [(7, 10, 3), (6, 6, 0)]
-    assert {r["client_id"] for r in rows.values()} == {"lag-reader"}
-    assert all(r["consumer_id"] and r["host"] for r in rows.values())
-    code, out, _ = run(capsys, broker, "groups", "describe", "--group", "readers")
-    assert out.splitlines()[0].split() == ["GROUP", "TOPIC", "PARTITION", "CURRENT-OFFSET", "LOG-END-OFFSET",
-                                           "LAG", "CONSUMER-ID", "HOST", "CLIENT-ID"]
-    assert out.splitlines()[1].split()[:6] == ["readers", "lagged", "0", "7", "10", "3"]
-    code, out, err = run(capsys, broker, "groups", "reset-offsets", "--group", "readers", "--all-topics",
-                         "--to-earliest", "--execute")
-    assert code == 1 and out == "" and "inactive" in err and "STABLE" in err and len(err.splitlines()) == 1
-    code, _, err = run(capsys, broker, "groups", "delete", "--group", "readers")
-    assert code == 1 and "NON_EMPTY_GROUP" in err and len(err.splitlines()) == 1
-    consumer.close()
+        # Active: each partition names its owner; reset-offsets is refused and changes nothing.
+        [group] = run_json(capsys, broker, "groups", "describe", "--group", "readers")
+        assert group["state"] == "STABLE"
+        rows = {r["partition"]: r for r in group["partitions"]}
+        assert [(rows[p]["current_offset"], rows[p]["log_end_offset"], rows[p]["lag"]) for p in (0, 1)] == \
+            [(7, 10, 3), (6, 6, 0)]
+        assert {r["client_id"] for r in rows.values()} == {"lag-reader"}
+        assert all(r["consumer_id"] and r["host"] for r in rows.values())
+        code, out, _ = run(capsys, broker, "groups", "describe", "--group", "readers")
+        assert out.splitlines()[0].split() == ["GROUP", "TOPIC", "PARTITION", "CURRENT-OFFSET", "LOG-END-OFFSET",
+                                               "LAG", "CONSUMER-ID", "HOST", "CLIENT-ID"]
+        assert out.splitlines()[1].split()[:6] == ["readers", "lagged", "0", "7", "10", "3"]
+        code, out, err = run(capsys, broker, "groups", "reset-offsets", "--group", "readers", "--all-topics",
+                             "--to-earliest", "--execute")
+        assert code == 1 and out == "" and "inactive" in err and "STABLE" in err and len(err.splitlines()) == 1
+        code, _, err = run(capsys, broker, "groups", "delete", "--group", "readers")
+        assert code == 1 and "NON_EMPTY_GROUP" in err and len(err.splitlines()) == 1
+    finally:
+        consumer.close()
 
     # Empty: a dry run prints the plan and changes nothing; --execute moves the offsets.
     [group] = run_json(capsys, broker, "groups", "describe", "--group", "readers")
@@ -176,3 +178,23 @@ def test_group_describe_lag_reset_and_delete(capsys, broker):
     assert code == 0, err
     code, _, err = run(capsys, broker, "groups", "describe", "--group", "readers")
     assert code == 1 and "GROUP_ID_NOT_FOUND" in err and len(err.splitlines()) == 1
+
+
+def test_reset_offsets_of_a_new_group(capsys, broker):
+    """Kafka's ResetConsumerGroupOffsetTest: testResetOffsetsExistingTopic (a group that never
+    existed gets offsets: printed without --execute or with --dry-run, committed with --execute)
+    and testResetOffsetsNotExistingGroup (--all-topics of a missing group: nothing to reset)."""
+    assert run(capsys, broker, "topics", "create", "--topic", "fresh", "--partitions", "1")[0] == 0
+    _produce(broker.bootstrap, "fresh", [100])
+    for extra in ((), ("--dry-run",), ("--execute",)):
+        done = run_json(capsys, broker, "groups", "reset-offsets", "--group", "new.group", "--topic", "fresh",
+                        "--to-offset", "50", *extra)
+        assert [(r["topic"], r["partition"], r["new_offset"]) for r in done["partitions"]] == [("fresh", 0, 50)]
+        code, out, err = run(capsys, broker, "groups", "describe", "--group", "new.group", "--json")
+        if extra != ("--execute",):
+            assert code == 1 and "GROUP_ID_NOT_FOUND" in err          # nothing committed yet
+    assert [(r["current_offset"], r["log_end_offset"], r["lag"]) for r in json.loads(out)[0]["partitions"]] == \
+        [(50, 100, 50)]
+    done = run_json(capsys, broker, "groups", "reset-offsets", "--group", "missing.group", "--all-topics",
+                    "--to-current", "--execute")
+    assert done["partitions"] == []
