@@ -8,6 +8,7 @@ exit 1; a bootstrap server that does not answer within --timeout seconds is one 
 bad arguments, or the extra missing, exit 2."""
 from __future__ import annotations
 
+import base64
 import datetime
 import json
 import logging
@@ -141,9 +142,26 @@ def _dynamic_configs(admin: Admin, name: str) -> dict[str, str]:
             if e.source == admin_mod.ConfigSource.DYNAMIC_TOPIC_CONFIG.value and not e.is_sensitive}
 
 
+def _topic_ids(admin: Admin, names: list[str]) -> dict[str, str]:
+    """Topic name -> id as Kafka prints it (Uuid.toString: URL-safe base64 without padding)."""
+    if not names:
+        return {}
+    futures = admin.client.describe_topics(admin.ck.TopicCollection(names), request_timeout=admin.timeout)
+    out = {}
+    for name, future in futures.items():
+        uuid = admin.wait(future, f"describe topic '{name}'").topic_id
+        raw = b"".join((bits % 2**64).to_bytes(8, "big") for bits in
+                       (uuid.get_most_significant_bits(), uuid.get_least_significant_bits()))
+        out[name] = base64.urlsafe_b64encode(raw).decode().rstrip("=")
+    return out
+
+
 def topics_describe(admin: Admin, args) -> int:
     names = [args.topic] if args.topic else sorted(
         t for t in admin.metadata.topics if not (args.exclude_internal and t.startswith("__")))
+    for name in names:
+        admin.topic(name)
+    ids = _topic_ids(admin, names)
     document, lines = [], []
     for name in names:
         meta = admin.topic(name)
@@ -151,9 +169,10 @@ def topics_describe(admin: Admin, args) -> int:
                  for p in sorted(meta.partitions.values(), key=lambda p: p.id)]
         configs = _dynamic_configs(admin, name)
         rf = len(parts[0]["replicas"]) if parts else 0
-        document.append({"topic": name, "partition_count": len(parts), "replication_factor": rf,
-                         "configs": configs, "partitions": parts})
-        lines.append(f"Topic: {name}\tPartitionCount: {len(parts)}\tReplicationFactor: {rf}\tConfigs: "
+        document.append({"topic": name, "topic_id": ids[name], "partition_count": len(parts),
+                         "replication_factor": rf, "configs": configs, "partitions": parts})
+        lines.append(f"Topic: {name}\tTopicId: {ids[name]}\tPartitionCount: {len(parts)}\tReplicationFactor: {rf}"
+                     "\tConfigs: "
                      + ",".join(f"{k}={v}" for k, v in configs.items()))
         for p in parts:
             lines.append(f"\tTopic: {name}\tPartition: {p['partition']}\tLeader: {p['leader']}\tReplicas: "

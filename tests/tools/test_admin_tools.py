@@ -5,6 +5,7 @@ the group has members, as Kafka's ConsumerGroupCommand refuses), and the error l
 from __future__ import annotations
 
 import json
+import re
 import socket
 import sys
 import time
@@ -15,7 +16,7 @@ pytest.importorskip("kio", reason="the wire front end needs kio")
 ck = pytest.importorskip("confluent_kafka", reason="confluent-kafka is in the [tools] and [test] extras")
 
 from storage.cli import main  # noqa: E402
-from tests.wire_support import Broker  # noqa: E402
+from tests.wire_support import Broker, Cluster  # noqa: E402
 
 
 @pytest.fixture(scope="module")
@@ -49,8 +50,14 @@ def test_topic_life_cycle(capsys, broker):
     assert described["configs"] == {"retention.ms": "86400000"}        # only the topic's own configs
     assert [(p["partition"], p["leader"], p["replicas"], p["isr"]) for p in described["partitions"]] == \
         [(i, 1, [1], [1]) for i in range(3)]
+    # The topic id as Kafka prints a Uuid: URL-safe base64, no padding (librdkafka's str() is plain base64).
+    client = ck.admin.AdminClient({"bootstrap.servers": broker.bootstrap})      # alive until answered
+    [answer] = client.describe_topics(ck.TopicCollection(["life"])).values()
+    assert re.fullmatch(r"[A-Za-z0-9_-]{22}", described["topic_id"])
+    assert described["topic_id"] == str(answer.result(10).topic_id).translate(str.maketrans("+/", "-_")).rstrip("=")
     code, out, _ = run(capsys, broker, "topics", "describe", "--topic", "life")
-    assert out.splitlines()[0] == "Topic: life\tPartitionCount: 3\tReplicationFactor: 1\tConfigs: retention.ms=86400000"
+    assert out.splitlines()[0] == (f"Topic: life\tTopicId: {described['topic_id']}\tPartitionCount: 3\t"
+                                   "ReplicationFactor: 1\tConfigs: retention.ms=86400000")
     assert out.splitlines()[1] == "\tTopic: life\tPartition: 0\tLeader: 1\tReplicas: 1\tIsr: 1"
 
     code, _, err = run(capsys, broker, "topics", "alter-configs", "--topic", "life", "--config",
@@ -198,3 +205,30 @@ def test_reset_offsets_of_a_new_group(capsys, broker):
     done = run_json(capsys, broker, "groups", "reset-offsets", "--group", "missing.group", "--all-topics",
                     "--to-current", "--execute")
     assert done["partitions"] == []
+
+
+def test_against_a_three_broker_cluster(capsys, tmp_path):
+    """`storage cluster` mode (a controller process and three brokers): the replicas and ISR of a
+    topic created by the tool, the configs it set, and a group's offsets through its coordinator."""
+    cluster = Cluster(tmp_path, min_isr=2)
+    try:
+        code, _, err = run(capsys, cluster, "topics", "create", "--topic", "spread", "--partitions", "2",
+                           "--replication-factor", "3", "--config", "min.insync.replicas=2")
+        assert code == 0, err
+        cluster.wait_in_sync("spread")
+        [described] = run_json(capsys, cluster, "topics", "describe", "--topic", "spread")
+        assert described["replication_factor"] == 3 and described["configs"] == {"min.insync.replicas": "2"}
+        for p in described["partitions"]:
+            assert sorted(p["replicas"]) == [1, 2, 3] and sorted(p["isr"]) == [1, 2, 3]
+            assert p["leader"] in p["replicas"]
+        _produce(cluster.bootstrap, "spread", [5, 8])
+        done = run_json(capsys, cluster, "groups", "reset-offsets", "--group", "spread-readers", "--topic", "spread",
+                        "--to-latest", "--execute")
+        assert [r["new_offset"] for r in done["partitions"]] == [5, 8]
+        [group] = run_json(capsys, cluster, "groups", "describe", "--group", "spread-readers")
+        assert [(r["current_offset"], r["log_end_offset"], r["lag"]) for r in group["partitions"]] == \
+            [(5, 5, 0), (8, 8, 0)]
+        assert run(capsys, cluster, "groups", "delete", "--group", "spread-readers")[0] == 0
+        assert run(capsys, cluster, "topics", "delete", "--topic", "spread")[0] == 0
+    finally:
+        cluster.stop()
