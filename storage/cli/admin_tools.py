@@ -233,17 +233,23 @@ def _committed(admin: Admin, group: str) -> dict[tuple[str, int], int]:
 
 
 def groups_list(admin: Admin, args) -> int:
-    answer = admin.wait(admin.client.list_consumer_groups(request_timeout=admin.timeout), "list groups")
-    if answer.errors:
-        raise ToolError(f"list groups: {kafka_error_line(answer.errors[0].args[0])}")
-    groups = sorted(((g.group_id, g.state.name) for g in answer.valid), key=lambda g: g[0])
+    groups = _list_groups(admin)
     lines = _table(["GROUP", "STATE"], [list(g) for g in groups]) if args.state else [g for g, _ in groups]
     return _emit(args, [{"group": g, "state": s} for g, s in groups], lines)
 
 
+def _list_groups(admin: Admin) -> list[tuple[str, str]]:
+    answer = admin.wait(admin.client.list_consumer_groups(request_timeout=admin.timeout), "list groups")
+    if answer.errors:
+        raise ToolError(f"list groups: {kafka_error_line(answer.errors[0].args[0])}")
+    return sorted(((g.group_id, g.state.name) for g in answer.valid), key=lambda g: g[0])
+
+
 def groups_describe(admin: Admin, args) -> int:
+    if bool(args.group) == bool(args.all_groups):
+        raise ToolError("describe: give --group G (repeatable) or --all-groups", usage=True)
     document, lines = [], []
-    for group in args.group:
+    for group in args.group or [g for g, _ in _list_groups(admin)]:
         description = _describe_group(admin, group)
         committed = _committed(admin, group)
         owners = {}
@@ -402,7 +408,9 @@ def add_parsers(sub) -> None:
         if name == "list":
             a.add_argument("--state", action="store_true", help="print each group's state too")
             continue
-        a.add_argument("--group", action="append", required=True, help="a group id (repeatable)")
+        a.add_argument("--group", action="append", required=name != "describe", help="a group id (repeatable)")
+        if name == "describe":
+            a.add_argument("--all-groups", action="store_true", help="every group the cluster has")
         if name == "reset-offsets":
             a.add_argument("--topic", action="append", metavar="TOPIC[:P,P...]",
                            help="a topic, or some of its partitions (repeatable)")

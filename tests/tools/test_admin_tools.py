@@ -181,6 +181,7 @@ def test_group_describe_lag_reset_and_delete(capsys, broker):
     assert [r["new_offset"] for r in done["partitions"]] == [0, 0]
 
     assert {"group": "readers", "state": "EMPTY"} in run_json(capsys, broker, "groups", "list")
+    assert "readers" in {g["group"] for g in run_json(capsys, broker, "groups", "describe", "--all-groups")}
     code, out, err = run(capsys, broker, "groups", "delete", "--group", "readers")
     assert code == 0, err
     code, _, err = run(capsys, broker, "groups", "describe", "--group", "readers")
