@@ -8,6 +8,7 @@ exit 1; a bootstrap server that does not answer within --timeout seconds is one 
 bad arguments, or the extra missing, exit 2."""
 from __future__ import annotations
 
+import argparse
 import base64
 import datetime
 import json
@@ -70,8 +71,11 @@ class Admin:
         quiet.addHandler(logging.NullHandler())
         quiet.propagate = False
         self.conf = {"bootstrap.servers": self.bootstrap, "log_level": 0, "logger": quiet,
-                     "socket.connection.setup.timeout.ms": int(self.timeout * 1000)}
-        self.client = ck.admin.AdminClient(dict(self.conf))
+                     "socket.connection.setup.timeout.ms": max(1000, int(self.timeout * 1000))}
+        try:
+            self.client = ck.admin.AdminClient(dict(self.conf))
+        except (ck.KafkaException, ValueError, TypeError) as exc:
+            raise ToolError(f"--bootstrap-server {self.bootstrap!r}: {exc}", usage=True) from None
         self.metadata = self.refresh()
 
     def refresh(self):
@@ -365,10 +369,20 @@ GROUPS = {"list": groups_list, "describe": groups_describe, "delete": groups_del
           "reset-offsets": groups_reset_offsets}
 
 
+def _seconds(text: str) -> float:
+    try:
+        value = float(text)
+    except ValueError:
+        value = 0.0
+    if not 0 < value <= 3600:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a number of seconds in (0, 3600]")
+    return value
+
+
 def _connection(p) -> None:
     p.add_argument("--bootstrap-server", default=DEFAULT_BOOTSTRAP, metavar="HOST:PORT",
                    help=f"a broker to start from (default {DEFAULT_BOOTSTRAP})")
-    p.add_argument("--timeout", type=float, default=10.0, metavar="SECONDS",
+    p.add_argument("--timeout", type=_seconds, default=10.0, metavar="SECONDS",
                    help="how long to wait for the cluster, and for each answer (default 10)")
     p.add_argument("--json", action="store_true", help="print one JSON document instead of text")
 

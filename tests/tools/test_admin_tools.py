@@ -102,6 +102,8 @@ def test_unreachable_bootstrap_is_one_line_and_exit_1_in_bounded_time(capsys):
         assert time.monotonic() - began < 10
         assert code == 1 and out == "" and len(err.splitlines()) == 1
         assert f"cannot reach the bootstrap server 127.0.0.1:{port}" in err
+    assert main(["topics", "list", "--timeout", "0"]) == 2                 # a usage error, nothing asked
+    assert "--timeout" in capsys.readouterr().err
 
 
 def test_missing_extra_names_it(capsys, monkeypatch):
