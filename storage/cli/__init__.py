@@ -11,7 +11,7 @@
     controller --data-dir DIR    the controller of a multi-process cluster
     cluster --data-dir DIR       a local cluster: a controller and N brokers, supervised
     demo                         a three-broker cluster story ending with the fleet audit
-    topics ACTION                list/describe/create/delete/alter-configs topics (confluent-kafka)
+    topics ACTION                list/describe/create/delete/alter/alter-configs topics (confluent-kafka)
     groups ACTION                list/describe/delete/reset-offsets consumer groups (confluent-kafka)
 
 Conventions shared by every subcommand:

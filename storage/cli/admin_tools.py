@@ -219,6 +219,15 @@ def topics_alter_configs(admin: Admin, args) -> int:
                  [f"Completed updating config for topic {args.topic}."])
 
 
+def topics_alter(admin: Admin, args) -> int:
+    before = len(admin.topic(args.topic).partitions)
+    new = admin.ck.admin.NewPartitions(args.topic, args.partitions)
+    futures = admin.client.create_partitions([new], operation_timeout=admin.timeout, request_timeout=admin.timeout)
+    admin.wait(futures[args.topic], f"add partitions to topic '{args.topic}'")
+    return _emit(args, {"topic": args.topic, "partitions_before": before, "partitions": args.partitions},
+                 [f"Topic {args.topic}: {before} -> {args.partitions} partitions."])
+
+
 # ---- groups ---------------------------------------------------------------------------------
 
 def _describe_group(admin: Admin, group: str):
@@ -364,7 +373,7 @@ def groups_reset_offsets(admin: Admin, args) -> int:
 # ---- command line ---------------------------------------------------------------------------
 
 TOPICS = {"list": topics_list, "describe": topics_describe, "create": topics_create, "delete": topics_delete,
-          "alter-configs": topics_alter_configs}
+          "alter-configs": topics_alter_configs, "alter": topics_alter}
 GROUPS = {"list": groups_list, "describe": groups_describe, "delete": groups_delete,
           "reset-offsets": groups_reset_offsets}
 
@@ -393,12 +402,15 @@ def add_parsers(sub) -> None:
     actions = p.add_subparsers(dest="action", required=True, parser_class=type(p))
     for name, text in (("list", "the topics' names"), ("describe", "partitions, leaders, replicas, ISR, configs"),
                        ("create", "create a topic"), ("delete", "delete a topic"),
-                       ("alter-configs", "set (--config) or remove (--delete-config) topic configs")):
+                       ("alter-configs", "set (--config) or remove (--delete-config) topic configs"),
+                       ("alter", "more partitions (--partitions N), as kafka-topics.sh --alter")):
         a = actions.add_parser(name, help=text)
         _connection(a)
         if name in ("list", "describe"):
             a.add_argument("--exclude-internal", action="store_true", help="leave out topics named __*")
         a.add_argument("--topic", required=name not in ("list", "describe"), help="the topic")
+        if name == "alter":
+            a.add_argument("--partitions", type=int, required=True, help="the new partition count (only grows)")
         if name == "create":
             a.add_argument("--partitions", type=int, help="partition count (default: the broker's num.partitions)")
             a.add_argument("--replication-factor", type=int, help="default: the broker's default.replication.factor")

@@ -66,6 +66,12 @@ def test_topic_life_cycle(capsys, broker):
     assert run_json(capsys, broker, "topics", "describe", "--topic", "life")[0]["configs"] == \
         {"cleanup.policy": "compact"}
 
+    code, out, err = run(capsys, broker, "topics", "alter", "--topic", "life", "--partitions", "5")
+    assert (code, out.strip()) == (0, "Topic life: 3 -> 5 partitions."), err
+    assert run_json(capsys, broker, "topics", "describe", "--topic", "life")[0]["partition_count"] == 5
+    code, _, err = run(capsys, broker, "topics", "alter", "--topic", "life", "--partitions", "2")
+    assert code == 1 and "INVALID_PARTITIONS" in err and len(err.splitlines()) == 1     # never fewer
+
     code, out, err = run(capsys, broker, "topics", "delete", "--topic", "life")
     assert (code, out.strip()) == (0, "Deleted topic life."), err
     deadline = time.monotonic() + 10
