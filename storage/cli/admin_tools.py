@@ -304,7 +304,10 @@ def _reset_partitions(admin: Admin, args, committed) -> list[tuple[str, int]]:
     for spec in args.topic:
         name, _, listed = spec.partition(":")
         meta = admin.topic(name)
-        ids = sorted(meta.partitions) if not listed else [int(p) for p in listed.split(",")]
+        try:
+            ids = sorted(meta.partitions) if not listed else [int(p) for p in listed.split(",")]
+        except ValueError:
+            raise ToolError(f"--topic {spec!r}: expected TOPIC or TOPIC:P,P...", usage=True) from None
         for p in ids:
             if p not in meta.partitions:
                 raise ToolError(f"{name}-{p}: UNKNOWN_TOPIC_OR_PARTITION: the topic has no partition {p}")

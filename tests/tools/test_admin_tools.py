@@ -211,6 +211,12 @@ def test_reset_offsets_of_a_new_group(capsys, broker):
             assert code == 1 and "GROUP_ID_NOT_FOUND" in err          # nothing committed yet
     assert [(r["current_offset"], r["log_end_offset"], r["lag"]) for r in json.loads(out)[0]["partitions"]] == \
         [(50, 100, 50)]
+    code, _, err = run(capsys, broker, "groups", "reset-offsets", "--group", "new.group", "--topic", "fresh:x",
+                       "--to-earliest")
+    assert code == 2 and "fresh:x" in err and len(err.splitlines()) == 1
+    code, _, err = run(capsys, broker, "groups", "reset-offsets", "--group", "new.group", "--topic", "fresh:3",
+                       "--to-earliest")
+    assert code == 1 and "UNKNOWN_TOPIC_OR_PARTITION" in err and len(err.splitlines()) == 1
     done = run_json(capsys, broker, "groups", "reset-offsets", "--group", "missing.group", "--all-topics",
                     "--to-current", "--execute")
     assert done["partitions"] == []
