@@ -11,6 +11,8 @@
     controller --data-dir DIR    the controller of a multi-process cluster
     cluster --data-dir DIR       a local cluster: a controller and N brokers, supervised
     demo                         a three-broker cluster story ending with the fleet audit
+    topics ACTION                list/describe/create/delete/alter/alter-configs topics (confluent-kafka)
+    groups ACTION                list/describe/delete/reset-offsets consumer groups (confluent-kafka)
 
 Conventions shared by every subcommand:
   - `--json` prints one JSON document on stdout instead of text;
@@ -36,6 +38,8 @@ from .._version import __version__
 from ..core import errors
 from .abort_txn import add_parser as add_abort_txn_parser
 from .abort_txn import cmd_abort_txn
+from .admin_tools import add_parsers as add_admin_parsers
+from .admin_tools import cmd_admin
 from .demo import run_demo
 from .dump import cmd_dump_log
 from .epochs import cmd_epochs
@@ -130,6 +134,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--master", default="local[2]", help="Spark master for the audit (default local[2])")
 
     add_serve_parsers(sub)
+    add_admin_parsers(sub)
 
     sub.add_parser("audit", help="audit broker log dirs with Spark (python -m storage audit --help)",
                    add_help=False)
@@ -163,7 +168,8 @@ def main(argv: list[str] | None = None) -> int:
     except SystemExit as exc:          # --help, --version
         return int(exc.code or 0)
     commands = {"dump-log": cmd_dump_log, "verify": cmd_verify, "recover": cmd_recover, "epochs": cmd_epochs,
-                "abort-txn": cmd_abort_txn, "serve": cmd_serve, "controller": cmd_controller, "cluster": cmd_cluster}
+                "abort-txn": cmd_abort_txn, "serve": cmd_serve, "controller": cmd_controller, "cluster": cmd_cluster,
+                "topics": cmd_admin, "groups": cmd_admin}
     try:
         if args.command == "demo":
             return run_demo(args.dir, spark=not args.no_spark, master=args.master, wire=not args.no_wire)
