@@ -1,0 +1,391 @@
+#!/usr/bin/env python3
+"""librdkafka's own test suite against this project's broker (stdlib only).
+
+    python tools/rdkafka_suite.py                  the representative subset (SUBSET below)
+    python tools/rdkafka_suite.py --tests 0001,0002
+    python tools/rdkafka_suite.py --all            every test number (broker-facing and local)
+    python tools/rdkafka_suite.py --cluster ...    against `storage cluster` (3 brokers)
+
+The suite comes from a package registry (CI reaches no other host): the npm package
+@confluentinc/kafka-javascript bundles librdkafka's whole tree, tests/ included, under
+deps/librdkafka. `npm pack` fetches it once into the cache (checked against SHA256 below),
+it is configured with what the machine has (no SSL, SASL, zstd or curl unless their headers
+are there) and librdkafka and the test-runner are built once (make -j2).
+
+Each test number then runs alone (`TESTS=NNNN ./test-runner -p1`, never quick mode -Q) with a
+timeout, against a fresh broker (`python -m storage serve` on a loopback port, a temporary data
+dir); every process is stopped by its pid. A table follows: test, passed / failed /
+not applicable / local, the reason or the failing check's message, seconds. Exit status 1 if a
+test that ran failed.
+"""
+from __future__ import annotations
+
+import argparse
+import hashlib
+import json
+import os
+import re
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import tarfile
+import tempfile
+import time
+from pathlib import Path
+
+PACKAGE = "@confluentinc/kafka-javascript"
+PACKAGE_VERSION = "1.10.1"
+LIBRDKAFKA_VERSION = "2.15.1"
+SHA256 = "ada7d703bb1d3237e2292bfabf438d663b6160c9f1ac2a2406b5dc4257c81b66"
+CACHE = Path(os.environ.get("RDKAFKA_SUITE_CACHE")
+             or Path.home() / ".cache" / "kafka-partition-storage" / f"librdkafka-{LIBRDKAFKA_VERSION}")
+ROOT = Path(__file__).resolve().parents[1]
+# The broker version the tests assume (TEST_KAFKA_VERSION): Produce v3+ and record batches only,
+# as Kafka 4.0 (tests skip their message-format v0/v1 parts for it).
+KAFKA_VERSION = "4.0.0"
+
+# Tests known to pass against `storage serve` at this branch, run by the slow tier
+# (tests/interop/test_librdkafka_suite.py) and by default here; a few minutes in all.
+SUBSET = ("0001", "0002", "0005", "0007", "0008", "0012", "0013", "0014", "0015", "0018",
+          "0019", "0020", "0021", "0026", "0028", "0029", "0036", "0040", "0046", "0063")
+
+# Test numbers that cannot apply to this broker, with the reason (decided from each test's
+# source; the runner's own skips -- broker version, a missing KAFKA_PATH -- are reported too).
+NOT_APPLICABLE = {
+    "0047": "flagged a known issue of librdkafka itself (TEST_F_KNOWN_ISSUE)",
+    "0066": "loads a plugin library built only with the suite's plugin targets",
+    "0115": "needs a broker with ACLs and SASL authentication",
+    "0119": "needs a broker with ACLs and SASL authentication",
+    "0126": "needs an OAUTHBEARER/OIDC identity provider (SASL not served)",
+    "0142": "SASL re-authentication (SASL not served)",
+}
+SHARE_CONSUMERS = "share consumers (KIP-932, Kafka 4.2) are not served"
+
+
+# --- fetching and building -------------------------------------------------------------------
+
+def _say(text: str) -> None:
+    print(text, file=sys.stderr, flush=True)
+
+
+def source_tree(cache: Path = CACHE) -> Path:
+    """librdkafka's tree in the cache, fetched with `npm pack` and checked once."""
+    tree = cache / "librdkafka"
+    if (tree / "tests" / "test.c").exists():
+        return tree
+    cache.mkdir(parents=True, exist_ok=True)
+    tarball = cache / f"package-{PACKAGE_VERSION}.tgz"
+    if not tarball.exists():
+        npm = shutil.which("npm")
+        if npm is None:
+            raise RuntimeError("npm is not installed: cannot fetch the suite (and the cache is empty)")
+        with tempfile.TemporaryDirectory(dir=cache) as tmp:
+            subprocess.run([npm, "pack", "--silent", f"{PACKAGE}@{PACKAGE_VERSION}"], cwd=tmp,
+                           check=True, timeout=600, stdout=subprocess.DEVNULL)
+            packed = list(Path(tmp).glob("*.tgz"))
+            if len(packed) != 1:
+                raise RuntimeError(f"npm pack left {packed}")
+            packed[0].rename(tarball)
+    digest = hashlib.sha256(tarball.read_bytes()).hexdigest()
+    if digest != SHA256:
+        tarball.unlink()
+        raise RuntimeError(f"{tarball.name}: sha256 {digest}, expected {SHA256}")
+    staging = cache / "staging"
+    shutil.rmtree(staging, ignore_errors=True)
+    with tarfile.open(tarball) as tar:
+        members = [m for m in tar.getmembers() if m.name.startswith("package/deps/librdkafka/")]
+        tar.extractall(staging, members=members, filter="data")
+    (staging / "package" / "deps" / "librdkafka").rename(tree)
+    shutil.rmtree(staging)
+    return tree
+
+
+def _configure_flags() -> list[str]:
+    """Only what this machine can build: each optional library is off unless its header is there."""
+    have = lambda header: any(Path(d, header).exists() for d in ("/usr/include", "/usr/local/include"))  # noqa: E731
+    flags = ["--disable-gssapi", "--disable-curl", "--disable-lz4-ext"]
+    if not have("openssl/ssl.h"):
+        flags.append("--disable-ssl")
+    if not have("zstd.h"):
+        flags.append("--disable-zstd")
+    if not have("sasl/sasl.h"):
+        flags.append("--disable-sasl")
+    return flags
+
+
+def build(cache: Path = CACHE, jobs: int = 2) -> Path:
+    """The test-runner, built once (librdkafka, its C++ wrapper, the tests); returns its path."""
+    tree = source_tree(cache)
+    runner = tree / "tests" / "test-runner"
+    if runner.exists():
+        return runner
+    log = cache / "build.log"
+    started = time.monotonic()
+    with open(log, "ab") as out:
+        def step(*argv: str) -> None:
+            _say(f"rdkafka_suite: {' '.join(argv)} (log: {log})")
+            subprocess.run(list(argv), cwd=tree, check=True, stdout=out, stderr=subprocess.STDOUT, timeout=1800)
+        if not (tree / "Makefile.config").exists():
+            step("./configure", *_configure_flags())
+        step("make", f"-j{jobs}", "-C", "src", "lib")
+        step("make", f"-j{jobs}", "-C", "src-cpp", "lib")
+        step("make", f"-j{jobs}", "-C", "tests", "test-runner")
+    _say(f"rdkafka_suite: built in {time.monotonic() - started:.0f} s")
+    return runner
+
+
+# --- the catalogue -----------------------------------------------------------------------------
+
+def catalogue(tree: Path) -> dict[str, list[dict]]:
+    """Test number -> its entries in tests/test.c: name, flags, minimum broker version, scenario."""
+    text = (tree / "tests" / "test.c").read_text(errors="replace")
+    table = text[text.index("struct test tests[]"):]
+    found: dict[str, list[dict]] = {}
+    for match in re.finditer(r"_TEST\((\d{4})_(\w+),", table):
+        depth, end = 1, match.end()
+        while depth and end < len(table):
+            depth += {"(": 1, ")": -1}.get(table[end], 0)
+            end += 1
+        body = table[match.end():end - 1]
+        version = re.search(r"TEST_BRKVER\((\d+),\s*(\d+),\s*(\d+),\s*(\d+)\)", body)
+        scenario = re.search(r'\.scenario\s*=\s*"(\w+)"', body)
+        found.setdefault(match.group(1), []).append({
+            "name": f"{match.group(1)}_{match.group(2)}",
+            "local": "TEST_F_LOCAL" in body,
+            "manual": "TEST_F_MANUAL" in body,
+            "minver": tuple(int(v) for v in version.groups()) if version else (0, 0, 0, 0),
+            "scenario": scenario.group(1) if scenario else "default",
+        })
+    return found
+
+
+def plan(number: str, entries: list[dict], kafka_version: tuple) -> tuple[str, str]:
+    """('run', scenario) for a broker-facing number, else ('local' | 'n/a', the reason)."""
+    if number in NOT_APPLICABLE:
+        return "n/a", NOT_APPLICABLE[number]
+    broker = [e for e in entries if not e["local"] and not e["manual"]]
+    if not broker:
+        return "local", "mock cluster or no broker: tests librdkafka alone"
+    if all(e["minver"] >= (4, 2, 0, 0) for e in broker) and any("share" in e["name"] for e in broker):
+        return "n/a", SHARE_CONSUMERS
+    if all(e["minver"] > kafka_version for e in broker):
+        return "n/a", f"needs broker version {'.'.join(map(str, broker[0]['minver']))}"
+    scenarios = {e["scenario"] for e in broker}
+    return "run", sorted(scenarios)[0]
+
+
+# --- brokers -----------------------------------------------------------------------------------
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+class Brokers:
+    """`storage serve` (or `storage cluster --brokers 3`) on loopback, stopped by its pid."""
+
+    def __init__(self, workdir: Path, *, cluster: bool, auto_create: bool = True):
+        self.workdir, self.cluster, self.auto_create = workdir, cluster, auto_create
+        self.proc: subprocess.Popen | None = None
+        self.bootstrap = ""
+        self.log = workdir / "broker.log"
+
+    def start(self, timeout: float = 60) -> "Brokers":
+        env = dict(os.environ, PYTHONPATH=str(ROOT) + os.pathsep + os.environ.get("PYTHONPATH", ""))
+        if self.cluster:
+            base = _free_port()
+            argv = ["cluster", "--brokers", "3", "--data-dir", str(self.workdir / "data"), "--base-port", str(base)]
+            ready = re.compile(r"bootstrap\.servers=(\S+)")
+        else:
+            argv = ["serve", "--data-dir", str(self.workdir / "data"), "--listen", "127.0.0.1:0",
+                    "--group-initial-rebalance-delay-ms", "0", "--no-fsync"]
+            if not self.auto_create:
+                argv.append("--no-auto-create-topics")
+            ready = re.compile(r"listening on ([\d.]+:\d+) pid")
+        with open(self.log, "ab") as err:
+            self.proc = subprocess.Popen([sys.executable, "-m", "storage", *argv], cwd=ROOT, env=env,
+                                         stdout=subprocess.PIPE, stderr=err, text=True)
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            line = self.proc.stdout.readline()
+            if not line and self.proc.poll() is not None:
+                break
+            found = ready.search(line)
+            if found:
+                self.bootstrap = found.group(1)
+                return self
+        self.stop()
+        raise RuntimeError(f"the broker did not start; see {self.log}")
+
+    def alive(self) -> bool:
+        return self.proc is not None and self.proc.poll() is None
+
+    def stop(self, timeout: float = 30) -> None:
+        if self.proc is None:
+            return
+        if self.proc.poll() is None:
+            os.kill(self.proc.pid, signal.SIGTERM)
+            try:
+                self.proc.wait(timeout)
+            except subprocess.TimeoutExpired:
+                os.kill(self.proc.pid, signal.SIGKILL)
+                self.proc.wait(10)
+        self.proc.stdout.close()
+        self.proc = None
+
+
+# --- running -----------------------------------------------------------------------------------
+
+_SUMMARY = re.compile(r"^\|\s*(\d{4}_\w+)\s*\|\s*(\w+)\s*\|\s*([\d.]+)s\s*\|\s*(.*)$")
+_ANSI = re.compile(r"\x1b\[[0-9;]*m")
+
+
+def summary(output: str) -> dict[str, tuple[str, str]]:
+    """The runner's closing table: test name -> (PASSED | FAILED | SKIPPED | ..., its message)."""
+    rows = {}
+    for line in _ANSI.sub("", output).splitlines():
+        found = _SUMMARY.match(line.strip())
+        if found:
+            rows[found.group(1)] = (found.group(2), found.group(4).strip())
+    return rows
+
+
+def run_one(runner: Path, number: str, *, local: bool, bootstrap: str, scenario: str, timeout: float,
+            kafka_version: str, workdir: Path) -> dict:
+    """One test number alone; its verdict, reason and seconds (the output kept in workdir)."""
+    conf = workdir / "test.conf"
+    conf.write_text(f"bootstrap.servers={bootstrap}\n" if bootstrap else "")
+    env = dict(os.environ, TESTS=number, RDKAFKA_TEST_CONF=str(conf), TEST_KAFKA_VERSION=kafka_version,
+               LD_LIBRARY_PATH=f"{runner.parent.parent / 'src'}:{runner.parent.parent / 'src-cpp'}")
+    env.pop("CI", None)          # the runner would lengthen every timeout three-fold
+    argv = [str(runner), "-p1", "-l" if local else "-L"]
+    if scenario != "default":
+        argv += ["-s", scenario]
+    started = time.monotonic()
+    out_path = workdir / f"{number}.out"
+    with open(out_path, "wb") as out:
+        proc = subprocess.Popen(argv, cwd=runner.parent, env=env, stdout=out, stderr=subprocess.STDOUT,
+                                start_new_session=True)
+        try:
+            code = proc.wait(timeout)
+        except subprocess.TimeoutExpired:
+            os.killpg(proc.pid, signal.SIGKILL)
+            proc.wait(10)
+            code = None
+    seconds = time.monotonic() - started
+    output = out_path.read_text(errors="replace")
+    rows = {name: row for name, row in summary(output).items() if name.startswith(number)}
+    ran = {name: row for name, row in rows.items() if row[0] != "SKIPPED"}
+    failed = {name: msg for name, (state, msg) in ran.items() if state != "PASSED"}
+    if code is None:
+        last = [line for line in _ANSI.sub("", output).splitlines() if line.strip()][-3:]
+        return {"verdict": "failed", "reason": f"timed out after {timeout:.0f} s; last: {' / '.join(last)[-300:]}",
+                "seconds": seconds}
+    if failed:
+        reason = "; ".join(f"{name}: {msg or 'failed'}" for name, msg in failed.items())
+        return {"verdict": "failed", "reason": _first_failure(output) or reason, "seconds": seconds}
+    if code != 0:
+        return {"verdict": "failed", "reason": _first_failure(output) or f"test-runner exited {code}",
+                "seconds": seconds}
+    if not ran:
+        reasons = sorted({msg for _, msg in rows.values() if msg}) or ["the runner skipped it"]
+        return {"verdict": "n/a", "reason": "skipped by the runner: " + "; ".join(reasons), "seconds": seconds}
+    skipped = sorted(name for name, row in rows.items() if row[0] == "SKIPPED")
+    return {"verdict": "passed", "reason": f"(skipped here: {', '.join(skipped)})" if skipped else "",
+            "seconds": seconds}
+
+
+def _first_failure(output: str) -> str:
+    """The first failing check's message: the line after the runner's '### Test ... failed at'."""
+    lines = _ANSI.sub("", output).splitlines()
+    for i, line in enumerate(lines):
+        if "failed at" in line and line.lstrip().startswith("###"):
+            where = re.sub(r"^#+\s*|\s*#+$", "", line.strip())
+            message = " ".join(s.strip() for s in lines[i + 1:i + 3] if s.strip() and not s.startswith("###"))
+            return f"{where}: {message}"[:600]
+    return ""
+
+
+def run(numbers: list[str], *, cluster: bool, timeout: float, kafka_version: str, run_local: bool,
+        cache: Path = CACHE, keep: Path | None = None) -> list[dict]:
+    runner = build(cache)
+    tests = catalogue(runner.parent.parent)
+    version = tuple(int(v) for v in (kafka_version.split(".") + ["0"] * 4)[:4])
+    results = []
+    if keep is not None:
+        keep.mkdir(parents=True, exist_ok=True)
+    root = Path(tempfile.mkdtemp(prefix="rdkafka-suite-", dir=keep))
+    try:
+        for number in numbers:
+            if number not in tests:
+                results.append({"test": number, "verdict": "n/a", "reason": "no such test number", "seconds": 0.0})
+                continue
+            what, detail = plan(number, tests[number], version)
+            row = {"test": number, "name": tests[number][0]["name"][5:]}
+            workdir = root / number
+            workdir.mkdir()
+            if what == "local" and run_local:
+                row.update(run_one(runner, number, local=True, bootstrap="", scenario="default",
+                                   timeout=timeout, kafka_version=kafka_version, workdir=workdir))
+                row["reason"] = ("local (no broker); " + row["reason"]).rstrip("; ")
+            elif what != "run":
+                row.update(verdict=what, reason=detail, seconds=0.0)
+            else:
+                brokers = Brokers(workdir, cluster=cluster, auto_create=detail != "noautocreate").start()
+                try:
+                    row.update(run_one(runner, number, local=False, bootstrap=brokers.bootstrap, scenario=detail,
+                                       timeout=timeout, kafka_version=kafka_version, workdir=workdir))
+                    if not brokers.alive():
+                        row.update(verdict="failed", reason=f"the broker exited; {row['reason']}")
+                finally:
+                    brokers.stop()
+            results.append(row)
+            print(_format(row), flush=True)
+    finally:
+        if keep is None:
+            shutil.rmtree(root, ignore_errors=True)
+        else:
+            _say(f"rdkafka_suite: outputs kept under {root}")
+    return results
+
+
+def _format(row: dict) -> str:
+    return f"| {row['test']} {row.get('name', '')[:32]:<32} | {row['verdict']:<7} | {row['seconds']:6.1f} | {row['reason']}"
+
+
+def main(argv: list[str] | None = None) -> int:
+    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    p.add_argument("--tests", help="comma-separated test numbers (default: the known-passing subset)")
+    p.add_argument("--all", action="store_true", help="every test number of the suite")
+    p.add_argument("--local", action="store_true", help="also run the tests that need no broker (mock cluster)")
+    p.add_argument("--timeout", type=float, default=300, help="seconds per test number (default 300)")
+    p.add_argument("--cluster", action="store_true", help="run against `storage cluster` (3 brokers)")
+    p.add_argument("--kafka-version", default=KAFKA_VERSION, help=f"TEST_KAFKA_VERSION (default {KAFKA_VERSION})")
+    p.add_argument("--json", help="also write the results to this JSON file")
+    p.add_argument("--keep", help="keep each test's output and broker log under this directory")
+    p.add_argument("--build-only", action="store_true", help="fetch and build, run nothing")
+    args = p.parse_args(argv)
+    if args.build_only:
+        print(build())
+        return 0
+    if args.all:
+        numbers = sorted(catalogue(build().parent.parent))
+    elif args.tests:
+        numbers = [n.strip().zfill(4) for n in args.tests.split(",") if n.strip()]
+    else:
+        numbers = list(SUBSET)
+    print(f"| test {'':<32} | verdict | {'s':>6} | reason")
+    results = run(numbers, cluster=args.cluster, timeout=args.timeout, kafka_version=args.kafka_version,
+                  run_local=args.local, keep=Path(args.keep) if args.keep else None)
+    counts = {v: sum(r["verdict"] == v for r in results) for v in ("passed", "failed", "n/a", "local")}
+    print(" ".join(f"{v}: {n}" for v, n in counts.items()))
+    if args.json:
+        Path(args.json).write_text(json.dumps(results, indent=1))
+    return 1 if counts["failed"] else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
