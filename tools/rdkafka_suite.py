@@ -48,8 +48,9 @@ KAFKA_VERSION = "4.0.0"
 
 # Tests known to pass against `storage serve` at this branch, run by the slow tier
 # (tests/interop/test_librdkafka_suite.py) and by default here; a few minutes in all.
-SUBSET = ("0001", "0002", "0005", "0007", "0008", "0012", "0013", "0014", "0015", "0018",
-          "0019", "0020", "0021", "0026", "0028", "0029", "0036", "0040", "0046", "0063")
+SUBSET = ("0001", "0002", "0003", "0005", "0007", "0008", "0012", "0013", "0019", "0020", "0021",
+          "0029", "0031", "0034", "0035", "0036", "0040", "0042", "0054", "0063", "0082", "0084",
+          "0085", "0090", "0099", "0130", "0140")
 
 # Test numbers that cannot apply to this broker, with the reason (decided from each test's
 # source; the runner's own skips -- broker version, a missing KAFKA_PATH -- are reported too).
@@ -169,9 +170,11 @@ def plan(number: str, entries: list[dict], kafka_version: tuple) -> tuple[str, s
     auto-creates topics of 4 partitions, noautocreate does not)."""
     if number in NOT_APPLICABLE:
         return "n/a", NOT_APPLICABLE[number]
-    broker = [e for e in entries if not e["local"] and not e["manual"]]
+    # A test named *_mock runs against librdkafka's mock cluster even when not flagged local.
+    broker = [e for e in entries if not e["local"] and not e["manual"] and not e["name"].endswith("_mock")]
     if not broker:
-        return "local", "mock cluster or no broker: tests librdkafka alone"
+        manual = all(e["manual"] for e in entries)
+        return "local", "a manual test (TEST_F_MANUAL)" if manual else "mock cluster or no broker: tests librdkafka alone"
     if all(e["known_issue"] for e in broker):
         return "n/a", f"flagged a known issue of librdkafka itself, not run by its suite {broker[0]['extra']}".rstrip()
     if all(e["minver"] >= (4, 2, 0, 0) for e in broker) and any("share" in e["name"] for e in broker):
