@@ -67,6 +67,10 @@ SHARE_CONSUMERS = "share consumers (KIP-932, Kafka 4.2) are not served"
 
 # --- fetching and building -------------------------------------------------------------------
 
+class Unavailable(RuntimeError):
+    """The suite is not cached and cannot be fetched (no npm, no registry)."""
+
+
 def _say(text: str) -> None:
     print(text, file=sys.stderr, flush=True)
 
@@ -81,10 +85,13 @@ def source_tree(cache: Path = CACHE) -> Path:
     if not tarball.exists():
         npm = shutil.which("npm")
         if npm is None:
-            raise RuntimeError("npm is not installed: cannot fetch the suite (and the cache is empty)")
+            raise Unavailable("npm is not installed: cannot fetch the suite (and the cache is empty)")
         with tempfile.TemporaryDirectory(dir=cache) as tmp:
-            subprocess.run([npm, "pack", "--silent", f"{PACKAGE}@{PACKAGE_VERSION}"], cwd=tmp,
-                           check=True, timeout=600, stdout=subprocess.DEVNULL)
+            try:
+                subprocess.run([npm, "pack", "--silent", f"{PACKAGE}@{PACKAGE_VERSION}"], cwd=tmp,
+                               check=True, timeout=600, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+            except subprocess.SubprocessError as exc:
+                raise Unavailable(f"npm pack {PACKAGE}@{PACKAGE_VERSION} failed: {exc}") from None
             packed = list(Path(tmp).glob("*.tgz"))
             if len(packed) != 1:
                 raise RuntimeError(f"npm pack left {packed}")
@@ -297,7 +304,7 @@ def run_one(runner: Path, number: str, *, local: bool, bootstrap: str, scenario:
         last = [line for line in _ANSI.sub("", output).splitlines() if line.strip()][-3:]
         return {"verdict": "failed", "reason": f"timed out after {timeout:.0f} s; last: {' / '.join(last)[-300:]}",
                 "seconds": seconds}
-    if failed and "KAFKA_PATH" in _first_failure(output):
+    if (failed or code != 0) and "KAFKA_PATH" in _first_failure(output):
         return {"verdict": "n/a", "reason": NEEDS_KAFKA_TOOLS, "seconds": seconds}
     if failed:
         reason = "; ".join(f"{name}: {msg or 'failed'}" for name, msg in failed.items())
@@ -357,6 +364,7 @@ def _against_brokers(runner: Path, number: str, scenarios: list[str], *, cluster
     verdicts = [r["verdict"] for r in rows]
     verdict = "failed" if "failed" in verdicts else "passed" if "passed" in verdicts else "n/a"
     reasons = [r["reason"] for r in rows if r["verdict"] == verdict and r["reason"]]
+    reasons += [f"partly not applicable: {r['reason']}" for r in rows if r["verdict"] == "n/a" != verdict]
     return {"verdict": verdict, "reason": "; ".join(reasons), "seconds": sum(r["seconds"] for r in rows)}
 
 
