@@ -4,18 +4,21 @@
     python tools/rdkafka_suite.py                  the representative subset (SUBSET below)
     python tools/rdkafka_suite.py --tests 0001,0002
     python tools/rdkafka_suite.py --all            every test number (broker-facing and local)
-    python tools/rdkafka_suite.py --cluster ...    against `storage cluster` (3 brokers)
+    python tools/rdkafka_suite.py --cluster ...    against a controller and 3 brokers
     RDKAFKA_SUITE_REPO=DIR python tools/rdkafka_suite.py ...   the broker from DIR's `storage`
 
 The suite comes from a package registry (CI reaches no other host): the npm package
 @confluentinc/kafka-javascript bundles librdkafka's whole tree, tests/ included, under
 deps/librdkafka. `npm pack` fetches it once into the cache (checked against SHA256 below),
-it is configured with what the machine has (no SSL, SASL, zstd or curl unless their headers
-are there) and librdkafka and the test-runner are built once (make -j2).
+it is configured with what the machine has (OpenSSL, zstd, Cyrus SASL, RapidJSON when their
+headers are there; never GSSAPI or curl) and librdkafka and the test-runner are built once
+(make -j2).
 
 Each test number then runs alone (`TESTS=NNNN ./test-runner -p1`, never quick mode -Q) with a
 timeout, against a fresh broker (`python -m storage serve` on a loopback port, a temporary data
-dir); every process is stopped by its pid. A table follows: test, passed / failed /
+dir, the suite's scenario: auto-created topics of 4 partitions; `--no-auto-create-topics` for the
+noautocreate scenario), or against a controller and three brokers when its topics need
+replication factor 3; every process is stopped by its pid. A table follows: test, passed / failed /
 not applicable / local, the reason or the failing check's message, seconds. Exit status 1 if a
 test that ran failed.
 """
@@ -415,7 +418,7 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--all", action="store_true", help="every test number of the suite")
     p.add_argument("--local", action="store_true", help="also run the tests that need no broker (mock cluster)")
     p.add_argument("--timeout", type=float, default=300, help="seconds per test number (default 300)")
-    p.add_argument("--cluster", action="store_true", help="run against `storage cluster` (3 brokers)")
+    p.add_argument("--cluster", action="store_true", help="run against a controller and 3 brokers")
     p.add_argument("--kafka-version", default=KAFKA_VERSION, help=f"TEST_KAFKA_VERSION (default {KAFKA_VERSION})")
     p.add_argument("--json", help="also write the results to this JSON file")
     p.add_argument("--keep", help="keep each test's output and broker log under this directory")
