@@ -353,9 +353,10 @@ class GroupCoordinator(TxnOffsets):
                 del g.pending[member_id]
             if expired:
                 self._maybe_complete_join(g)
-            if g.state in (STABLE, COMPLETING):
-                for mem in list(g.members.values()):
-                    if now - mem.last_heartbeat_ms > mem.session_timeout_ms and mem.member_id in g.members:
+            if g.state in (STABLE, COMPLETING, PREPARING):    # a rebalance too, as Kafka; a member
+                for mem in list(g.members.values()):           # waiting in its join is alive
+                    if (now - mem.last_heartbeat_ms > mem.session_timeout_ms and mem.member_id in g.members
+                            and mem.join is None):
                         self._remove_member(g, mem.member_id, "session expired")
 
     # ---- the APIs ---------------------------------------------------------------------------
