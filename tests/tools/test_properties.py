@@ -1,0 +1,157 @@
+"""storage/cli/properties.py reads a properties file as java.util.Properties.load does (the cases
+of its documentation, in our words), and storage/cli/server_properties.py maps Kafka's broker
+property names onto the serve / controller flags: ranges of the flags, Kafka's precedence of
+log.retention.ms over .minutes over .hours, a flag winning over the file, unknown names and
+values refused with the file and the line.  No broker is started here
+(tests/wire/test_server_properties.py starts them)."""
+from __future__ import annotations
+
+import pytest
+
+from storage.cli import build_parser, main
+from storage.cli.properties import PropertiesError, load, parse
+from storage.cli.server_properties import IGNORED, apply_config
+from storage.inspect import UsageError
+
+
+def pairs(text: str) -> dict[str, str]:
+    return {e.key: e.value for e in parse(text)}
+
+
+def test_separators_and_blanks_as_the_javadoc_examples():
+    # Properties.load's javadoc: the three lines each give key "Truth", value "Beauty".
+    for line in ("Truth = Beauty", "  Truth:Beauty", "Truth                    :Beauty", "Truth\tBeauty"):
+        assert pairs(line) == {"Truth": "Beauty"}, line
+    # A key alone has the empty value; only the first separator separates.
+    assert pairs("cheeses\n") == {"cheeses": ""}
+    assert pairs("a=b=c\nd: :e\nf :=g") == {"a": "b=c", "d": ":e", "f": "=g"}
+    # Trailing blanks of a value are kept, leading ones dropped.
+    assert pairs("k =  v  ") == {"k": "v  "}
+
+
+def test_continuation_lines_join_without_their_leading_blanks():
+    text = ("fruits                           apple, banana, pear, \\\n"
+            "                                  cantaloupe, watermelon, \\\n"
+            "                                  kiwi, mango\n")
+    assert pairs(text) == {"fruits": "apple, banana, pear, cantaloupe, watermelon, kiwi, mango"}
+    # An even number of backslashes is an escaped backslash, not a continuation.
+    assert pairs("a=b\\\\\nc=d") == {"a": "b\\", "c": "d"}
+    # A continued line that starts with # is part of the value, not a comment.
+    assert pairs("a=1\\\n  #2") == {"a": "1#2"}
+    # A backslash ending the file continues nothing.
+    assert pairs("a=1\\") == {"a": "1"}
+
+
+def test_comments_and_line_terminators():
+    text = "# comment \\\nx=1\r\n  ! bang\ry=2\r\n\n   \t\nz=3"
+    entries = parse(text)
+    # A comment's trailing backslash does not continue it: x is an entry of its own.
+    assert [(e.key, e.value, e.line) for e in entries] == [("x", "1", 2), ("y", "2", 4), ("z", "3", 7)]
+
+
+def test_escapes_in_keys_and_values():
+    assert pairs("\\:\\= = \\t\\n\\r\\f") == {":=": "\t\n\r\f"}
+    assert pairs("key\\ with\\ blanks = v") == {"key with blanks": "v"}
+    assert pairs("u=\\u0041\\u00e9\\q") == {"u": "A\u00e9q"}         # \\c is c
+    with pytest.raises(PropertiesError, match="line 2"):
+        parse("ok=1\nbad=\\u12G4")
+
+
+def test_a_key_given_twice_keeps_the_last_and_its_line(tmp_path):
+    f = tmp_path / "s.properties"
+    f.write_bytes(b"a=1\nb=\xe9\na=3\n")        # ISO-8859-1, as Properties.load(InputStream)
+    entries = load(str(f))
+    assert (entries["a"].value, entries["a"].line) == ("3", 3)
+    assert entries["b"].value == "\u00e9"
+
+
+def configured(tmp_path, text: str, *flags: str, command: str = "serve"):
+    f = tmp_path / "server.properties"
+    f.write_text(text)
+    argv = [command, "--config", str(f), *flags]
+    parser = build_parser()
+    return apply_config(parser, argv, parser.parse_args(argv))
+
+
+def test_kafka_names_map_onto_the_flags(tmp_path):
+    args = configured(tmp_path, "broker.id=4\nlisteners=PLAINTEXT://127.0.0.1:19092\nlog.dirs=/x/y\n"
+                                "num.partitions=6\ndefault.replication.factor=3\nmin.insync.replicas=2\n"
+                                "auto.create.topics.enable=FALSE\ncompression.type=zstd\n"
+                                "log.retention.hours=2\nlog.roll.hours=1\nmessage.max.bytes=2000\n"
+                                "controller.quorum.bootstrap.servers=127.0.0.1:19093\nnum.io.threads=8\n")
+    assert (args.node_id, args.listen, args.data_dir, args.num_partitions) == (4, "127.0.0.1:19092", "/x/y", 6)
+    assert (args.replication_factor, args.min_insync_replicas, args.no_auto_create_topics) == (3, 2, True)
+    assert (args.compression_type, args.log_retention_ms, args.log_roll_ms) == ("zstd", 7_200_000, 3_600_000)
+    assert (args.message_max_bytes, args.controller, args.config_ignored) == (2000, "127.0.0.1:19093",
+                                                                              ["num.io.threads"])
+
+
+def test_retention_ms_over_minutes_over_hours(tmp_path):
+    # Kafka's LogConfig: log.retention.ms if given, else .minutes, else .hours.
+    assert configured(tmp_path, "log.retention.hours=1\nlog.retention.minutes=3\n").log_retention_ms == 180_000
+    assert configured(tmp_path, "log.retention.hours=1\nlog.retention.ms=5\n").log_retention_ms == 5
+    assert configured(tmp_path, "log.retention.hours=-1\n").log_retention_ms == -1
+    assert configured(tmp_path, "log.roll.hours=1\nlog.roll.ms=7\n").log_roll_ms == 7
+
+
+def test_a_flag_overrides_the_file_even_at_its_default(tmp_path):
+    args = configured(tmp_path, "num.partitions=6\nnode.id=5\n", "--num-partitions", "1")
+    assert (args.num_partitions, args.node_id) == (1, 5)
+
+
+def test_combined_roles_drop_the_controller_listener(tmp_path):
+    # Kafka's own config/server.properties shape: one process, broker and controller.
+    args = configured(tmp_path, "process.roles=broker,controller\nnode.id=1\n"
+                                "controller.quorum.voters=1@localhost:9093\n"
+                                "listeners=PLAINTEXT://:9092,CONTROLLER://:9093\ncontroller.listener.names=CONTROLLER\n"
+                                "listener.security.protocol.map=CONTROLLER:PLAINTEXT,PLAINTEXT:PLAINTEXT\n")
+    assert (args.listen, args.controller) == ("0.0.0.0:9092", None)
+
+
+def test_the_controller_reads_its_own_names(tmp_path):
+    args = configured(tmp_path, "process.roles=controller\nnode.id=3001\nlisteners=CONTROLLER://127.0.0.1:9093\n"
+                                "controller.listener.names=CONTROLLER\nbroker.session.timeout.ms=4000\n"
+                                "unclean.leader.election.enable=true\nlog.dirs=/c\n", command="controller")
+    assert (args.node_id, args.listen, args.session_timeout_ms, args.unclean_leader_election, args.data_dir) == \
+        (3001, "127.0.0.1:9093", 4000, True, "/c")
+
+
+@pytest.mark.parametrize("text, line, words", [
+    ("num.partitions=2\n\nno.such.property=1\n", 3, "unknown property 'no.such.property'"),
+    ("num.partitions=0\n", 1, "num.partitions='0': '0' is not an int32 in [1, "),
+    ("#\nnode.id=-1\n", 2, "node.id='-1'"),
+    ("log.retention.hours=2562047788015216\n", 1, "log.retention.hours"),       # * 3600000 > int64
+    ("log.retention.minutes=1.5\n", 1, "not a whole number"),
+    ("auto.create.topics.enable=yes\n", 1, "expected true or false"),
+    ("compression.type=brotli\n", 1, "not one of"),
+    ("listeners=SSL://127.0.0.1:9093\n", 1, "SSL is not served yet"),
+    ("listeners=PLAINTEXT://a:1,OTHER://b:2\nlistener.security.protocol.map=OTHER:PLAINTEXT\n", 1, "exactly one"),
+    ("log.dirs=/a,/b\n", 1, "exactly one log dir"),
+    ("controller.quorum.voters=1@a:1,2@b:2\n", 1, "exactly one controller"),
+    ("process.roles=broker\n", 1, "needs controller.quorum"),
+    ("process.roles=controller\n", 1, "process.roles"),
+    ("node.id=1\nbroker.id=2\n", 2, "differ"),
+    ("offsets.topic.num.partitions=\\u0031\\u0030\\u0030\\u0030\\u0030\\u0030\n", 1, "offsets.topic.num.partitions"),
+])
+def test_a_refused_property_names_the_file_and_its_line(tmp_path, text, line, words):
+    with pytest.raises(UsageError) as raised:
+        configured(tmp_path, text)
+    assert f"server.properties, line {line}: " in str(raised.value)
+    assert words in str(raised.value)
+
+
+def test_main_refuses_with_exit_2_and_starts_nothing(tmp_path, capsys):
+    f = tmp_path / "server.properties"
+    f.write_text(f"log.dirs={tmp_path / 'data'}\nmin.insync.replicas=0\n")
+    assert main(["serve", "--config", str(f)]) == 2
+    err = capsys.readouterr().err
+    assert f"usage error: {f}, line 2: min.insync.replicas='0'" in err
+    assert not (tmp_path / "data").exists()
+    assert main(["serve", "--config", str(tmp_path / "missing.properties")]) == 2
+    assert main(["serve"]) == 2 and "--data-dir (or log.dirs" in capsys.readouterr().err
+
+
+def test_the_ignored_properties_are_documented():
+    guide = open("docs/guide-operations.md", encoding="utf-8").read()
+    for name in IGNORED:
+        assert f"`{name}`" in guide, name
