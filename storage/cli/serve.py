@@ -43,6 +43,8 @@ def add_parsers(sub) -> None:
     _config_flag(p)
     p.add_argument("--data-dir", help="the broker's data directory (created if missing; Kafka's log.dirs)")
     p.add_argument("--listen", default="127.0.0.1:9092", help="HOST:PORT to listen on (port 0: any free port)")
+    p.add_argument("--advertised-host", metavar="HOST", help="the host Metadata tells clients and brokers to "
+                   "connect to (Kafka's advertised.listeners; default: --listen's host)")
     p.add_argument("--node-id", type=_ranged(0, INT32_MAX, "node.id"), default=1, help="this broker's node id (default 1)")
     p.add_argument("--controller", metavar="HOST:PORT", help="the cluster's controller (default: embedded)")
     p.add_argument("--num-partitions", type=_ranged(1, MAX_PARTITIONS_PER_TOPIC, "num.partitions"), default=1, help="partitions of an auto-created topic")
@@ -140,7 +142,8 @@ def _data_dir(args) -> str:
 
 def _log_ignored(args) -> None:
     for name in getattr(args, "config_ignored", ()):
-        logging.getLogger("storage.config").info("%s: %s is ignored: %s", args.config, name, IGNORED[name])
+        logging.getLogger("storage.config").info("%s: %s is ignored: %s", args.config, name,
+                                                      IGNORED.get(name, "a broker's property"))
 
 
 def _metrics_flag(p) -> None:
@@ -215,7 +218,7 @@ def cmd_serve(args) -> int:
                            retention_ms=args.log_retention_ms, retention_bytes=args.log_retention_bytes,
                            segment_bytes=args.log_segment_bytes, segment_ms=args.log_roll_ms,
                            max_message_bytes=args.message_max_bytes)
-    options = dict(node_id=args.node_id, host=host, port=port, num_partitions=args.num_partitions,
+    options = dict(node_id=args.node_id, host=args.advertised_host or host, port=port, num_partitions=args.num_partitions,
                    replication_factor=args.replication_factor, auto_create_topics=not args.no_auto_create_topics,
                    offsets_partitions=args.offsets_partitions, min_insync_replicas=args.min_insync_replicas,
                    log_config=log_config, fetch_max_bytes=args.fetch_max_bytes)
@@ -227,6 +230,7 @@ def cmd_serve(args) -> int:
         from ..wire.node import Node
         node = Node(data_dir, **options)
     node.fetch_session_slots = args.max_incremental_fetch_session_cache_slots    # read by ClientApis
+    node.bind_host = host
 
     def ready(server) -> None:
         # One line on stdout for supervisors and tests: the node, its address and pid.

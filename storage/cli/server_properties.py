@@ -31,6 +31,8 @@ IGNORED = {
                                                 "replicas",
     "transaction.state.log.min.isr": "__transaction_state uses the broker's min.insync.replicas",
     "inter.broker.listener.name": "brokers replicate over the one listener",
+    "share.coordinator.state.topic.replication.factor": "share groups (KIP-932) are not served",
+    "share.coordinator.state.topic.min.isr": "share groups (KIP-932) are not served",
 }
 
 # Kafka name -> the flag's dest, converted by the flag's type (or checked against its choices).
@@ -60,7 +62,7 @@ _UNITS = {"serve": {"log_retention_ms": [("log.retention.ms", 1), ("log.retentio
                                          ("log.retention.hours", 3_600_000)],
                     "log_roll_ms": [("log.roll.ms", 1), ("log.roll.hours", 3_600_000)]}}
 # Read together below: the listener, the log dir, the roles and the controller's address.
-_STRUCTURE = {"listeners", "log.dirs", "log.dir", "process.roles", "controller.listener.names",
+_STRUCTURE = {"listeners", "advertised.listeners", "log.dirs", "log.dir", "process.roles", "controller.listener.names",
               "listener.security.protocol.map", "controller.quorum.voters", "controller.quorum.bootstrap.servers"}
 _PROTOCOLS = {"PLAINTEXT", "SSL", "SASL_PLAINTEXT", "SASL_SSL"}
 _SUBPARSERS: dict[str, argparse.ArgumentParser] = {}
@@ -77,8 +79,15 @@ class _Refused(Exception):
 
 def known(command: str) -> set[str]:
     """Every property name `command --config` takes (used or ignored)."""
-    return (set(FLAGS[command]) | set(BOOLEANS.get(command, {})) | set(IGNORED) | _STRUCTURE
+    return (set(FLAGS[command]) | (broker_only() if command == "controller" else set()) | set(BOOLEANS.get(command, {})) | set(IGNORED) | _STRUCTURE
             | {name for names in _UNITS.get(command, {}).values() for name, _ in names})
+
+
+def broker_only() -> set[str]:
+    """The broker's properties a controller's file may carry too (Kafka's controller.properties
+    does): the controller ignores them."""
+    return (set(FLAGS["serve"]) | set(BOOLEANS["serve"]) | {n for names in _UNITS["serve"].values() for n, _ in names}) \
+        - set(FLAGS["controller"]) - set(BOOLEANS["controller"])
 
 
 def read(command: str, path: str, parser: argparse.ArgumentParser) -> dict:
@@ -124,7 +133,8 @@ def read(command: str, path: str, parser: argparse.ArgumentParser) -> dict:
             except _Refused as exc:
                 refuse(entry, str(exc))
     _structure(command, entries, values, refuse)
-    values["config_ignored"] = sorted(key for key in entries if key in IGNORED)
+    values["config_ignored"] = sorted(key for key in entries if key in IGNORED
+                                      or (command == "controller" and key in broker_only()))
     return values
 
 
@@ -164,23 +174,21 @@ def _structure(command: str, entries: dict, values: dict, refuse) -> None:
             if not sep or protocol.strip() not in _PROTOCOLS:
                 refuse(entries["listener.security.protocol.map"], f"expected NAME:PROTOCOL pairs, not {pair!r}")
             protocols[name.strip()] = protocol.strip()
+    # Combined mode: the embedded controller takes no listener, so its listener is left out.
+    skipped = controller_names if command == "serve" and roles and "controller" in roles else set()
     if "listeners" in entries:
-        entry, chosen = entries["listeners"], []
-        for listener in _list(entry.value):
-            name, sep, address = listener.partition("://")
-            protocol = protocols.get(name, name if name in _PROTOCOLS else
-                                     "PLAINTEXT" if name in controller_names else None)
-            if not sep or protocol is None:
-                refuse(entry, f"expected NAME://HOST:PORT with a known security protocol, not {listener!r}")
-            if protocol != "PLAINTEXT":
-                refuse(entry, f"{protocol} is not served yet (no TLS or SASL): only one PLAINTEXT listener")
-            if command == "serve" and name in controller_names and roles and "controller" in roles:
-                continue                # combined mode: the embedded controller takes no listener
-            host, colon, port = address.rpartition(":")
-            chosen.append(f"{host.strip('[]') or '0.0.0.0'}{colon}{port}")
+        chosen = _listeners(entries["listeners"], protocols, controller_names, skipped, refuse)
         if len(chosen) != 1:
-            refuse(entry, "exactly one listener is served (several listeners are not served yet)")
-        values["listen"] = chosen[0]
+            refuse(entries["listeners"], "exactly one listener is served (several listeners are not served yet)")
+        name, host, port = chosen[0]
+        values["listen"] = f"{host or '0.0.0.0'}:{port}"
+        if "advertised.listeners" in entries:
+            entry = entries["advertised.listeners"]
+            told = [a for a in _listeners(entry, protocols, controller_names, skipped, refuse) if a[0] == name]
+            if len(told) != 1 or told[0][2] != port or not told[0][1]:
+                refuse(entry, f"expected one {name}://HOST:{port} (another port than the listener's is not served)")
+            if command == "serve":
+                values["advertised_host"] = told[0][1]
     dirs = entries.get("log.dirs") or entries.get("log.dir")
     if dirs is not None:
         if len(_list(dirs.value)) != 1:
@@ -193,6 +201,24 @@ def _structure(command: str, entries: dict, values: dict, refuse) -> None:
                                              "controller.quorum.bootstrap.servers")
         if address is not None and not (roles and "controller" in roles):
             values["controller"] = address
+
+
+def _listeners(entry, protocols: dict, controller_names: set, skipped: set, refuse) -> list[tuple[str, str, str]]:
+    """(name, host, port) of each listener of a `listeners` / `advertised.listeners` entry, those
+    named in `skipped` left out; any but PLAINTEXT refused."""
+    out = []
+    for listener in _list(entry.value):
+        name, sep, address = listener.partition("://")
+        protocol = protocols.get(name, name if name in _PROTOCOLS else
+                                 "PLAINTEXT" if name in controller_names else None)
+        host, colon, port = address.rpartition(":")
+        if not sep or not colon or protocol is None:
+            refuse(entry, f"expected NAME://HOST:PORT with a known security protocol, not {listener!r}")
+        if protocol != "PLAINTEXT":
+            refuse(entry, f"{protocol} is not served yet (no TLS or SASL): only one PLAINTEXT listener")
+        if name not in skipped:
+            out.append((name, host.strip("[]"), port))
+    return out
 
 
 def _controller_address(entries: dict, refuse) -> str | None:

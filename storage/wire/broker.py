@@ -130,6 +130,7 @@ class Broker:
                  fetch_max_bytes: int = FETCH_MAX_BYTES, replica_lag_time_max_ms: int | None = None):
         self.data_dir = os.fspath(data_dir)
         self.node_id, self.host, self.port = node_id, host, port
+        self.bind_host = host        # where it listens; `host` is what Metadata tells (advertised.listeners)
         self.num_partitions, self.replication_factor = num_partitions, replication_factor
         self.auto_create_topics, self.offsets_partitions = auto_create_topics, offsets_partitions
         self.fetch_max_bytes = fetch_max_bytes

@@ -108,6 +108,41 @@ def test_combined_roles_drop_the_controller_listener(tmp_path):
     assert (args.listen, args.controller) == ("0.0.0.0:9092", None)
 
 
+# The property names and values of Kafka's config/kraft/{server,broker,controller}.properties (the
+# sample KRaft configs of a combined node, a broker and a controller): they load unchanged.
+_KAFKA_COMMON = ("inter.broker.listener.name=PLAINTEXT\n"
+                 "listener.security.protocol.map=CONTROLLER:PLAINTEXT,PLAINTEXT:PLAINTEXT,SSL:SSL,"
+                 "SASL_PLAINTEXT:SASL_PLAINTEXT,SASL_SSL:SASL_SSL\n"
+                 "num.network.threads=3\nnum.io.threads=8\nsocket.send.buffer.bytes=102400\n"
+                 "socket.receive.buffer.bytes=102400\nsocket.request.max.bytes=104857600\nnum.partitions=1\n"
+                 "num.recovery.threads.per.data.dir=1\noffsets.topic.replication.factor=1\n"
+                 "transaction.state.log.replication.factor=1\ntransaction.state.log.min.isr=1\n"
+                 "share.coordinator.state.topic.replication.factor=1\nshare.coordinator.state.topic.min.isr=1\n"
+                 "log.retention.hours=168\nlog.segment.bytes=1073741824\nlog.retention.check.interval.ms=300000\n")
+
+
+def test_kafka_sample_kraft_configs_load(tmp_path):
+    combined = configured(tmp_path, "process.roles=broker,controller\nnode.id=1\ncontroller.quorum.voters=1@localhost:9093\n"
+                                    "listeners=PLAINTEXT://:9092,CONTROLLER://:9093\n"
+                                    "advertised.listeners=PLAINTEXT://localhost:9092,CONTROLLER://localhost:9093\n"
+                                    "controller.listener.names=CONTROLLER\nlog.dirs=/tmp/kraft-combined-logs\n"
+                                    + _KAFKA_COMMON)
+    assert (combined.listen, combined.advertised_host, combined.controller) == ("0.0.0.0:9092", "localhost", None)
+    assert (combined.log_retention_ms, combined.data_dir) == (168 * 3_600_000, "/tmp/kraft-combined-logs")
+    broker = configured(tmp_path, "process.roles=broker\nnode.id=2\ncontroller.quorum.bootstrap.servers=localhost:9093\n"
+                                  "listeners=PLAINTEXT://localhost:9092\nadvertised.listeners=PLAINTEXT://localhost:9092\n"
+                                  "controller.listener.names=CONTROLLER\nlog.dirs=/tmp/kraft-broker-logs\n" + _KAFKA_COMMON)
+    assert (broker.node_id, broker.listen, broker.controller) == (2, "localhost:9092", "localhost:9093")
+    controller = configured(tmp_path, "process.roles=controller\nnode.id=1\n"
+                                      "controller.quorum.bootstrap.servers=localhost:9093\nlisteners=CONTROLLER://:9093\n"
+                                      "advertised.listeners=CONTROLLER://localhost:9093\ncontroller.listener.names=CONTROLLER\n"
+                                      "log.dirs=/tmp/kraft-controller-logs\n" + _KAFKA_COMMON.replace(
+                                          "inter.broker.listener.name=PLAINTEXT\n", ""), command="controller")
+    assert (controller.node_id, controller.listen, controller.data_dir) == (1, "0.0.0.0:9093", "/tmp/kraft-controller-logs")
+    # The broker's properties in a controller's file are ignored there, and said so.
+    assert {"num.partitions", "log.retention.hours", "num.io.threads"} <= set(controller.config_ignored)
+
+
 def test_the_controller_reads_its_own_names(tmp_path):
     args = configured(tmp_path, "process.roles=controller\nnode.id=3001\nlisteners=CONTROLLER://127.0.0.1:9093\n"
                                 "controller.listener.names=CONTROLLER\nbroker.session.timeout.ms=4000\n"
@@ -130,6 +165,8 @@ def test_the_controller_reads_its_own_names(tmp_path):
     ("controller.quorum.voters=1@a:1,2@b:2\n", 1, "exactly one controller"),
     ("process.roles=broker\n", 1, "needs controller.quorum"),
     ("process.roles=controller\n", 1, "process.roles"),
+    ("listeners=PLAINTEXT://a:1\nadvertised.listeners=PLAINTEXT://b:2\n", 2, "another port"),
+    ("zookeeper.connect=localhost:2181\n", 1, "unknown property 'zookeeper.connect'"),
     ("node.id=1\nbroker.id=2\n", 2, "differ"),
     ("offsets.topic.num.partitions=\\u0031\\u0030\\u0030\\u0030\\u0030\\u0030\n", 1, "offsets.topic.num.partitions"),
 ])

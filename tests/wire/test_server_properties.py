@@ -19,7 +19,7 @@ import pytest
 pytest.importorskip("confluent_kafka")
 from confluent_kafka.admin import AdminClient, ConfigResource, NewTopic, ResourceType  # noqa: E402
 
-_READY = re.compile(r"(?:node|controller) (\d+) listening on ([\d.]+):(\d+) pid (\d+)")
+_READY = re.compile(r"(?:node|controller) (\d+) listening on (\S+):(\d+) pid (\d+)")
 
 
 class Process:
@@ -118,6 +118,25 @@ def test_a_cluster_from_kafka_controller_and_broker_files(tmp_path):
         if broker is not None:
             broker.stop()
         controller.stop()
+
+
+def test_combined_mode_advertises_its_advertised_listener(tmp_path):
+    # Kafka's config/kraft/server.properties shape: broker and controller in one process (ours
+    # embedded), the controller's listener dropped, Metadata telling the advertised host.
+    p = Process(tmp_path, "server", "serve",
+                f"process.roles=broker,controller\nnode.id=1\ncontroller.quorum.voters=1@localhost:9093\n"
+                "listeners=PLAINTEXT://127.0.0.1:0,CONTROLLER://:9093\ncontroller.listener.names=CONTROLLER\n"
+                "advertised.listeners=PLAINTEXT://broker.invalid:0,CONTROLLER://localhost:9093\n"
+                f"log.dirs={tmp_path / 'combined'}\noffsets.topic.num.partitions=5\n", "--no-fsync")
+    try:
+        node_id, address = p.ready()
+        assert address.startswith("broker.invalid:")      # it listens on 127.0.0.1, not there
+        port = address.rpartition(":")[2]
+        admin = AdminClient({"bootstrap.servers": f"127.0.0.1:{port}"})
+        broker = admin.list_topics(timeout=10).brokers[1]
+        assert (broker.host, broker.port) == ("broker.invalid", int(port))
+    finally:
+        p.stop()
 
 
 def test_a_refused_file_exits_2_and_starts_nothing(tmp_path):
