@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import argparse
 
+from ..wire.limits import ConnectionLimits
 from . import properties
 from .output import UsageError
 
@@ -36,10 +37,10 @@ IGNORED = {
 }
 
 # Kafka name -> the flag's dest, converted by the flag's type (or checked against its choices).
-_COMMON = {"connections.max.idle.ms": "connections_max_idle_ms", "max.connections": "max_connections",
-           "max.connections.per.ip": "max_connections_per_ip",
-           "queued.max.request.bytes": "queued_max_request_bytes", "request.timeout.ms": "request_timeout_ms",
-           "min.insync.replicas": "min_insync_replicas", "node.id": "node_id"}
+_CONNECTION = {"connections.max.idle.ms": "connections_max_idle_ms", "max.connections": "max_connections",
+               "max.connections.per.ip": "max_connections_per_ip",
+               "queued.max.request.bytes": "queued_max_request_bytes", "request.timeout.ms": "request_timeout_ms"}
+_COMMON = {**_CONNECTION, "min.insync.replicas": "min_insync_replicas", "node.id": "node_id"}
 FLAGS = {
     "serve": {**_COMMON, "broker.id": "node_id", "num.partitions": "num_partitions",
               "default.replication.factor": "replication_factor",
@@ -117,6 +118,12 @@ def read(command: str, path: str, parser: argparse.ArgumentParser) -> dict:
                 values[dest] = _boolean(entry.value) != negated
         except _Refused as exc:
             refuse(entry, str(exc))
+    for key in _CONNECTION:                 # their flags are plain ints, checked by ConnectionLimits
+        if key in entries:
+            try:
+                ConnectionLimits(**{FLAGS[command][key]: values[FLAGS[command][key]]})
+            except ValueError as exc:
+                refuse(entries[key], str(exc))
     if "node.id" in entries and "broker.id" in entries and values.get("node_id") != _convert(
             actions["node_id"], entries["node.id"].value):
         refuse(entries["broker.id"], "broker.id and node.id differ")

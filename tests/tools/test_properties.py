@@ -166,6 +166,8 @@ def test_the_controller_reads_its_own_names(tmp_path):
     ("process.roles=broker\n", 1, "needs controller.quorum"),
     ("process.roles=controller\n", 1, "process.roles"),
     ("listeners=PLAINTEXT://a:1\nadvertised.listeners=PLAINTEXT://b:2\n", 2, "another port"),
+    ("num.partitions=1\nconnections.max.idle.ms=0\n", 2, "connections.max.idle.ms (--connections-max-idle-ms) must"),
+    ("queued.max.request.bytes=-2\n", 1, "must be -1 (unlimited) or at least 1"),
     ("zookeeper.connect=localhost:2181\n", 1, "unknown property 'zookeeper.connect'"),
     ("node.id=1\nbroker.id=2\n", 2, "differ"),
     ("offsets.topic.num.partitions=\\u0031\\u0030\\u0030\\u0030\\u0030\\u0030\n", 1, "offsets.topic.num.partitions"),
