@@ -7,6 +7,7 @@ a usage error naming the file, the line and the property (exit 2, nothing starte
 from __future__ import annotations
 
 import argparse
+import re
 
 from ..wire.limits import ConnectionLimits
 from . import properties
@@ -124,15 +125,16 @@ def read(command: str, path: str, parser: argparse.ArgumentParser) -> dict:
                 ConnectionLimits(**{FLAGS[command][key]: values[FLAGS[command][key]]})
             except ValueError as exc:
                 refuse(entries[key], str(exc))
-    if "node.id" in entries and "broker.id" in entries and values.get("node_id") != _convert(
-            actions["node_id"], entries["node.id"].value):
+    if "node.id" in entries and "broker.id" in entries and values.get("node_id") is not None and \
+            _convert(actions["node_id"], entries["node.id"].value) != \
+            _convert(actions["node_id"], entries["broker.id"].value):
         refuse(entries["broker.id"], "broker.id and node.id differ")
     for dest, names in _UNITS.get(command, {}).items():
+        # Each given one must be valid (Kafka parses them all); the first in `names` is used.
         given = [(entries[name], factor) for name, factor in names if name in entries]
-        if given:
-            entry, factor = given[0]
+        for entry, factor in reversed(given):
             try:
-                if not entry.value.strip().lstrip("+-").isdigit():
+                if not re.fullmatch(r"[+-]?[0-9]+", entry.value.strip()):
                     raise _Refused("not a whole number")
                 number = int(entry.value.strip())
                 values[dest] = _convert(actions[dest], str(-1 if number < 0 and dest == "log_retention_ms"

@@ -170,6 +170,9 @@ def test_the_controller_reads_its_own_names(tmp_path):
     ("queued.max.request.bytes=-2\n", 1, "must be -1 (unlimited) or at least 1"),
     ("zookeeper.connect=localhost:2181\n", 1, "unknown property 'zookeeper.connect'"),
     ("node.id=1\nbroker.id=2\n", 2, "differ"),
+    ("broker.id=2\nnode.id=1\n", 1, "differ"),
+    ("log.retention.ms=5\nlog.retention.hours=x\n", 2, "not a whole number"),
+    ("log.roll.hours=+-1\n", 1, "not a whole number"),
     ("offsets.topic.num.partitions=\\u0031\\u0030\\u0030\\u0030\\u0030\\u0030\n", 1, "offsets.topic.num.partitions"),
 ])
 def test_a_refused_property_names_the_file_and_its_line(tmp_path, text, line, words):
