@@ -197,3 +197,34 @@ def test_the_ignored_properties_are_documented():
     guide = open("docs/guide-operations.md", encoding="utf-8").read()
     for name in IGNORED:
         assert f"`{name}`" in guide, name
+
+
+def _stored(text: str, key: bool) -> str:
+    """`text` escaped as Properties.store writes it: \\ and the separators, comment marks and control
+    characters escaped; a value's leading blank escaped; anything outside printable ASCII as \\uXXXX."""
+    out = []
+    for i, c in enumerate(text):
+        if c in "\\=:#!":
+            out.append("\\" + c)
+        elif c == " ":
+            out.append("\\ " if key or i == 0 else " ")
+        elif c in "\t\n\r\f":
+            out.append("\\" + "tnrf"["\t\n\r\f".index(c)])
+        elif not " " < c < "\x7f":
+            out.append(f"\\u{ord(c):04x}")
+        else:
+            out.append(c)
+    return "".join(out)
+
+
+def test_what_properties_store_writes_reads_back():
+    hypothesis = pytest.importorskip("hypothesis")
+    st = hypothesis.strategies
+    text = st.text(st.characters(max_codepoint=0xFFFF, exclude_categories=("Cs",)), max_size=12)
+
+    @hypothesis.settings(max_examples=300, deadline=None, derandomize=True)
+    @hypothesis.given(st.lists(st.tuples(text.filter(bool), text), max_size=5), st.sampled_from(["=", ": ", " ", "\t= "]))
+    def check(pairs_, separator):
+        body = "# stored\n" + "".join(f"{_stored(k, True)}{separator}{_stored(v, False)}\n" for k, v in pairs_)
+        assert [(e.key, e.value) for e in parse(body)] == pairs_
+    check()
