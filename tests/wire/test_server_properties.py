@@ -17,7 +17,7 @@ import time
 import pytest
 
 pytest.importorskip("confluent_kafka")
-from confluent_kafka.admin import AdminClient, ConfigResource, NewTopic, ResourceType  # noqa: E402
+from confluent_kafka.admin import AdminClient, ConfigResource, ConfigSource, NewTopic, ResourceType  # noqa: E402
 
 _READY = re.compile(r"(?:node|controller) (\d+) listening on (\S+):(\d+) pid (\d+)")
 
@@ -59,9 +59,9 @@ class Process:
         self.proc.stdout.close()
 
 
-def broker_configs(admin: AdminClient, node_id: int) -> dict[str, str]:
+def broker_configs(admin: AdminClient, node_id: int) -> dict:
     resource = ConfigResource(ResourceType.BROKER, str(node_id))
-    return {name: entry.value for name, entry in admin.describe_configs([resource])[resource].result(10).items()}
+    return admin.describe_configs([resource])[resource].result(10)
 
 
 def test_a_broker_serves_what_its_properties_file_says(tmp_path):
@@ -81,10 +81,11 @@ def test_a_broker_serves_what_its_properties_file_says(tmp_path):
             f.result(10)
         assert len(admin.list_topics(timeout=10).topics["from-file"].partitions) == 3
         configs = broker_configs(admin, 7)
-        assert configs["num.partitions"] == "3"
-        assert configs["log.retention.ms"] == str(90 * 60_000)          # minutes over hours
-        assert configs["log.segment.bytes"] == "1073741824"             # the flag over the file
-        assert configs["auto.create.topics.enable"] == "false"
+        assert configs["num.partitions"].value == "3"
+        assert configs["log.retention.ms"].value == str(90 * 60_000)          # minutes over hours
+        assert configs["log.retention.ms"].source == ConfigSource.STATIC_BROKER_CONFIG.value
+        assert configs["log.segment.bytes"].value == "1073741824"             # the flag over the file
+        assert configs["auto.create.topics.enable"].value == "false"
         topic = ConfigResource(ResourceType.TOPIC, "from-file")
         assert admin.describe_configs([topic])[topic].result(10)["retention.ms"].value == str(90 * 60_000)
         log = p.stderr()
