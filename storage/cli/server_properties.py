@@ -67,12 +67,12 @@ _UNITS = {"serve": {"log_retention_ms": [("log.retention.ms", 1), ("log.retentio
 _STRUCTURE = {"listeners", "advertised.listeners", "log.dirs", "log.dir", "process.roles", "controller.listener.names",
               "listener.security.protocol.map", "controller.quorum.voters", "controller.quorum.bootstrap.servers"}
 _PROTOCOLS = {"PLAINTEXT", "SSL", "SASL_PLAINTEXT", "SASL_SSL"}
-_SUBPARSERS: dict[str, argparse.ArgumentParser] = {}
+SUBPARSERS: dict[str, argparse.ArgumentParser] = {}
 
 
 def register(command: str, parser: argparse.ArgumentParser) -> None:
     """serve.add_parsers: the subcommand whose defaults a --config file sets."""
-    _SUBPARSERS[command] = parser
+    SUBPARSERS[command] = parser
 
 
 class _Refused(Exception):
@@ -246,6 +246,6 @@ def _controller_address(entries: dict, refuse) -> str | None:
 
 def apply_config(parser: argparse.ArgumentParser, argv: list[str], args) -> argparse.Namespace:
     """The command line parsed again over the --config file's values (a flag given wins)."""
-    subparser = _SUBPARSERS[args.command]
+    subparser = SUBPARSERS[args.command]
     subparser.set_defaults(**read(args.command, args.config, subparser))
     return parser.parse_args(argv)

@@ -10,7 +10,7 @@ import pytest
 
 from storage.cli import build_parser, main
 from storage.cli.properties import PropertiesError, load, parse
-from storage.cli.server_properties import IGNORED, apply_config
+from storage.cli.server_properties import BOOLEANS, FLAGS, IGNORED, SUBPARSERS, apply_config
 from storage.inspect import UsageError
 
 
@@ -228,3 +228,16 @@ def test_what_properties_store_writes_reads_back():
         body = "# stored\n" + "".join(f"{_stored(k, True)}{separator}{_stored(v, False)}\n" for k, v in pairs_)
         assert [(e.key, e.value) for e in parse(body)] == pairs_
     check()
+
+
+def test_every_mapped_name_has_its_flag_and_its_doc_row():
+    parser = build_parser()
+    parser.parse_args(["serve", "--data-dir", "x"])
+    guide = open("docs/guide-operations.md", encoding="utf-8").read()
+    for command in ("serve", "controller"):
+        sub = SUBPARSERS[command]
+        for name, dest in FLAGS[command].items():
+            assert dest in sub.actions_by_dest, (command, name)
+            assert f"`{name}`" in guide, name
+        for name, (dest, _) in BOOLEANS[command].items():
+            assert dest in sub.actions_by_dest and f"`{name}`" in guide, (command, name)
