@@ -47,10 +47,17 @@ from .output import OK, PROBLEMS, USAGE, UsageError
 from .recover import cmd_recover
 from .serve import add_parsers as add_serve_parsers
 from .serve import cmd_cluster, cmd_controller, cmd_serve
+from .server_properties import apply_config
 from .verify import cmd_verify
 
 
 class _Parser(argparse.ArgumentParser):
+    def add_argument(self, *names, **options):
+        # Kept by dest: `--config FILE` converts a property with its flag's own type and range.
+        action = super().add_argument(*names, **options)
+        self.__dict__.setdefault("actions_by_dest", {})[action.dest] = action
+        return action
+
     def error(self, message):
         raise UsageError(f"{self.prog}: {message}")
 
@@ -160,6 +167,8 @@ def main(argv: list[str] | None = None) -> int:
     parser = build_parser()
     try:
         args = parser.parse_args(argv)
+        if getattr(args, "config", None) is not None:      # serve / controller --config FILE
+            args = apply_config(parser, argv, args)
     except UsageError as exc:
         print(f"usage error: {exc}", file=sys.stderr)
         print(f"(python -m storage {argv[0] if argv and not argv[0].startswith('-') else ''} --help for help)"

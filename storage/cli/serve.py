@@ -15,6 +15,7 @@ from ..core.config import COMPRESSION_TYPES, LogConfig
 from ..core.files import INT32_MAX, INT64_MAX
 from ..wire.configs import MAX_PARTITIONS_PER_TOPIC
 from .output import UsageError
+from .server_properties import IGNORED, register
 
 
 def _ranged(low: int, high: int, kafka_name: str | None = None):
@@ -38,8 +39,12 @@ def add_parsers(sub) -> None:
                                    "committed offsets.  Alone it runs an embedded controller; with --controller it "
                                    "joins a cluster whose controller runs as `python -m storage controller`.  "
                                    "DIR/logs is the Kafka log dir.  SIGTERM is a controlled shutdown.")
-    p.add_argument("--data-dir", required=True, help="the broker's data directory (created if missing)")
+    register("serve", p)
+    _config_flag(p)
+    p.add_argument("--data-dir", help="the broker's data directory (created if missing; Kafka's log.dirs)")
     p.add_argument("--listen", default="127.0.0.1:9092", help="HOST:PORT to listen on (port 0: any free port)")
+    p.add_argument("--advertised-host", metavar="HOST", help="the host Metadata tells clients and brokers to "
+                   "connect to (Kafka's advertised.listeners; default: --listen's host)")
     p.add_argument("--node-id", type=_ranged(0, INT32_MAX, "node.id"), default=1, help="this broker's node id (default 1)")
     p.add_argument("--controller", metavar="HOST:PORT", help="the cluster's controller (default: embedded)")
     p.add_argument("--num-partitions", type=_ranged(1, MAX_PARTITIONS_PER_TOPIC, "num.partitions"), default=1, help="partitions of an auto-created topic")
@@ -75,6 +80,7 @@ def add_parsers(sub) -> None:
     p.add_argument("--compression-type", choices=COMPRESSION_TYPES, default="producer",
                    help="the codec of every topic that sets no compression.type: a producer's batch of another "
                         "codec is recompressed (Kafka's compression.type; default producer: kept as sent)")
+    _log_flags(p)
     p.add_argument("--log-level", default="INFO", help="logging level (default INFO)")
     _metrics_flag(p)
     _connection_flags(p)
@@ -83,7 +89,11 @@ def add_parsers(sub) -> None:
                        description="The cluster's controller as its own process: broker registrations and "
                                    "heartbeats, fencing, elections, AlterPartition, topics, producer ids, and the "
                                    "metadata log brokers replay.  DIR/controller and DIR/metadata.")
-    p.add_argument("--data-dir", required=True, help="the controller's data directory (created if missing)")
+    register("controller", p)
+    _config_flag(p)
+    p.add_argument("--data-dir", help="the controller's data directory (created if missing; Kafka's log.dirs)")
+    p.add_argument("--node-id", type=_ranged(0, INT32_MAX, "node.id"), default=3000,
+                   help="the controller's node id (default 3000)")
     p.add_argument("--listen", default="127.0.0.1:9093", help="HOST:PORT to listen on (port 0: any free port)")
     p.add_argument("--min-insync-replicas", type=_ranged(1, INT32_MAX, "min.insync.replicas"), default=1,
                    help="min.insync.replicas (KIP-966: ELR is kept above 1)")
@@ -109,6 +119,37 @@ def add_parsers(sub) -> None:
                    "base+N-1, the controller on base+100 (default: no metrics)")
     p.add_argument("--log-level", default="INFO", help="every process's logging level (default INFO); each "
                    "logs to DIR/controller.log or DIR/broker-N.log")
+
+
+def _log_flags(p) -> None:
+    """The broker's defaults of the topic configs Kafka names log.* (LogConfig's fields)."""
+    p.add_argument("--log-retention-ms", type=_ranged(-1, INT64_MAX, "log.retention.ms"), default=LogConfig.retention_ms,
+                   help="retention.ms of every topic that sets none (-1: unlimited; default 7 days)")
+    p.add_argument("--log-retention-bytes", type=_ranged(-2**63, INT64_MAX, "log.retention.bytes"), default=-1,
+                   help="retention.bytes of every topic that sets none (-1: unlimited)")
+    p.add_argument("--log-segment-bytes", type=_ranged(14, INT32_MAX, "log.segment.bytes"), default=LogConfig.segment_bytes,
+                   help="segment.bytes of every topic that sets none (default 1 GiB)")
+    p.add_argument("--log-roll-ms", type=_ranged(1, INT64_MAX, "log.roll.ms"), default=LogConfig.segment_ms,
+                   help="segment.ms of every topic that sets none (default 7 days)")
+    p.add_argument("--message-max-bytes", type=_ranged(0, INT32_MAX, "message.max.bytes"),
+                   default=LogConfig.max_message_bytes, help="max.message.bytes of every topic that sets none")
+
+
+def _config_flag(p) -> None:
+    p.add_argument("--config", metavar="FILE", help="Kafka broker properties (server.properties); a flag given "
+                                                    "overrides the file (docs/guide-operations.md#configuration)")
+
+
+def _data_dir(args) -> str:
+    if args.data_dir is None:
+        raise UsageError(f"{args.command}: --data-dir (or log.dirs in a --config file) is required")
+    return args.data_dir
+
+
+def _log_ignored(args) -> None:
+    for name in getattr(args, "config_ignored", ()):
+        logging.getLogger("storage.config").info("%s: %s is ignored: %s", args.config, name,
+                                                      IGNORED.get(name, "a broker's property"))
 
 
 def _metrics_flag(p) -> None:
@@ -176,20 +217,27 @@ def cmd_serve(args) -> int:
 
     host, port = _listen(args.listen)
     limits = _connection_limits(args)
+    data_dir = _data_dir(args)
     _logging(args.log_level)
-    options = dict(node_id=args.node_id, host=host, port=port, num_partitions=args.num_partitions,
+    _log_ignored(args)
+    log_config = LogConfig(fsync=not args.no_fsync, compression_type=args.compression_type,
+                           retention_ms=args.log_retention_ms, retention_bytes=args.log_retention_bytes,
+                           segment_bytes=args.log_segment_bytes, segment_ms=args.log_roll_ms,
+                           max_message_bytes=args.message_max_bytes)
+    options = dict(node_id=args.node_id, host=args.advertised_host or host, port=port, num_partitions=args.num_partitions,
                    replication_factor=args.replication_factor, auto_create_topics=not args.no_auto_create_topics,
                    offsets_partitions=args.offsets_partitions, min_insync_replicas=args.min_insync_replicas,
-                   log_config=LogConfig(fsync=not args.no_fsync, compression_type=args.compression_type), fetch_max_bytes=args.fetch_max_bytes,
+                   log_config=log_config, fetch_max_bytes=args.fetch_max_bytes,
                    cleaner_backoff_ms=None if args.no_log_cleaner else args.log_cleaner_backoff_ms)
     if args.controller:
         from ..wire.cluster_node import ClusterNode
-        node = ClusterNode(args.data_dir, controller=_listen(args.controller),
+        node = ClusterNode(data_dir, controller=_listen(args.controller),
                            replica_lag_time_max_ms=args.replica_lag_time_max_ms, **options)
     else:
         from ..wire.node import Node
-        node = Node(args.data_dir, **options)
+        node = Node(data_dir, **options)
     node.fetch_session_slots = args.max_incremental_fetch_session_cache_slots    # read by ClientApis
+    node.bind_host = host
 
     def ready(server) -> None:
         # One line on stdout for supervisors and tests: the node, its address and pid.
@@ -208,10 +256,12 @@ def cmd_controller(args) -> int:
 
     host, port = _listen(args.listen)
     limits = _connection_limits(args)
+    data_dir = _data_dir(args)
     _logging(args.log_level)
+    _log_ignored(args)
 
     async def main() -> None:
-        server = ControllerServer(args.data_dir, host, port, min_insync_replicas=args.min_insync_replicas,
+        server = ControllerServer(data_dir, host, port, node_id=args.node_id, min_insync_replicas=args.min_insync_replicas,
                                   session_timeout_ms=args.session_timeout_ms,
                                   unclean_leader_election=args.unclean_leader_election, limits=limits)
 

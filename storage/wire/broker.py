@@ -133,6 +133,7 @@ class Broker:
                  cleaner_backoff_ms: int | None = CLEANER_BACKOFF_MS):
         self.data_dir = os.fspath(data_dir)
         self.node_id, self.host, self.port = node_id, host, port
+        self.bind_host = host        # where it listens; `host` is what Metadata tells (advertised.listeners)
         self.num_partitions, self.replication_factor = num_partitions, replication_factor
         self.auto_create_topics, self.offsets_partitions = auto_create_topics, offsets_partitions
         self.fetch_max_bytes = fetch_max_bytes

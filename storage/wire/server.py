@@ -274,7 +274,7 @@ class BrokerServer(FrameServer):
     async def start(self) -> None:
         self.serve_groups()
         self.ready.clear()
-        self.node.port = await self.listen(self.node.host, self.node.port)
+        self.node.port = await self.listen(self.node.bind_host, self.node.port)
         await self.node.start(self.notifier)
         self.ready.set()
         self._ticker = asyncio.create_task(self._tick())
