@@ -167,7 +167,7 @@ def main(argv: list[str] | None = None) -> int:
     parser = build_parser()
     try:
         args = parser.parse_args(argv)
-        if getattr(args, "config", None) is not None:      # serve / controller --config FILE
+        if args.command in ("serve", "controller") and args.config is not None:     # --config FILE
             args = apply_config(parser, argv, args)
     except UsageError as exc:
         print(f"usage error: {exc}", file=sys.stderr)

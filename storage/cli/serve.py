@@ -59,18 +59,7 @@ def add_parsers(sub) -> None:
                         "sent whole even when larger (Kafka's fetch.max.bytes, default 55 MiB)")
     p.add_argument("--group-initial-rebalance-delay-ms", type=_ranged(0, INT32_MAX, "group.initial.rebalance.delay.ms"), default=3000,
                    help="how long an empty group's first rebalance waits for more members (Kafka: 3000)")
-    p.add_argument("--log-cleaner-backoff-ms", type=_ranged(1, INT64_MAX, "log.cleaner.backoff.ms"), default=15_000,
-                   help="how often the log cleaner looks for compacted logs to clean (Kafka: 15000)")
-    p.add_argument("--no-log-cleaner", action="store_true",
-                   help="no log cleaner: compacted topics are never compacted (Kafka's log.cleaner.enable=false)")
-    p.add_argument("--transaction-partitions", type=_ranged(1, MAX_PARTITIONS_PER_TOPIC, "transaction.state.log.num.partitions"),
-                   default=50, help="partitions of __transaction_state (default 50)")
-    p.add_argument("--transaction-max-timeout-ms", type=_ranged(1, INT32_MAX, "transaction.max.timeout.ms"),
-                   default=900_000, help="the longest transaction.timeout.ms a producer may ask (default 900000)")
-    p.add_argument("--transaction-abort-interval-ms",
-                   type=_ranged(1, INT32_MAX, "transaction.abort.timed.out.transaction.cleanup.interval.ms"),
-                   default=10_000, help="how often transactions past their timeout are looked for and aborted "
-                                        "(default 10000)")
+    _cleaner_and_transaction_flags(p)
     p.add_argument("--no-fsync", action="store_true", help="never fsync (tests only: a crash of the machine "
                                                           "loses acknowledged data)")
     p.add_argument("--max-incremental-fetch-session-cache-slots", type=_ranged(0, INT32_MAX,
@@ -119,6 +108,22 @@ def add_parsers(sub) -> None:
                    "base+N-1, the controller on base+100 (default: no metrics)")
     p.add_argument("--log-level", default="INFO", help="every process's logging level (default INFO); each "
                    "logs to DIR/controller.log or DIR/broker-N.log")
+
+
+def _cleaner_and_transaction_flags(p) -> None:
+    """The log cleaner's and the transaction coordinator's flags."""
+    p.add_argument("--log-cleaner-backoff-ms", type=_ranged(1, INT64_MAX, "log.cleaner.backoff.ms"), default=15_000,
+                   help="how often the log cleaner looks for compacted logs to clean (Kafka: 15000)")
+    p.add_argument("--no-log-cleaner", action="store_true",
+                   help="no log cleaner: compacted topics are never compacted (Kafka's log.cleaner.enable=false)")
+    p.add_argument("--transaction-partitions", type=_ranged(1, MAX_PARTITIONS_PER_TOPIC, "transaction.state.log.num.partitions"),
+                   default=50, help="partitions of __transaction_state (default 50)")
+    p.add_argument("--transaction-max-timeout-ms", type=_ranged(1, INT32_MAX, "transaction.max.timeout.ms"),
+                   default=900_000, help="the longest transaction.timeout.ms a producer may ask (default 900000)")
+    p.add_argument("--transaction-abort-interval-ms",
+                   type=_ranged(1, INT32_MAX, "transaction.abort.timed.out.transaction.cleanup.interval.ms"),
+                   default=10_000, help="how often transactions past their timeout are looked for and aborted "
+                                        "(default 10000)")
 
 
 def _log_flags(p) -> None:
