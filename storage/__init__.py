@@ -4,8 +4,6 @@ Public API (docs/design.md "Public API"): build_batch, iter_batches, batch_colum
 EpochEntry, LogConfig, LogDir, PartitionLog, errors.  The C core is loaded (and checked for a
 stale build) on import.
 """
-import logging
-
 from ._version import __version__
 from .core import errors, io  # noqa: F401 -- io: the I/O seam, `from storage import io` as before
 from .core._native import NativeBuildError
@@ -21,8 +19,3 @@ __all__ = [
     "AppendInfo", "BatchColumns", "EpochEntry", "LeaderEpochCache", "LogConfig", "LogDir", "NativeBuildError", "PartitionLog", "Record", "RecordBatch",
     "TimestampAndOffset", "__version__", "batch_columns", "build_batch", "errors", "iter_batches",
 ]
-
-# A library's loggers reach only the handlers its user configures (the serving processes
-# configure theirs); without this, Python's last-resort handler printed the engine's warnings
-# beside the report of a tool such as `storage recover`.
-logging.getLogger("storage").addHandler(logging.NullHandler())

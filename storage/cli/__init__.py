@@ -31,6 +31,7 @@ Conventions shared by every subcommand:
 from __future__ import annotations
 
 import argparse
+import logging
 import os
 import sys
 
@@ -176,6 +177,10 @@ def main(argv: list[str] | None = None) -> int:
         return USAGE
     except SystemExit as exc:          # --help, --version
         return int(exc.code or 0)
+    if args.command not in ("serve", "controller", "cluster"):
+        # A tool reports what it did itself (recover: every cut); the engine's own warnings of the
+        # same events would be printed a second time by Python's last-resort handler.  Errors stay.
+        logging.getLogger("storage").setLevel(logging.ERROR)
     commands = {"dump-log": cmd_dump_log, "verify": cmd_verify, "recover": cmd_recover, "epochs": cmd_epochs,
                 "abort-txn": cmd_abort_txn, "serve": cmd_serve, "controller": cmd_controller, "cluster": cmd_cluster,
                 "topics": cmd_admin, "groups": cmd_admin}

@@ -16,7 +16,7 @@ NOT_ASKED = -2147483648          # Kafka's "authorized operations not requested"
 # DESCRIBE_CONFIGS 10, ALTER_CONFIGS 11, IDEMPOTENT_WRITE 12.  Each resource's set is Kafka's
 # AclEntry.supportedOperations of its resource type.
 TOPIC_OPERATIONS = sum(1 << op for op in (3, 4, 5, 6, 7, 8, 10, 11))
-GROUP_OPERATIONS = sum(1 << op for op in (3, 6, 8))
+GROUP_OPERATIONS = sum(1 << op for op in (3, 6, 8, 10, 11))
 CLUSTER_OPERATIONS = sum(1 << op for op in (5, 7, 8, 9, 10, 11, 12))
 MISMATCHED_ENDPOINT_TYPE, UNSUPPORTED_ENDPOINT_TYPE = 114, 115
 BROKERS_ENDPOINT, CONTROLLER_ENDPOINT = 1, 2

@@ -15,13 +15,10 @@ import struct
 
 from ..core.errors import Errors
 from ..topics import coordinator_records as cr
+from .admin_apis import GROUP_OPERATIONS, operations
 from .group_model import EMPTY, Group, partition_errors
 from .groups import GroupCoordinator
 
-NOT_AUTHORIZED_OPERATIONS = -2147483648      # the answer's "not asked" value (INT32_MIN)
-# Kafka's AclOperation codes a group supports (AclEntry.supportedOperations(GROUP)): READ 3,
-# DELETE 6, DESCRIBE 8, DESCRIBE_CONFIGS 10, ALTER_CONFIGS 11 -- all allowed, there is no ACL.
-GROUP_AUTHORIZED_OPERATIONS = sum(1 << op for op in (3, 6, 8, 10, 11))
 CLASSIC = "classic"                          # KIP-848's group type of every group here
 
 
@@ -79,12 +76,11 @@ class GroupAdmin:
                            if c.partition_for(g.group_id) in led and (not states or g.state.lower() in states)]}
 
     async def describe_groups(self, header, request) -> dict:
-        operations = GROUP_AUTHORIZED_OPERATIONS if getattr(request, "include_authorized_operations", False) \
-            else NOT_AUTHORIZED_OPERATIONS
+        allowed = operations(getattr(request, "include_authorized_operations", False), GROUP_OPERATIONS)
         out = []
         for group_id in request.groups:
             answer = {"error_code": Errors.NONE, "group_id": group_id, "group_state": "Dead", "protocol_type": "",
-                      "protocol_data": "", "members": [], "authorized_operations": operations}
+                      "protocol_data": "", "members": [], "authorized_operations": allowed}
             code = self.coordinator.check_coordinator(group_id)
             g = self.coordinator.groups.get(group_id)
             if code:

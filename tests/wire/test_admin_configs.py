@@ -355,8 +355,9 @@ def test_describe_cluster_and_authorized_operations_confluent(broker):
         while not consumer.assignment() and time.monotonic() < deadline:
             consumer.poll(0.2)
         (group,) = a.describe_consumer_groups(["g"], include_authorized_operations=True).values()
-        assert set(group.result(10).authorized_operations) == {AclOperation.READ, AclOperation.DELETE,
-                                                               AclOperation.DESCRIBE}
+        assert set(group.result(10).authorized_operations) == {   # AclEntry.supportedOperations(GROUP)
+            AclOperation.READ, AclOperation.DELETE, AclOperation.DESCRIBE, AclOperation.DESCRIBE_CONFIGS,
+            AclOperation.ALTER_CONFIGS}
     finally:
         consumer.close()
 

@@ -159,7 +159,8 @@ def test_the_controller_process_answers_the_failure_and_stops(tmp_path):
 
 
 FULL_DISK_CHILD = """
-    import asyncio, os, sys
+    import asyncio, logging, os, sys
+    logging.basicConfig(level=logging.WARNING)      # an embedder's logging: the engine's lines on stderr
     from storage import LogConfig
     from storage.wire import codec
     from storage.wire.node import Node

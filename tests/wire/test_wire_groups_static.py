@@ -13,8 +13,9 @@ import pytest
 pytest.importorskip("kio", reason="the wire front end needs kio")
 
 from storage.core.errors import Errors  # noqa: E402
+from storage.wire.admin_apis import GROUP_OPERATIONS  # noqa: E402
 from storage.wire.group_model import EMPTY, STABLE  # noqa: E402
-from storage.wire.groups_admin import GROUP_AUTHORIZED_OPERATIONS, GroupAdmin  # noqa: E402
+from storage.wire.groups_admin import GroupAdmin  # noqa: E402
 from tests.wire.test_wire_groups import HEADER, Groups, request, run  # noqa: E402
 
 
@@ -397,7 +398,7 @@ def test_list_groups_types_and_states_filters_and_describe_operations(groups):
     (classic, consumer, empty), (asked, not_asked) = run(scenario())
     assert classic == {"busy": (STABLE, "classic"), "simple": (EMPTY, "classic")}
     assert consumer == {} and empty == {"simple": (EMPTY, "classic")}
-    assert [g["authorized_operations"] for g in asked["groups"]] == [GROUP_AUTHORIZED_OPERATIONS] * 2 == [3400] * 2
+    assert [g["authorized_operations"] for g in asked["groups"]] == [GROUP_OPERATIONS] * 2 == [3400] * 2
     assert [g["authorized_operations"] for g in not_asked["groups"]] == [-2147483648] * 2
     assert [g["group_state"] for g in asked["groups"]] == [STABLE, "Dead"]
     assert asked["groups"][0]["members"][0]["group_instance_id"] == "solo"
