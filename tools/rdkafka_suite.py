@@ -65,6 +65,11 @@ NOT_APPLICABLE = {
     "0142": "SASL re-authentication (SASL not served)",
 }
 NEEDS_KAFKA_TOOLS = "needs Kafka's command-line tools (kafka-topics.sh under KAFKA_PATH)"
+NEEDS_JAVA_CLIENTS = ("needs Java's kafka-clients (its Java producer, test_run_java): java, javac and the jars "
+                      "of tests/interop/test_interop_jvm.py")
+# The jars tests/interop/test_interop_jvm.py fetches (kafka-clients 3.9.1 and its codecs).
+JAR_CACHE = Path(os.environ.get("KPS_JAR_CACHE") or Path.home() / ".cache" / "kafka-partition-storage" / "jars")
+JARS = ("kafka-clients.jar", "zstd-jni.jar", "lz4-java.jar", "snappy-java.jar", "slf4j-api.jar")
 SHARE_CONSUMERS = "share consumers (KIP-932, Kafka 4.2) are not served"
 
 
@@ -194,6 +199,34 @@ def plan(number: str, entries: list[dict], kafka_version: tuple) -> tuple[str, s
     return "run", ",".join(sorted({e["scenario"] for e in broker}))
 
 
+# --- Java clients ------------------------------------------------------------------------------
+
+def java_kafka_path(cache: Path = CACHE, jars: Path = JAR_CACHE) -> str | None:
+    """A stand-in Kafka tree for the tests that run a Java client (tests/java/*Cli.java through
+    test_run_java, e.g. 0098's TransactionProducerCli): bin/kafka-run-class.sh runs `java` on
+    kafka-clients and its codec jars, libs/ holds them; None without java, javac or the jars.
+    Without it such a test runs its Java half against nothing and fails on what it then reads."""
+    if shutil.which("java") is None or shutil.which("javac") is None or not all((jars / j).is_file() for j in JARS):
+        return None
+    home = cache / "kafka-java"
+    (home / "bin").mkdir(parents=True, exist_ok=True)
+    (home / "libs").mkdir(exist_ok=True)
+    for jar in JARS:                  # tests/java/Makefile globs libs/kafka-clients-*.jar
+        link = home / "libs" / (jar.replace("kafka-clients", "kafka-clients-3.9.1"))
+        if not link.exists():
+            link.symlink_to(jars / jar)
+    script = home / "bin" / "kafka-run-class.sh"
+    script.write_text('#!/bin/sh\n# kafka-clients and its codecs only (rdkafka_suite.java_kafka_path)\n'
+                      'exec java -cp "$CLASSPATH:$(dirname "$0")/../libs/*" "$@"\n')
+    script.chmod(0o755)
+    return str(home)
+
+
+def runs_java(tree: Path, number: str) -> bool:
+    """Whether test NUMBER's source starts a Java client (test_run_java)."""
+    return any("test_run_java(" in f.read_text(errors="replace") for f in (tree / "tests").glob(f"{number}-*.c*"))
+
+
 # --- brokers -----------------------------------------------------------------------------------
 
 # Tests that start several consumers at once and count on them joining the group's first
@@ -292,6 +325,10 @@ def run_one(runner: Path, number: str, *, local: bool, bootstrap: str, scenario:
     env = dict(os.environ, TESTS=number, RDKAFKA_TEST_CONF=str(conf), TEST_KAFKA_VERSION=kafka_version,
                LD_LIBRARY_PATH=f"{runner.parent.parent / 'src'}:{runner.parent.parent / 'src-cpp'}")
     env.pop("CI", None)          # the runner would lengthen every timeout three-fold
+    if "KAFKA_PATH" not in env and runs_java(runner.parent.parent, number):
+        kafka_path = java_kafka_path(runner.parent.parent.parent)     # only for these: with it, kafka-topics.sh tests would fail, not skip
+        if kafka_path:
+            env["KAFKA_PATH"] = kafka_path
     argv = [str(runner), "-p1", "-l" if local else "-L"]
     if scenario != "default":
         argv += ["-s", scenario]
@@ -319,6 +356,8 @@ def run_one(runner: Path, number: str, *, local: bool, bootstrap: str, scenario:
                 "seconds": seconds}
     if (failed or code != 0) and "KAFKA_PATH" in _first_failure(output):
         return {"verdict": "n/a", "reason": NEEDS_KAFKA_TOOLS, "seconds": seconds}
+    if (failed or code != 0) and re.search(r"test_run_java\(\w+\): KAFKA_PATH must be set", output):
+        return {"verdict": "n/a", "reason": NEEDS_JAVA_CLIENTS, "seconds": seconds}
     if failed:
         reason = "; ".join(f"{name}: {msg or 'failed'}" for name, msg in failed.items())
         return {"verdict": "failed", "reason": _first_failure(output) or reason, "seconds": seconds}
