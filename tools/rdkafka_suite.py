@@ -230,11 +230,12 @@ def runs_java(tree: Path, number: str) -> bool:
 # --- brokers -----------------------------------------------------------------------------------
 
 # Tests that start several consumers at once and count on them joining the group's first
-# generation together: they assume Kafka's default group.initial.rebalance.delay.ms (3000; 0113
-# says so in a comment). With the delay at 0 the first member's generation completes alone and
-# the second one's join rebalances it, a race their timing checks lose now and then (0089:
-# "did not expect message for at least 7095ms"; 0113 l_unsubscribe: two assign calls, not one).
-KAFKA_DEFAULT_REBALANCE_DELAY = {"0089": 3000, "0113": 3000}
+# generation together: they assume Kafka's default group.initial.rebalance.delay.ms (3000).
+# With the delay at 0 the first member's generation completes alone and the second one's join
+# rebalances it, a race their timing checks lose now and then (0089: "did not expect message
+# for at least 7095ms"). 0113 may be another (l_unsubscribe: two assign calls, not one), but
+# with 3000 its many sub-tests run past 400 s, so it keeps 0 and is listed as failing.
+KAFKA_DEFAULT_REBALANCE_DELAY = {"0089": 3000}
 
 
 class Brokers:

@@ -10,6 +10,7 @@ cannot be had: an empty cache and no npm, or no C/C++ compiler.
 from __future__ import annotations
 
 import importlib.util
+import os
 import shutil
 import sys
 from pathlib import Path
@@ -66,6 +67,10 @@ def test_consumer_txn_0098_runs_its_java_producer_too(runner):
     # then with librdkafka's, and reads read_committed / read_uncommitted; its topics need
     # replication factor 3. Without a KAFKA_PATH the Java half produced nothing and the test
     # failed ("Expected 5, got: 0"); the harness now hands it a stand-in tree of kafka-clients.
+    if not os.environ.get("RDKAFKA_SUITE_LONG"):
+        # About 4 minutes on two cores: on demand (RDKAFKA_SUITE_LONG=1, or `./dev rdkafka-suite
+        # --tests 0098 --cluster`), not in CI's slow tier, which runs the known-passing subset.
+        pytest.skip("a long case of the suite: set RDKAFKA_SUITE_LONG=1 to run it")
     if suite.java_kafka_path(suite.CACHE) is None:
         pytest.skip("needs java, javac and the kafka-clients jars (tests/interop/test_interop_jvm.py)")
     results = suite.run(["0098"], cluster=True, timeout=420, kafka_version=suite.KAFKA_VERSION, run_local=False)
