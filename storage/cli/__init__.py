@@ -177,10 +177,20 @@ def main(argv: list[str] | None = None) -> int:
         return USAGE
     except SystemExit as exc:          # --help, --version
         return int(exc.code or 0)
-    if args.command not in ("serve", "controller", "cluster"):
-        # A tool reports what it did itself (recover: every cut); the engine's own warnings of the
-        # same events would be printed a second time by Python's last-resort handler.  Errors stay.
-        logging.getLogger("storage").setLevel(logging.ERROR)
+    engine_log = logging.getLogger("storage")
+    level = engine_log.level
+    if args.command not in ("serve", "controller", "cluster") and not logging.getLogger().handlers:
+        # A tool reports what it did itself (recover: every cut); with no logging configured, the
+        # engine's own warnings of the same events would be printed a second time by Python's
+        # last-resort handler.  Errors stay; the level is restored when the command ends.
+        engine_log.setLevel(logging.ERROR)
+    try:
+        return _run(args)
+    finally:
+        engine_log.setLevel(level)
+
+
+def _run(args) -> int:
     commands = {"dump-log": cmd_dump_log, "verify": cmd_verify, "recover": cmd_recover, "epochs": cmd_epochs,
                 "abort-txn": cmd_abort_txn, "serve": cmd_serve, "controller": cmd_controller, "cluster": cmd_cluster,
                 "topics": cmd_admin, "groups": cmd_admin}
