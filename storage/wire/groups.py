@@ -462,7 +462,8 @@ class GroupCoordinator(TxnOffsets):
             return self._join_answer(g, mem, [])        # nothing changed: the current generation
         if mem is None:
             g.pending.pop(member_id, None)
-            g.new_member_added = g.new_member_added or (g.state == PREPARING and g.initial_join)
+            # Kafka extends only a new group's delay (generation 0), not a re-emptied group's.
+            g.new_member_added = g.new_member_added or (g.state == PREPARING and g.initial_join and g.generation == 0)
             mem = g.members[member_id] = Member(member_id, getattr(request, "group_instance_id", None),
                                                 header.client_id or "", "/127.0.0.1", session, rebalance, protocols)
         mem.protocols, mem.session_timeout_ms, mem.rebalance_timeout_ms = protocols, session, rebalance
