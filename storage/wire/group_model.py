@@ -60,6 +60,8 @@ class Group:
     offsets: dict[tuple[str, int], tuple[int, int, str]] = field(default_factory=dict)
     join_deadline_ms: int = 0
     initial_join: bool = False
+    initial_remaining_ms: int = 0          # how far the first rebalance may still be extended
+    new_member_added: bool = False         # a member joined during the current initial delay
     timer: asyncio.TimerHandle | None = None
 
 

@@ -6,7 +6,8 @@ kept in the `__consumer_offsets` log of this engine in Kafka's key/value format
 States, as Kafka's: Empty -> PreparingRebalance -> CompletingRebalance -> Stable, back to
 PreparingRebalance on any membership change.  A rebalance completes when every member has
 rejoined, or at the rebalance timeout (members that did not rejoin are removed); an Empty
-group's first rebalance waits group.initial.rebalance.delay.ms for more members.  The leader's
+group's first rebalance waits group.initial.rebalance.delay.ms for more members, and the delay
+again while members keep joining, up to the rebalance timeout (Kafka's InitialDelayedJoin).  The leader's
 SyncGroup assignment is written to the log (GroupMetadataValue) before anyone is answered.  A
 member whose session expires is removed.
 
@@ -254,8 +255,9 @@ class GroupCoordinator(TxnOffsets):
         now = monotonic_ms()
         g.initial_join = g.state == EMPTY
         timeout = max((mem.rebalance_timeout_ms for mem in g.members.values()), default=0)
-        g.join_deadline_ms = now + (min(self.initial_rebalance_delay_ms, timeout or self.initial_rebalance_delay_ms)
-                                    if g.initial_join else timeout)
+        delay = min(self.initial_rebalance_delay_ms, timeout or self.initial_rebalance_delay_ms)
+        g.join_deadline_ms = now + (delay if g.initial_join else timeout)
+        g.initial_remaining_ms, g.new_member_added = max(timeout - delay, 0), False
         g.state = PREPARING
         log.info("group %s rebalancing (generation %d): %s", g.group_id, g.generation, reason)
         self._arm(g)
@@ -268,6 +270,15 @@ class GroupCoordinator(TxnOffsets):
 
     def _join_deadline(self, g: Group) -> None:
         g.timer = None
+        if g.state == PREPARING and g.initial_join and g.new_member_added and g.initial_remaining_ms > 0:
+            # Kafka's InitialDelayedJoin: a member joined during the delay, so wait once more
+            # (at most the delay again) for others, up to the group's rebalance timeout in all.
+            delay = min(self.initial_rebalance_delay_ms, g.initial_remaining_ms)
+            g.initial_remaining_ms -= delay
+            g.new_member_added = False
+            g.join_deadline_ms = monotonic_ms() + delay
+            self._arm(g)
+            return
         if g.state == PREPARING:
             self._complete_join(g)
 
@@ -451,6 +462,8 @@ class GroupCoordinator(TxnOffsets):
             return self._join_answer(g, mem, [])        # nothing changed: the current generation
         if mem is None:
             g.pending.pop(member_id, None)
+            # Kafka extends only a new group's delay (generation 0), not a re-emptied group's.
+            g.new_member_added = g.new_member_added or (g.state == PREPARING and g.initial_join and g.generation == 0)
             mem = g.members[member_id] = Member(member_id, getattr(request, "group_instance_id", None),
                                                 header.client_id or "", "/127.0.0.1", session, rebalance, protocols)
         mem.protocols, mem.session_timeout_ms, mem.rebalance_timeout_ms = protocols, session, rebalance

@@ -41,9 +41,10 @@ class Groups:
         asyncio.run(self.node.shutdown())
 
     async def join(self, member_id="", *, group="g", session=10_000, version=5, protocol_type="consumer",
-                   protocols=PROTOCOLS):
+                   protocols=PROTOCOLS, rebalance=None):
         return await self.coordinator.join_group(HEADER, request(
-            11, version, group_id=group, session_timeout=session, rebalance_timeout=session, member_id=member_id,
+            11, version, group_id=group, session_timeout=session, rebalance_timeout=rebalance or session,
+            member_id=member_id,
             group_instance_id=None, protocol_type=protocol_type, protocols=protocols))
 
     async def joined(self, group="g"):
@@ -307,3 +308,51 @@ def test_the_tick_loads_the_offsets_partitions_it_leads(tmp_path):
         assert second.coordinator.groups["c"].offsets[("t", 0)][0] == 1
     finally:
         second.close()
+
+
+def test_initial_delay_is_extended_while_members_join_up_to_the_rebalance_timeout(groups):
+    # GroupCoordinatorTest.testDelayRebalanceUptoRebalanceTimeout, in real time: a delay D and a
+    # rebalance timeout 2D.  Two members join at once; at D a member has joined during the delay,
+    # so the group waits D more (the last of its 2D); a third member joining then is in the
+    # first generation with the other two, which completes at 2D, not before.  librdkafka's
+    # 0113 (l_unsubscribe) counts on consumers that subscribe together sharing one generation.
+    delay = 400
+    groups.coordinator.initial_rebalance_delay_ms = delay
+
+    async def member(after_s=0.0):
+        await asyncio.sleep(after_s)
+        first = await groups.join(rebalance=2 * delay)
+        return await groups.join(first["member_id"], rebalance=2 * delay)
+
+    async def scenario():
+        loop = asyncio.get_running_loop()
+        start = loop.time()
+        one, two = loop.create_task(member()), loop.create_task(member())
+        three = loop.create_task(member(after_s=(delay + 150) / 1000))
+        await asyncio.sleep((delay + 100) / 1000)
+        assert not one.done() and not two.done()          # extended at D: the second member joined
+        answers = await asyncio.gather(one, two, three)
+        return answers, loop.time() - start
+
+    answers, elapsed = run(scenario())
+    assert [a["error_code"] for a in answers] == [Errors.NONE] * 3
+    assert {a["generation_id"] for a in answers} == {1}
+    assert max(len(a["members"]) for a in answers) == 3   # the leader sees all three
+    assert 2 * delay / 1000 - 0.05 <= elapsed < 2 * delay / 1000 + 0.5
+
+
+def test_initial_delay_is_not_extended_when_nobody_else_joins(groups):
+    # GroupCoordinatorTest.testDelayInitialRebalanceByGroupInitialRebalanceDelayOnEmptyGroup:
+    # one member alone waits the delay once, though its rebalance timeout is longer.
+    groups.coordinator.initial_rebalance_delay_ms = 300
+
+    async def scenario():
+        loop = asyncio.get_running_loop()
+        start = loop.time()
+        first = await groups.join(rebalance=10_000)
+        answer = await groups.join(first["member_id"], rebalance=10_000)
+        return answer, loop.time() - start
+
+    answer, elapsed = run(scenario())
+    assert answer["error_code"] == Errors.NONE and answer["generation_id"] == 1
+    assert 0.25 <= elapsed < 0.8

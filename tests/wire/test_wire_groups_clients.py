@@ -142,6 +142,31 @@ def test_cooperative_sticky_members_rebalance_incrementally(broker):
             b.close()
 
 
+def test_consumers_joining_during_the_initial_delay_share_the_first_generation(tmp_path):
+    # Kafka's InitialDelayedJoin (GroupCoordinatorTest.testDelayRebalanceUptoRebalanceTimeout)
+    # through cooperative-sticky consumers, as librdkafka's 0113 l_unsubscribe starts them: a
+    # new group waits the delay D, and D again while members keep joining.  b joins during the
+    # first D, c after it but within the second: all three are in generation 1, one assign
+    # callback each, nothing revoked (with the delay armed once, c's join rebalanced a and b).
+    delay_s = 3.0
+    broker = Broker(tmp_path / "data", "--group-initial-rebalance-delay-ms", str(int(delay_s * 1000))).start()
+    members = []
+    try:
+        _create(broker.bootstrap, "delayed", 6)
+        start = time.monotonic()
+        for name, at in (("a", 0.0), ("b", 0.5), ("c", delay_s + 1.5)):
+            _poll_for(members, at - (time.monotonic() - start))
+            members.append(Member(broker.bootstrap, "delayed-group", "delayed", name, strategy="cooperative-sticky"))
+        _poll_until(members, lambda: all(len(m.owned()) == 2 for m in members))
+        _poll_for(members, 1.0)
+        assert [len(m.events) for m in members] == [1, 1, 1], [m.events for m in members]
+        assert all(m.events[0][0] == "assign" and len(m.events[0][1]) == 2 for m in members)
+    finally:
+        for m in members:
+            m.close()
+        broker.kill()
+
+
 def test_mixed_assignors_pick_the_common_one_or_are_inconsistent(broker):
     # GroupCoordinatorTest.testJoinGroupInconsistentGroupProtocol / ClassicGroup.selectProtocol:
     # members offering range,roundrobin and roundrobin agree on roundrobin; a cooperative-sticky
