@@ -239,3 +239,21 @@ def assert_readme_column(client: str, stderr: str) -> None:
     claimed = {api: row[column] for api, row in table.items() if row[column] != "-"}
     actual = {api: ", ".join(f"v{v}" for v in sorted(versions)) for api, versions in used.items()}
     assert claimed == actual, f"docs/guide-broker.md column {column!r} disagrees with what the client used"
+
+
+def free_port_base(offsets=(0, 1, 100)) -> int:
+    """A base port below Linux's ephemeral range (32768+, where the other tests' sockets live)
+    with base+offset free now for every offset (`storage cluster --base-port`: brokers at base,
+    base+1, ...; the controller at base+100)."""
+    import random
+    import socket
+
+    def free(port):
+        with socket.socket() as s:
+            try:
+                s.bind(("127.0.0.1", port))
+                return True
+            except OSError:
+                return False
+    rng = random.Random()
+    return next(b for b in (rng.randrange(20_000, 30_000) for _ in range(200)) if all(free(b + d) for d in offsets))

@@ -7,10 +7,8 @@ from __future__ import annotations
 
 import glob
 import os
-import random
 import re
 import signal
-import socket
 import subprocess
 import sys
 import time
@@ -21,7 +19,7 @@ pytest.importorskip("kio", reason="the wire front end needs kio")
 ck = pytest.importorskip("confluent_kafka", reason="confluent-kafka is in the [test] extra")
 
 from storage import build_batch  # noqa: E402
-from tests.wire_support import Broker  # noqa: E402
+from tests.wire_support import Broker, free_port_base  # noqa: E402
 
 STAMP = r"\d{4}-\d\d-\d\d \d\d:\d\d:\d\d,\d{3}"     # the processes' line prefix: time, level, logger
 
@@ -48,20 +46,8 @@ def test_a_sigkilled_broker_says_what_recovery_cut_after_a_torn_write(tmp_path):
         broker.kill()
 
 
-def _free_base() -> int:
-    def free(port):
-        with socket.socket() as s:
-            try:
-                s.bind(("127.0.0.1", port))
-                return True
-            except OSError:
-                return False
-    rng = random.Random()
-    return next(b for b in (rng.randrange(20_000, 30_000) for _ in range(200)) if all(free(b + d) for d in (0, 1, 100)))
-
-
 def test_storage_cluster_controller_logs_a_killed_leaders_fencing_and_the_election(tmp_path):
-    base = _free_base()
+    base = free_port_base()
     proc = subprocess.Popen([sys.executable, "-m", "storage", "cluster", "--brokers", "2", "--data-dir",
                              str(tmp_path / "c"), "--base-port", str(base), "--min-insync-replicas", "1",
                              "--log-level", "INFO"], stdout=subprocess.PIPE, text=True)

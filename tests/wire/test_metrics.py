@@ -13,7 +13,7 @@ ck = pytest.importorskip("confluent_kafka")
 from confluent_kafka.admin import AdminClient, NewTopic  # noqa: E402
 from prometheus_client.parser import text_string_to_metric_families  # noqa: E402
 
-from tests.wire_support import Broker  # noqa: E402
+from tests.wire_support import Broker, free_port_base  # noqa: E402
 
 N = 120
 _METRICS = re.compile(r"metrics listening on ([\d.]+):(\d+)")
@@ -139,22 +139,6 @@ def test_a_bad_metrics_address_is_refused(tmp_path):
     assert out.returncode != 0 and "HOST:PORT" in out.stderr
 
 
-def _free_base(offsets) -> int:
-    """A base port below Linux's ephemeral range with base+offset free for every offset."""
-    import random
-    import socket
-
-    def free(port):
-        with socket.socket() as s:
-            try:
-                s.bind(("127.0.0.1", port))
-                return True
-            except OSError:
-                return False
-    rng = random.Random()
-    return next(b for b in (rng.randrange(20_000, 30_000) for _ in range(200)) if all(free(b + d) for d in offsets))
-
-
 def _wait_for(url: str, check, timeout_s: float = 40.0) -> dict:
     import time
     deadline = time.monotonic() + timeout_s
@@ -174,8 +158,8 @@ def test_storage_cluster_serves_metrics_and_they_see_a_broker_die(tmp_path):
     import signal
     import subprocess
     import sys
-    base = _free_base((0, 1, 100))
-    metrics = _free_base((0, 1, 100))
+    base = free_port_base()
+    metrics = free_port_base()
     proc = subprocess.Popen([sys.executable, "-m", "storage", "cluster", "--brokers", "2", "--data-dir",
                              str(tmp_path / "c"), "--base-port", str(base), "--min-insync-replicas", "1",
                              "--metrics-base-port", str(metrics)], stdout=subprocess.PIPE, text=True)

@@ -22,7 +22,7 @@ import pytest
 pytest.importorskip("kio", reason="the wire front end needs kio")
 ck = pytest.importorskip("confluent_kafka", reason="confluent-kafka is in the [test] extra")
 
-from tests.wire_support import SESSION_MS, Cluster  # noqa: E402
+from tests.wire_support import SESSION_MS, Cluster, free_port_base  # noqa: E402
 
 
 class Producer(threading.Thread):
@@ -169,21 +169,9 @@ def test_sigterm_moves_leadership_away_before_the_broker_stops(cluster):
 
 def test_storage_cluster_command_starts_and_stops_every_process(tmp_path):
     import signal
-    import socket
     import subprocess
     import sys
-    def free(port):
-        with socket.socket() as s:
-            try:
-                s.bind(("127.0.0.1", port))
-                return True
-            except OSError:
-                return False
-    # Below Linux's ephemeral range (32768+), where the other tests' sockets live: a base whose
-    # three ports (brokers base, base+1; the controller base+100) are free now.
-    rng = random.Random()
-    base = next(b for b in (rng.randrange(20_000, 30_000) for _ in range(200))
-                if all(free(b + d) for d in (0, 1, 100)))
+    base = free_port_base()
     proc = subprocess.Popen([sys.executable, "-m", "storage", "cluster", "--brokers", "2", "--data-dir",
                              str(tmp_path / "c"), "--base-port", str(base), "--min-insync-replicas", "1"],
                             stdout=subprocess.PIPE, text=True)
