@@ -139,7 +139,7 @@ def test_demo_with_spark_ends_with_the_audit_table(capsys):
     assert code == 0, out
     assert time.monotonic() - started < 120
     assert "Spark" in out and "started in" in out
-    assert re.search(r"^orders-0\s+3\s+75\s+75\s+75\s+consistent", out, re.M), out
+    assert re.search(r"^orders-0\s+3\s+75\s+75\s+25\s+consistent", out, re.M), out   # BATCHES per replica
 
 
 def test_local_comparison_finds_the_first_divergent_offset(tmp_path):
