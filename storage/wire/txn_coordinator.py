@@ -306,16 +306,25 @@ class TxnCoordinator:
         meta.failed_fence = code != Errors.NONE
         return code
 
-    # ---- AddPartitionsToTxn / AddOffsetsToTxn ------------------------------------------------
-    async def _add(self, tid: str, producer_id: int, epoch: int, partitions) -> int:
+    def _owned(self, tid: str, producer_id: int):
+        """(error code, the id's metadata, coordinator epoch) of a request that names a
+        transactional id and its producer id: an empty id, a coordinator elsewhere, or a producer
+        id that is not the id's are refused before anything else (AddPartitionsToTxn, EndTxn)."""
         if not tid:
-            return Errors.INVALID_REQUEST
+            return Errors.INVALID_REQUEST, None, -1
         code, cepoch = self._coordinator(tid)
         if code:
-            return code
+            return code, None, cepoch
         meta = self.txns.get(tid)
         if meta is None or meta.producer_id != producer_id:
-            return Errors.INVALID_PRODUCER_ID_MAPPING
+            return Errors.INVALID_PRODUCER_ID_MAPPING, None, cepoch
+        return Errors.NONE, meta, cepoch
+
+    # ---- AddPartitionsToTxn / AddOffsetsToTxn ------------------------------------------------
+    async def _add(self, tid: str, producer_id: int, epoch: int, partitions) -> int:
+        code, meta, cepoch = self._owned(tid, producer_id)
+        if code:
+            return code
         if meta.producer_epoch != epoch:
             return Errors.PRODUCER_FENCED
         if meta.pending is not None or meta.state in (ts.PREPARE_COMMIT, ts.PREPARE_ABORT):
@@ -388,14 +397,9 @@ class TxnCoordinator:
         return {"error_code": _fenced(code, type(request).__version__, 2)}
 
     async def _end(self, tid: str, producer_id: int, epoch: int, commit: bool, *, from_client: bool) -> int:
-        if not tid:
-            return Errors.INVALID_REQUEST
-        code, cepoch = self._coordinator(tid)
+        code, meta, cepoch = self._owned(tid, producer_id)
         if code:
             return code
-        meta = self.txns.get(tid)
-        if meta is None or meta.producer_id != producer_id:
-            return Errors.INVALID_PRODUCER_ID_MAPPING
         if (from_client and epoch != meta.producer_epoch) or epoch < meta.producer_epoch:
             return Errors.PRODUCER_FENCED
         if meta.pending is not None:
