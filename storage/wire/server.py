@@ -25,7 +25,7 @@ import signal
 import time
 
 from ..core import errors
-from . import codec, error_answers
+from . import codec, error_answers, session
 from .admin_apis import AdminApis
 from .apis import ClientApis, Notifier
 from .broker import MetadataSource
@@ -63,6 +63,7 @@ class FrameServer:
         self.ready = asyncio.Event()
         self.ready.set()
         self.observer = None        # --metrics-listen's request metrics (wire/metrics.py), when on
+        self.listener = session.Session()   # the listener's name and protocol: each connection's Session starts as it
 
     async def listen(self, host: str, port: int) -> int:
         self._server = await asyncio.start_server(self._serve, host, port)
@@ -95,6 +96,7 @@ class FrameServer:
             writer.close()
             return
         self._connections.add(writer)
+        session.enter(self._session(ip))
         handler = asyncio.current_task()
         self._handlers.add(handler)
         try:
@@ -162,6 +164,13 @@ class FrameServer:
                 f"a request of {size} bytes was not whole within request.timeout.ms={timeout_ms} ({got} bytes arrived)"
             ) from None
         return pieces[0] if len(pieces) == 1 else b"".join(pieces)
+
+    def _session(self, ip: str) -> session.Session:
+        """A new connection's Session: the listener's name and protocol, not yet authenticated on
+        a SASL listener."""
+        first = self.listener
+        return session.Session(listener=first.listener, protocol=first.protocol, client_host=ip,
+                               authenticated=not first.sasl)
 
     def _refuse(self, peer, reason: str) -> None:
         """Log a refused connection: the first, then one in 100 (a flood must not flood the log)."""
