@@ -14,6 +14,7 @@ import sys
 from ..core.config import COMPRESSION_TYPES, LogConfig
 from ..core.files import INT32_MAX, INT64_MAX
 from ..wire.configs import MAX_PARTITIONS_PER_TOPIC
+from .cluster import add_cluster_parser
 from .output import UsageError
 from .server_properties import IGNORED, register
 
@@ -95,19 +96,7 @@ def add_parsers(sub) -> None:
     _metrics_flag(p)
     _connection_flags(p)
 
-    p = sub.add_parser("cluster", help="start and supervise a local cluster: a controller and N brokers",
-                       description="Starts `storage controller` and N `storage serve` processes on loopback, "
-                                   "prints each one's node id, address and pid, and stops them all (SIGTERM, by "
-                                   "pid) on SIGTERM or Ctrl-C.")
-    p.add_argument("--brokers", type=_ranged(1, 100), default=3, help="how many brokers (default 3)")
-    p.add_argument("--data-dir", required=True, help="DIR/controller-data, DIR/broker-N")
-    p.add_argument("--base-port", type=_ranged(1, 65535 - 100), default=9092, help="broker N listens on base+N-1, the controller "
-                                                                 "on base+100 (default 9092)")
-    p.add_argument("--min-insync-replicas", type=_ranged(1, INT32_MAX, "min.insync.replicas"), default=2, help="min.insync.replicas (default 2)")
-    p.add_argument("--metrics-base-port", type=_ranged(1, 65535 - 100), help="broker N serves its metrics on "
-                   "base+N-1, the controller on base+100 (default: no metrics)")
-    p.add_argument("--log-level", default="INFO", help="every process's logging level (default INFO); each "
-                   "logs to DIR/controller.log or DIR/broker-N.log")
+    add_cluster_parser(sub, _ranged)
 
 
 def _cleaner_and_transaction_flags(p) -> None:
@@ -281,4 +270,7 @@ def cmd_controller(args) -> int:
 
 def cmd_cluster(args) -> int:
     from .cluster import run_cluster
+    from .cluster_status import cluster_status
+    if args.cluster_command == "status":
+        return cluster_status(args)
     return run_cluster(args)
