@@ -22,16 +22,18 @@ import asyncio
 import collections
 import logging
 import signal
+import ssl
 import time
 
 from ..core import errors
-from . import codec, error_answers, session
+from . import codec, error_answers, session, tls
 from .admin_apis import AdminApis
 from .apis import ClientApis, Notifier
 from .broker import MetadataSource
 from .groups import GroupCoordinator
 from .groups_admin import GroupAdmin
 from .limits import ConnectionGate, ConnectionLimits, ConnectionTimeoutError, RequestMemory
+from .listeners import Listener
 from .topic_admin import TopicAdminApis
 from .txn_admin import TxnAdminApis
 from .txn_coordinator import TxnCoordinator, TxnSettings
@@ -52,7 +54,7 @@ class FrameServer:
         self.gate = ConnectionGate(self.limits)
         self.memory = RequestMemory(self.limits.queued_max_request_bytes)
         self.handlers: dict = {}
-        self._server: asyncio.AbstractServer | None = None
+        self._servers: list[asyncio.AbstractServer] = []     # one per listener
         self._stopped = asyncio.Event()
         self._connections: set[asyncio.StreamWriter] = set()
         self._handlers: set[asyncio.Task] = set()       # the connection handlers running (_serve)
@@ -63,11 +65,21 @@ class FrameServer:
         self.ready = asyncio.Event()
         self.ready.set()
         self.observer = None        # --metrics-listen's request metrics (wire/metrics.py), when on
-        self.listener = session.Session()   # the listener's name and protocol: each connection's Session starts as it
+        self.listener = session.Session()   # listen()'s default listener: its name and protocol
+        self.tls: ssl.SSLContext | None = None      # the server side of the SSL and SASL_SSL listeners
 
-    async def listen(self, host: str, port: int) -> int:
-        self._server = await asyncio.start_server(self._serve, host, port)
-        return self._server.sockets[0].getsockname()[1]
+    async def listen(self, host: str, port: int, listener: Listener | None = None) -> int:
+        """Serve `listener` (default: self.listener's name and protocol) on host:port; the port
+        bound.  A TLS listener needs self.tls."""
+        template = session.Session(listener.name, listener.protocol) if listener is not None else self.listener
+        if template.tls and self.tls is None:
+            raise ValueError(f"the {template.protocol} listener {template.listener} needs ssl.keystore.location")
+
+        async def serve(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+            await self._serve(reader, writer, template)
+        server = await asyncio.start_server(serve, host or None, port)
+        self._servers.append(server)
+        return server.sockets[0].getsockname()[1]
 
     async def serve_until_stopped(self) -> None:
         await self._stopped.wait()
@@ -76,8 +88,8 @@ class FrameServer:
         self._stopped.set()
 
     def stop_listening(self) -> None:
-        if self._server is not None:
-            self._server.close()
+        for server in self._servers:
+            server.close()
         for writer in list(self._connections):
             writer.close()
         log.info("served: %s", self.served_summary())
@@ -87,7 +99,8 @@ class FrameServer:
         return ", ".join(f"{codec.api_name(k)} v{v} x{n}" for (k, v), n in sorted(self.served.items())) or "nothing"
 
     # ---- connections ----
-    async def _serve(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+    async def _serve(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter,
+                     template: session.Session | None = None) -> None:
         peer = writer.get_extra_info("peername")
         ip = peer[0] if isinstance(peer, tuple) and peer else str(peer)
         refusal = self.gate.admit(ip)
@@ -96,10 +109,15 @@ class FrameServer:
             writer.close()
             return
         self._connections.add(writer)
-        session.enter(self._session(ip))
         handler = asyncio.current_task()
         self._handlers.add(handler)
         try:
+            connection = self._session(ip, template or self.listener)
+            if connection.tls:
+                connection.principal = await self._handshake(writer, peer)
+                if connection.principal is None:
+                    return
+            session.enter(connection)
             await self._requests(reader, writer)
         except (asyncio.IncompleteReadError, ConnectionError):
             pass                                            # the client went away
@@ -165,12 +183,22 @@ class FrameServer:
             ) from None
         return pieces[0] if len(pieces) == 1 else b"".join(pieces)
 
-    def _session(self, ip: str) -> session.Session:
+    def _session(self, ip: str, template: session.Session) -> session.Session:
         """A new connection's Session: the listener's name and protocol, not yet authenticated on
         a SASL listener."""
-        first = self.listener
-        return session.Session(listener=first.listener, protocol=first.protocol, client_host=ip,
-                               authenticated=not first.sasl)
+        return session.Session(listener=template.listener, protocol=template.protocol, client_host=ip,
+                               authenticated=not template.sasl)
+
+    async def _handshake(self, writer: asyncio.StreamWriter, peer) -> str | None:
+        """The TLS handshake of a connection to an SSL or SASL_SSL listener, within
+        request.timeout.ms: the principal its client certificate proves (User:ANONYMOUS without
+        one), or None -- the connection is to be closed, its failure logged in one line."""
+        try:
+            await asyncio.wait_for(writer.start_tls(self.tls), self.limits.request_timeout_ms / 1000)
+        except (OSError, TimeoutError, asyncio.IncompleteReadError) as exc:
+            log.warning("TLS handshake with %s failed: %s", peer, tls.describe(exc))
+            return None
+        return tls.principal(writer.get_extra_info("ssl_object"))
 
     def _refuse(self, peer, reason: str) -> None:
         """Log a refused connection: the first, then one in 100 (a flood must not flood the log)."""
@@ -283,7 +311,12 @@ class BrokerServer(FrameServer):
     async def start(self) -> None:
         self.serve_groups()
         self.ready.clear()
-        self.node.port = await self.listen(self.node.bind_host, self.node.port)
+        node = self.node
+        if node.listeners is None:
+            node.listeners = [Listener("PLAINTEXT", "PLAINTEXT", node.bind_host, node.port, node.host)]
+        for listener in node.listeners:
+            listener.port = await self.listen(listener.host, listener.port, listener)
+        node.host, node.port = node.listeners[0].endpoint()[1:3]      # the inter-broker listener's
         await self.node.start(self.notifier)
         self.ready.set()
         self._ticker = asyncio.create_task(self._tick())
@@ -369,7 +402,9 @@ async def serve(server: "FrameServer", ready=None) -> None:
 
 
 async def run(node: MetadataSource, *, initial_rebalance_delay_ms: int = 3_000, ready=None,
-              limits: ConnectionLimits | None = None, txn: TxnSettings | None = None) -> None:
-    """A broker on `node` until SIGTERM or SIGINT."""
-    await serve(BrokerServer(node, initial_rebalance_delay_ms=initial_rebalance_delay_ms, limits=limits, txn=txn),
-                ready)
+              limits: ConnectionLimits | None = None, txn: TxnSettings | None = None,
+              tls: ssl.SSLContext | None = None) -> None:
+    """A broker on `node` until SIGTERM or SIGINT (`tls`: its SSL and SASL_SSL listeners' context)."""
+    server = BrokerServer(node, initial_rebalance_delay_ms=initial_rebalance_delay_ms, limits=limits, txn=txn)
+    server.tls = tls
+    await serve(server, ready)
