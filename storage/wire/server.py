@@ -77,7 +77,11 @@ class FrameServer:
 
         async def serve(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
             await self._serve(reader, writer, template)
-        server = await asyncio.start_server(serve, host or None, port)
+        if template.tls:            # the handshake is the connection handler's first step (_handshake)
+            server = await asyncio.get_running_loop().create_server(lambda: _TlsAccept(self, template),
+                                                                    host or None, port)
+        else:
+            server = await asyncio.start_server(serve, host or None, port)
         self._servers.append(server)
         return server.sockets[0].getsockname()[1]
 
@@ -99,24 +103,27 @@ class FrameServer:
         return ", ".join(f"{codec.api_name(k)} v{v} x{n}" for (k, v), n in sorted(self.served.items())) or "nothing"
 
     # ---- connections ----
-    async def _serve(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter,
-                     template: session.Session | None = None) -> None:
-        peer = writer.get_extra_info("peername")
+    async def _serve(self, reader: asyncio.StreamReader | None, writer: asyncio.StreamWriter | None,
+                     template: session.Session | None = None, transport: asyncio.Transport | None = None) -> None:
+        """One connection: admitted, its TLS handshake when it came in on a TLS listener (a
+        `transport` not yet read from), then its requests until it ends."""
+        peer = (writer or transport).get_extra_info("peername")
         ip = peer[0] if isinstance(peer, tuple) and peer else str(peer)
         refusal = self.gate.admit(ip)
         if refusal is not None:
             self._refuse(peer, refusal)
-            writer.close()
+            (writer or transport).close()
             return
-        self._connections.add(writer)
         handler = asyncio.current_task()
         self._handlers.add(handler)
         try:
             connection = self._session(ip, template or self.listener)
-            if connection.tls:
-                connection.principal = await self._handshake(writer, peer)
-                if connection.principal is None:
+            if transport is not None:
+                reader, writer = await self._handshake(transport, peer)
+                if writer is None:
                     return
+                connection.principal = tls.principal(writer.get_extra_info("ssl_object"))
+            self._connections.add(writer)
             session.enter(connection)
             await self._requests(reader, writer)
         except (asyncio.IncompleteReadError, ConnectionError):
@@ -130,8 +137,11 @@ class FrameServer:
         finally:
             self.gate.leave(ip)
             self._handlers.discard(handler)
-            self._connections.discard(writer)
-            writer.close()
+            if writer is not None:
+                self._connections.discard(writer)
+                writer.close()
+            else:
+                transport.close()
 
     async def _requests(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
         """One request at a time: its size (within connections.max.idle.ms of the last answer),
@@ -189,16 +199,25 @@ class FrameServer:
         return session.Session(listener=template.listener, protocol=template.protocol, client_host=ip,
                                authenticated=not template.sasl)
 
-    async def _handshake(self, writer: asyncio.StreamWriter, peer) -> str | None:
+    async def serve_tls(self, transport: asyncio.Transport, template: session.Session) -> None:
+        """A connection to a TLS listener (its transport unread): handshake, then requests."""
+        await self._serve(None, None, template, transport)
+
+    async def _handshake(self, transport: asyncio.Transport, peer):
         """The TLS handshake of a connection to an SSL or SASL_SSL listener, within
-        request.timeout.ms: the principal its client certificate proves (User:ANONYMOUS without
-        one), or None -- the connection is to be closed, its failure logged in one line."""
+        request.timeout.ms: its (reader, writer), or (None, None) once a failure is logged in
+        one line (the connection is closed; the broker goes on)."""
+        loop = asyncio.get_running_loop()
+        reader = asyncio.StreamReader()
+        protocol = asyncio.StreamReaderProtocol(reader)
         try:
-            await asyncio.wait_for(writer.start_tls(self.tls), self.limits.request_timeout_ms / 1000)
-        except (OSError, TimeoutError, asyncio.IncompleteReadError) as exc:
+            secure = await loop.start_tls(transport, protocol, self.tls, server_side=True,
+                                          ssl_handshake_timeout=self.limits.request_timeout_ms / 1000)
+        except (OSError, TimeoutError, EOFError) as exc:
             log.warning("TLS handshake with %s failed: %s", peer, tls.describe(exc))
-            return None
-        return tls.principal(writer.get_extra_info("ssl_object"))
+            return None, None
+        protocol.connection_made(secure)
+        return reader, asyncio.StreamWriter(secure, protocol, reader, loop)
 
     def _refuse(self, peer, reason: str) -> None:
         """Log a refused connection: the first, then one in 100 (a flood must not flood the log)."""
@@ -266,6 +285,19 @@ class FrameServer:
         """The connection handlers still running, but for the calling task."""
         current = asyncio.current_task()
         return [t for t in self._handlers if t is not current and not t.done()]
+
+
+class _TlsAccept(asyncio.Protocol):
+    """A TLS listener's new connection, held unread (the ClientHello must reach the TLS layer,
+    not a plain stream's buffer) until its handler starts the handshake."""
+
+    def __init__(self, server: FrameServer, template: session.Session):
+        self.server, self.template = server, template
+        self.handler: asyncio.Task | None = None
+
+    def connection_made(self, transport) -> None:
+        transport.pause_reading()
+        self.handler = asyncio.get_running_loop().create_task(self.server.serve_tls(transport, self.template))
 
 
 class BrokerServer(FrameServer):

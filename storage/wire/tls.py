@@ -77,9 +77,8 @@ class TlsSettings:
             context.load_cert_chain(self.keystore, password=password)
         except ssl.SSLError as exc:
             why = ("the private key does not match the certificate" if "KEY_VALUES_MISMATCH" in str(exc) else
-                   "the key is encrypted: ssl.key.password is wrong or missing" if "BAD_DECRYPT" in str(exc)
-                   or "bad decrypt" in str(exc) or "bad password" in str(exc) else
-                   f"expected a PEM private key and certificate chain ({exc})")
+                   "the private key is encrypted and ssl.key.password does not open it" if _encrypted(self.keystore)
+                   else f"expected a PEM private key and certificate chain ({exc.reason or exc})")
             raise TlsConfigError(f"ssl.keystore.location {self.keystore}: {why}") from None
         except (OSError, ValueError) as exc:
             raise TlsConfigError(f"ssl.keystore.location {self.keystore}: {exc}") from None
@@ -95,6 +94,15 @@ class TlsSettings:
 
 def _no_password() -> bytes:
     raise TlsConfigError("ssl.key.password: the private key is encrypted and no password was given")
+
+
+def _encrypted(path: str) -> bool:
+    try:
+        with open(path, "rb") as f:
+            text = f.read(1 << 20)
+    except OSError:
+        return False
+    return b"ENCRYPTED PRIVATE KEY" in text or b"Proc-Type: 4,ENCRYPTED" in text
 
 
 def _readable(setting: str, path: str) -> None:
