@@ -59,7 +59,10 @@ def listeners(args):
             raise UsageError(f"expected HOST:PORT (port 0-65535), not {listen!r}")
         spec = "PLAINTEXT://" + listen
     advertised = args.advertised_listeners
-    if advertised is None and getattr(args, "advertised_host", None) and args.listeners is None:
+    if getattr(args, "advertised_host", None):
+        if args.listeners is not None or advertised is not None:
+            raise UsageError(f"{args.command}: --advertised-host goes with --listen; with --listeners or "
+                             f"--advertised-listeners, say each listener's address in --advertised-listeners")
         advertised = f"PLAINTEXT://{args.advertised_host}:0"      # --advertised-host: the listener's port
     try:
         found, inter = resolve(spec, advertised=advertised, protocol_map=args.listener_security_protocol_map,

@@ -286,11 +286,12 @@ def _controller_address(entries: dict, refuse) -> str | None:
 
 def apply_config(parser: argparse.ArgumentParser, argv: list[str], args) -> argparse.Namespace:
     """The command line parsed again over the --config file's values (a flag given wins; --listen
-    or --listeners given replaces the file's listeners, whichever form the file's took)."""
+    or --listeners given replaces the file's listeners and what it advertised, whichever form the
+    file's took)."""
     subparser = SUBPARSERS[args.command]
     values = read(args.command, args.config, subparser)
     if any(a.split("=")[0] in ("--listen", "--listeners") for a in argv):
-        values.pop("listen", None)
-        values.pop("listeners", None)
+        for dest in ("listen", "listeners", "advertised_host", "advertised_listeners"):
+            values.pop(dest, None)
     subparser.set_defaults(**values)
     return parser.parse_args(argv)
