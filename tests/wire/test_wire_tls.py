@@ -144,6 +144,27 @@ def test_the_session_of_a_tls_connection_carries_the_certificate_s_principal(pki
     assert seen == [("none", "SECURE", "SSL", "User:ANONYMOUS")] * 2
 
 
+def test_a_sasl_ssl_connection_is_tls_first_and_unauthenticated_until_sasl(pki):
+    seen = []
+
+    async def main():
+        server = FrameServer(codec.SUPPORTED)
+        server.tls = TlsSettings(pki.server).server_context()
+
+        async def api_versions(header, request):
+            s = session.current()
+            seen.append((s.listener, s.protocol, s.tls, s.sasl, s.authenticated))
+            return {"error_code": 0, "api_keys": [], "throttle_time_ms": 0}
+        server.handlers[18] = api_versions
+        port = await server.listen("127.0.0.1", 0, Listener("CLIENTS", "SASL_SSL", "127.0.0.1", 0))
+        answers = [await asyncio.to_thread(_exchange, port, ssl.create_default_context(cafile=pki.truststore)),
+                   await asyncio.to_thread(_exchange, port, None)]
+        server.stop_listening()
+        return answers
+    assert asyncio.run(main())[1] is None           # plaintext on a SASL_SSL port: closed
+    assert seen == [("CLIENTS", "SASL_SSL", True, True, False)]
+
+
 # ---- brokers over TLS ----
 def _consume(consumer, want: int, deadline_s: float = 30) -> list:
     got, deadline = [], time.monotonic() + deadline_s
