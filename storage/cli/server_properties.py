@@ -42,7 +42,8 @@ _CONNECTION = {"connections.max.idle.ms": "connections_max_idle_ms", "max.connec
                "max.connections.per.ip": "max_connections_per_ip",
                "queued.max.request.bytes": "queued_max_request_bytes", "request.timeout.ms": "request_timeout_ms"}
 _TLS = {"ssl.keystore.location": "ssl_keystore", "ssl.key.password": "ssl_key_password",
-        "ssl.truststore.location": "ssl_truststore", "ssl.client.auth": "ssl_client_auth"}
+        "ssl.truststore.location": "ssl_truststore", "ssl.client.auth": "ssl_client_auth",
+        "ssl.endpoint.identification.algorithm": "ssl_endpoint_identification_algorithm"}
 _COMMON = {**_CONNECTION, **_TLS, "min.insync.replicas": "min_insync_replicas", "node.id": "node_id"}
 FLAGS = {
     "serve": {**_COMMON, "broker.id": "node_id", "num.partitions": "num_partitions",
