@@ -41,6 +41,10 @@ def add(p, command: str) -> None:
                    "encrypted (Kafka's ssl.key.password)")
     p.add_argument("--ssl-truststore", metavar="PEM", help="the CA certificates trusted, one PEM file (Kafka's "
                    "ssl.truststore.location with ssl.truststore.type=PEM)")
+    p.add_argument("--ssl-endpoint-identification-algorithm", choices=("https", ""), default="https",
+                   help="check the host name in the certificate of the TLS listener this node connects to (the "
+                        "controller's, another broker's): https (default), or empty: not checked (Kafka's "
+                        "ssl.endpoint.identification.algorithm)")
     p.add_argument("--ssl-client-auth", choices=tuple(CLIENT_AUTH), default="none",
                    help="ask clients of the SSL listeners for a certificate: none, requested, required (mutual "
                         "TLS; Kafka's ssl.client.auth)")
@@ -59,7 +63,10 @@ def listeners(args):
             raise UsageError(f"expected HOST:PORT (port 0-65535), not {listen!r}")
         spec = "PLAINTEXT://" + listen
     advertised = args.advertised_listeners
-    if advertised is None and getattr(args, "advertised_host", None) and args.listeners is None:
+    if getattr(args, "advertised_host", None):
+        if args.listeners is not None or advertised is not None:
+            raise UsageError(f"{args.command}: --advertised-host goes with --listen; with --listeners or "
+                             f"--advertised-listeners, say each listener's address in --advertised-listeners")
         advertised = f"PLAINTEXT://{args.advertised_host}:0"      # --advertised-host: the listener's port
     try:
         found, inter = resolve(spec, advertised=advertised, protocol_map=args.listener_security_protocol_map,
@@ -76,7 +83,8 @@ def listeners(args):
     if getattr(args, "controller", None) and found[0].sasl:
         raise UsageError(f"serve: the inter-broker listener {inter} is {found[0].protocol}: brokers do not "
                          f"authenticate to each other with SASL yet (use a PLAINTEXT or SSL listener for them)")
-    settings = TlsSettings(args.ssl_keystore, args.ssl_key_password, args.ssl_truststore, args.ssl_client_auth)
+    settings = TlsSettings(args.ssl_keystore, args.ssl_key_password, args.ssl_truststore, args.ssl_client_auth,
+                           args.ssl_endpoint_identification_algorithm)
     try:
         context = settings.server_context() if any(listener.tls for listener in found) else None
         if getattr(args, "controller_security_protocol", None) == "SSL" or (found[0].tls and args.command == "serve"):

@@ -248,9 +248,9 @@ def cmd_serve(args) -> int:
 
     def ready(server) -> None:
         # One line on stdout for supervisors and tests: the node, its (inter-broker) address and pid;
-        # then one line per listener.
+        # then, with --listeners, one line per listener.
         print(f"node {node.node_id} listening on {node.host}:{node.port} pid {os.getpid()}", flush=True)
-        _print_listeners(listeners)
+        _print_listeners(args, listeners)
         _start_metrics(args, server)
 
     txn = TxnSettings(args.transaction_partitions, args.transaction_max_timeout_ms, args.transaction_abort_interval_ms)
@@ -280,7 +280,7 @@ def cmd_controller(args) -> int:
 
         def ready(s) -> None:
             print(f"controller {s.node_id} listening on {s.host}:{s.port} pid {os.getpid()}", flush=True)
-            _print_listeners(listeners)
+            _print_listeners(args, listeners)
             _start_metrics(args, s)
         await serve(server, ready)
 
@@ -288,7 +288,10 @@ def cmd_controller(args) -> int:
     return 0
 
 
-def _print_listeners(listeners) -> None:
+def _print_listeners(args, listeners) -> None:
+    """With --listeners (not the --listen shorthand): one line per listener after the ready line."""
+    if args.listeners is None:
+        return
     for listener in listeners:
         print(f"listener {listener.name} {listener.protocol} on {listener.host or '0.0.0.0'}:{listener.port}",
               flush=True)

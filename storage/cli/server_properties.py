@@ -42,7 +42,8 @@ _CONNECTION = {"connections.max.idle.ms": "connections_max_idle_ms", "max.connec
                "max.connections.per.ip": "max_connections_per_ip",
                "queued.max.request.bytes": "queued_max_request_bytes", "request.timeout.ms": "request_timeout_ms"}
 _TLS = {"ssl.keystore.location": "ssl_keystore", "ssl.key.password": "ssl_key_password",
-        "ssl.truststore.location": "ssl_truststore", "ssl.client.auth": "ssl_client_auth"}
+        "ssl.truststore.location": "ssl_truststore", "ssl.client.auth": "ssl_client_auth",
+        "ssl.endpoint.identification.algorithm": "ssl_endpoint_identification_algorithm"}
 _COMMON = {**_CONNECTION, **_TLS, "min.insync.replicas": "min_insync_replicas", "node.id": "node_id"}
 FLAGS = {
     "serve": {**_COMMON, "broker.id": "node_id", "num.partitions": "num_partitions",
@@ -286,11 +287,12 @@ def _controller_address(entries: dict, refuse) -> str | None:
 
 def apply_config(parser: argparse.ArgumentParser, argv: list[str], args) -> argparse.Namespace:
     """The command line parsed again over the --config file's values (a flag given wins; --listen
-    or --listeners given replaces the file's listeners, whichever form the file's took)."""
+    or --listeners given replaces the file's listeners and what it advertised, whichever form the
+    file's took)."""
     subparser = SUBPARSERS[args.command]
     values = read(args.command, args.config, subparser)
     if any(a.split("=")[0] in ("--listen", "--listeners") for a in argv):
-        values.pop("listen", None)
-        values.pop("listeners", None)
+        for dest in ("listen", "listeners", "advertised_host", "advertised_listeners"):
+            values.pop(dest, None)
     subparser.set_defaults(**values)
     return parser.parse_args(argv)

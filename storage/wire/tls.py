@@ -37,6 +37,7 @@ class TlsSettings:
     key_password: str | None = None      # ssl.key.password
     truststore: str | None = None        # ssl.truststore.location (PEM CA certificates)
     client_auth: str = "none"            # ssl.client.auth
+    endpoint_identification: str = "https"   # ssl.endpoint.identification.algorithm ("": not checked)
 
     def server_context(self) -> ssl.SSLContext:
         """The context of the SSL and SASL_SSL listeners, or TlsConfigError."""
@@ -58,10 +59,15 @@ class TlsSettings:
 
     def client_context(self) -> ssl.SSLContext:
         """A broker's own connections to a TLS listener (the controller's, another broker's): the
-        server's certificate checked against the truststore (the system's CAs without one) and
-        its host name, this node's keystore presented when it has one (for ssl.client.auth)."""
+        server's certificate checked against the truststore (the system's CAs without one) and,
+        unless ssl.endpoint.identification.algorithm is empty, against the host name connected
+        to (Kafka's default, https); this node's keystore presented when it has one."""
+        if self.endpoint_identification not in ("https", ""):
+            raise TlsConfigError(f"ssl.endpoint.identification.algorithm: expected https or nothing, not "
+                                 f"{self.endpoint_identification!r}")
         context = ssl.SSLContext(ssl.PROTOCOL_TLS_CLIENT)
         context.minimum_version = ssl.TLSVersion.TLSv1_2
+        context.check_hostname = self.endpoint_identification == "https"
         if self.truststore is not None:
             self._load_truststore(context)
         else:

@@ -69,7 +69,8 @@ def test_serve_refuses_plaintext_off_loopback_at_start(tmp_path):
     # Refused before anything binds or is created (so 0.0.0.0 is never listened on here).
     for argv, words in ((["--listen", "0.0.0.0:0"], "PLAINTEXT://0.0.0.0:0 is PLAINTEXT"),
                         (["--listeners", "PLAINTEXT://:0"], "--allow-plaintext"),
-                        (["--listen", "127.0.0.1:0", "--listeners", "SSL://127.0.0.1:0"], "not both")):
+                        (["--listen", "127.0.0.1:0", "--listeners", "SSL://127.0.0.1:0"], "not both"),
+                        (["--listeners", "SSL://127.0.0.1:0", "--advertised-host", "h"], "--advertised-host goes with")):
         done = subprocess.run([sys.executable, "-m", "storage", "serve", "--data-dir", str(tmp_path / "d"), *argv],
                               capture_output=True, text=True, timeout=60)
         assert done.returncode == 2 and words in done.stderr, (argv, done.stderr)

@@ -144,6 +144,27 @@ def test_the_session_of_a_tls_connection_carries_the_certificate_s_principal(pki
     assert seen == [("none", "SECURE", "SSL", "User:ANONYMOUS")] * 2
 
 
+def test_a_sasl_ssl_connection_is_tls_first_and_unauthenticated_until_sasl(pki):
+    seen = []
+
+    async def main():
+        server = FrameServer(codec.SUPPORTED)
+        server.tls = TlsSettings(pki.server).server_context()
+
+        async def api_versions(header, request):
+            s = session.current()
+            seen.append((s.listener, s.protocol, s.tls, s.sasl, s.authenticated))
+            return {"error_code": 0, "api_keys": [], "throttle_time_ms": 0}
+        server.handlers[18] = api_versions
+        port = await server.listen("127.0.0.1", 0, Listener("CLIENTS", "SASL_SSL", "127.0.0.1", 0))
+        answers = [await asyncio.to_thread(_exchange, port, ssl.create_default_context(cafile=pki.truststore)),
+                   await asyncio.to_thread(_exchange, port, None)]
+        server.stop_listening()
+        return answers
+    assert asyncio.run(main())[1] is None           # plaintext on a SASL_SSL port: closed
+    assert seen == [("CLIENTS", "SASL_SSL", True, True, False)]
+
+
 # ---- brokers over TLS ----
 def _consume(consumer, want: int, deadline_s: float = 30) -> list:
     got, deadline = [], time.monotonic() + deadline_s
@@ -240,3 +261,32 @@ def test_a_cluster_replicates_over_an_ssl_inter_broker_listener_and_reaches_its_
             assert "TLS handshake" not in b.stderr()
     finally:
         cluster.stop()
+
+
+def test_a_node_checks_the_host_name_of_the_tls_listener_it_connects_to_unless_told_not_to(pki):
+    # Kafka's ssl.endpoint.identification.algorithm: https (the default) checks the certificate
+    # names the host connected to; empty trusts any certificate the truststore's CAs signed.
+    from storage.wire.client import Peer, PeerError
+    elsewhere = pki.issue("elsewhere", [("CN", "broker.example")])       # no 127.0.0.1 in it
+
+    async def main(algorithm: str):
+        server = FrameServer(codec.SUPPORTED)
+        server.tls = TlsSettings(elsewhere).server_context()
+
+        async def api_versions(header, request):
+            return {"error_code": 0, "api_keys": [], "throttle_time_ms": 0}
+        server.handlers[18] = api_versions
+        port = await server.listen("127.0.0.1", 0, Listener("SSL", "SSL", "127.0.0.1", 0))
+        peer = Peer("127.0.0.1", port, timeout_s=10, tls=TlsSettings(
+            truststore=pki.truststore, endpoint_identification=algorithm).client_context())
+        try:
+            return (await peer.call(18, 0, {})).error_code
+        except PeerError as exc:
+            return str(exc)
+        finally:
+            peer.close()
+            server.stop_listening()
+    assert "CERTIFICATE_VERIFY_FAILED" in asyncio.run(main("https"))
+    assert asyncio.run(main("")) == 0
+    with pytest.raises(TlsConfigError):
+        TlsSettings(endpoint_identification="http").client_context()
