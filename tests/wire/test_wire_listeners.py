@@ -77,6 +77,15 @@ def test_serve_refuses_plaintext_off_loopback_at_start(tmp_path):
         assert not (tmp_path / "d").exists()
 
 
+def test_the_controller_reads_the_endpoints_it_stored_before_several_listeners():
+    from storage.wire.metadata import BrokerEntry, endpoint_list
+    assert endpoint_list(["127.0.0.1", 9092]) == [("PLAINTEXT", "127.0.0.1", 9092, 0)]     # (host, port) of old
+    assert endpoint_list([["SSL", "h", 1, 1], ["PLAINTEXT", "h", 2, 0]]) == [("SSL", "h", 1, 1), ("PLAINTEXT", "h", 2, 0)]
+    assert endpoint_list(None) == []
+    b = BrokerEntry(1, 1, b"", "h", 1, endpoints=(("SSL", "h", 1), ("PLAINTEXT", "p", 2)))
+    assert (b.address(), b.address("PLAINTEXT"), b.address("SASL_SSL")) == (("h", 1), ("p", 2), ("", -1))
+
+
 # ---- each connection's Session names its listener ----
 def test_each_connection_s_session_carries_its_listener_s_name_and_protocol():
     seen = []
