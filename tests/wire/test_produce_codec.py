@@ -131,3 +131,40 @@ def test_frames_it_leaves_to_kio(frame_hex):
     frame = bytes.fromhex(frame_hex)
     assert produce_codec.read_request(frame) is None
     assert _answer(codec.parse_request, frame) == _answer(codec.parse_request_kio, frame)
+
+
+def test_the_broker_answers_a_fast_read_request_as_a_kio_read_one(tmp_path):
+    """Through ClientApis.produce on two embedded nodes: a request of three partitions over two
+    topics (one refused: an internal topic) and acks 1, -1 and 0 gets the same answer from the
+    produce_codec request as from kio's, with the same offsets; acks=0 answers nothing."""
+    import asyncio
+
+    from storage.wire.node import Node
+    from storage.wire.server import BrokerServer
+
+    loop = asyncio.new_event_loop()
+    batch = build_batch([b"a", b"b", b"c"])
+    answers = {}
+    for name, parse in (("kio", codec.parse_request_kio), ("fast", codec.parse_request)):
+        node = Node(tmp_path / name, offsets_partitions=1, background=False)
+        server = BrokerServer(node, initial_rebalance_delay_ms=0)
+        try:
+            loop.run_until_complete(node.create_topic("a", 2, 1))
+            loop.run_until_complete(node.create_topic("b", 1, 1))
+            got = []
+            for acks in (1, -1, 0, 1):
+                frame = codec.encode_request(0, 9, 5, "c", {"transactional_id": None, "acks": acks, "timeout": 1000,
+                                                            "topic_data": [
+                    {"name": "a", "partition_data": [{"index": 0, "records": batch}, {"index": 1, "records": batch}]},
+                    {"name": "__consumer_offsets", "partition_data": [{"index": 0, "records": batch}]},
+                    {"name": "b", "partition_data": [{"index": 0, "records": None}]}]})[4:]
+                got.append(loop.run_until_complete(server.apis.produce(*parse(frame))))
+            answers[name] = got
+        finally:
+            loop.run_until_complete(node.shutdown())
+    assert answers["fast"] == answers["kio"]
+    first, second, none, fourth = answers["fast"]
+    assert none is None
+    assert [[p["base_offset"] for p in t["partition_responses"]] for t in fourth["responses"]] == [[9, 9], [-1], [-1]]
+    assert fourth["responses"][1]["partition_responses"][0]["error_code"] == 17      # INVALID_TOPIC_EXCEPTION
+    loop.close()
