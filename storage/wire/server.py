@@ -149,9 +149,12 @@ class FrameServer:
         queued.max.request.bytes), the answer (sent within connections.max.idle.ms)."""
         limits = self.limits
         idle = limits.connections_max_idle_ms / 1000
+        transport = writer.transport
         while True:
+            # asyncio.timeout, not wait_for: no task made for each read and each drain
             try:
-                head = await asyncio.wait_for(reader.readexactly(4), idle)
+                async with asyncio.timeout(idle):
+                    head = await reader.readexactly(4)
             except TimeoutError:
                 raise ConnectionTimeoutError(
                     f"idle for connections.max.idle.ms={limits.connections_max_idle_ms}") from None
@@ -167,8 +170,11 @@ class FrameServer:
                 self.memory.release(size)
             if response is not None:
                 writer.write(response)
+                if not transport.get_write_buffer_size():
+                    continue            # all sent: nothing to drain
                 try:
-                    await asyncio.wait_for(writer.drain(), idle)
+                    async with asyncio.timeout(idle):
+                        await writer.drain()
                 except TimeoutError:
                     raise ConnectionTimeoutError(
                         f"the client read no answer for connections.max.idle.ms={limits.connections_max_idle_ms}"
