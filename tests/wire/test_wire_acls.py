@@ -8,6 +8,9 @@ on the cluster (so it may manage ACLs) and to create a topic with one record; it
 `--authorizer` alone, as an operator's broker does."""
 from __future__ import annotations
 
+import json
+import subprocess
+import sys
 import time
 import uuid
 
@@ -261,3 +264,27 @@ def test_every_broker_of_a_cluster_sees_the_acls(tmp_path):
         for b in cluster.brokers.values():
             b.stop()
         cluster.controller.stop()
+
+
+def storage_cli(*argv: str) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-m", "storage", *argv], capture_output=True, text=True, timeout=60)
+
+
+def test_the_acls_tool_creates_lists_and_deletes(broker):
+    where = ("--bootstrap-server", broker.bootstrap)
+    made = storage_cli("acls", "create", *where, "--allow-principal", "User:tool", "--operation", "read",
+                       "--operation", "write", "--topic", "tool-", "--resource-pattern-type", "prefixed")
+    assert made.returncode == 0, made.stderr
+    listed = storage_cli("acls", "list", *where, "--topic", "tool-", "--json")
+    assert listed.returncode == 0, listed.stderr
+    rows = json.loads(listed.stdout)["acls"]
+    assert sorted((r["name"], r["pattern_type"], r["principal"], r["operation"]) for r in rows) == [
+        ("tool-", "PREFIXED", "User:tool", "READ"), ("tool-", "PREFIXED", "User:tool", "WRITE")]
+    gone = storage_cli("acls", "delete", *where, "--allow-principal", "User:tool", "--topic", "tool-",
+                       "--resource-pattern-type", "prefixed", "--json")
+    assert gone.returncode == 0, gone.stderr
+    assert len(json.loads(gone.stdout)["deleted"]) == 2
+    assert json.loads(storage_cli("acls", "list", *where, "--topic", "tool-", "--json").stdout)["acls"] == []
+    bad = storage_cli("acls", "create", *where, "--allow-principal", "User:tool", "--topic", "x",
+                      "--resource-pattern-type", "match")
+    assert bad.returncode == 2 and "literal or prefixed" in bad.stderr
