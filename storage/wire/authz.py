@@ -86,7 +86,7 @@ class Checks:
             27: self.cluster(O.CLUSTER_ACTION), 28: self.txn_offset_commit, 32: self.configs(O.DESCRIBE_CONFIGS),
             33: self.configs(O.ALTER_CONFIGS), 44: self.configs(O.ALTER_CONFIGS), 35: self.cluster(O.DESCRIBE),
             37: self.topics(O.ALTER), 42: self.delete_groups, 43: self.cluster(O.ALTER),
-            47: self.group(O.DELETE), 60: self.describe_cluster, 61: self.topics(O.READ),
+            47: self.offset_delete, 60: self.describe_cluster, 61: self.topics(O.READ),
             65: self.describe_transactions, 66: self.list_transactions,
         }
 
@@ -172,7 +172,18 @@ class Checks:
             name = self._topic_name_of(t)
             if name is not None and not self.ok(O.READ, R.TOPIC, name):
                 refused[name] = TOPIC_DENIED
-        return await self.split(key, header, request, "topics", refused, handler, name_of=self._topic_name_of)
+        body = await self.split(key, header, request, "topics", refused, handler, name_of=self._topic_name_of)
+        # An incremental fetch (KIP-227) answers partitions its session holds, which this
+        # request does not name: each is checked again, as Kafka checks the whole session.
+        for row in body.get("responses") or ():
+            name = self._topic_name_of(_Named(_row(row, "topic") if _has(row, "topic") else None,
+                                              _row(row, "topic_id") if _has(row, "topic_id") else None))
+            if name is not None and name not in refused and not self.ok(O.READ, R.TOPIC, name):
+                for p in _row(row, "partitions"):
+                    for field, value in (("error_code", TOPIC_DENIED), ("records", None), ("high_watermark", -1),
+                                         ("last_stable_offset", -1), ("aborted_transactions", None)):
+                        _set(p, field, value)
+        return body
 
     async def offset_for_leader_epoch(self, key, header, request, handler):
         if getattr(request, "replica_id", -2) >= 0:
@@ -200,7 +211,7 @@ class Checks:
                 if not cluster_create and not self.ok(O.CREATE, R.TOPIC, name):
                     refused[name] = TOPIC_DENIED
         body = await self.split(key, header, request, "topics", refused, handler, call_empty=_version(header) > 0)
-        if request.topics is None:
+        if request.topics is None or (_version(header) == 0 and not request.topics):    # every topic
             body["topics"] = [t for t in body["topics"] if self.ok(O.DESCRIBE, R.TOPIC, _row(t, "name"))]
         if getattr(request, "include_topic_authorized_operations", False):
             for t in body["topics"]:
@@ -243,6 +254,22 @@ class Checks:
                     _set(p, "committed_offset", -1)
                 out.append(t)
         return out
+
+    async def offset_delete(self, key, header, request, handler):
+        """DELETE on the group, READ on each topic (a refused topic's partitions answered
+        TOPIC_AUTHORIZATION_FAILED, none of them deleted)."""
+        if not self.ok(O.DELETE, R.GROUP, request.group_id):
+            return _refusal(key, header, request, GROUP_DENIED)
+        refused = [t for t in request.topics if not self.ok(O.READ, R.TOPIC, t.name)]
+        if not refused:
+            return await handler(header, request)
+        kept = tuple(t for t in request.topics if t not in refused)
+        body = await handler(header, dataclasses.replace(request, topics=kept)) if kept else \
+            codec.filled(key, _version(header), {"error_code": Errors.NONE, "topics": []})
+        rows = [{"name": t.name, "partitions": [{"partition_index": p.partition_index, "error_code": TOPIC_DENIED}
+                                                for p in t.partitions]} for t in refused]
+        body["topics"] = list(body.get("topics") or ()) + rows
+        return body
 
     async def find_coordinator(self, key, header, request, handler):
         resource, code = (R.TRANSACTIONAL_ID, TXN_DENIED) if request.key_type == 1 else (R.GROUP, GROUP_DENIED)
@@ -375,6 +402,17 @@ class Checks:
         body["transaction_states"] = [s for s in body["transaction_states"]
                                       if self.ok(O.DESCRIBE, R.TRANSACTIONAL_ID, _row(s, "transactional_id"))]
         return body
+
+
+class _Named:
+    """A response row's topic name and id, shaped as a request's topic (for _topic_name_of)."""
+
+    def __init__(self, topic, topic_id):
+        self.topic, self.topic_id = topic, topic_id
+
+
+def _has(row, name: str) -> bool:
+    return name in row if isinstance(row, dict) else hasattr(row, name)
 
 
 def _row(row, name: str):

@@ -203,3 +203,36 @@ def test_the_valid_frames_under_acls_are_answered(broker):
     for frame in FRAMES:
         anonymous(server, loop, frame)
     assert sum(server.handler_errors.values()) == raised, f"a handler raised: {server.handler_errors}"
+
+
+def test_an_incremental_fetch_checks_the_partitions_its_session_holds(broker):
+    # KafkaApis.handleFetchRequest checks every partition of the fetch context, not only those
+    # the request names: a session made while topic a was readable is refused once it is not.
+    server, loop = broker
+    part = {"partition": 0, "current_leader_epoch": -1, "fetch_offset": 0, "last_fetched_epoch": -1,
+            "log_start_offset": -1, "partition_max_bytes": 1 << 20}
+    body = {"replica_id": -1, "max_wait": 0, "min_bytes": 0, "max_bytes": 1 << 20, "isolation_level": 0,
+            "session_id": 0, "session_epoch": 0, "rack_id": "", "forgotten_topics_data": [],
+            "topics": [{"topic": "a", "partitions": [part]}]}
+    opened = ask(broker, 1, 12, body)
+    assert opened.session_id > 0 and int(opened.responses[0].partitions[0].error_code) == D
+    produced = ask(broker, 0, 9, {"transactional_id": None, "acks": 1, "timeout": 1000, "topic_data": [
+        {"name": "a", "partition_data": [{"index": 0, "records": build_batch([b"y"])}]}]})
+    assert int(produced.responses[0].partition_responses[0].error_code) == D      # new data for the session
+    saved = dict(server.node.authorizer.acls)
+    server.node.authorizer.load({k: v for k, v in saved.items() if v.resource_type != R.TOPIC})
+    try:
+        answer = ask(broker, 1, 12, dict(body, session_id=opened.session_id, session_epoch=1, topics=[]))
+        rows = [(r.topic, int(p.error_code), p.records) for r in answer.responses for p in r.partitions]
+        assert rows and all(code == T and not records for _, code, records in rows), rows
+    finally:
+        server.node.authorizer.load(saved)
+
+
+def test_metadata_v0_of_every_topic_and_offset_delete(broker):
+    answer = ask(broker, 3, 0, {"topics": []})           # v0: an empty list is every topic
+    assert [t.name for t in answer.topics] == ["a"]
+    answer = ask(broker, 47, 0, {"group_id": "gb", "topics": []})
+    assert int(answer.error_code) == G
+    answer = ask(broker, 47, 0, {"group_id": "ga", "topics": [{"name": "b", "partitions": [{"partition_index": 0}]}]})
+    assert [(t.name, int(t.partitions[0].error_code)) for t in answer.topics] == [("b", T)]
