@@ -288,3 +288,28 @@ def test_the_acls_tool_creates_lists_and_deletes(broker):
     bad = storage_cli("acls", "create", *where, "--allow-principal", "User:tool", "--topic", "x",
                       "--resource-pattern-type", "match")
     assert bad.returncode == 2 and "literal or prefixed" in bad.stderr
+
+
+def test_transactional_and_idempotent_producers(broker):
+    # A transactional id needs WRITE on it (TRANSACTIONAL_ID_AUTHORIZATION_FAILED); an idempotent
+    # producer's InitProducerId is allowed by WRITE on some topic (Kafka 3.x: no IDEMPOTENT_WRITE).
+    producer = ck.Producer({"bootstrap.servers": broker.bootstrap, "transactional.id": "tx-a",
+                            "transaction.timeout.ms": 10_000})
+    with pytest.raises(ck.KafkaException) as refused:
+        producer.init_transactions(15)
+    assert code_of(refused.value) == ck.KafkaError.TRANSACTIONAL_ID_AUTHORIZATION_FAILED
+    grant(broker.bootstrap, acl(ResourceType.TRANSACTIONAL_ID, "tx-", AclOperation.WRITE,
+                                pattern=ResourcePatternType.PREFIXED),
+          acl(ResourceType.TOPIC, "t", AclOperation.WRITE))
+    producer = ck.Producer({"bootstrap.servers": broker.bootstrap, "transactional.id": "tx-b",
+                            "transaction.timeout.ms": 10_000})
+    producer.init_transactions(15)
+    producer.begin_transaction()
+    producer.produce("t", b"in a transaction")
+    producer.commit_transaction(15)
+    delivered = []
+    idempotent = ck.Producer({"bootstrap.servers": broker.bootstrap, "enable.idempotence": True,
+                              "message.timeout.ms": 6000})
+    idempotent.produce("t", b"once", on_delivery=lambda err, msg: delivered.append(err))
+    idempotent.flush(15)
+    assert delivered == [None]
