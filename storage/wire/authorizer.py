@@ -27,6 +27,7 @@ from dataclasses import dataclass
 WILDCARD = "*"
 WILDCARD_PRINCIPAL = "User:*"
 CLUSTER_NAME = "kafka-cluster"      # the one name of the CLUSTER resource
+DECISIONS_CACHED = 10_000            # Authorizer's decision cache holds at most this many
 
 
 class ResourceType(enum.IntEnum):
@@ -218,17 +219,26 @@ class Authorizer:
         self.allow_if_no_acl = allow_if_no_acl
         self.acls: dict[bytes, Acl] = {}
         self._literal: dict[tuple[int, str], list[Acl]] = {}     # (resource type, name or *) -> bindings
-        self._prefixed: dict[int, list[Acl]] = {}                # resource type -> PREFIXED bindings
+        self._prefixed: dict[tuple[int, str], list[Acl]] = {}    # (resource type, prefix) -> PREFIXED ones
+        self._prefix_lengths: dict[int, list[int]] = {}          # resource type -> the prefixes' lengths
+        # Decisions made since the last load: (principal, host, operation, type, name) -> allowed.
+        # A client asks the same question on every request (a producer's topic), so the hot path
+        # is one dict lookup; emptied by every change of the ACLs, and when it fills.
+        self._decided: dict[tuple, bool] = {}
 
     def load(self, acls: dict[bytes, Acl]) -> None:
         """Replace every binding (the broker's replayed image)."""
         self.acls = dict(acls)
-        self._literal, self._prefixed = {}, {}
+        self._literal, self._prefixed, lengths = {}, {}, {}
         for acl in self.acls.values():
+            key = (acl.resource_type, acl.resource_name)
             if acl.pattern_type == PatternType.PREFIXED:
-                self._prefixed.setdefault(acl.resource_type, []).append(acl)
+                self._prefixed.setdefault(key, []).append(acl)
+                lengths.setdefault(acl.resource_type, set()).add(len(acl.resource_name))
             else:
-                self._literal.setdefault((acl.resource_type, acl.resource_name), []).append(acl)
+                self._literal.setdefault(key, []).append(acl)
+        self._prefix_lengths = {t: sorted(n) for t, n in lengths.items()}
+        self._decided = {}
 
     def describe(self, f: AclFilter) -> list[Acl]:
         """The bindings `f` matches, in a stable order."""
@@ -238,14 +248,24 @@ class Authorizer:
         yield from self._literal.get((resource_type, name), ())
         if name != WILDCARD:
             yield from self._literal.get((resource_type, WILDCARD), ())
-        for acl in self._prefixed.get(resource_type, ()):
-            if name.startswith(acl.resource_name):
-                yield acl
+        for length in self._prefix_lengths.get(resource_type, ()):      # one lookup per prefix length held
+            if length > len(name):
+                break
+            yield from self._prefixed.get((resource_type, name[:length]), ())
 
     def authorize(self, s, operation: int, resource_type: int, name: str) -> bool:
         """Whether session `s` (session.Session) may do `operation` on the resource."""
         if s.internal or s.principal in self.super_users:
             return True
+        key = (s.principal, s.client_host, operation, resource_type, name)
+        decided = self._decided.get(key)
+        if decided is None:
+            if len(self._decided) >= DECISIONS_CACHED:
+                self._decided.clear()
+            decided = self._decided[key] = self._decide(s, operation, resource_type, name)
+        return decided
+
+    def _decide(self, s, operation: int, resource_type: int, name: str) -> bool:
         principals = (s.principal, WILDCARD_PRINCIPAL)
         found, allowed = False, False
         for acl in self._covering(resource_type, name):

@@ -5,7 +5,15 @@ from __future__ import annotations
 import pytest
 
 from storage.wire import session
-from storage.wire.authorizer import Acl, AclFilter, Authorizer, Permission, new_acl_problem, parse_super_users
+from storage.wire.authorizer import (
+    DECISIONS_CACHED,
+    Acl,
+    AclFilter,
+    Authorizer,
+    Permission,
+    new_acl_problem,
+    parse_super_users,
+)
 from storage.wire.authorizer import Operation as O
 from storage.wire.authorizer import PatternType as P
 from storage.wire.authorizer import ResourceType as R
@@ -209,3 +217,16 @@ def test_filter_match_pattern():
     assert set(got) == set(acls[:3])
     assert a.describe(AclFilter(R.ANY, "foo", P.LITERAL, None, None, O.ANY, Permission.ANY)) == sorted(
         [acls[0], acls[4]])
+
+
+def test_decisions_are_cached_until_the_acls_change():
+    grant = Acl(R.TOPIC, "t", P.LITERAL, "User:u", "*", O.WRITE, ALLOW)
+    a = authorizer_with(grant)
+    assert a.authorize(who("u"), O.WRITE, R.TOPIC, "t")
+    a.load({})                                                     # revoked: the cached answer goes too
+    assert not a.authorize(who("u"), O.WRITE, R.TOPIC, "t")
+    a.load({b"\0" * 16: grant})
+    for i in range(DECISIONS_CACHED + 5):                          # past the bound: emptied, still right
+        assert not a.authorize(who("u"), O.WRITE, R.TOPIC, f"x{i}")
+    assert a.authorize(who("u"), O.WRITE, R.TOPIC, "t")
+    assert not a.authorize(who("u", "10.1.1.1"), O.READ, R.TOPIC, "t")
