@@ -236,3 +236,37 @@ def test_metadata_v0_of_every_topic_and_offset_delete(broker):
     assert int(answer.error_code) == G
     answer = ask(broker, 47, 0, {"group_id": "ga", "topics": [{"name": "b", "partitions": [{"partition_index": 0}]}]})
     assert [(t.name, int(t.partitions[0].error_code)) for t in answer.topics] == [("b", T)]
+
+
+ACL_BODY = {"resource_type": 2, "resource_name": "fz", "resource_pattern_type": 4, "principal": "User:fz",
+            "host": "*", "operation": 3, "permission_type": 3}
+FILTER = {"resource_type_filter": 1, "resource_name_filter": None, "pattern_type_filter": 1, "principal_filter": None,
+          "host_filter": None, "operation": 1, "permission_type": 1}
+ACL_FRAMES = [codec.encode_request(30, 3, 5, "fuzz", {"creations": [ACL_BODY]})[4:],
+              codec.encode_request(29, 3, 5, "fuzz", FILTER)[4:],
+              codec.encode_request(31, 3, 5, "fuzz", {"filters": [dict(FILTER, principal_filter="User:fz")]})[4:],
+              codec.encode_request(30, 1, 5, "fuzz", {"creations": [ACL_BODY]})[4:]]
+
+
+def _acl_mutations():
+    from hypothesis import strategies as st
+    frame = st.sampled_from(ACL_FRAMES)
+    flipped = st.tuples(frame, st.integers(0, 10_000), st.integers(1, 255)).map(
+        lambda f: f[0][:f[1] % len(f[0])] + bytes([f[0][f[1] % len(f[0])] ^ f[2]]) + f[0][f[1] % len(f[0]) + 1:])
+    cut = st.tuples(frame, st.integers(0, 10_000)).map(lambda fc: fc[0][:fc[1] % len(fc[0])])
+    return st.one_of(flipped, cut)
+
+
+@settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(frame=_acl_mutations())
+def test_mutated_acl_frames_are_answered_or_refused(broker, frame):
+    # As the broker's own session (everything allowed): the validation and the controller's
+    # create and delete see the mutated bindings and filters, and must answer every one.
+    server, loop = broker
+    raised = sum(server.handler_errors.values())
+    try:
+        loop.run_until_complete(asyncio.wait_for(server._dispatch(frame), 10))
+    except codec.ProtocolError:
+        return
+    assert sum(server.handler_errors.values()) == raised, f"a handler raised: {server.handler_errors}"
+    loop.run_until_complete(server.node.create_acls(GRANTS))     # a mutated filter may have matched them
