@@ -148,8 +148,9 @@ class Checks:
     async def produce(self, key, header, request, handler):
         txn = request.transactional_id
         if txn is not None and not self.ok(O.WRITE, R.TRANSACTIONAL_ID, txn):
-            return _refusal(key, header, request, TXN_DENIED)
-        return await self.topics(O.WRITE, field="topic_data")(key, header, request, handler)
+            return None if request.acks == 0 else _refusal(key, header, request, TXN_DENIED)
+        body = await self.topics(O.WRITE, field="topic_data")(key, header, request, handler)
+        return None if request.acks == 0 else body         # acks=0: no answer, refused or not
 
     def _topic_name_of(self, t) -> str | None:
         name = getattr(t, "topic", None)

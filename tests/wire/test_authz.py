@@ -87,6 +87,12 @@ def test_produce_writes_only_the_allowed_topic(broker):
     answer = ask(broker, 0, 9, {"transactional_id": "tb", "acks": 1, "timeout": 1000, "topic_data": [
         {"name": "a", "partition_data": [{"index": 0, "records": build_batch([b"x"])}]}]})
     assert int(answer.responses[0].partition_responses[0].error_code) == X
+    server, loop = broker                 # acks=0: a refused produce gets no answer either
+    frame = codec.encode_request(0, 9, 3, "authz", {"transactional_id": None, "acks": 0, "timeout": 1000,
+                                                   "topic_data": [{"name": "b", "partition_data": [
+                                                       {"index": 0, "records": build_batch([b"x"])}]}]})[4:]
+    assert anonymous(server, loop, frame) is None
+    assert server.node.logdir.partition("b", 0).log_end_offset == ends["b"]
 
 
 def test_fetch_of_a_consumer_and_of_a_follower(broker):
