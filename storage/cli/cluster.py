@@ -58,6 +58,13 @@ def _log_level(args) -> list[str]:
     return [] if level is None else ["--log-level", level]
 
 
+def _acls(args) -> list[str]:
+    """Every broker's ACL flags (ACLs on with --authorizer; the brokers' own requests to each
+    other are User:ANONYMOUS on PLAINTEXT, so it needs CLUSTER_ACTION or to be a super user)."""
+    out = ["--authorizer", args.authorizer] if getattr(args, "authorizer", "") else []
+    return out + (["--super-users", args.super_users] if getattr(args, "super_users", "") else [])
+
+
 def run_cluster(args) -> int:
     root = os.path.abspath(args.data_dir)
     os.makedirs(root, exist_ok=True)
@@ -77,7 +84,7 @@ def run_cluster(args) -> int:
                                   "--listen", f"127.0.0.1:{args.base_port + n - 1}", "--controller",
                                   f"127.0.0.1:{controller_port}", "--replication-factor",
                                   str(min(3, args.brokers)), "--min-insync-replicas", str(args.min_insync_replicas),
-                                  *_metrics(args, n - 1), *_log_level(args)],
+                                  *_metrics(args, n - 1), *_log_level(args), *_acls(args)],
                                  os.path.join(root, f"broker-{n}.log"))
             procs.append(proc)
             print(f"broker {n} at {found.group(3)}:{found.group(4)} pid {found.group(5)}", flush=True)

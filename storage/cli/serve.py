@@ -109,6 +109,8 @@ def add_parsers(sub) -> None:
                    "base+N-1, the controller on base+100 (default: no metrics)")
     p.add_argument("--log-level", default="INFO", help="every process's logging level (default INFO); each "
                    "logs to DIR/controller.log or DIR/broker-N.log")
+    p.add_argument("--authorizer", metavar="CLASS", default="", help="every broker's --authorizer: ACLs on")
+    p.add_argument("--super-users", metavar="PRINCIPALS", default="", help="every broker's --super-users")
 
 
 def _cleaner_and_transaction_flags(p) -> None:

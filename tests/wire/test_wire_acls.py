@@ -9,6 +9,8 @@ on the cluster (so it may manage ACLs) and to create a topic with one record; it
 from __future__ import annotations
 
 import json
+import os
+import signal
 import subprocess
 import sys
 import time
@@ -31,7 +33,7 @@ from confluent_kafka.admin import (  # noqa: E402
 
 from storage.core.errors import Errors  # noqa: E402
 from storage.wire import codec  # noqa: E402
-from tests.wire_support import Broker, Cluster, raw_exchange  # noqa: E402
+from tests.wire_support import Broker, free_port_base, raw_exchange  # noqa: E402
 
 AUTHORIZER = ("--authorizer", "org.apache.kafka.metadata.authorizer.StandardAuthorizer")
 ME = "User:ANONYMOUS"
@@ -250,20 +252,40 @@ def test_acl_apis_without_an_authorizer_are_security_disabled(tmp_path):
         b.stop()
 
 
-def test_every_broker_of_a_cluster_sees_the_acls(tmp_path):
-    cluster = Cluster(tmp_path, brokers=2, min_isr=1, broker_args=(*AUTHORIZER, "--super-users", ME))
+def test_every_broker_of_a_storage_cluster_sees_the_acls(tmp_path):
+    """`storage cluster --authorizer ... --super-users User:ANONYMOUS`: an ACL created through one
+    broker is described by both (the controller's AccessControlEntryRecord, replayed by each),
+    its deletion too; replication, checked as Kafka checks it, works for the super user."""
+    base = free_port_base()
+    proc = subprocess.Popen([sys.executable, "-m", "storage", "cluster", "--brokers", "2", "--data-dir",
+                             str(tmp_path / "c"), "--base-port", str(base), "--min-insync-replicas", "1",
+                             *AUTHORIZER, "--super-users", ME], stdout=subprocess.PIPE, text=True)
     try:
+        lines = [proc.stdout.readline() for _ in range(4)]
+        assert "cluster up" in lines[3], lines
+        brokers = [f"127.0.0.1:{base}", f"127.0.0.1:{base + 1}"]
         made = acl(ResourceType.TOPIC, "shared-", AclOperation.READ, pattern=ResourcePatternType.PREFIXED)
-        grant(cluster.brokers[1].bootstrap, made)
-        for b in cluster.brokers.values():
-            assert [str(a) for a in describe(b.bootstrap, ANY_ACL)] == [str(made)]
-        revoke(cluster.brokers[2].bootstrap, made)
-        for b in cluster.brokers.values():
-            assert describe(b.bootstrap, ANY_ACL) == []
+        grant(brokers[0], made)
+        for b in brokers:
+            assert [str(a) for a in describe(b, ANY_ACL)] == [str(made)]
+        client = admin(",".join(brokers))
+        client.create_topics([NewTopic("shared-1", 1, 2)])["shared-1"].result(30)
+        deadline = time.monotonic() + 30
+        while time.monotonic() < deadline and \
+                len(client.list_topics("shared-1", timeout=10).topics["shared-1"].partitions[0].isrs) < 2:
+            time.sleep(0.3)
+        assert len(client.list_topics("shared-1", timeout=10).topics["shared-1"].partitions[0].isrs) == 2
+        revoke(brokers[1], made)
+        for b in brokers:
+            assert describe(b, ANY_ACL) == []
     finally:
-        for b in cluster.brokers.values():
-            b.stop()
-        cluster.controller.stop()
+        os.kill(proc.pid, signal.SIGTERM)        # the supervisor stops its processes by pid
+        try:
+            proc.wait(60)
+        except subprocess.TimeoutExpired:
+            os.kill(proc.pid, signal.SIGKILL)
+            proc.wait(10)
+        proc.stdout.close()
 
 
 def storage_cli(*argv: str) -> subprocess.CompletedProcess:
