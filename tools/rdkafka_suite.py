@@ -236,6 +236,13 @@ def runs_java(tree: Path, number: str) -> bool:
 # for at least 7095ms"; 0113's l_unsubscribe: two assign calls for its first consumer, not one).
 KAFKA_DEFAULT_REBALANCE_DELAY = {"0089": 3000, "0113": 3000}
 
+# Tests that manage ACLs run against a broker with ACLs on and the PLAINTEXT principal a super
+# user (librdkafka's own harness runs them against an authorizer with the client allowed
+# everything): 0081 creates, describes and deletes ACLs.
+ACL_FLAGS = ["--authorizer", "org.apache.kafka.metadata.authorizer.StandardAuthorizer", "--super-users",
+             "User:ANONYMOUS"]
+WITH_ACLS = {"0081"}
+
 # Test numbers that run longer than any --timeout a full pass gives: seconds they get at least.
 # 0113 runs about 630 s whatever the delay (its six u_ sub-tests follow scripted timelines of
 # 50-70 s each; 627 s at 3000, 588 s at 1000).
@@ -247,8 +254,10 @@ class Brokers:
     scenario (tests/scenarios/): auto-created topics of 4 partitions, replication factor 3 on a
     cluster. Each process is stopped by its pid."""
 
-    def __init__(self, workdir: Path, *, cluster: bool, auto_create: bool = True, rebalance_delay_ms: int = 0):
+    def __init__(self, workdir: Path, *, cluster: bool, auto_create: bool = True, rebalance_delay_ms: int = 0,
+                 acls: bool = False):
         self.workdir, self.cluster, self.auto_create = workdir, cluster, auto_create
+        self.acls = acls
         self.rebalance_delay_ms = rebalance_delay_ms
         self.procs: list[subprocess.Popen] = []
         self.bootstrap = ""
@@ -278,6 +287,8 @@ class Brokers:
                   "--no-fsync"]
         if not self.auto_create:
             common.append("--no-auto-create-topics")
+        if self.acls:
+            common += ACL_FLAGS
         if not self.cluster:
             self.bootstrap = self._spawn(["serve", "--data-dir", str(self.workdir / "data"), "--listen",
                                           "127.0.0.1:0", *common], timeout)
@@ -396,7 +407,7 @@ def _first_failure(output: str) -> str:
 def _once(runner: Path, number: str, scenario: str, *, cluster: bool, place: Path, **how) -> dict:
     place.mkdir()
     brokers = Brokers(place, cluster=cluster, auto_create=scenario != "noautocreate",
-                      rebalance_delay_ms=KAFKA_DEFAULT_REBALANCE_DELAY.get(number, 0)).start()
+                      rebalance_delay_ms=KAFKA_DEFAULT_REBALANCE_DELAY.get(number, 0), acls=number in WITH_ACLS).start()
     try:
         row = run_one(runner, number, local=False, bootstrap=brokers.bootstrap, scenario=scenario,
                       workdir=place, **how)

@@ -13,6 +13,7 @@
     demo                         a three-broker cluster story ending with the fleet audit
     topics ACTION                list/describe/create/delete/alter/alter-configs topics (confluent-kafka)
     groups ACTION                list/describe/delete/reset-offsets consumer groups (confluent-kafka)
+    acls ACTION                  list/create/delete ACLs (confluent-kafka)
 
 Conventions shared by every subcommand:
   - `--json` prints one JSON document on stdout instead of text;
@@ -39,6 +40,8 @@ from .._version import __version__
 from ..core import errors
 from .abort_txn import add_parser as add_abort_txn_parser
 from .abort_txn import cmd_abort_txn
+from .acl_tools import add_parser as add_acl_parser
+from .acl_tools import cmd_acls
 from .admin_tools import add_parsers as add_admin_parsers
 from .admin_tools import cmd_admin
 from .demo import run_demo
@@ -143,6 +146,7 @@ def build_parser() -> argparse.ArgumentParser:
 
     add_serve_parsers(sub)
     add_admin_parsers(sub)
+    add_acl_parser(sub)
 
     sub.add_parser("audit", help="audit broker log dirs with Spark (python -m storage audit --help)",
                    add_help=False)
@@ -193,7 +197,7 @@ def main(argv: list[str] | None = None) -> int:
 def _run(args) -> int:
     commands = {"dump-log": cmd_dump_log, "verify": cmd_verify, "recover": cmd_recover, "epochs": cmd_epochs,
                 "abort-txn": cmd_abort_txn, "serve": cmd_serve, "controller": cmd_controller, "cluster": cmd_cluster,
-                "topics": cmd_admin, "groups": cmd_admin}
+                "topics": cmd_admin, "groups": cmd_admin, "acls": cmd_acls}
     try:
         if args.command == "demo":
             return run_demo(args.dir, spark=not args.no_spark, master=args.master, wire=not args.no_wire)

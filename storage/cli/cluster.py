@@ -54,6 +54,8 @@ def add_cluster_parser(sub, ranged) -> None:
                    "base+N-1, the controller on base+100 (default: no metrics)")
     p.add_argument("--log-level", default="INFO", help="every process's logging level (default INFO); each "
                    "logs to DIR/controller.log or DIR/broker-N.log")
+    p.add_argument("--authorizer", metavar="CLASS", default="", help="every broker's --authorizer: ACLs on")
+    p.add_argument("--super-users", metavar="PRINCIPALS", default="", help="every broker's --super-users")
     p.add_argument("--supervise", action="store_true", help="restart a broker or the controller that exits "
                    f"(backoff after a death within {QUICK_DEATH_S:g} s of its start; left down after "
                    f"{MAX_QUICK_DEATHS} such deaths in a row)")
@@ -179,7 +181,7 @@ def plan(args, root: str) -> list[Child]:
                                               "--node-id", str(n), "--listen", f"127.0.0.1:{args.base_port + n - 1}",
                                               "--controller", f"127.0.0.1:{controller_port}", *replication,
                                               "--min-insync-replicas", str(min_isr), *_metrics(args, n - 1),
-                                              *_log_level(args)], os.path.join(root, f"broker-{n}.log")))
+                                              *_log_level(args), *_acls(args)], os.path.join(root, f"broker-{n}.log")))
     return children
 
 
@@ -222,6 +224,13 @@ def _schedule(child: Child, now: float) -> None:
     backoff = 0.0 if child.quick_deaths == 0 else min(MAX_BACKOFF_S, FIRST_BACKOFF_S * 2 ** (child.quick_deaths - 1))
     child.restart_at = now + backoff
     _say(f"{child.label}: restarting in {backoff:g} s")
+
+
+def _acls(args) -> list[str]:
+    """Every broker's ACL flags (ACLs on with --authorizer; the brokers' own requests to each
+    other are User:ANONYMOUS on PLAINTEXT, so it needs CLUSTER_ACTION or to be a super user)."""
+    out = ["--authorizer", args.authorizer] if getattr(args, "authorizer", "") else []
+    return out + (["--super-users", args.super_users] if getattr(args, "super_users", "") else [])
 
 
 def run_cluster(args) -> int:

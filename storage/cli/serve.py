@@ -74,6 +74,7 @@ def add_parsers(sub) -> None:
                    help="the codec of every topic that sets no compression.type: a producer's batch of another "
                         "codec is recompressed (Kafka's compression.type; default producer: kept as sent)")
     _log_flags(p)
+    _acl_flags(p)
     p.add_argument("--log-level", default="INFO", help="logging level (default INFO)")
     _metrics_flag(p)
     _connection_flags(p)
@@ -118,6 +119,27 @@ def _cleaner_and_transaction_flags(p) -> None:
                    type=_ranged(1, INT32_MAX, "transaction.abort.timed.out.transaction.cleanup.interval.ms"),
                    default=10_000, help="how often transactions past their timeout are looked for and aborted "
                                         "(default 10000)")
+
+
+def _acl_flags(p) -> None:
+    """ACLs (docs/guide-operations.md#acls): on when --authorizer names any class."""
+    p.add_argument("--authorizer", metavar="CLASS", default="",
+                   help="turn ACLs on: every request is checked against the ACLs (Kafka's authorizer.class.name; "
+                        "any non-empty value, e.g. org.apache.kafka.metadata.authorizer.StandardAuthorizer)")
+    p.add_argument("--super-users", metavar="PRINCIPALS", default="",
+                   help="principals allowed everything, separated by semicolons: User:admin;User:ops "
+                        "(Kafka's super.users)")
+    p.add_argument("--allow-everyone-if-no-acl-found", action="store_true",
+                   help="a resource no ACL names is open to everyone (Kafka's allow.everyone.if.no.acl.found; "
+                        "default: refused)")
+
+
+def _authorizer(args):
+    """The broker's Authorizer when --authorizer is set, else None (every request allowed)."""
+    if not args.authorizer:
+        return None
+    from ..wire.authorizer import Authorizer, parse_super_users
+    return Authorizer(parse_super_users(args.super_users), allow_if_no_acl=args.allow_everyone_if_no_acl_found)
 
 
 def _log_flags(p) -> None:
@@ -230,7 +252,8 @@ def cmd_serve(args) -> int:
                    replication_factor=args.replication_factor, auto_create_topics=not args.no_auto_create_topics,
                    offsets_partitions=args.offsets_partitions, min_insync_replicas=args.min_insync_replicas,
                    log_config=log_config, fetch_max_bytes=args.fetch_max_bytes,
-                   cleaner_backoff_ms=None if args.no_log_cleaner else args.log_cleaner_backoff_ms)
+                   cleaner_backoff_ms=None if args.no_log_cleaner else args.log_cleaner_backoff_ms,
+                   authorizer=_authorizer(args))
     if args.controller:
         from ..wire.cluster_node import ClusterNode
         client_tls = tls_settings.client_context() if listeners[0].tls or \

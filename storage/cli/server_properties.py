@@ -57,13 +57,15 @@ FLAGS = {
               "max.incremental.fetch.session.cache.slots": "max_incremental_fetch_session_cache_slots",
               "compression.type": "compression_type", "log.retention.bytes": "log_retention_bytes",
               "log.segment.bytes": "log_segment_bytes", "message.max.bytes": "message_max_bytes",
-              "log.cleaner.backoff.ms": "log_cleaner_backoff_ms"},
+              "log.cleaner.backoff.ms": "log_cleaner_backoff_ms",
+              "authorizer.class.name": "authorizer", "super.users": "super_users"},
     "controller": {**_COMMON, "broker.session.timeout.ms": "session_timeout_ms"},
 }
 # Booleans (Kafka's: true or false, any case): Kafka name -> (dest, whether the flag is the negation).
 BOOLEANS = {"serve": {"auto.create.topics.enable": ("no_auto_create_topics", True),
                       "log.cleaner.enable": ("no_log_cleaner", True),
-                      "allow.plaintext.listeners": ("allow_plaintext", False)},
+                      "allow.plaintext.listeners": ("allow_plaintext", False),
+                      "allow.everyone.if.no.acl.found": ("allow_everyone_if_no_acl_found", False)},
             "controller": {"unclean.leader.election.enable": ("unclean_leader_election", False),
                            "allow.plaintext.listeners": ("allow_plaintext", False)}}
 # Several Kafka names for one flag, the first given winning (Kafka's precedence): name -> factor to ms.

@@ -1,6 +1,8 @@
 """Kafka's KRaft metadata records, the ones this project's controller writes to its metadata log
 (`__cluster_metadata-0`) and brokers replay: RegisterBrokerRecord, TopicRecord,
-PartitionRecord, ConfigRecord and RemoveTopicRecord (the metadata module's message specs).
+PartitionRecord, ConfigRecord, RemoveTopicRecord, AccessControlEntryRecord and
+RemoveAccessControlEntryRecord (the metadata module's message specs; the ACL records are types 18
+and 19 there).
 
 A record has no key; its value is Kafka's frame (MetadataRecordSerde): an unsigned varint
 frame version (1), an unsigned varint API key (the record type), an unsigned varint version,
@@ -51,11 +53,18 @@ CONFIG = Struct("ConfigRecord", (Field("resourceType", "int8"), Field("resourceN
                                  Field("name", "string"), Field("value", "string", nullable=(0, 0))),
                 flexible_from=0, versions=(0, 0))
 REMOVE_TOPIC = Struct("RemoveTopicRecord", (Field("topicId", "uuid"),), flexible_from=0, versions=(0, 0))
+ACL = Struct("AccessControlEntryRecord", (
+    Field("id", "uuid"), Field("resourceType", "int8"), Field("resourceName", "string"),
+    Field("patternType", "int8"), Field("principal", "string"), Field("host", "string"),
+    Field("operation", "int8"), Field("permissionType", "int8"),
+), flexible_from=0, versions=(0, 0))
+REMOVE_ACL = Struct("RemoveAccessControlEntryRecord", (Field("id", "uuid"),), flexible_from=0, versions=(0, 0))
 
 # API key -> (schema, the version written)
-RECORDS = {0: (REGISTER_BROKER, 1), 2: (TOPIC, 0), 3: (PARTITION, 2), 4: (CONFIG, 0), 9: (REMOVE_TOPIC, 0)}
+RECORDS = {0: (REGISTER_BROKER, 1), 2: (TOPIC, 0), 3: (PARTITION, 2), 4: (CONFIG, 0), 9: (REMOVE_TOPIC, 0),
+           18: (ACL, 0), 19: (REMOVE_ACL, 0)}
 NAMES = {0: "RegisterBrokerRecord", 2: "TopicRecord", 3: "PartitionRecord", 4: "ConfigRecord",
-         9: "RemoveTopicRecord"}
+         9: "RemoveTopicRecord", 18: "AccessControlEntryRecord", 19: "RemoveAccessControlEntryRecord"}
 TOPIC_RESOURCE = 2          # ConfigResource.Type.TOPIC
 BROKER_RESOURCE = 4         # ConfigResource.Type.BROKER
 _ELEMENTS = {"BrokerEndpoint": _ENDPOINT, "BrokerFeature": _FEATURE}

@@ -32,6 +32,7 @@ from ..replication.replica import ReplicaManager
 from ..topics import metadata_records as mr
 from . import config_admin, rules, session
 from . import configs as topic_configs
+from .authorizer import Authorizer
 from .listeners import Listener
 from .metadata import MetadataImage
 from .rules import OFFSETS_TOPIC
@@ -89,6 +90,9 @@ class MetadataSource(Protocol):
     async def elect_leaders(self, election_type: int, partitions: list | None) -> list[tuple]: ...
     async def ensure_offsets_topic(self) -> None: ...
     async def next_producer_id(self) -> int: ...
+    authorizer: "Authorizer | None"     # ACLs on (authorizer.class.name set), else None: all allowed
+    async def create_acls(self, acls: list) -> list[tuple[int, str | None]]: ...
+    async def delete_acls(self, filters: list) -> list[tuple[int, str | None, list]]: ...
 
 
 class ControllerLink(Protocol):
@@ -116,6 +120,10 @@ class ControllerLink(Protocol):
         """topic_admin.elect on the controller; returns once this broker sees the change."""
     async def allocate_producer_ids(self) -> tuple[int, int]:
         """(first id, count) of a new block."""
+    async def create_acls(self, acls: list) -> list[tuple[int, str | None]]:
+        """acl_control.AclControl.create at the controller; returns once this broker sees them."""
+    async def delete_acls(self, filters: list) -> list[tuple[int, str | None, list]]:
+        """acl_control.AclControl.delete at the controller; returns once this broker sees it."""
     def pump(self) -> None:
         """The replica manager's AlterPartition requests to the controller."""
     async def tick(self) -> None: ...
@@ -133,7 +141,7 @@ class Broker:
                  auto_create_topics: bool = True, offsets_partitions: int = 50, min_insync_replicas: int = 1,
                  log_config: LogConfig | None = None, background: bool = True,
                  fetch_max_bytes: int = FETCH_MAX_BYTES, replica_lag_time_max_ms: int | None = None,
-                 cleaner_backoff_ms: int | None = CLEANER_BACKOFF_MS):
+                 cleaner_backoff_ms: int | None = CLEANER_BACKOFF_MS, authorizer: Authorizer | None = None):
         self.data_dir = os.fspath(data_dir)
         self.node_id, self.host, self.port = node_id, host, port
         self.bind_host = host        # where it listens; `host` is what Metadata tells (advertised.listeners)
@@ -154,6 +162,7 @@ class Broker:
         if replica_lag_time_max_ms is not None:
             self._manager_options["replica_lag_time_max_ms"] = replica_lag_time_max_ms
         self.link = link
+        self.authorizer = authorizer      # loaded with every ACL the metadata records replay
         self.image = MetadataImage()
         self.topic_settings: dict[str, topic_configs.TopicConfig] = {}   # parsed once per change
         self.caught_up = False
@@ -297,6 +306,12 @@ class Broker:
     async def elect_leaders(self, election_type: int, partitions: list | None) -> list[tuple]:
         return await self.link.elect_leaders(election_type, partitions)
 
+    async def create_acls(self, acls: list) -> list[tuple[int, str | None]]:
+        return await self.link.create_acls(acls)
+
+    async def delete_acls(self, filters: list) -> list[tuple[int, str | None, list]]:
+        return await self.link.delete_acls(filters)
+
     async def next_producer_id(self) -> int:
         first, end = self._producer_ids
         if first >= end:
@@ -315,6 +330,8 @@ class Broker:
         for value in values:
             api_key, _, fields = mr.decode(value)
             changes.append(self.image.apply(api_key, fields))
+        if self.authorizer is not None and any(c[0] == "acl" for c in changes):
+            self.authorizer.load(self.image.acls)
         reparse = dict.fromkeys(c[1] for c in changes if c[0] == "topic")
         if any(c[0] == "broker_config" for c in changes) and self._rebase():
             reparse = dict.fromkeys(self.image.configs)         # every topic's default moved
@@ -330,7 +347,7 @@ class Broker:
                     if change[1] in installed or change[1] not in self.topic_settings:
                         continue
                     installed.add(change[1])
-                if change[0] != "broker_config":
+                if change[0] not in ("broker_config", "acl"):
                     self._apply(change)
 
     def _rebase(self) -> bool:

@@ -26,7 +26,7 @@ from ..core import errors
 from ..core.errors import Errors
 from ..core.records import iter_batches
 from ..replication import messages as m
-from . import config_admin
+from . import acl_control, config_admin
 from .broker import Broker
 from .client import Peer, PeerError
 from .controller_server import METADATA_TOPIC
@@ -126,6 +126,37 @@ class RemoteController:
             done = [((t, n), expected[(t, n)]) for (t, n, _), (code, _) in zip(resources, results)
                     if code == Errors.NONE and (t, n) in expected]
             await self._await_metadata(lambda: all(view.configs_of(*key) == want for key, want in done), timeout_s=5.0)
+        return results
+
+    async def create_acls(self, acls: list) -> list[tuple[int, str | None]]:
+        """Forwarded to the controller; then wait until the replayed ACLs hold every binding created."""
+        body = {"creations": [{"resource_type": a.resource_type, "resource_name": a.resource_name,
+                               "resource_pattern_type": a.pattern_type, "principal": a.principal, "host": a.host,
+                               "operation": a.operation, "permission_type": a.permission} for a in acls]}
+        try:
+            answer = await self._rpc.call(30, 3, body)
+        except PeerError as exc:
+            log.warning("CreateAcls: %s", exc)
+            return [(Errors.REQUEST_TIMED_OUT, str(exc))] * len(acls)
+        results = [(int(r.error_code), r.error_message) for r in answer.results]
+        made = {a for a, (code, _) in zip(acls, results) if code == Errors.NONE}
+        await self._await_metadata(lambda: made <= set(self.broker.image.acls.values()), timeout_s=5.0)
+        return results
+
+    async def delete_acls(self, filters: list) -> list[tuple[int, str | None, list]]:
+        """Forwarded to the controller; then wait until the replayed ACLs lack every binding removed."""
+        body = {"filters": [{"resource_type_filter": f.resource_type, "resource_name_filter": f.resource_name,
+                             "pattern_type_filter": f.pattern_type, "principal_filter": f.principal,
+                             "host_filter": f.host, "operation": f.operation, "permission_type": f.permission}
+                            for f in filters]}
+        try:
+            answer = await self._rpc.call(31, 3, body)
+        except PeerError as exc:
+            log.warning("DeleteAcls: %s", exc)
+            return [(Errors.REQUEST_TIMED_OUT, str(exc), [])] * len(filters)
+        results = acl_control.deleted_of(answer)
+        gone = {a for _, _, acls in results for a in acls}
+        await self._await_metadata(lambda: not gone & set(self.broker.image.acls.values()), timeout_s=5.0)
         return results
 
     async def create_partitions(self, topics: list, validate_only: bool) -> list[tuple[str, int, str | None]]:

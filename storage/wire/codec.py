@@ -60,6 +60,9 @@ SUPPORTED: dict[int, tuple[str, int, int]] = {
     26: ("EndTxn", 0, 3),
     27: ("WriteTxnMarkers", 1, 2),
     28: ("TxnOffsetCommit", 0, 3),
+    29: ("DescribeAcls", 1, 3),
+    30: ("CreateAcls", 1, 3),
+    31: ("DeleteAcls", 1, 3),
     32: ("DescribeConfigs", 1, 4),
     33: ("AlterConfigs", 0, 2),
     35: ("DescribeLogDirs", 1, 4),
@@ -89,6 +92,8 @@ CONTROLLER_SUPPORTED: dict[int, tuple[str, int, int]] = {
     62: ("BrokerRegistration", 3, 3),
     63: ("BrokerHeartbeat", 0, 1),
     67: ("AllocateProducerIds", 0, 0),
+    30: ("CreateAcls", 3, 3),           # forwarded by the brokers
+    31: ("DeleteAcls", 3, 3),
 }
 
 
@@ -214,6 +219,12 @@ def encode_error_response(key: int, version: int, correlation_id: int, body: dic
     """encode_response for an error answer (error_answers.error_body): the fields `body` does
     not give, at any depth, are zero, empty or null instead of an error."""
     return encode_response_kio(key, version, correlation_id, _filled(_response_class(key, version), body))
+
+
+def filled(key: int, version: int, body: dict) -> dict:
+    """`body` with every field `key`'s response of `version` has and `body` does not give
+    zeroed, at any depth (as encode_error_response does): a body to merge into another."""
+    return _filled(_response_class(key, version), body)
 
 
 def _filled(cls, values: dict) -> dict:

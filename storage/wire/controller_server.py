@@ -4,7 +4,7 @@ The `Controller` model (storage/replication/controller.py) keeps the metadata in
 validates every change; this process serves its RPCs over Kafka's protocol --
 BrokerRegistration, BrokerHeartbeat (fencing, controlled shutdown, KIP-841), AlterPartition
 (KIP-497 validation, KIP-903 broker epochs), CreateTopics, DeleteTopics, CreatePartitions,
-ElectLeaders, AllocateProducerIds --
+ElectLeaders, AllocateProducerIds, CreateAcls and DeleteAcls --
 and writes every change as Kafka's metadata records to its metadata log, `__cluster_metadata-0`
 (a partition of this engine, flushed before any answer), which brokers replay by fetching it
 (Fetch v12-16).  Brokers that stop heartbeating for the session timeout are fenced and lose
@@ -29,8 +29,9 @@ from ..core.records import build_batch
 from ..dir.logdir import LogDir
 from ..replication import messages as m
 from ..replication.controller import Controller
-from . import codec, config_admin, rules, topic_admin
+from . import acl_control, codec, config_admin, rules, topic_admin
 from . import configs as topic_configs
+from .acl_control import AclControl
 from .apis import Notifier, delete_topics_targets, long_poll
 from .broker import PRODUCER_ID_BLOCK
 from .client import CLIENT_ID as BROKER_CLIENT_ID
@@ -62,6 +63,7 @@ class ControllerServer(FrameServer):
         # One failure state for the process: a failed commit of the store, or of the metadata log.
         self.controller.failure_channel = self.logdir.failure_channel
         self.image = MetadataImage()
+        self.acl_control = AclControl(self.controller)
         self.endpoints: dict[int, list] = {      # each broker's listeners, the inter-broker one first
             int(b): endpoint_list(a) for b, a in (self.controller.store.get_document("endpoints") or {}).items()}
         self.last_heartbeat: dict[int, int] = {b: monotonic_ms() for b in self.controller.brokers}
@@ -70,7 +72,8 @@ class ControllerServer(FrameServer):
             1: self.fetch, 19: self.create_topics, 20: self.delete_topics, 37: self.create_partitions,
             43: self.elect_leaders, 56: self.alter_partition,
             62: self.register, 63: self.heartbeat, 67: self.allocate_producer_ids,
-            33: self.alter_configs, 44: self.incremental_alter_configs}.items()}
+            33: self.alter_configs, 44: self.incremental_alter_configs,
+            30: self.create_acls, 31: self.delete_acls}.items()}
         self.handlers[18] = self.api_versions          # touches no state: it cannot meet the failure
         self._ticker: asyncio.Task | None = None
 
@@ -81,7 +84,7 @@ class ControllerServer(FrameServer):
         records of the failed batch: nothing may look published after the failure)."""
         self.logdir.failure_channel.check()
         self.controller.take_outbox()           # the log replaces the in-process messages
-        values = records_for(self.controller, self.image, self.endpoints)
+        values = records_for(self.controller, self.image, self.endpoints, self.acl_control.acls)
         if not values:
             return
         epoch = max(self.controller.controller_epoch, 0)
@@ -285,6 +288,18 @@ class ControllerServer(FrameServer):
                                      incremental=incremental, validate_only=bool(request.validate_only))
         self.sync()
         return config_admin.response_body(request, results)
+
+    async def create_acls(self, header, request) -> dict:
+        """A broker's forwarded CreateAcls: validated and committed here, published as
+        AccessControlEntryRecords."""
+        results = self.acl_control.create(acl_control.creations(request))
+        self.sync()
+        return acl_control.create_body(results)
+
+    async def delete_acls(self, header, request) -> dict:
+        results = self.acl_control.delete([acl_control.filter_of(f) for f in request.filters])
+        self.sync()
+        return acl_control.delete_body(results)
 
     async def allocate_producer_ids(self, header, request) -> dict:
         r = self.controller.brokers.get(request.broker_id)

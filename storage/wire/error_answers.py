@@ -180,6 +180,9 @@ _BODIES = {
     21: _delete_records, 35: _describe_log_dirs, 37: _create_partitions, 43: _elect_leaders,
     42: lambda request, code: {"results": [{"group_id": g, "error_code": code} for g in request.groups_names]},
     47: _top_level,
+    29: lambda request, code: {"error_code": code, "resources": []},
+    30: lambda request, code: {"results": [{"error_code": code} for _ in request.creations]},
+    31: lambda request, code: {"filter_results": [{"error_code": code, "matching_acls": []} for _ in request.filters]},
     56: _top_level, 62: _top_level, 63: _top_level, 67: _top_level,
 }
 

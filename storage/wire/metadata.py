@@ -10,6 +10,7 @@ from dataclasses import dataclass, field
 
 from ..replication.messages import PartitionState
 from ..topics import metadata_records as mr
+from .authorizer import Acl
 
 NO_DIR = bytes(16)          # Kafka's unassigned log directory
 
@@ -45,6 +46,8 @@ class MetadataImage:
     # Dynamic broker configs: "" (the cluster default) or a broker id -> {name: value}.
     broker_configs: dict[str, dict[str, str]] = field(default_factory=dict)
     partitions: dict[tuple[str, int], PartitionState] = field(default_factory=dict)
+    # The ACLs (AccessControlEntryRecord): the binding's 16-byte id -> authorizer.Acl.
+    acls: dict[bytes, Acl] = field(default_factory=dict)
 
     def topic_name(self, topic_id: int) -> str | None:
         for name, tid in self.topic_ids.items():
@@ -54,7 +57,7 @@ class MetadataImage:
 
     def apply(self, api_key: int, f: dict) -> tuple:
         """Replay one record; returns what changed: ("broker", id), ("partition", key),
-        ("topic", name), ("broker_config", resource) or ("removed", name, [keys]).  A
+        ("topic", name), ("broker_config", resource), ("acl", id) or ("removed", name, [keys]).  A
         ConfigRecord with a null value removes that config (Kafka's deletion)."""
         if api_key == 0:
             endpoint = f["endPoints"][0] if f["endPoints"] else {"host": "", "port": 0}
@@ -89,7 +92,26 @@ class MetadataImage:
             self.topic_ids.pop(name, None)
             self.configs.pop(name, None)
             return ("removed", name, keys)
+        if api_key == 18:
+            self.acls[f["id"]] = acl_of(f)
+            return ("acl", f["id"])
+        if api_key == 19:
+            self.acls.pop(f["id"], None)
+            return ("acl", f["id"])
         raise mr.RecordFormatError(f"metadata record type {api_key} is not replayed")
+
+
+def acl_of(f: dict) -> Acl:
+    """The binding an AccessControlEntryRecord's fields carry."""
+    return Acl(f["resourceType"], f["resourceName"], f["patternType"], f["principal"], f["host"], f["operation"],
+               f["permissionType"])
+
+
+def acl_fields(acl_id: bytes, acl: Acl) -> dict:
+    """An AccessControlEntryRecord's fields."""
+    return {"id": acl_id, "resourceType": acl.resource_type, "resourceName": acl.resource_name,
+            "patternType": acl.pattern_type, "principal": acl.principal, "host": acl.host,
+            "operation": acl.operation, "permissionType": acl.permission}
 
 
 def _partition_fields(topic_id: int, s: PartitionState) -> dict:
@@ -122,10 +144,12 @@ def endpoint_list(value) -> list[tuple[str, str, int, int]]:
     return [(name, host, int(port), int(protocol)) for name, host, port, protocol in value]
 
 
-def records_for(controller, image: MetadataImage, endpoints: dict[int, list]) -> list[bytes]:
+def records_for(controller, image: MetadataImage, endpoints: dict[int, list],
+                acls: dict[bytes, Acl] | None = None) -> list[bytes]:
     """The records that bring `image` to the controller's state (and applies them to it):
     full-state records of every broker, topic and partition that differ, removals last.
-    `endpoints`: each broker's endpoint_list, the inter-broker listener first."""
+    `endpoints`: each broker's endpoint_list, the inter-broker listener first; with `acls` (the
+    controller's, acl_control.AclControl), the ACLs added and removed."""
     out: list[tuple[int, dict]] = []
     for b, r in sorted(controller.brokers.items()):
         listeners = endpoint_list(endpoints.get(b)) or [("PLAINTEXT", "", 0, 0)]
@@ -153,6 +177,9 @@ def records_for(controller, image: MetadataImage, endpoints: dict[int, list]) ->
             out.append((3, _partition_fields(topic_id, s)))
     for name in sorted(set(image.topic_ids) - set(controller.topics)):
         out.append((9, {"topicId": image.topic_ids[name].to_bytes(16, "big")}))
+    if acls is not None:
+        out += [(18, acl_fields(i, acls[i])) for i in sorted(set(acls) - set(image.acls))]
+        out += [(19, {"id": i}) for i in sorted(set(image.acls) - set(acls))]
     values = []
     for api_key, fields in out:
         value = mr.encode(api_key, fields)

@@ -27,6 +27,7 @@ from ..replication.controller import Controller
 from ..replication.messages import NO_LEADER, BrokerHeartbeatRequest, BrokerRegistrationRequest
 from . import config_admin, topic_admin
 from . import configs as topic_configs
+from .acl_control import AclControl
 from .broker import FETCH_MAX_BYTES, PRODUCER_ID_BLOCK, Broker  # noqa: F401  (FETCH_MAX_BYTES: its old home)
 from .configs import topic_name_problem  # noqa: F401  (the name rules' old home)
 from .metadata import MetadataImage, records_for
@@ -59,6 +60,7 @@ class LocalController:
     def __init__(self, *, min_insync_replicas: int = 1):
         self.min_insync_replicas = min_insync_replicas
         self.controller: Controller | None = None
+        self.acl_control: AclControl | None = None
         self.cluster_id: str | None = None
         self.published = MetadataImage()          # what the broker was handed
         self.broker: Broker | None = None
@@ -69,6 +71,7 @@ class LocalController:
         self.controller = Controller(os.path.join(broker.data_dir, "controller"),
                                      min_insync_replicas=self.min_insync_replicas)
         try:
+            self.acl_control = AclControl(self.controller)
             self._register()
             self.publish()
             broker.catch_up()
@@ -108,7 +111,7 @@ class LocalController:
         are not used: the records say the same)."""
         self.controller.take_outbox()
         b = self.broker
-        values = records_for(self.controller, self.published, {b.node_id: b.endpoints()})
+        values = records_for(self.controller, self.published, {b.node_id: b.endpoints()}, self.acl_control.acls)
         if values:
             b.replay(self.controller.controller_epoch, values)
 
@@ -199,6 +202,14 @@ class LocalController:
         self.publish()
         self.pump()
         return results
+
+    async def create_acls(self, acls: list) -> list[tuple[int, str | None]]:
+        return self._changing(lambda: self.acl_control.create(acls),
+                              lambda exc: [(exc.error_code, str(exc))] * len(acls))
+
+    async def delete_acls(self, filters: list) -> list[tuple[int, str | None, list]]:
+        return self._changing(lambda: self.acl_control.delete(filters),
+                              lambda exc: [(exc.error_code, str(exc), [])] * len(filters))
 
     async def allocate_producer_ids(self) -> tuple[int, int]:
         return self.controller.allocate_producer_ids(PRODUCER_ID_BLOCK), PRODUCER_ID_BLOCK

@@ -87,6 +87,11 @@ class ProduceRequest:
         self.timeout = timeout
         self.topic_data = topic_data
 
+    def replace(self, **changes) -> "ProduceRequest":
+        """A copy with `changes` (dataclasses.replace for kio's entities; authz splits a request)."""
+        fields = {name: getattr(self, name) for name in ("transactional_id", "acks", "timeout", "topic_data")}
+        return ProduceRequest(self.__version__, **{**fields, **changes})
+
     def __repr__(self) -> str:
         return (f"ProduceRequest(v{self.__version__}, transactional_id={self.transactional_id!r}, acks={self.acks}, "
                 f"timeout={self.timeout}, topic_data={self.topic_data!r})")

@@ -26,7 +26,8 @@ import ssl
 import time
 
 from ..core import errors
-from . import codec, error_answers, session, tls
+from . import authz, codec, error_answers, session, tls
+from .acl_control import AclApis
 from .admin_apis import AdminApis
 from .apis import ClientApis, Notifier
 from .broker import MetadataSource
@@ -330,6 +331,8 @@ class BrokerServer(FrameServer):
                               37: topic_admin.create_partitions, 43: topic_admin.elect_leaders})
         self.txn_admin = TxnAdminApis(node, self.notifier)
         self.handlers.update({27: self.txn_admin.write_txn_markers, 61: self.txn_admin.describe_producers})
+        acls = AclApis(node)
+        self.handlers.update({29: acls.describe_acls, 30: acls.create_acls, 31: acls.delete_acls})
 
     def serve_groups(self) -> None:
         """The group coordinator and its APIs (it needs a running event loop for its timers)."""
@@ -345,6 +348,7 @@ class BrokerServer(FrameServer):
         self.handlers.update({10: t.find_coordinator, 22: t.init_producer_id, 24: t.add_partitions_to_txn,
                               25: t.add_offsets_to_txn, 26: t.end_txn, 65: t.describe_transactions,
                               66: t.list_transactions})
+        self.handlers = authz.guard(self.handlers, self.node)     # ACLs on: every API's check first
 
     async def start(self) -> None:
         self.serve_groups()

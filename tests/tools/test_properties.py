@@ -272,3 +272,14 @@ def test_every_mapped_name_has_its_flag_and_its_doc_row():
             assert f"`{name}`" in guide, name
         for name, (dest, _) in BOOLEANS[command].items():
             assert dest in sub.actions_by_dest and f"`{name}`" in guide, (command, name)
+
+
+def test_the_acl_properties_map_onto_the_acl_flags(tmp_path):
+    args = configured(tmp_path, "authorizer.class.name=org.apache.kafka.metadata.authorizer.StandardAuthorizer\n"
+                                "super.users=User:admin;User:ops\nallow.everyone.if.no.acl.found=true\n")
+    assert args.authorizer == "org.apache.kafka.metadata.authorizer.StandardAuthorizer"
+    assert (args.super_users, args.allow_everyone_if_no_acl_found) == ("User:admin;User:ops", True)
+    plain = configured(tmp_path, "num.partitions=2\n")
+    assert (plain.authorizer, plain.allow_everyone_if_no_acl_found) == ("", False)     # ACLs off
+    # a controller's file may carry them (Kafka's do): accepted, unused
+    configured(tmp_path, "authorizer.class.name=x\nsuper.users=User:admin\n", command="controller")
