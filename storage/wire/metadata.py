@@ -10,6 +10,8 @@ from dataclasses import dataclass, field
 
 from ..replication.messages import PartitionState
 from ..topics import metadata_records as mr
+from .scram import Credential
+from .scram import records as scram_records
 
 NO_DIR = bytes(16)          # Kafka's unassigned log directory
 
@@ -33,6 +35,8 @@ class MetadataImage:
     # Dynamic broker configs: "" (the cluster default) or a broker id -> {name: value}.
     broker_configs: dict[str, dict[str, str]] = field(default_factory=dict)
     partitions: dict[tuple[str, int], PartitionState] = field(default_factory=dict)
+    # Users' SCRAM credentials: (user, mechanism type) -> scram.Credential.
+    scram: dict[tuple[str, int], Credential] = field(default_factory=dict)
 
     def topic_name(self, topic_id: int) -> str | None:
         for name, tid in self.topic_ids.items():
@@ -42,7 +46,7 @@ class MetadataImage:
 
     def apply(self, api_key: int, f: dict) -> tuple:
         """Replay one record; returns what changed: ("broker", id), ("partition", key),
-        ("topic", name), ("broker_config", resource) or ("removed", name, [keys]).  A
+        ("topic", name), ("broker_config", resource), ("scram", user) or ("removed", name, [keys]).  A
         ConfigRecord with a null value removes that config (Kafka's deletion)."""
         if api_key == 0:
             endpoint = f["endPoints"][0] if f["endPoints"] else {"host": "", "port": 0}
@@ -77,6 +81,13 @@ class MetadataImage:
             self.topic_ids.pop(name, None)
             self.configs.pop(name, None)
             return ("removed", name, keys)
+        if api_key == 11:
+            self.scram[(f["name"], f["mechanism"])] = Credential(bytes(f["salt"]), bytes(f["storedKey"]),
+                                                                 bytes(f["serverKey"]), f["iterations"])
+            return ("scram", f["name"])
+        if api_key == 12:
+            self.scram.pop((f["name"], f["mechanism"]), None)
+            return ("scram", f["name"])
         raise mr.RecordFormatError(f"metadata record type {api_key} is not replayed")
 
 
@@ -124,6 +135,7 @@ def records_for(controller, image: MetadataImage, endpoints: dict[int, tuple[str
         topic_id = int(controller.topics[key[0]]["topic_id"], 16) if key[0] in controller.topics else 0
         if topic_id and image.partitions.get(key) != s:
             out.append((3, _partition_fields(topic_id, s)))
+    out += scram_records(controller, image.scram)
     for name in sorted(set(image.topic_ids) - set(controller.topics)):
         out.append((9, {"topicId": image.topic_ids[name].to_bytes(16, "big")}))
     values = []
