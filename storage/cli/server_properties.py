@@ -54,7 +54,8 @@ FLAGS = {
               "max.incremental.fetch.session.cache.slots": "max_incremental_fetch_session_cache_slots",
               "compression.type": "compression_type", "log.retention.bytes": "log_retention_bytes",
               "log.segment.bytes": "log_segment_bytes", "message.max.bytes": "message_max_bytes",
-              "log.cleaner.backoff.ms": "log_cleaner_backoff_ms"},
+              "log.cleaner.backoff.ms": "log_cleaner_backoff_ms",
+              "sasl.enabled.mechanisms": "sasl_enabled_mechanisms"},
     "controller": {**_COMMON, "broker.session.timeout.ms": "session_timeout_ms"},
 }
 # Booleans (Kafka's: true or false, any case): Kafka name -> (dest, whether the flag is the negation).

@@ -432,3 +432,23 @@ def test_describe_lists_mechanisms_and_iterations_never_keys():
                     "zed": (Errors.RESOURCE_NOT_FOUND, "Attempt to describe a user credential that does not exist: zed"),
                     "a": (Errors.DUPLICATE_RESOURCE,
                           "Cannot describe SCRAM credentials for the same user twice in a single request: a")}
+
+
+def _configured(tmp_path, text: str):
+    from storage.cli import build_parser
+    from storage.cli.server_properties import apply_config
+    f = tmp_path / "server.properties"
+    f.write_text(text)
+    argv = ["serve", "--config", str(f)]
+    parser = build_parser()
+    return apply_config(parser, argv, parser.parse_args(argv))
+
+
+def test_sasl_enabled_mechanisms_property_and_flag(tmp_path):
+    from storage.cli.output import UsageError
+    assert _configured(tmp_path, "").sasl_enabled_mechanisms == ("PLAIN", "SCRAM-SHA-256", "SCRAM-SHA-512")
+    assert _configured(tmp_path, "sasl.enabled.mechanisms=SCRAM-SHA-512, plain\n").sasl_enabled_mechanisms == \
+        ("SCRAM-SHA-512", "PLAIN")
+    with pytest.raises(UsageError) as refused:                  # Kafka's default, not served here
+        _configured(tmp_path, "sasl.enabled.mechanisms=GSSAPI\n")
+    assert "sasl.enabled.mechanisms" in str(refused.value) and "GSSAPI" in str(refused.value)
