@@ -73,9 +73,7 @@ def add_parsers(sub) -> None:
     p.add_argument("--log-level", default="INFO", help="logging level (default INFO)")
     _metrics_flag(p)
     _connection_flags(p)
-    p.add_argument("--sasl-enabled-mechanisms", type=_sasl_mechanisms, default="PLAIN,SCRAM-SHA-256,SCRAM-SHA-512",
-                   metavar="M[,M...]", help="the SASL mechanisms a SASL listener offers (Kafka's "
-                   "sasl.enabled.mechanisms; default PLAIN,SCRAM-SHA-256,SCRAM-SHA-512)")
+    _sasl_flags(p)
 
     p = sub.add_parser("controller", help="run the controller of a multi-process cluster",
                        description="The cluster's controller as its own process: broker registrations and "
@@ -163,6 +161,12 @@ def _log_ignored(args) -> None:
 def _metrics_flag(p) -> None:
     p.add_argument("--metrics-listen", metavar="HOST:PORT", type=_metrics_address,
                    help="serve Prometheus metrics over HTTP there (port 0: any free port; docs/guide-operations.md)")
+
+
+def _sasl_flags(p) -> None:
+    p.add_argument("--sasl-enabled-mechanisms", type=_sasl_mechanisms, default="PLAIN,SCRAM-SHA-256,SCRAM-SHA-512",
+                   metavar="M[,M...]", help="the SASL mechanisms a SASL listener offers (Kafka's "
+                   "sasl.enabled.mechanisms; default PLAIN,SCRAM-SHA-256,SCRAM-SHA-512)")
 
 
 def _sasl_mechanisms(text: str) -> tuple[str, ...]:
