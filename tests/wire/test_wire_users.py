@@ -88,6 +88,27 @@ def eventually(ask, want=None, timeout_s: float = 20.0):
         time.sleep(0.2)
 
 
+def test_librdkafka_0081_user_scram_credentials_sequence(tmp_path):
+    """librdkafka's 0081-admin do_test_UserScramCredentials (with null bytes): an unknown user is
+    RESOURCE_NOT_FOUND per user (no request error); a salt and password with NUL bytes at 10000
+    iterations are kept; describe shows SCRAM-SHA-256/10000; the deletion leaves none."""
+    b = Broker(tmp_path / "data").start()
+    try:
+        admin = AdminClient({"bootstrap.servers": b.bootstrap})
+        [unknown] = admin.describe_user_scram_credentials(["scram-user"], request_timeout=10).values()
+        with pytest.raises(KafkaException) as refused:
+            unknown.result(15)
+        assert refused.value.args[0].name() == "RESOURCE_NOT_FOUND"
+        alteration = UserScramCredentialUpsertion("scram-user", ScramCredentialInfo(SHA256, 10000), b"\0as\0word",
+                                                  b"s\0l\0")
+        assert alter(admin, [alteration]) == {"scram-user": None}
+        assert described(admin) == {"scram-user": [("SCRAM_SHA_256", 10000)]}
+        assert alter(admin, [UserScramCredentialDeletion("scram-user", SHA256)]) == {"scram-user": None}
+        assert described(admin) == {}
+    finally:
+        b.kill()
+
+
 def run(capsys, broker, *argv):
     code = main([*argv, "--bootstrap-server", broker.bootstrap, "--timeout", "10"])
     out, err = capsys.readouterr()
