@@ -39,11 +39,13 @@ class Broker:
         return f"{self.host}:{self.port}"
 
     def start(self, timeout: float = 30.0) -> "Broker":
-        listen = f"127.0.0.1:{self.port}"          # the same port again after a restart
+        listen = ["--listen", f"127.0.0.1:{self.port}"]    # the same port again after a restart
+        if "--listeners" in self.extra:
+            listen = []                            # the test names its listeners
         stderr = open(self.log_path, "ab")
         options = list(self.options) if self.command == "serve" else []
         self.proc = subprocess.Popen(
-            [sys.executable, "-m", "storage", self.command, "--data-dir", self.data_dir, "--listen", listen,
+            [sys.executable, "-m", "storage", self.command, "--data-dir", self.data_dir, *listen,
              *options, "--log-level", os.environ.get("STORAGE_WIRE_LOG_LEVEL", "INFO"), *self.extra],
             stdout=subprocess.PIPE, stderr=stderr, text=True, preexec_fn=self.preexec_fn)
         stderr.close()
@@ -58,6 +60,11 @@ class Broker:
             self.kill()
             raise RuntimeError(f"broker did not start ({line!r}); stderr:\n{self.stderr()[-3000:]}")
         self.host, self.port, self.pid = found.group(2), int(found.group(3)), int(found.group(4))
+        self.listeners = {}         # name -> (protocol, "HOST:PORT"), each listener's own line
+        if "--listeners" in self.extra:
+            for _ in self.extra[self.extra.index("--listeners") + 1].split(","):
+                _, name, protocol, _, address = self.proc.stdout.readline().split()
+                self.listeners[name] = (protocol, address)
         return self
 
     def stderr(self) -> str:

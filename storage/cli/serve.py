@@ -14,6 +14,8 @@ import sys
 from ..core.config import COMPRESSION_TYPES, LogConfig
 from ..core.files import INT32_MAX, INT64_MAX
 from ..wire.configs import MAX_PARTITIONS_PER_TOPIC
+from . import listener_flags
+from .cluster import add_cluster_parser
 from .output import UsageError
 from .server_properties import IGNORED, register
 
@@ -42,7 +44,9 @@ def add_parsers(sub) -> None:
     register("serve", p)
     _config_flag(p)
     p.add_argument("--data-dir", help="the broker's data directory (created if missing; Kafka's log.dirs)")
-    p.add_argument("--listen", default="127.0.0.1:9092", help="HOST:PORT to listen on (port 0: any free port)")
+    p.add_argument("--listen", help="HOST:PORT of one PLAINTEXT listener (port 0: any free port; default "
+                                     "127.0.0.1:9092; --listeners for several, TLS, SASL)")
+    listener_flags.add(p, "serve")
     p.add_argument("--advertised-host", metavar="HOST", help="the host Metadata tells clients and brokers to "
                    "connect to (Kafka's advertised.listeners; default: --listen's host)")
     p.add_argument("--node-id", type=_ranged(0, INT32_MAX, "node.id"), default=1, help="this broker's node id (default 1)")
@@ -84,7 +88,9 @@ def add_parsers(sub) -> None:
     p.add_argument("--data-dir", help="the controller's data directory (created if missing; Kafka's log.dirs)")
     p.add_argument("--node-id", type=_ranged(0, INT32_MAX, "node.id"), default=3000,
                    help="the controller's node id (default 3000)")
-    p.add_argument("--listen", default="127.0.0.1:9093", help="HOST:PORT to listen on (port 0: any free port)")
+    p.add_argument("--listen", help="HOST:PORT of one PLAINTEXT listener (port 0: any free port; default "
+                                     "127.0.0.1:9093; --listeners for an SSL one)")
+    listener_flags.add(p, "controller")
     p.add_argument("--min-insync-replicas", type=_ranged(1, INT32_MAX, "min.insync.replicas"), default=1,
                    help="min.insync.replicas (KIP-966: ELR is kept above 1)")
     p.add_argument("--session-timeout-ms", type=_ranged(1, INT32_MAX, "broker.session.timeout.ms"), default=9000,
@@ -96,19 +102,7 @@ def add_parsers(sub) -> None:
     _metrics_flag(p)
     _connection_flags(p)
 
-    p = sub.add_parser("cluster", help="start and supervise a local cluster: a controller and N brokers",
-                       description="Starts `storage controller` and N `storage serve` processes on loopback, "
-                                   "prints each one's node id, address and pid, and stops them all (SIGTERM, by "
-                                   "pid) on SIGTERM or Ctrl-C.")
-    p.add_argument("--brokers", type=_ranged(1, 100), default=3, help="how many brokers (default 3)")
-    p.add_argument("--data-dir", required=True, help="DIR/controller-data, DIR/broker-N")
-    p.add_argument("--base-port", type=_ranged(1, 65535 - 100), default=9092, help="broker N listens on base+N-1, the controller "
-                                                                 "on base+100 (default 9092)")
-    p.add_argument("--min-insync-replicas", type=_ranged(1, INT32_MAX, "min.insync.replicas"), default=2, help="min.insync.replicas (default 2)")
-    p.add_argument("--metrics-base-port", type=_ranged(1, 65535 - 100), help="broker N serves its metrics on "
-                   "base+N-1, the controller on base+100 (default: no metrics)")
-    p.add_argument("--log-level", default="INFO", help="every process's logging level (default INFO); each "
-                   "logs to DIR/controller.log or DIR/broker-N.log")
+    add_cluster_parser(sub, _ranged)
 
 
 def _cleaner_and_transaction_flags(p) -> None:
@@ -235,7 +229,10 @@ def cmd_serve(args) -> int:
     from ..wire.server import run
     from ..wire.txn_coordinator import TxnSettings
 
-    host, port = _listen(args.listen)
+    if args.listen is not None:
+        _listen(args.listen)
+    listeners, tls_settings, tls_context = listener_flags.listeners(args)
+    host, port = listeners[0].host, listeners[0].port
     limits = _connection_limits(args)
     data_dir = _data_dir(args)
     _logging(args.log_level)
@@ -244,30 +241,37 @@ def cmd_serve(args) -> int:
                            retention_ms=args.log_retention_ms, retention_bytes=args.log_retention_bytes,
                            segment_bytes=args.log_segment_bytes, segment_ms=args.log_roll_ms,
                            max_message_bytes=args.message_max_bytes)
-    options = dict(node_id=args.node_id, host=args.advertised_host or host, port=port, num_partitions=args.num_partitions,
+    options = dict(node_id=args.node_id, host=listeners[0].advertised_host or host, port=port, num_partitions=args.num_partitions,
                    replication_factor=args.replication_factor, auto_create_topics=not args.no_auto_create_topics,
                    offsets_partitions=args.offsets_partitions, min_insync_replicas=args.min_insync_replicas,
                    log_config=log_config, fetch_max_bytes=args.fetch_max_bytes,
                    cleaner_backoff_ms=None if args.no_log_cleaner else args.log_cleaner_backoff_ms)
     if args.controller:
         from ..wire.cluster_node import ClusterNode
+        client_tls = tls_settings.client_context() if listeners[0].tls or \
+            args.controller_security_protocol == "SSL" else None
         node = ClusterNode(data_dir, controller=_listen(args.controller),
-                           replica_lag_time_max_ms=args.replica_lag_time_max_ms, **options)
+                           replica_lag_time_max_ms=args.replica_lag_time_max_ms,
+                           controller_tls=client_tls if args.controller_security_protocol == "SSL" else None, **options)
+        node.peer_tls = client_tls if listeners[0].tls else None     # the brokers fetch from each other over TLS
     else:
         from ..wire.node import Node
         node = Node(data_dir, **options)
     node.fetch_session_slots = args.max_incremental_fetch_session_cache_slots    # read by ClientApis
     node.sasl_mechanisms = args.sasl_enabled_mechanisms            # read by sasl.SaslApis
     node.bind_host = host
+    node.listeners = listeners
 
     def ready(server) -> None:
-        # One line on stdout for supervisors and tests: the node, its address and pid.
+        # One line on stdout for supervisors and tests: the node, its (inter-broker) address and pid;
+        # then, with --listeners, one line per listener.
         print(f"node {node.node_id} listening on {node.host}:{node.port} pid {os.getpid()}", flush=True)
+        _print_listeners(args, listeners)
         _start_metrics(args, server)
 
     txn = TxnSettings(args.transaction_partitions, args.transaction_max_timeout_ms, args.transaction_abort_interval_ms)
     asyncio.run(run(node, initial_rebalance_delay_ms=args.group_initial_rebalance_delay_ms, ready=ready,
-                    limits=limits, txn=txn))
+                    limits=limits, txn=txn, tls=tls_context))
     return 0
 
 
@@ -275,19 +279,24 @@ def cmd_controller(args) -> int:
     from ..wire.controller_server import ControllerServer
     from ..wire.server import serve
 
-    host, port = _listen(args.listen)
+    if args.listen is not None:
+        _listen(args.listen)
+    listeners, _settings, tls_context = listener_flags.listeners(args)
     limits = _connection_limits(args)
     data_dir = _data_dir(args)
     _logging(args.log_level)
     _log_ignored(args)
 
     async def main() -> None:
-        server = ControllerServer(data_dir, host, port, node_id=args.node_id, min_insync_replicas=args.min_insync_replicas,
+        server = ControllerServer(data_dir, listeners[0].host, listeners[0].port, node_id=args.node_id,
+                                  min_insync_replicas=args.min_insync_replicas,
                                   session_timeout_ms=args.session_timeout_ms,
                                   unclean_leader_election=args.unclean_leader_election, limits=limits)
+        server.listeners, server.tls = listeners, tls_context
 
         def ready(s) -> None:
             print(f"controller {s.node_id} listening on {s.host}:{s.port} pid {os.getpid()}", flush=True)
+            _print_listeners(args, listeners)
             _start_metrics(args, s)
         await serve(server, ready)
 
@@ -295,6 +304,18 @@ def cmd_controller(args) -> int:
     return 0
 
 
+def _print_listeners(args, listeners) -> None:
+    """With --listeners (not the --listen shorthand): one line per listener after the ready line."""
+    if args.listeners is None:
+        return
+    for listener in listeners:
+        print(f"listener {listener.name} {listener.protocol} on {listener.host or '0.0.0.0'}:{listener.port}",
+              flush=True)
+
+
 def cmd_cluster(args) -> int:
     from .cluster import run_cluster
+    from .cluster_status import cluster_status
+    if args.cluster_command == "status":
+        return cluster_status(args)
     return run_cluster(args)

@@ -10,6 +10,7 @@ import argparse
 import re
 
 from ..wire.limits import ConnectionLimits
+from ..wire.listeners import DEFAULT_MAP
 from . import properties
 from .output import UsageError
 
@@ -32,7 +33,6 @@ IGNORED = {
     "transaction.state.log.replication.factor": "__transaction_state gets min(default.replication.factor, 3) "
                                                 "replicas",
     "transaction.state.log.min.isr": "__transaction_state uses the broker's min.insync.replicas",
-    "inter.broker.listener.name": "brokers replicate over the one listener",
     "share.coordinator.state.topic.replication.factor": "share groups (KIP-932) are not served",
     "share.coordinator.state.topic.min.isr": "share groups (KIP-932) are not served",
 }
@@ -41,7 +41,10 @@ IGNORED = {
 _CONNECTION = {"connections.max.idle.ms": "connections_max_idle_ms", "max.connections": "max_connections",
                "max.connections.per.ip": "max_connections_per_ip",
                "queued.max.request.bytes": "queued_max_request_bytes", "request.timeout.ms": "request_timeout_ms"}
-_COMMON = {**_CONNECTION, "min.insync.replicas": "min_insync_replicas", "node.id": "node_id"}
+_TLS = {"ssl.keystore.location": "ssl_keystore", "ssl.key.password": "ssl_key_password",
+        "ssl.truststore.location": "ssl_truststore", "ssl.client.auth": "ssl_client_auth",
+        "ssl.endpoint.identification.algorithm": "ssl_endpoint_identification_algorithm"}
+_COMMON = {**_CONNECTION, **_TLS, "min.insync.replicas": "min_insync_replicas", "node.id": "node_id"}
 FLAGS = {
     "serve": {**_COMMON, "broker.id": "node_id", "num.partitions": "num_partitions",
               "default.replication.factor": "replication_factor",
@@ -60,15 +63,19 @@ FLAGS = {
 }
 # Booleans (Kafka's: true or false, any case): Kafka name -> (dest, whether the flag is the negation).
 BOOLEANS = {"serve": {"auto.create.topics.enable": ("no_auto_create_topics", True),
-                      "log.cleaner.enable": ("no_log_cleaner", True)},
-            "controller": {"unclean.leader.election.enable": ("unclean_leader_election", False)}}
+                      "log.cleaner.enable": ("no_log_cleaner", True),
+                      "allow.plaintext.listeners": ("allow_plaintext", False)},
+            "controller": {"unclean.leader.election.enable": ("unclean_leader_election", False),
+                           "allow.plaintext.listeners": ("allow_plaintext", False)}}
 # Several Kafka names for one flag, the first given winning (Kafka's precedence): name -> factor to ms.
 _UNITS = {"serve": {"log_retention_ms": [("log.retention.ms", 1), ("log.retention.minutes", 60_000),
                                          ("log.retention.hours", 3_600_000)],
                     "log_roll_ms": [("log.roll.ms", 1), ("log.roll.hours", 3_600_000)]}}
 # Read together below: the listener, the log dir, the roles and the controller's address.
 _STRUCTURE = {"listeners", "advertised.listeners", "log.dirs", "log.dir", "process.roles", "controller.listener.names",
-              "listener.security.protocol.map", "controller.quorum.voters", "controller.quorum.bootstrap.servers"}
+              "listener.security.protocol.map", "controller.quorum.voters", "controller.quorum.bootstrap.servers",
+              "inter.broker.listener.name", "security.inter.broker.protocol", "ssl.keystore.type",
+              "ssl.truststore.type"}
 _PROTOCOLS = {"PLAINTEXT", "SSL", "SASL_PLAINTEXT", "SASL_SSL"}
 SUBPARSERS: dict[str, argparse.ArgumentParser] = {}
 
@@ -186,21 +193,29 @@ def _structure(command: str, entries: dict, values: dict, refuse) -> None:
             if not sep or protocol.strip() not in _PROTOCOLS:
                 refuse(entries["listener.security.protocol.map"], f"expected NAME:PROTOCOL pairs, not {pair!r}")
             protocols[name.strip()] = protocol.strip()
+    for name in ("listener.security.protocol.map", "advertised.listeners", "inter.broker.listener.name",
+                 "security.inter.broker.protocol"):
+        if name in entries and "listeners" not in entries:
+            refuse(entries[name], "needs listeners")
     # Combined mode: the embedded controller takes no listener, so its listener is left out.
     skipped = controller_names if command == "serve" and roles and "controller" in roles else set()
     if "listeners" in entries:
         chosen = _listeners(entries["listeners"], protocols, controller_names, skipped, refuse)
-        if len(chosen) != 1:
-            refuse(entries["listeners"], "exactly one listener is served (several listeners are not served yet)")
-        name, host, port = chosen[0]
-        values["listen"] = f"{host or '0.0.0.0'}:{port}"
+        if not chosen:
+            refuse(entries["listeners"], "no listener left to serve")
+        told = None
         if "advertised.listeners" in entries:
-            entry = entries["advertised.listeners"]
-            told = [a for a in _listeners(entry, protocols, controller_names, skipped, refuse) if a[0] == name]
-            if len(told) != 1 or told[0][2] != port or not told[0][1]:
-                refuse(entry, f"expected one {name}://HOST:{port} (another port than the listener's is not served)")
-            if command == "serve":
-                values["advertised_host"] = told[0][1]
+            told = _listeners(entries["advertised.listeners"], protocols, controller_names, skipped, refuse)
+        _choose_listeners(command, entries, chosen, told, protocols, controller_names, values)
+    for key in ("ssl.keystore.type", "ssl.truststore.type"):
+        if key in entries and entries[key].value.strip().upper() != "PEM":
+            refuse(entries[key], "only PEM files are read (JKS and PKCS12 are not)")
+    controller_protocol = next((protocols.get(name, "PLAINTEXT") for name in controller_names), None)
+    if command == "serve" and controller_protocol is not None and not (roles and "controller" in roles):
+        if controller_protocol not in ("PLAINTEXT", "SSL"):
+            refuse(entries["controller.listener.names"], f"the controller's listener is {controller_protocol}: "
+                                                         f"a controller serves PLAINTEXT or SSL")
+        values["controller_security_protocol"] = controller_protocol
     dirs = entries.get("log.dirs") or entries.get("log.dir")
     if dirs is not None:
         if len(_list(dirs.value)) != 1:
@@ -217,7 +232,7 @@ def _structure(command: str, entries: dict, values: dict, refuse) -> None:
 
 def _listeners(entry, protocols: dict, controller_names: set, skipped: set, refuse) -> list[tuple[str, str, str]]:
     """(name, host, port) of each listener of a `listeners` / `advertised.listeners` entry, those
-    named in `skipped` left out; any but PLAINTEXT refused."""
+    named in `skipped` left out."""
     out = []
     for listener in _list(entry.value):
         name, sep, address = listener.partition("://")
@@ -226,11 +241,35 @@ def _listeners(entry, protocols: dict, controller_names: set, skipped: set, refu
         host, colon, port = address.rpartition(":")
         if not sep or not colon or protocol is None:
             refuse(entry, f"expected NAME://HOST:PORT with a known security protocol, not {listener!r}")
-        if protocol != "PLAINTEXT":
-            refuse(entry, f"{protocol} is not served yet (no TLS or SASL): only one PLAINTEXT listener")
+        if any(n == name for n, _, _ in out):
+            refuse(entry, f"the listener name {name} appears twice")
         if name not in skipped:
             out.append((name, host.strip("[]"), port))
     return out
+
+
+def _choose_listeners(command: str, entries: dict, chosen: list, told: list | None, protocols: dict,
+                      controller_names: set, values: dict) -> None:
+    """One PLAINTEXT listener told on its own port: --listen (and --advertised-host); anything
+    else: --listeners with its protocol map and --advertised-listeners (checked at start)."""
+    name, host, port = chosen[0]
+    protocol = protocols.get(name, name if name in _PROTOCOLS else "PLAINTEXT")
+    same = told is None or (len(told) == 1 and told[0][0] == name and told[0][2] == port and told[0][1])
+    if len(chosen) == 1 and protocol == "PLAINTEXT" and same:
+        values["listen"] = f"{host or '0.0.0.0'}:{port}"
+        if told and command == "serve":
+            values["advertised_host"] = told[0][1]
+    else:
+        values["listeners"] = ",".join(f"{n}://{h or '0.0.0.0'}:{p}" for n, h, p in chosen)
+        full = {**{n: "PLAINTEXT" for n in controller_names}, **(protocols or DEFAULT_MAP)}
+        values["listener_security_protocol_map"] = ",".join(f"{n}:{p}" for n, p in full.items())
+        if told:
+            values["advertised_listeners"] = ",".join(f"{n}://{h}:{p}" for n, h, p in told)
+    if command == "serve":
+        for key, dest in (("inter.broker.listener.name", "inter_broker_listener_name"),
+                          ("security.inter.broker.protocol", "security_inter_broker_protocol")):
+            if key in entries and "listeners" in values:
+                values[dest] = entries[key].value.strip()
 
 
 def _controller_address(entries: dict, refuse) -> str | None:
@@ -248,7 +287,13 @@ def _controller_address(entries: dict, refuse) -> str | None:
 
 
 def apply_config(parser: argparse.ArgumentParser, argv: list[str], args) -> argparse.Namespace:
-    """The command line parsed again over the --config file's values (a flag given wins)."""
+    """The command line parsed again over the --config file's values (a flag given wins; --listen
+    or --listeners given replaces the file's listeners and what it advertised, whichever form the
+    file's took)."""
     subparser = SUBPARSERS[args.command]
-    subparser.set_defaults(**read(args.command, args.config, subparser))
+    values = read(args.command, args.config, subparser)
+    if any(a.split("=")[0] in ("--listen", "--listeners") for a in argv):
+        for dest in ("listen", "listeners", "advertised_host", "advertised_listeners"):
+            values.pop(dest, None)
+    subparser.set_defaults(**values)
     return parser.parse_args(argv)

@@ -164,35 +164,55 @@ class ClientApis:
 
     # ---- Produce -----------------------------------------------------------------------------
     async def produce(self, header, request) -> dict | None:
-        loop = asyncio.get_running_loop()
-        manager, waits, refused = self.node.manager, [], {}
-        for topic, index, part in _partition_keys(request.topic_data, parts_attr="partition_data", index_attr="index"):
-            done = loop.create_future()
-            problem = rules.produce_problem(topic, part.records or b"", request.transactional_id)
-            if problem:         # an internal topic, a transactional or a control batch: never appended
-                refused[(topic, index)] = problem[1]
-                done.set_result(m.ProduceResponse(topic, index, problem[0], -1))
-            else:
-                manager.handle_produce(m.ProduceRequest(topic, index, part.records or b"", request.acks),
-                                       callback=lambda r, done=done: done.done() or done.set_result(r))
-            waits.append(done)
+        """Each partition's records (a view of the request frame) appended in one pass, then one
+        wait for the acks=-1 answers still to come (acks 0/1 and refusals answer at once)."""
+        manager, acks, transactional_id = self.node.manager, request.acks, request.transactional_id
+        answers, pending, refused, keys = [], [], {}, []
+        for t in request.topic_data:
+            topic = t.name
+            for part in t.partition_data:
+                index, records = part.index, part.records or b""
+                keys.append((topic, index))
+                problem = rules.produce_problem(topic, records, transactional_id)
+                if problem:     # an internal topic, a transactional or a control batch: never appended
+                    refused[(topic, index)] = problem[1]
+                    answers.append(m.ProduceResponse(topic, index, problem[0], -1))
+                    continue
+                done = None
+                if acks == -1:
+                    done = asyncio.get_running_loop().create_future()
+                    answer = manager.handle_produce(m.ProduceRequest(topic, index, records, acks),
+                                                    callback=lambda r, done=done: done.done() or done.set_result(r))
+                else:
+                    answer = manager.handle_produce(m.ProduceRequest(topic, index, records, acks))
+                if answer is None:          # acks=-1: answered when the high watermark passes it
+                    pending.append(done)
+                answers.append(answer if answer is not None else done)
         self.node.pump()
-        self.notifier.notify({(t, i) for t, i, _ in _partition_keys(request.topic_data, parts_attr="partition_data",
-                                                                    index_attr="index")})
-        answers = await asyncio.gather(*waits)
-        if request.acks == 0:
+        if keys:
+            self.notifier.notify(keys)
+        if pending:
+            await asyncio.gather(*pending)
+            answers = [a.result() if isinstance(a, asyncio.Future) else a for a in answers]
+        if acks == 0:
             return None
-        items = []
+        return {"responses": self._produce_rows(answers, refused)}
+
+    def _produce_rows(self, answers: list, refused: dict) -> list[dict]:
+        partitions = self.node.manager.partitions
+        rows: dict[str, list] = {}
         for r in answers:
             if r.error_code == Errors.NONE and r.base_offset < 0:
                 log.warning("produce to %s-%d answered without an offset", r.topic, r.partition)
-            hosted = self.node.manager.partitions.get((r.topic, r.partition))    # no copy of every log
-            items.append((r.topic, {"index": r.partition, "error_code": r.error_code, "base_offset": r.base_offset,
-                                    "log_start_offset": hosted.log.log_start_offset if hosted is not None else -1,
-                                    "record_errors": [{"batch_index": i, "batch_index_error_message": text}
-                                                      for i, text in r.record_errors],
-                                    "error_message": refused.get((r.topic, r.partition), r.error_message)}))
-        return {"responses": _grouped(items, "name", "partition_responses")}
+            hosted = partitions.get((r.topic, r.partition))     # no copy of every log
+            row = {"index": r.partition, "error_code": r.error_code, "base_offset": r.base_offset,
+                   "log_start_offset": hosted.log.log_start_offset if hosted is not None else -1,
+                   "record_errors": [{"batch_index": i, "batch_index_error_message": text}
+                                     for i, text in r.record_errors] if r.record_errors else [],
+                   "error_message": refused.get((r.topic, r.partition), r.error_message) if refused
+                   else r.error_message}
+            rows.setdefault(r.topic, []).append(row)
+        return [{"name": t, "partition_responses": parts} for t, parts in rows.items()]
 
     # ---- Fetch -------------------------------------------------------------------------------
     def _fetch_request(self, request) -> tuple[m.FetchRequest, dict]:

@@ -20,6 +20,7 @@ from __future__ import annotations
 import dataclasses
 import logging
 import os
+import ssl
 from typing import Protocol
 
 from ..core import errors
@@ -29,8 +30,9 @@ from ..dir.logdir import LogDir, hold_lock, read_clean_shutdown_epoch, release_h
 from ..replication import messages as m
 from ..replication.replica import ReplicaManager
 from ..topics import metadata_records as mr
-from . import config_admin, rules
+from . import config_admin, rules, session
 from . import configs as topic_configs
+from .listeners import Listener
 from .metadata import MetadataImage
 from .rules import OFFSETS_TOPIC
 
@@ -66,7 +68,8 @@ class MetadataSource(Protocol):
     @property
     def controller_id(self) -> int: ...
     def brokers(self) -> list[tuple[int, str, int]]: ...
-    def address_of(self, broker_id: int) -> tuple[str, int]: ...
+    def address_of(self, broker_id: int, listener: str | None = None) -> tuple[str, int]: ...
+    def client_address_of(self, broker_id: int) -> tuple[str, int]: ...
     def partition_state(self, topic: str, partition: int) -> m.PartitionState | None: ...
     def partitions_of(self, topic: str) -> list[m.PartitionState]: ...
     def topic_names(self) -> list[str]: ...
@@ -138,6 +141,10 @@ class Broker:
         self.data_dir = os.fspath(data_dir)
         self.node_id, self.host, self.port = node_id, host, port
         self.bind_host = host        # where it listens; `host` is what Metadata tells (advertised.listeners)
+        # Its listeners, the inter-broker one first (None: one PLAINTEXT listener on bind_host and
+        # port, telling host); `host` and `port` are the inter-broker listener's once serving.
+        self.listeners: list[Listener] | None = None
+        self.peer_tls: ssl.SSLContext | None = None      # the inter-broker listener is SSL: the client side
         self.num_partitions, self.replication_factor = num_partitions, replication_factor
         self.auto_create_topics, self.offsets_partitions = auto_create_topics, offsets_partitions
         self.fetch_max_bytes = fetch_max_bytes
@@ -187,13 +194,27 @@ class Broker:
     def controller_id(self) -> int:
         return self.node_id     # as KRaft brokers do: admin requests sent here are forwarded
 
-    def brokers(self) -> list[tuple[int, str, int]]:
-        return [(b.broker_id, b.host, b.port) for b in sorted(self.image.brokers.values(), key=lambda b: b.broker_id)
-                if not b.fenced]
+    def endpoints(self) -> list[tuple[str, str, int, int]]:
+        """What this broker registers: (name, host, port, protocol id) of each listener, the
+        inter-broker one first."""
+        if self.listeners is None:
+            return [("PLAINTEXT", self.host, self.port, 0)]
+        return [listener.endpoint() for listener in self.listeners]
 
-    def address_of(self, broker_id: int) -> tuple[str, int]:
+    def brokers(self) -> list[tuple[int, str, int]]:
+        """(id, host, port) of the unfenced brokers on the listener the current request arrived
+        on (Kafka's rule: those without that listener are left out)."""
+        return [(b, host, port) for b, host, port, fenced in self.broker_registrations() if not fenced]
+
+    def address_of(self, broker_id: int, listener: str | None = None) -> tuple[str, int]:
+        """A broker's (host, port) on `listener` (None: the inter-broker listener), ("", -1) if
+        unknown or lacking it."""
         b = self.image.brokers.get(broker_id)
-        return (b.host, b.port) if b is not None else ("", -1)
+        return b.address(listener or None) if b is not None else ("", -1)
+
+    def client_address_of(self, broker_id: int) -> tuple[str, int]:
+        """A broker's (host, port) on the listener the current request arrived on."""
+        return self.address_of(broker_id, session.current().listener)
 
     def partition_state(self, topic: str, partition: int):
         return self.image.partitions.get((topic, partition))
@@ -217,9 +238,15 @@ class Broker:
         return {resource: dict(c) for resource, c in self.image.broker_configs.items()}
 
     def broker_registrations(self) -> list[tuple[int, str, int, bool]]:
-        """(id, host, port, fenced) of every registered broker."""
-        return [(b.broker_id, b.host, b.port, b.fenced) for b in sorted(self.image.brokers.values(),
-                                                                         key=lambda b: b.broker_id)]
+        """(id, host, port, fenced) of every registered broker that has the listener the current
+        request arrived on, its address there."""
+        listener = session.current().listener or None
+        out = []
+        for b in sorted(self.image.brokers.values(), key=lambda b: b.broker_id):
+            host, port = b.address(listener)
+            if port >= 0:
+                out.append((b.broker_id, host, port, b.fenced))
+        return out
 
     async def alter_configs(self, resources, *, incremental: bool,
                             validate_only: bool) -> list[tuple[int, str | None]]:

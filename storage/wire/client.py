@@ -1,11 +1,12 @@
 """`Peer`: this broker's side of a connection to another node (the controller, a partition's
 leader): Kafka's framing through the codec, one request at a time, a timeout on every
-exchange, and a fresh connection after any failure (the request fails with PeerError; the
+exchange, TLS when the other end's listener is SSL, and a fresh connection after any failure (the request fails with PeerError; the
 caller's retry policy decides what happens next)."""
 from __future__ import annotations
 
 import asyncio
 import itertools
+import ssl
 import struct
 
 from . import codec
@@ -18,8 +19,9 @@ class PeerError(Exception):
 
 
 class Peer:
-    def __init__(self, host: str, port: int, *, timeout_s: float = 10.0):
+    def __init__(self, host: str, port: int, *, timeout_s: float = 10.0, tls: ssl.SSLContext | None = None):
         self.host, self.port, self.timeout_s = host, port, timeout_s
+        self.tls = tls          # TLS to an SSL listener: its certificate checked for `host`
         self._reader: asyncio.StreamReader | None = None
         self._writer: asyncio.StreamWriter | None = None
         self._lock = asyncio.Lock()
@@ -40,7 +42,8 @@ class Peer:
 
     async def _exchange(self, key: int, version: int, body: dict):
         if self._writer is None:
-            self._reader, self._writer = await asyncio.open_connection(self.host, self.port)
+            self._reader, self._writer = await asyncio.open_connection(
+                self.host, self.port, ssl=self.tls, server_hostname=self.host if self.tls is not None else None)
         correlation_id = next(self._ids)
         self._writer.write(codec.encode_request(key, version, correlation_id, CLIENT_ID, body))
         await self._writer.drain()

@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import ssl
 import uuid
 
 from ..core import errors
@@ -41,9 +42,10 @@ REREGISTER_BACKOFF_S = 10.0    # a registration taken over sooner than this is a
 class ClusterNode(Broker):
     """A cluster's broker on `data_dir` (the options are `Broker`'s); `start` registers it."""
 
-    def __init__(self, data_dir, *, controller: tuple[str, int], replica_lag_time_max_ms: int = 10_000, **options):
-        super().__init__(data_dir, RemoteController(controller), replica_lag_time_max_ms=replica_lag_time_max_ms,
-                         **options)
+    def __init__(self, data_dir, *, controller: tuple[str, int], replica_lag_time_max_ms: int = 10_000,
+                 controller_tls: ssl.SSLContext | None = None, **options):
+        super().__init__(data_dir, RemoteController(controller, controller_tls),
+                         replica_lag_time_max_ms=replica_lag_time_max_ms, **options)
 
 
 class RemoteController:
@@ -51,13 +53,14 @@ class RemoteController:
 
     cluster_id = "storage-cluster"
 
-    def __init__(self, address: tuple[str, int]):
+    def __init__(self, address: tuple[str, int], tls: ssl.SSLContext | None = None):
         self.address = address
+        self.tls = tls              # the controller's listener is SSL
         self.broker: Broker | None = None
         self.metadata_offset = 0
         self._catch_up_to = None
         self._peers: dict[tuple[int, str], list[Peer]] = {}
-        self._rpc = Peer(*address)
+        self._rpc = Peer(*address, tls=tls)
         self._tasks: list[asyncio.Task] = []
         self._stopping = False
         self._closing = False
@@ -205,7 +208,8 @@ class RemoteController:
         b = self.broker
         previous = b.previous_broker_epoch
         body = {"broker_id": b.node_id, "cluster_id": self.cluster_id, "incarnation_id": uuid.uuid4(),
-                "listeners": [{"name": "PLAINTEXT", "host": b.host, "port": b.port, "security_protocol": 0}],
+                "listeners": [{"name": name, "host": host, "port": port, "security_protocol": protocol}
+                              for name, host, port, protocol in b.endpoints()],
                 "features": [], "rack": None, "is_migrating_zk_broker": False, "log_dirs": [],
                 "previous_broker_epoch": previous}
         for attempt in range(60):
@@ -261,7 +265,7 @@ class RemoteController:
 
     # ---- the metadata log ----------------------------------------------------------------------
     async def _metadata_loop(self) -> None:
-        peer = Peer(*self.address, timeout_s=FETCH_MAX_WAIT_MS / 1000 + 10)
+        peer = Peer(*self.address, timeout_s=FETCH_MAX_WAIT_MS / 1000 + 10, tls=self.tls)
         b = self.broker
         while not self._closing:
             body = {"replica_id": -1, "max_wait": FETCH_MAX_WAIT_MS, "min_bytes": 1, "max_bytes": 8 << 20,
@@ -397,7 +401,7 @@ class RemoteController:
         for peer in pool:
             if not peer.busy:
                 return peer
-        peer = Peer(host, port, timeout_s=FETCH_MAX_WAIT_MS / 1000 + 10)
+        peer = Peer(host, port, timeout_s=FETCH_MAX_WAIT_MS / 1000 + 10, tls=self.broker.peer_tls)
         self._peers[(leader, purpose)] = pool[-7:] + [peer]
         return peer
 

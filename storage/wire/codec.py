@@ -28,7 +28,7 @@ from kio.schema.request_header.v2.header import RequestHeader as RequestHeaderV2
 from kio.serial import entity_reader, entity_writer
 from kio.static.primitive import i32Timedelta, i64Timedelta
 
-from . import bounds
+from . import bounds, produce_codec
 
 MAX_REQUEST_BYTES = 100 * 1024 * 1024      # Kafka's socket.request.max.bytes default
 UNSUPPORTED_VERSION = 35
@@ -148,7 +148,19 @@ def is_supported(key: int, version: int, table: dict | None = None) -> bool:
 
 
 def parse_request(frame: bytes):
-    """(header, request entity) of a frame whose API and version are supported."""
+    """(header, request entity) of a frame whose API and version are supported.  A Produce
+    frame is read by produce_codec (its records a view of the frame) unless it leaves the frame
+    to kio (a malformed one, or one with tagged fields): then as any other."""
+    key, version, _ = peek_api(frame)
+    if key == produce_codec.PRODUCE_KEY:
+        fast = produce_codec.read_request(frame)
+        if fast is not None:
+            return fast
+    return parse_request_kio(frame)
+
+
+def parse_request_kio(frame: bytes):
+    """parse_request through kio's entities (for every API; the Produce fast path's reference)."""
     key, version, _ = peek_api(frame)
     cls = _request_class(key, version)
     header_cls = RequestHeaderV2 if cls.__flexible__ else RequestHeaderV1
@@ -183,7 +195,15 @@ def encode_request(key: int, version: int, correlation_id: int, client_id: str |
 
 
 def encode_response(key: int, version: int, correlation_id: int, body: dict) -> bytes:
-    """A size-prefixed response frame for `body`, built for the request's version."""
+    """A size-prefixed response frame for `body`, built for the request's version (Produce's
+    laid out by produce_codec, the same bytes)."""
+    if key == produce_codec.PRODUCE_KEY and produce_codec.FIRST_VERSION <= version <= produce_codec.LAST_RESPONSE_VERSION:
+        return produce_codec.encode_response(version, correlation_id, body)
+    return encode_response_kio(key, version, correlation_id, body)
+
+
+def encode_response_kio(key: int, version: int, correlation_id: int, body: dict) -> bytes:
+    """encode_response through kio's writer (for every API; the Produce layout's reference)."""
     cls = _response_class(key, version)
     out = io.BytesIO()
     out.write(struct.pack(">ii", 0, correlation_id))
@@ -198,7 +218,7 @@ def encode_response(key: int, version: int, correlation_id: int, body: dict) -> 
 def encode_error_response(key: int, version: int, correlation_id: int, body: dict) -> bytes:
     """encode_response for an error answer (error_answers.error_body): the fields `body` does
     not give, at any depth, are zero, empty or null instead of an error."""
-    return encode_response(key, version, correlation_id, _filled(_response_class(key, version), body))
+    return encode_response_kio(key, version, correlation_id, _filled(_response_class(key, version), body))
 
 
 def _filled(cls, values: dict) -> dict:

@@ -35,7 +35,8 @@ from .apis import Notifier, delete_topics_targets, long_poll
 from .broker import PRODUCER_ID_BLOCK
 from .client import CLIENT_ID as BROKER_CLIENT_ID
 from .codec import ms
-from .metadata import MetadataImage, records_for
+from .listeners import Listener
+from .metadata import MetadataImage, endpoint_list, records_for
 from .server import FrameServer
 
 log = logging.getLogger("storage.wire")
@@ -50,6 +51,7 @@ class ControllerServer(FrameServer):
                  session_timeout_ms: int = 9_000, unclean_leader_election: bool = False, limits=None):
         super().__init__(codec.CONTROLLER_SUPPORTED, limits)
         self.node_id, self.host, self.port = node_id, host, port
+        self.listeners: list[Listener] | None = None     # None: one PLAINTEXT listener on host:port
         self.session_timeout_ms = session_timeout_ms
         os.makedirs(data_dir, exist_ok=True)
         self.controller = Controller(os.path.join(data_dir, "controller"), controller_id=node_id,
@@ -60,8 +62,8 @@ class ControllerServer(FrameServer):
         # One failure state for the process: a failed commit of the store, or of the metadata log.
         self.controller.failure_channel = self.logdir.failure_channel
         self.image = MetadataImage()
-        self.endpoints: dict[int, tuple[str, int]] = {
-            int(b): tuple(a) for b, a in (self.controller.store.get_document("endpoints") or {}).items()}
+        self.endpoints: dict[int, list] = {      # each broker's listeners, the inter-broker one first
+            int(b): endpoint_list(a) for b, a in (self.controller.store.get_document("endpoints") or {}).items()}
         self.last_heartbeat: dict[int, int] = {b: monotonic_ms() for b in self.controller.brokers}
         self.notifier = Notifier()
         self.handlers = {key: self._stops_on_failure(handler) for key, handler in {
@@ -99,7 +101,10 @@ class ControllerServer(FrameServer):
         self.notifier.notify()
 
     async def start(self) -> None:
-        self.port = await self.listen(self.host, self.port)
+        listeners = self.listeners or [Listener("PLAINTEXT", "PLAINTEXT", self.host, self.port)]
+        for listener in listeners:
+            listener.port = await self.listen(listener.host, listener.port, listener)
+        self.port = listeners[0].port
         self.sync()
         self._ticker = asyncio.create_task(self._tick())
         log.info("controller %d listening on %s:%d (metadata log end %d)", self.node_id, self.host, self.port,
@@ -173,10 +178,11 @@ class ControllerServer(FrameServer):
 
     async def register(self, header, request) -> dict:
         incarnation = uuid.UUID(int=int(request.incarnation_id)).hex
-        listener = request.listeners[0] if request.listeners else None
-        if listener is not None:
-            self.endpoints[request.broker_id] = (listener.host, listener.port)
-            self.controller.put_document("endpoints", {str(b): list(a) for b, a in self.endpoints.items()})
+        if request.listeners:
+            self.endpoints[request.broker_id] = [(e.name, e.host, e.port, int(e.security_protocol))
+                                                 for e in request.listeners]
+            self.controller.put_document("endpoints", {str(b): [list(e) for e in a]
+                                                       for b, a in self.endpoints.items()})
         response = self.controller.register_broker(m.BrokerRegistrationRequest(
             request.broker_id, incarnation, getattr(request, "previous_broker_epoch", -1)))
         self.last_heartbeat[request.broker_id] = monotonic_ms()

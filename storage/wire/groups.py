@@ -386,7 +386,7 @@ class GroupCoordinator(TxnOffsets):
                 node_id = state.leader if state is not None else -1
                 if node_id < 0:
                     code = Errors.COORDINATOR_NOT_AVAILABLE
-            host, port = node.address_of(node_id)
+            host, port = node.client_address_of(node_id)
             out.append({"key": key, "node_id": node_id, "host": host, "port": port, "error_code": code,
                         "error_message": None})
         if getattr(request, "coordinator_keys", None):

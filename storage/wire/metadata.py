@@ -25,6 +25,18 @@ class BrokerEntry:
     port: int
     fenced: bool = True
     in_controlled_shutdown: bool = False
+    # Every listener's (name, host, port); host and port are the first's, the inter-broker one.
+    endpoints: tuple[tuple[str, str, int], ...] = ()
+
+    def address(self, listener: str | None = None) -> tuple[str, int]:
+        """(host, port) on `listener` (None: the first, the inter-broker listener); ("", -1)
+        if the broker has no such listener."""
+        if listener is None or not self.endpoints:
+            return self.host, self.port
+        for name, host, port in self.endpoints:
+            if name == listener:
+                return host, port
+        return "", -1
 
 
 @dataclass
@@ -50,9 +62,9 @@ class MetadataImage:
         ConfigRecord with a null value removes that config (Kafka's deletion)."""
         if api_key == 0:
             endpoint = f["endPoints"][0] if f["endPoints"] else {"host": "", "port": 0}
-            self.brokers[f["brokerId"]] = BrokerEntry(f["brokerId"], f["brokerEpoch"], f["incarnationId"],
-                                                      endpoint["host"], endpoint["port"], f["fenced"],
-                                                      f["inControlledShutdown"])
+            self.brokers[f["brokerId"]] = BrokerEntry(
+                f["brokerId"], f["brokerEpoch"], f["incarnationId"], endpoint["host"], endpoint["port"], f["fenced"],
+                f["inControlledShutdown"], tuple((e["name"], e["host"], e["port"]) for e in f["endPoints"]))
             return ("broker", f["brokerId"])
         if api_key == 2:
             self.topic_ids[f["name"]] = int.from_bytes(f["topicId"], "big")
@@ -110,17 +122,32 @@ def _config_records(resource_type: int, resource: str, want: dict, held: dict) -
     return out
 
 
-def records_for(controller, image: MetadataImage, endpoints: dict[int, tuple[str, int]]) -> list[bytes]:
+def endpoint_list(value) -> list[tuple[str, str, int, int]]:
+    """A broker's registered endpoints, [(name, host, port, protocol id)], from what the
+    controller stored: that list, or the (host, port) of one PLAINTEXT listener stored before
+    several listeners were served."""
+    if not value:
+        return []
+    if len(value) == 2 and not isinstance(value[0], (list, tuple)):
+        return [("PLAINTEXT", value[0], int(value[1]), 0)]
+    return [(name, host, int(port), int(protocol)) for name, host, port, protocol in value]
+
+
+def records_for(controller, image: MetadataImage, endpoints: dict[int, list]) -> list[bytes]:
     """The records that bring `image` to the controller's state (and applies them to it):
-    full-state records of every broker, topic and partition that differ, removals last."""
+    full-state records of every broker, topic and partition that differ, removals last.
+    `endpoints`: each broker's endpoint_list, the inter-broker listener first."""
     out: list[tuple[int, dict]] = []
     for b, r in sorted(controller.brokers.items()):
-        host, port = endpoints.get(b, ("", 0))
+        listeners = endpoint_list(endpoints.get(b)) or [("PLAINTEXT", "", 0, 0)]
+        host, port = listeners[0][1:3]
         incarnation = uuid.UUID(hex=r.incarnation_id).bytes if len(r.incarnation_id) == 32 else bytes(16)
-        want = BrokerEntry(b, r.broker_epoch, incarnation, host, port, r.fenced, r.in_controlled_shutdown)
+        want = BrokerEntry(b, r.broker_epoch, incarnation, host, port, r.fenced, r.in_controlled_shutdown,
+                           tuple(e[:3] for e in listeners))
         if image.brokers.get(b) != want:
             out.append((0, {"brokerId": b, "incarnationId": incarnation, "brokerEpoch": r.broker_epoch,
-                            "endPoints": [{"name": "PLAINTEXT", "host": host, "port": port, "securityProtocol": 0}],
+                            "endPoints": [{"name": name, "host": h, "port": p, "securityProtocol": protocol}
+                                          for name, h, p, protocol in listeners],
                             "features": [], "rack": None, "fenced": r.fenced,
                             "inControlledShutdown": r.in_controlled_shutdown}))
     for name, topic in sorted(controller.topics.items()):

@@ -108,7 +108,7 @@ class LocalController:
         are not used: the records say the same)."""
         self.controller.take_outbox()
         b = self.broker
-        values = records_for(self.controller, self.published, {b.node_id: (b.host, b.port)})
+        values = records_for(self.controller, self.published, {b.node_id: b.endpoints()})
         if values:
             b.replay(self.controller.controller_epoch, values)
 

@@ -22,16 +22,18 @@ import asyncio
 import collections
 import logging
 import signal
+import ssl
 import time
 
 from ..core import errors
-from . import codec, error_answers, sasl, session
+from . import codec, error_answers, sasl, session, tls
 from .admin_apis import AdminApis
 from .apis import ClientApis, Notifier
 from .broker import MetadataSource
 from .groups import GroupCoordinator
 from .groups_admin import GroupAdmin
 from .limits import ConnectionGate, ConnectionLimits, ConnectionTimeoutError, RequestMemory
+from .listeners import Listener
 from .scram import ScramApis
 from .topic_admin import TopicAdminApis
 from .txn_admin import TxnAdminApis
@@ -53,7 +55,7 @@ class FrameServer:
         self.gate = ConnectionGate(self.limits)
         self.memory = RequestMemory(self.limits.queued_max_request_bytes)
         self.handlers: dict = {}
-        self._server: asyncio.AbstractServer | None = None
+        self._servers: list[asyncio.AbstractServer] = []     # one per listener
         self._stopped = asyncio.Event()
         self._connections: set[asyncio.StreamWriter] = set()
         self._handlers: set[asyncio.Task] = set()       # the connection handlers running (_serve)
@@ -64,11 +66,25 @@ class FrameServer:
         self.ready = asyncio.Event()
         self.ready.set()
         self.observer = None        # --metrics-listen's request metrics (wire/metrics.py), when on
-        self.listener = session.Session()   # the listener's name and protocol: each connection's Session starts as it
+        self.listener = session.Session()   # listen()'s default listener: its name and protocol
+        self.tls: ssl.SSLContext | None = None      # the server side of the SSL and SASL_SSL listeners
 
-    async def listen(self, host: str, port: int) -> int:
-        self._server = await asyncio.start_server(self._serve, host, port)
-        return self._server.sockets[0].getsockname()[1]
+    async def listen(self, host: str, port: int, listener: Listener | None = None) -> int:
+        """Serve `listener` (default: self.listener's name and protocol) on host:port; the port
+        bound.  A TLS listener needs self.tls."""
+        template = session.Session(listener.name, listener.protocol) if listener is not None else self.listener
+        if template.tls and self.tls is None:
+            raise ValueError(f"the {template.protocol} listener {template.listener} needs ssl.keystore.location")
+
+        async def serve(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+            await self._serve(reader, writer, template)
+        if template.tls:            # the handshake is the connection handler's first step (_handshake)
+            server = await asyncio.get_running_loop().create_server(lambda: _TlsAccept(self, template),
+                                                                    host or None, port)
+        else:
+            server = await asyncio.start_server(serve, host or None, port)
+        self._servers.append(server)
+        return server.sockets[0].getsockname()[1]
 
     async def serve_until_stopped(self) -> None:
         await self._stopped.wait()
@@ -77,8 +93,8 @@ class FrameServer:
         self._stopped.set()
 
     def stop_listening(self) -> None:
-        if self._server is not None:
-            self._server.close()
+        for server in self._servers:
+            server.close()
         for writer in list(self._connections):
             writer.close()
         log.info("served: %s", self.served_summary())
@@ -88,19 +104,28 @@ class FrameServer:
         return ", ".join(f"{codec.api_name(k)} v{v} x{n}" for (k, v), n in sorted(self.served.items())) or "nothing"
 
     # ---- connections ----
-    async def _serve(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
-        peer = writer.get_extra_info("peername")
+    async def _serve(self, reader: asyncio.StreamReader | None, writer: asyncio.StreamWriter | None,
+                     template: session.Session | None = None, transport: asyncio.Transport | None = None) -> None:
+        """One connection: admitted, its TLS handshake when it came in on a TLS listener (a
+        `transport` not yet read from), then its requests until it ends."""
+        peer = (writer or transport).get_extra_info("peername")
         ip = peer[0] if isinstance(peer, tuple) and peer else str(peer)
         refusal = self.gate.admit(ip)
         if refusal is not None:
             self._refuse(peer, refusal)
-            writer.close()
+            (writer or transport).close()
             return
-        self._connections.add(writer)
-        session.enter(self._session(ip))
         handler = asyncio.current_task()
         self._handlers.add(handler)
         try:
+            connection = self._session(ip, template or self.listener)
+            if transport is not None:
+                reader, writer = await self._handshake(transport, peer)
+                if writer is None:
+                    return
+                connection.principal = tls.principal(writer.get_extra_info("ssl_object"))
+            self._connections.add(writer)
+            session.enter(connection)
             await self._requests(reader, writer)
         except (asyncio.IncompleteReadError, ConnectionError):
             pass                                            # the client went away
@@ -113,8 +138,11 @@ class FrameServer:
         finally:
             self.gate.leave(ip)
             self._handlers.discard(handler)
-            self._connections.discard(writer)
-            writer.close()
+            if writer is not None:
+                self._connections.discard(writer)
+                writer.close()
+            else:
+                transport.close()
 
     async def _requests(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
         """One request at a time: its size (within connections.max.idle.ms of the last answer),
@@ -122,9 +150,12 @@ class FrameServer:
         queued.max.request.bytes), the answer (sent within connections.max.idle.ms)."""
         limits = self.limits
         idle = limits.connections_max_idle_ms / 1000
+        transport = writer.transport
         while True:
+            # asyncio.timeout, not wait_for: no task made for each read and each drain
             try:
-                head = await asyncio.wait_for(reader.readexactly(4), idle)
+                async with asyncio.timeout(idle):
+                    head = await reader.readexactly(4)
             except TimeoutError:
                 raise ConnectionTimeoutError(
                     f"idle for connections.max.idle.ms={limits.connections_max_idle_ms}") from None
@@ -140,12 +171,14 @@ class FrameServer:
                 self.memory.release(size)
             if response is not None:
                 writer.write(response)
-                try:
-                    await asyncio.wait_for(writer.drain(), idle)
-                except TimeoutError:
-                    raise ConnectionTimeoutError(
-                        f"the client read no answer for connections.max.idle.ms={limits.connections_max_idle_ms}"
-                    ) from None
+                if transport.get_write_buffer_size():      # else all sent: nothing to drain
+                    try:
+                        async with asyncio.timeout(idle):
+                            await writer.drain()
+                    except TimeoutError:
+                        raise ConnectionTimeoutError(
+                            f"the client read no answer for connections.max.idle.ms={limits.connections_max_idle_ms}"
+                        ) from None
             if sasl.closing():              # a failed SASL exchange: its answer was the last
                 return
 
@@ -168,12 +201,31 @@ class FrameServer:
             ) from None
         return pieces[0] if len(pieces) == 1 else b"".join(pieces)
 
-    def _session(self, ip: str) -> session.Session:
+    def _session(self, ip: str, template: session.Session) -> session.Session:
         """A new connection's Session: the listener's name and protocol, not yet authenticated on
         a SASL listener."""
-        first = self.listener
-        return session.Session(listener=first.listener, protocol=first.protocol, client_host=ip,
-                               authenticated=not first.sasl)
+        return session.Session(listener=template.listener, protocol=template.protocol, client_host=ip,
+                               authenticated=not template.sasl)
+
+    async def serve_tls(self, transport: asyncio.Transport, template: session.Session) -> None:
+        """A connection to a TLS listener (its transport unread): handshake, then requests."""
+        await self._serve(None, None, template, transport)
+
+    async def _handshake(self, transport: asyncio.Transport, peer):
+        """The TLS handshake of a connection to an SSL or SASL_SSL listener, within
+        request.timeout.ms: its (reader, writer), or (None, None) once a failure is logged in
+        one line (the connection is closed; the broker goes on)."""
+        loop = asyncio.get_running_loop()
+        reader = asyncio.StreamReader()
+        protocol = asyncio.StreamReaderProtocol(reader)
+        try:
+            secure = await loop.start_tls(transport, protocol, self.tls, server_side=True,
+                                          ssl_handshake_timeout=self.limits.request_timeout_ms / 1000)
+        except (OSError, TimeoutError, EOFError) as exc:
+            log.warning("TLS handshake with %s failed: %s", peer, tls.describe(exc))
+            return None, None
+        protocol.connection_made(secure)
+        return reader, asyncio.StreamWriter(secure, protocol, reader, loop)
 
     def _refuse(self, peer, reason: str) -> None:
         """Log a refused connection: the first, then one in 100 (a flood must not flood the log)."""
@@ -245,6 +297,19 @@ class FrameServer:
         return [t for t in self._handlers if t is not current and not t.done()]
 
 
+class _TlsAccept(asyncio.Protocol):
+    """A TLS listener's new connection, held unread (the ClientHello must reach the TLS layer,
+    not a plain stream's buffer) until its handler starts the handshake."""
+
+    def __init__(self, server: FrameServer, template: session.Session):
+        self.server, self.template = server, template
+        self.handler: asyncio.Task | None = None
+
+    def connection_made(self, transport) -> None:
+        transport.pause_reading()
+        self.handler = asyncio.get_running_loop().create_task(self.server.serve_tls(transport, self.template))
+
+
 class BrokerServer(FrameServer):
     def __init__(self, node, *, initial_rebalance_delay_ms: int = 3_000, limits: ConnectionLimits | None = None,
                  txn: TxnSettings | None = None):
@@ -291,7 +356,12 @@ class BrokerServer(FrameServer):
     async def start(self) -> None:
         self.serve_groups()
         self.ready.clear()
-        self.node.port = await self.listen(self.node.bind_host, self.node.port)
+        node = self.node
+        if node.listeners is None:
+            node.listeners = [Listener("PLAINTEXT", "PLAINTEXT", node.bind_host, node.port, node.host)]
+        for listener in node.listeners:
+            listener.port = await self.listen(listener.host, listener.port, listener)
+        node.host, node.port = node.listeners[0].endpoint()[1:3]      # the inter-broker listener's
         await self.node.start(self.notifier)
         self.ready.set()
         self._ticker = asyncio.create_task(self._tick())
@@ -377,7 +447,9 @@ async def serve(server: "FrameServer", ready=None) -> None:
 
 
 async def run(node: MetadataSource, *, initial_rebalance_delay_ms: int = 3_000, ready=None,
-              limits: ConnectionLimits | None = None, txn: TxnSettings | None = None) -> None:
-    """A broker on `node` until SIGTERM or SIGINT."""
-    await serve(BrokerServer(node, initial_rebalance_delay_ms=initial_rebalance_delay_ms, limits=limits, txn=txn),
-                ready)
+              limits: ConnectionLimits | None = None, txn: TxnSettings | None = None,
+              tls: ssl.SSLContext | None = None) -> None:
+    """A broker on `node` until SIGTERM or SIGINT (`tls`: its SSL and SASL_SSL listeners' context)."""
+    server = BrokerServer(node, initial_rebalance_delay_ms=initial_rebalance_delay_ms, limits=limits, txn=txn)
+    server.tls = tls
+    await serve(server, ready)

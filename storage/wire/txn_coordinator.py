@@ -219,7 +219,7 @@ class TxnCoordinator:
             state = self.node.partition_state(TRANSACTION_STATE_TOPIC, self.partition_for(key))
             node_id = state.leader if state is not None else -1
             code = Errors.NONE if node_id >= 0 else Errors.COORDINATOR_NOT_AVAILABLE
-            host, port = self.node.address_of(node_id)
+            host, port = self.node.client_address_of(node_id)
             out.append({"key": key, "node_id": node_id, "host": host, "port": port, "error_code": code,
                         "error_message": None})
         if getattr(request, "coordinator_keys", None):
@@ -462,7 +462,7 @@ class TxnCoordinator:
             return {}
         peer = self._peers.get(leader)
         if peer is None or (peer.host, peer.port) != (host, port):
-            peer = self._peers[leader] = Peer(host, port)
+            peer = self._peers[leader] = Peer(host, port, tls=self.node.peer_tls)
         topics: dict[str, list[int]] = {}
         for topic, partition in parts:
             topics.setdefault(topic, []).append(partition)

@@ -99,6 +99,34 @@ def test_a_flag_overrides_the_file_even_at_its_default(tmp_path):
     assert (args.num_partitions, args.node_id) == (1, 5)
 
 
+def test_several_listeners_and_tls_map_onto_their_flags(tmp_path):
+    # Several listeners (or one not PLAINTEXT, or told on another port) are --listeners with the
+    # protocol map and the advertised listeners; the ssl.* PEM settings are the --ssl-* flags.
+    args = configured(tmp_path, "listeners=INTERNAL://127.0.0.1:9092,EXTERNAL://0.0.0.0:9094\n"
+                                "listener.security.protocol.map=INTERNAL:PLAINTEXT,EXTERNAL:SASL_SSL\n"
+                                "advertised.listeners=INTERNAL://127.0.0.1:9092,EXTERNAL://kafka.example:19094\n"
+                                "inter.broker.listener.name=INTERNAL\nssl.keystore.type=PEM\n"
+                                "ssl.keystore.location=/k.pem\nssl.key.password=pw\nssl.truststore.type=pem\n"
+                                "ssl.truststore.location=/ca.pem\nssl.client.auth=required\n"
+                                "allow.plaintext.listeners=true\n")
+    assert (args.listen, args.listeners) == (None, "INTERNAL://127.0.0.1:9092,EXTERNAL://0.0.0.0:9094")
+    assert args.listener_security_protocol_map == "INTERNAL:PLAINTEXT,EXTERNAL:SASL_SSL"
+    assert args.advertised_listeners == "INTERNAL://127.0.0.1:9092,EXTERNAL://kafka.example:19094"
+    assert (args.inter_broker_listener_name, args.allow_plaintext) == ("INTERNAL", True)
+    assert (args.ssl_keystore, args.ssl_key_password, args.ssl_truststore, args.ssl_client_auth) == \
+        ("/k.pem", "pw", "/ca.pem", "required")
+    # A flag given replaces the file's listeners, whichever form either takes.
+    assert configured(tmp_path, "listeners=SSL://127.0.0.1:9093\n", "--listen", "127.0.0.1:1").listeners is None
+    one = configured(tmp_path, "listeners=SSL://127.0.0.1:9093\n")
+    assert (one.listen, one.listeners, one.listener_security_protocol_map) == \
+        (None, "SSL://127.0.0.1:9093", "PLAINTEXT:PLAINTEXT,SSL:SSL,SASL_PLAINTEXT:SASL_PLAINTEXT,SASL_SSL:SASL_SSL")
+    # A broker reaches its controller with the protocol the map gives the controller's listener.
+    broker = configured(tmp_path, "process.roles=broker\ncontroller.quorum.bootstrap.servers=127.0.0.1:9093\n"
+                                  "controller.listener.names=CONTROLLER\n"
+                                  "listener.security.protocol.map=CONTROLLER:SSL,SSL:SSL\nlisteners=SSL://127.0.0.1:0\n")
+    assert (broker.controller_security_protocol, broker.listeners) == ("SSL", "SSL://127.0.0.1:0")
+
+
 def test_combined_roles_drop_the_controller_listener(tmp_path):
     # Kafka's own config/server.properties shape: one process, broker and controller.
     args = configured(tmp_path, "process.roles=broker,controller\nnode.id=1\n"
@@ -159,13 +187,16 @@ def test_the_controller_reads_its_own_names(tmp_path):
     ("log.retention.minutes=1.5\n", 1, "not a whole number"),
     ("auto.create.topics.enable=yes\n", 1, "expected true or false"),
     ("compression.type=brotli\n", 1, "not one of"),
-    ("listeners=SSL://127.0.0.1:9093\n", 1, "SSL is not served yet"),
-    ("listeners=PLAINTEXT://a:1,OTHER://b:2\nlistener.security.protocol.map=OTHER:PLAINTEXT\n", 1, "exactly one"),
+    ("listeners=OTHER://127.0.0.1:9093\n", 1, "known security protocol"),
+    ("listeners=SSL://a:1,SSL://b:2\n", 1, "twice"),
+    ("advertised.listeners=PLAINTEXT://b:2\n", 1, "needs listeners"),
+    ("ssl.keystore.type=JKS\n", 1, "only PEM"),
+    ("ssl.client.auth=sometimes\n", 1, "not one of"),
+    ("allow.plaintext.listeners=yes\n", 1, "expected true or false"),
     ("log.dirs=/a,/b\n", 1, "exactly one log dir"),
     ("controller.quorum.voters=1@a:1,2@b:2\n", 1, "exactly one controller"),
     ("process.roles=broker\n", 1, "needs controller.quorum"),
     ("process.roles=controller\n", 1, "process.roles"),
-    ("listeners=PLAINTEXT://a:1\nadvertised.listeners=PLAINTEXT://b:2\n", 2, "another port"),
     ("num.partitions=1\nconnections.max.idle.ms=0\n", 2, "connections.max.idle.ms (--connections-max-idle-ms) must"),
     ("queued.max.request.bytes=-2\n", 1, "must be -1 (unlimited) or at least 1"),
     ("zookeeper.connect=localhost:2181\n", 1, "unknown property 'zookeeper.connect'"),
