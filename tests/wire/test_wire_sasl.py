@@ -518,3 +518,39 @@ def test_end_to_end_users_added_on_plaintext_used_on_sasl(tmp_path):
             [b"v%d" % i for i in range(5)]
     finally:
         b.kill()
+
+
+@needs_listeners
+def test_sasl_ssl_and_the_users_tool_over_sasl(tmp_path, capsys):
+    """SASL over TLS (SASL_SSL): confluent-kafka with SCRAM-SHA-512 and kafka-python with PLAIN;
+    then `storage users` itself authenticates with SASL to add a user (the tools' security flags)."""
+    pytest.importorskip("cryptography")
+    from storage.cli import main
+    from tests.tls_support import make_pki
+    ca = make_pki(tmp_path / "pki")
+    server = ca.issue("server", [("CN", "localhost")], server=True)
+    b = Broker(tmp_path / "data", "--listeners", "PLAINTEXT://127.0.0.1:0,SASL_SSL://127.0.0.1:0,SASL_PLAINTEXT://127.0.0.1:0",
+               "--ssl-keystore", server, "--ssl-truststore", ca.truststore).start()
+    try:
+        plain, secure = b.listeners["PLAINTEXT"][1], b.listeners["SASL_SSL"][1]
+        assert main(["users", "set-password", "--bootstrap-server", plain, "--user", "admin", "--password", "adm",
+                     "--mechanism", "SCRAM-SHA-512"]) == 0
+        tls = {"security.protocol": "SASL_SSL", "ssl.ca.location": ca.truststore}
+        conf = dict(client_conf(secure, "SCRAM-SHA-512", "admin", "adm"), **tls)
+        assert produce_and_consume(conf, "over-tls") == [b"v%d" % i for i in range(5)]
+        kafka = pytest.importorskip("kafka")
+        kp = kafka.KafkaProducer(bootstrap_servers=secure, security_protocol="SASL_SSL", ssl_cafile=ca.truststore,
+                                 sasl_mechanism="PLAIN", sasl_plain_username="admin", sasl_plain_password="adm")
+        kp.send("over-tls", b"k").get(20)
+        kp.close()
+        capsys.readouterr()
+        sasl = b.listeners["SASL_PLAINTEXT"][1]
+        assert main(["users", "set-password", "--bootstrap-server", sasl, "--sasl-mechanism", "SCRAM-SHA-512",
+                     "--sasl-username", "admin", "--sasl-password", "adm", "--user", "eve", "--password", "e"]) == 0
+        assert main(["users", "list", "--bootstrap-server", sasl, "--sasl-username", "admin",
+                     "--sasl-password", "wrong", "--timeout", "3"]) == 1          # refused: no answer
+        capsys.readouterr()
+        assert main(["users", "list", "--bootstrap-server", plain, "--json"]) == 0
+        assert capsys.readouterr().out.split() == ["[", '"admin",', '"eve"', "]"]
+    finally:
+        b.kill()
