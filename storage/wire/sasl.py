@@ -14,7 +14,8 @@ default is GSSAPI, which is not served):
 Answers as Kafka's: a mechanism not enabled is UNSUPPORTED_SASL_MECHANISM with the enabled
 list; a wrong password or unknown user SASL_AUTHENTICATION_FAILED (for SCRAM Kafka's "Authentication
 failed during authentication due to invalid credentials with SASL mechanism ..."; PLAIN's own
-messages); either closes the connection once the answer is sent.  A handshake or authenticate
+messages); either closes the connection once the answer is sent, 100 ms late (Kafka's
+connection.failed.authentication.delay.ms).  A handshake or authenticate
 out of turn is ILLEGAL_SASL_STATE (closing the connection while it is not authenticated, as
 Kafka's authenticator does; after success the connection stays, as Kafka's KafkaApis answers).
 On success the connection's Session has the principal `User:NAME` and is authenticated; the
@@ -38,6 +39,9 @@ KNOWN_MECHANISMS = DEFAULT_MECHANISMS
 SASL_HANDSHAKE, SASL_AUTHENTICATE, API_VERSIONS = 17, 36, 18
 BEFORE_AUTHENTICATION = frozenset({API_VERSIONS, SASL_HANDSHAKE, SASL_AUTHENTICATE})
 INVALID_CREDENTIALS = "Authentication failed during authentication due to invalid credentials with SASL mechanism "
+# Kafka's connection.failed.authentication.delay.ms (default 100): a failed authentication is
+# answered, and its connection closed, this much later, to slow a password-guessing client.
+FAILED_AUTHENTICATION_DELAY_S = 0.1
 
 
 class AuthenticationFailed(Exception):
@@ -112,6 +116,7 @@ class SaslApis:
             exchange.failed = True
             log.info("SASL handshake from %s: mechanism %r is not enabled (%s)", s.client_host, request.mechanism,
                      ", ".join(mechanisms))
+            await asyncio.sleep(FAILED_AUTHENTICATION_DELAY_S)
             return {"error_code": Errors.UNSUPPORTED_SASL_MECHANISM, "mechanisms": mechanisms}
         exchange.mechanism = request.mechanism
         return {"error_code": Errors.NONE, "mechanisms": mechanisms}
@@ -130,6 +135,7 @@ class SaslApis:
         except AuthenticationFailed as exc:
             exchange.failed = True
             log.info("SASL %s authentication from %s failed: %s", exchange.mechanism, s.client_host, exc)
+            await asyncio.sleep(FAILED_AUTHENTICATION_DELAY_S)
             return _answer(Errors.SASL_AUTHENTICATION_FAILED, str(exc))
         if exchange.user is not None and exchange.server is None:
             s.principal, s.authenticated = f"User:{exchange.user}", True

@@ -277,6 +277,19 @@ def test_plain_refusals(broker, token, message):
         c.close()
 
 
+def test_a_failed_authentication_is_answered_after_kafkas_delay(broker):
+    """connection.failed.authentication.delay.ms (100): the refusal comes no sooner."""
+    import time
+    c = Conn(broker)
+    try:
+        assert c.ask(17, 1, {"mechanism": "SCRAM-SHA-256"}).error_code == 0
+        started = time.monotonic()              # an unknown user: refused at once, at the first message
+        assert c.ask(36, 2, {"auth_bytes": b"n,,n=nobody,r=abc"}).error_code == Errors.SASL_AUTHENTICATION_FAILED
+        assert time.monotonic() - started >= 0.1
+    finally:
+        c.close()
+
+
 def test_plain_success_sets_the_principal(broker):
     c = Conn(broker)
     try:
