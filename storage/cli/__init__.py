@@ -52,6 +52,8 @@ from .recover import cmd_recover
 from .serve import add_parsers as add_serve_parsers
 from .serve import cmd_cluster, cmd_controller, cmd_serve
 from .server_properties import apply_config
+from .users import add_parser as add_users_parser
+from .users import cmd_users
 from .verify import cmd_verify
 
 
@@ -147,6 +149,7 @@ def build_parser() -> argparse.ArgumentParser:
     add_serve_parsers(sub)
     add_admin_parsers(sub)
     add_acl_parser(sub)
+    add_users_parser(sub)
 
     sub.add_parser("audit", help="audit broker log dirs with Spark (python -m storage audit --help)",
                    add_help=False)
@@ -197,7 +200,7 @@ def main(argv: list[str] | None = None) -> int:
 def _run(args) -> int:
     commands = {"dump-log": cmd_dump_log, "verify": cmd_verify, "recover": cmd_recover, "epochs": cmd_epochs,
                 "abort-txn": cmd_abort_txn, "serve": cmd_serve, "controller": cmd_controller, "cluster": cmd_cluster,
-                "topics": cmd_admin, "groups": cmd_admin, "acls": cmd_acls}
+                "topics": cmd_admin, "groups": cmd_admin, "acls": cmd_acls, "users": cmd_users}
     try:
         if args.command == "demo":
             return run_demo(args.dir, spark=not args.no_spark, master=args.master, wire=not args.no_wire)

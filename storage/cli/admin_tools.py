@@ -71,7 +71,8 @@ class Admin:
         quiet.addHandler(logging.NullHandler())
         quiet.propagate = False
         self.conf = {"bootstrap.servers": self.bootstrap, "log_level": 0, "logger": quiet,
-                     "socket.connection.setup.timeout.ms": max(1000, int(self.timeout * 1000))}
+                     "socket.connection.setup.timeout.ms": max(1000, int(self.timeout * 1000)),
+                     **security_conf(args)}
         try:
             self.client = ck.admin.AdminClient(dict(self.conf))
         except (ck.KafkaException, ValueError, TypeError) as exc:
@@ -397,6 +398,34 @@ def _connection(p) -> None:
     p.add_argument("--timeout", type=_seconds, default=10.0, metavar="SECONDS",
                    help="how long to wait for the cluster, and for each answer (default 10)")
     p.add_argument("--json", action="store_true", help="print one JSON document instead of text")
+    _security(p)
+
+
+SECURITY_PROTOCOLS = ("PLAINTEXT", "SASL_PLAINTEXT", "SSL", "SASL_SSL")
+SASL_MECHANISMS = ("PLAIN", "SCRAM-SHA-256", "SCRAM-SHA-512")
+
+
+def _security(p) -> None:
+    """The client's security settings (Kafka's --command-config properties, as flags)."""
+    p.add_argument("--security-protocol", choices=SECURITY_PROTOCOLS, help="security.protocol (default PLAINTEXT)")
+    p.add_argument("--sasl-mechanism", choices=SASL_MECHANISMS, help="sasl.mechanism (default PLAIN with a username)")
+    p.add_argument("--sasl-username", metavar="USER", help="sasl.username")
+    p.add_argument("--sasl-password", metavar="PASSWORD", help="sasl.password")
+
+
+def security_conf(args) -> dict[str, str]:
+    """librdkafka's settings for the security flags given (a SASL user implies SASL_PLAINTEXT)."""
+    conf = {}
+    user = getattr(args, "sasl_username", None)
+    protocol = getattr(args, "security_protocol", None) or ("SASL_PLAINTEXT" if user else None)
+    if protocol:
+        conf["security.protocol"] = protocol
+    if user is not None:
+        conf.update({"sasl.mechanism": getattr(args, "sasl_mechanism", None) or "PLAIN", "sasl.username": user,
+                     "sasl.password": getattr(args, "sasl_password", None) or ""})
+    elif getattr(args, "sasl_mechanism", None):
+        conf["sasl.mechanism"] = args.sasl_mechanism
+    return conf
 
 
 def add_parsers(sub) -> None:

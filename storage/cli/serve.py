@@ -78,6 +78,7 @@ def add_parsers(sub) -> None:
     p.add_argument("--log-level", default="INFO", help="logging level (default INFO)")
     _metrics_flag(p)
     _connection_flags(p)
+    _sasl_flags(p)
 
     p = sub.add_parser("controller", help="run the controller of a multi-process cluster",
                        description="The cluster's controller as its own process: broker registrations and "
@@ -178,6 +179,20 @@ def _metrics_flag(p) -> None:
                    help="serve Prometheus metrics over HTTP there (port 0: any free port; docs/guide-operations.md)")
 
 
+def _sasl_flags(p) -> None:
+    p.add_argument("--sasl-enabled-mechanisms", type=_sasl_mechanisms, default="PLAIN,SCRAM-SHA-256,SCRAM-SHA-512",
+                   metavar="M[,M...]", help="the SASL mechanisms a SASL listener offers (Kafka's "
+                   "sasl.enabled.mechanisms; default PLAIN,SCRAM-SHA-256,SCRAM-SHA-512)")
+
+
+def _sasl_mechanisms(text: str) -> tuple[str, ...]:
+    from ..wire.sasl import parse_mechanisms
+    try:
+        return parse_mechanisms(text)
+    except ValueError as exc:
+        raise argparse.ArgumentTypeError(str(exc)) from None
+
+
 def _metrics_address(text: str) -> tuple[str, int]:
     try:
         return _listen(text)
@@ -266,6 +281,7 @@ def cmd_serve(args) -> int:
         from ..wire.node import Node
         node = Node(data_dir, **options)
     node.fetch_session_slots = args.max_incremental_fetch_session_cache_slots    # read by ClientApis
+    node.sasl_mechanisms = args.sasl_enabled_mechanisms            # read by sasl.SaslApis
     node.bind_host = host
     node.listeners = listeners
 

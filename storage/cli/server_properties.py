@@ -58,7 +58,8 @@ FLAGS = {
               "compression.type": "compression_type", "log.retention.bytes": "log_retention_bytes",
               "log.segment.bytes": "log_segment_bytes", "message.max.bytes": "message_max_bytes",
               "log.cleaner.backoff.ms": "log_cleaner_backoff_ms",
-              "authorizer.class.name": "authorizer", "super.users": "super_users"},
+              "authorizer.class.name": "authorizer", "super.users": "super_users",
+              "sasl.enabled.mechanisms": "sasl_enabled_mechanisms"},
     "controller": {**_COMMON, "broker.session.timeout.ms": "session_timeout_ms"},
 }
 # Booleans (Kafka's: true or false, any case): Kafka name -> (dest, whether the flag is the negation).

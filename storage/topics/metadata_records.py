@@ -1,8 +1,8 @@
 """Kafka's KRaft metadata records, the ones this project's controller writes to its metadata log
 (`__cluster_metadata-0`) and brokers replay: RegisterBrokerRecord, TopicRecord,
-PartitionRecord, ConfigRecord, RemoveTopicRecord, AccessControlEntryRecord and
-RemoveAccessControlEntryRecord (the metadata module's message specs; the ACL records are types 18
-and 19 there).
+PartitionRecord, ConfigRecord, RemoveTopicRecord, UserScramCredentialRecord,
+RemoveUserScramCredentialRecord, AccessControlEntryRecord and RemoveAccessControlEntryRecord (the
+metadata module's message specs; the ACL records are types 18 and 19 there).
 
 A record has no key; its value is Kafka's frame (MetadataRecordSerde): an unsigned varint
 frame version (1), an unsigned varint API key (the record type), an unsigned varint version,
@@ -60,11 +60,20 @@ ACL = Struct("AccessControlEntryRecord", (
 ), flexible_from=0, versions=(0, 0))
 REMOVE_ACL = Struct("RemoveAccessControlEntryRecord", (Field("id", "uuid"),), flexible_from=0, versions=(0, 0))
 
+
+# A user's SCRAM credential for one mechanism (1 SCRAM-SHA-256, 2 SCRAM-SHA-512) and its removal.
+USER_SCRAM_CREDENTIAL = Struct("UserScramCredentialRecord", (
+    Field("name", "string"), Field("mechanism", "int8"), Field("salt", "bytes"), Field("storedKey", "bytes"),
+    Field("serverKey", "bytes"), Field("iterations", "int32")), flexible_from=0, versions=(0, 0))
+REMOVE_USER_SCRAM_CREDENTIAL = Struct("RemoveUserScramCredentialRecord", (
+    Field("name", "string"), Field("mechanism", "int8")), flexible_from=0, versions=(0, 0))
+
 # API key -> (schema, the version written)
 RECORDS = {0: (REGISTER_BROKER, 1), 2: (TOPIC, 0), 3: (PARTITION, 2), 4: (CONFIG, 0), 9: (REMOVE_TOPIC, 0),
-           18: (ACL, 0), 19: (REMOVE_ACL, 0)}
+           11: (USER_SCRAM_CREDENTIAL, 0), 12: (REMOVE_USER_SCRAM_CREDENTIAL, 0), 18: (ACL, 0), 19: (REMOVE_ACL, 0)}
 NAMES = {0: "RegisterBrokerRecord", 2: "TopicRecord", 3: "PartitionRecord", 4: "ConfigRecord",
-         9: "RemoveTopicRecord", 18: "AccessControlEntryRecord", 19: "RemoveAccessControlEntryRecord"}
+         9: "RemoveTopicRecord", 11: "UserScramCredentialRecord", 12: "RemoveUserScramCredentialRecord",
+         18: "AccessControlEntryRecord", 19: "RemoveAccessControlEntryRecord"}
 TOPIC_RESOURCE = 2          # ConfigResource.Type.TOPIC
 BROKER_RESOURCE = 4         # ConfigResource.Type.BROKER
 _ELEMENTS = {"BrokerEndpoint": _ENDPOINT, "BrokerFeature": _FEATURE}

@@ -96,6 +96,7 @@ class Checks:
             37: self.topics(O.ALTER), 42: self.delete_groups, 43: self.cluster(O.ALTER),
             47: self.offset_delete, 60: self.describe_cluster, 61: self.topics(O.READ),
             65: self.describe_transactions, 66: self.list_transactions,
+            50: self.cluster(O.DESCRIBE), 51: self.cluster(O.ALTER),     # the users' SCRAM credentials
         }
 
     # ---- the decision for the current session ----

@@ -81,6 +81,8 @@ class MetadataSource(Protocol):
     def broker_registrations(self) -> list[tuple[int, str, int, bool]]: ...
     async def alter_configs(self, resources, *, incremental: bool,
                             validate_only: bool) -> list[tuple[int, str | None]]: ...
+    def scram_credentials(self) -> dict: ...
+    async def alter_scram_credentials(self, deletions: list, upsertions: list) -> list[tuple[str, int, str | None]]: ...
     def pump(self) -> None: ...
     async def create_topic(self, name: str, num_partitions: int = -1, replication_factor: int = -1,
                            configs: dict[str, str] | None = None, *, validate_only: bool = False,
@@ -112,6 +114,8 @@ class ControllerLink(Protocol):
     async def alter_configs(self, resources, *, incremental: bool,
                             validate_only: bool) -> list[tuple[int, str | None]]:
         """config_admin.alter at the controller, the change replayed here before it returns."""
+    async def alter_scram_credentials(self, deletions: list, upsertions: list) -> list[tuple[str, int, str | None]]:
+        """scram.alter at the controller, the change replayed here before it returns."""
     async def create_partitions(self, topics: list[tuple[str, int, list[list[int]] | None]],
                                 validate_only: bool) -> list[tuple[str, int, str | None]]:
         """topic_admin.grow_topics on the controller; returns once this broker sees the change."""
@@ -256,6 +260,13 @@ class Broker:
     async def alter_configs(self, resources, *, incremental: bool,
                             validate_only: bool) -> list[tuple[int, str | None]]:
         return await self.link.alter_configs(resources, incremental=incremental, validate_only=validate_only)
+
+    def scram_credentials(self) -> dict:
+        """The users' SCRAM credentials as replayed: (user, mechanism type) -> scram.Credential."""
+        return self.image.scram
+
+    async def alter_scram_credentials(self, deletions: list, upsertions: list) -> list[tuple[str, int, str | None]]:
+        return await self.link.alter_scram_credentials(deletions, upsertions)
 
     # ---- topics and producer ids ------------------------------------------------------------------
     async def create_topic(self, name: str, num_partitions: int = -1, replication_factor: int = -1,

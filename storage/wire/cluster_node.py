@@ -26,7 +26,7 @@ from ..core import errors
 from ..core.errors import Errors
 from ..core.records import iter_batches
 from ..replication import messages as m
-from . import acl_control, config_admin
+from . import acl_control, config_admin, scram
 from .broker import Broker
 from .client import Peer, PeerError
 from .controller_server import METADATA_TOPIC
@@ -190,6 +190,26 @@ class RemoteController:
             return s is not None and s.leader >= 0 and (election_type != 0 or s.leader == s.replicas[0])
         await self._await_metadata(lambda: all(elected(t, p) for t, p, code, _ in rows if code == Errors.NONE))
         return rows
+
+    async def alter_scram_credentials(self, deletions: list, upsertions: list) -> list[tuple[str, int, str | None]]:
+        """Forwarded to the controller (AlterUserScramCredentials); then wait until the replayed
+        metadata shows each change it made."""
+        body = {"deletions": [{"name": n, "mechanism": m} for n, m in deletions],
+                "upsertions": [{"name": n, "mechanism": m, "iterations": i, "salt": salt, "salted_password": salted}
+                               for n, m, i, salt, salted in upsertions]}
+        try:
+            answer = await self._rpc.call(51, 0, body)
+        except PeerError as exc:
+            log.warning("AlterUserScramCredentials: %s", exc)
+            return [(u[0], Errors.REQUEST_TIMED_OUT, str(exc)) for u in [*deletions, *upsertions]]
+        results = [(r.user, int(r.error_code), r.error_message) for r in answer.results]
+        done = {user for user, code, _ in results if code == Errors.NONE}
+        held = self.broker.image.scram
+        want_gone = [(n, m) for n, m in deletions if n in done]
+        want = [((n, m), scram.derive(m, salted)[0]) for n, m, _, _, salted in upsertions if n in done]
+        await self._await_metadata(lambda: all(k not in held for k in want_gone)
+                                   and all(k in held and held[k].stored_key == key for k, key in want), timeout_s=5.0)
+        return results
 
     async def allocate_producer_ids(self) -> tuple[int, int]:
         answer = await self._rpc.call(67, 0, {"broker_id": self.broker.node_id,

@@ -4,7 +4,7 @@ The `Controller` model (storage/replication/controller.py) keeps the metadata in
 validates every change; this process serves its RPCs over Kafka's protocol --
 BrokerRegistration, BrokerHeartbeat (fencing, controlled shutdown, KIP-841), AlterPartition
 (KIP-497 validation, KIP-903 broker epochs), CreateTopics, DeleteTopics, CreatePartitions,
-ElectLeaders, AllocateProducerIds, CreateAcls and DeleteAcls --
+ElectLeaders, AllocateProducerIds, CreateAcls, DeleteAcls and AlterUserScramCredentials --
 and writes every change as Kafka's metadata records to its metadata log, `__cluster_metadata-0`
 (a partition of this engine, flushed before any answer), which brokers replay by fetching it
 (Fetch v12-16).  Brokers that stop heartbeating for the session timeout are fenced and lose
@@ -29,7 +29,7 @@ from ..core.records import build_batch
 from ..dir.logdir import LogDir
 from ..replication import messages as m
 from ..replication.controller import Controller
-from . import acl_control, codec, config_admin, rules, topic_admin
+from . import acl_control, codec, config_admin, rules, scram, topic_admin
 from . import configs as topic_configs
 from .acl_control import AclControl
 from .apis import Notifier, delete_topics_targets, long_poll
@@ -73,7 +73,7 @@ class ControllerServer(FrameServer):
             43: self.elect_leaders, 56: self.alter_partition,
             62: self.register, 63: self.heartbeat, 67: self.allocate_producer_ids,
             33: self.alter_configs, 44: self.incremental_alter_configs,
-            30: self.create_acls, 31: self.delete_acls}.items()}
+            30: self.create_acls, 31: self.delete_acls, 51: self.alter_user_scram_credentials}.items()}
         self.handlers[18] = self.api_versions          # touches no state: it cannot meet the failure
         self._ticker: asyncio.Task | None = None
 
@@ -300,6 +300,12 @@ class ControllerServer(FrameServer):
         results = self.acl_control.delete([acl_control.filter_of(f) for f in request.filters])
         self.sync()
         return acl_control.delete_body(results)
+
+    async def alter_user_scram_credentials(self, header, request) -> dict:
+        """Validated and committed here (scram.alter), published as UserScramCredentialRecords."""
+        results = scram.alter(self.controller, *scram.request_changes(request))
+        self.sync()
+        return scram.alter_answer(results)
 
     async def allocate_producer_ids(self, header, request) -> dict:
         r = self.controller.brokers.get(request.broker_id)

@@ -184,6 +184,11 @@ _BODIES = {
     30: lambda request, code: {"results": [{"error_code": code} for _ in request.creations]},
     31: lambda request, code: {"filter_results": [{"error_code": code, "matching_acls": []} for _ in request.filters]},
     56: _top_level, 62: _top_level, 63: _top_level, 67: _top_level,
+    17: lambda request, code: {"error_code": code, "mechanisms": []},
+    36: lambda request, code: {"error_code": code, "error_message": None, "auth_bytes": b"", "session_lifetime_ms": 0},
+    50: lambda request, code: {"error_code": code, "error_message": None, "results": []},
+    51: lambda request, code: {"results": [{"user": u.name, "error_code": code, "error_message": None}
+                                           for u in (*request.deletions, *request.upsertions)]},
 }
 
 

@@ -11,6 +11,8 @@ from dataclasses import dataclass, field
 from ..replication.messages import PartitionState
 from ..topics import metadata_records as mr
 from .authorizer import Acl
+from .scram import Credential
+from .scram import records as scram_records
 
 NO_DIR = bytes(16)          # Kafka's unassigned log directory
 
@@ -48,6 +50,8 @@ class MetadataImage:
     partitions: dict[tuple[str, int], PartitionState] = field(default_factory=dict)
     # The ACLs (AccessControlEntryRecord): the binding's 16-byte id -> authorizer.Acl.
     acls: dict[bytes, Acl] = field(default_factory=dict)
+    # Users' SCRAM credentials: (user, mechanism type) -> scram.Credential.
+    scram: dict[tuple[str, int], Credential] = field(default_factory=dict)
 
     def topic_name(self, topic_id: int) -> str | None:
         for name, tid in self.topic_ids.items():
@@ -57,7 +61,7 @@ class MetadataImage:
 
     def apply(self, api_key: int, f: dict) -> tuple:
         """Replay one record; returns what changed: ("broker", id), ("partition", key),
-        ("topic", name), ("broker_config", resource), ("acl", id) or ("removed", name, [keys]).  A
+        ("topic", name), ("broker_config", resource), ("acl", id), ("scram", user) or ("removed", name, [keys]).  A
         ConfigRecord with a null value removes that config (Kafka's deletion)."""
         if api_key == 0:
             endpoint = f["endPoints"][0] if f["endPoints"] else {"host": "", "port": 0}
@@ -98,6 +102,13 @@ class MetadataImage:
         if api_key == 19:
             self.acls.pop(f["id"], None)
             return ("acl", f["id"])
+        if api_key == 11:
+            self.scram[(f["name"], f["mechanism"])] = Credential(bytes(f["salt"]), bytes(f["storedKey"]),
+                                                                 bytes(f["serverKey"]), f["iterations"])
+            return ("scram", f["name"])
+        if api_key == 12:
+            self.scram.pop((f["name"], f["mechanism"]), None)
+            return ("scram", f["name"])
         raise mr.RecordFormatError(f"metadata record type {api_key} is not replayed")
 
 
@@ -175,6 +186,7 @@ def records_for(controller, image: MetadataImage, endpoints: dict[int, list],
         topic_id = int(controller.topics[key[0]]["topic_id"], 16) if key[0] in controller.topics else 0
         if topic_id and image.partitions.get(key) != s:
             out.append((3, _partition_fields(topic_id, s)))
+    out += scram_records(controller, image.scram)
     for name in sorted(set(image.topic_ids) - set(controller.topics)):
         out.append((9, {"topicId": image.topic_ids[name].to_bytes(16, "big")}))
     if acls is not None:

@@ -25,7 +25,7 @@ from ..core import errors
 from ..core.clock import monotonic_ms
 from ..replication.controller import Controller
 from ..replication.messages import NO_LEADER, BrokerHeartbeatRequest, BrokerRegistrationRequest
-from . import config_admin, topic_admin
+from . import config_admin, scram, topic_admin
 from . import configs as topic_configs
 from .acl_control import AclControl
 from .broker import FETCH_MAX_BYTES, PRODUCER_ID_BLOCK, Broker  # noqa: F401  (FETCH_MAX_BYTES: its old home)
@@ -210,6 +210,10 @@ class LocalController:
     async def delete_acls(self, filters: list) -> list[tuple[int, str | None, list]]:
         return self._changing(lambda: self.acl_control.delete(filters),
                               lambda exc: [(exc.error_code, str(exc), [])] * len(filters))
+
+    async def alter_scram_credentials(self, deletions: list, upsertions: list) -> list[tuple[str, int, str | None]]:
+        return self._changing(lambda: scram.alter(self.controller, deletions, upsertions),
+                              lambda exc: [(u[0], exc.error_code, str(exc)) for u in [*deletions, *upsertions]])
 
     async def allocate_producer_ids(self) -> tuple[int, int]:
         return self.controller.allocate_producer_ids(PRODUCER_ID_BLOCK), PRODUCER_ID_BLOCK

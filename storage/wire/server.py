@@ -26,7 +26,7 @@ import ssl
 import time
 
 from ..core import errors
-from . import authz, codec, error_answers, session, tls
+from . import authz, codec, error_answers, sasl, session, tls
 from .acl_control import AclApis
 from .admin_apis import AdminApis
 from .apis import ClientApis, Notifier
@@ -35,6 +35,7 @@ from .groups import GroupCoordinator
 from .groups_admin import GroupAdmin
 from .limits import ConnectionGate, ConnectionLimits, ConnectionTimeoutError, RequestMemory
 from .listeners import Listener
+from .scram import ScramApis
 from .topic_admin import TopicAdminApis
 from .txn_admin import TxnAdminApis
 from .txn_coordinator import TxnCoordinator, TxnSettings
@@ -171,15 +172,16 @@ class FrameServer:
                 self.memory.release(size)
             if response is not None:
                 writer.write(response)
-                if not transport.get_write_buffer_size():
-                    continue            # all sent: nothing to drain
-                try:
-                    async with asyncio.timeout(idle):
-                        await writer.drain()
-                except TimeoutError:
-                    raise ConnectionTimeoutError(
-                        f"the client read no answer for connections.max.idle.ms={limits.connections_max_idle_ms}"
-                    ) from None
+                if transport.get_write_buffer_size():      # else all sent: nothing to drain
+                    try:
+                        async with asyncio.timeout(idle):
+                            await writer.drain()
+                    except TimeoutError:
+                        raise ConnectionTimeoutError(
+                            f"the client read no answer for connections.max.idle.ms={limits.connections_max_idle_ms}"
+                        ) from None
+            if sasl.closing():              # a failed SASL exchange: its answer was the last
+                return
 
     async def _read_frame(self, reader: asyncio.StreamReader, size: int) -> bytes:
         """The `size` bytes of a frame, gathered as they arrive (never `size` bytes allocated for
@@ -238,6 +240,8 @@ class FrameServer:
                 body = ClientApis.api_versions_body(codec.UNSUPPORTED_VERSION, self.supported)
                 return codec.encode_response(key, 0, correlation_id, body)
             raise codec.ProtocolError(f"unsupported request: {codec.api_name(key)} v{version}")
+        if not sasl.allowed(key):     # Kafka: not allowed before authentication, the channel closes
+            raise codec.ProtocolError(f"{codec.api_name(key)} before SASL authentication")
         header, request = codec.parse_request(frame)
         if not self.ready.is_set() and key != codec.API_VERSIONS_KEY:
             await self.ready.wait()
@@ -333,6 +337,9 @@ class BrokerServer(FrameServer):
         self.handlers.update({27: self.txn_admin.write_txn_markers, 61: self.txn_admin.describe_producers})
         acls = AclApis(node)
         self.handlers.update({29: acls.describe_acls, 30: acls.create_acls, 31: acls.delete_acls})
+        self.sasl, users = sasl.SaslApis(node), ScramApis(node)
+        self.handlers.update({17: self.sasl.sasl_handshake, 36: self.sasl.sasl_authenticate,
+                              50: users.describe_user_scram_credentials, 51: users.alter_user_scram_credentials})
 
     def serve_groups(self) -> None:
         """The group coordinator and its APIs (it needs a running event loop for its timers)."""

@@ -276,3 +276,15 @@ def test_mutated_acl_frames_are_answered_or_refused(broker, frame):
         return
     assert sum(server.handler_errors.values()) == raised, f"a handler raised: {server.handler_errors}"
     loop.run_until_complete(server.node.create_acls(GRANTS))     # a mutated filter may have matched them
+
+
+def test_the_users_scram_credentials_need_describe_and_alter_on_the_cluster(broker):
+    """KafkaApis' handleDescribeUserScramCredentialsRequest / handleAlterUserScramCredentialsRequest:
+    DESCRIBE and ALTER on the cluster, else CLUSTER_AUTHORIZATION_FAILED and nothing stored."""
+    server, _ = broker
+    answer = ask(broker, 50, 0, {"users": None})
+    assert int(answer.error_code) == C
+    answer = ask(broker, 51, 0, {"deletions": [], "upsertions": [
+        {"name": "mallory", "mechanism": 1, "iterations": 4096, "salt": b"s" * 16, "salted_password": b"p" * 32}]})
+    assert [int(r.error_code) for r in answer.results] == [C]
+    assert not any(user == "mallory" for user, _ in server.node.scram_credentials())
