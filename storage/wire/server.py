@@ -25,7 +25,7 @@ import signal
 import time
 
 from ..core import errors
-from . import codec, error_answers, session
+from . import codec, error_answers, fetch_answer, sendfile, session
 from .admin_apis import AdminApis
 from .apis import ClientApis, Notifier
 from .broker import MetadataSource
@@ -52,6 +52,9 @@ class FrameServer:
         self.gate = ConnectionGate(self.limits)
         self.memory = RequestMemory(self.limits.queued_max_request_bytes)
         self.handlers: dict = {}
+        # API key -> fn(key, version, correlation id, body) -> the frame (bytes, or
+        # fetch_answer.Pieces); codec.encode_response for a key not here.
+        self.encoders: dict = {}
         self._server: asyncio.AbstractServer | None = None
         self._stopped = asyncio.Event()
         self._connections: set[asyncio.StreamWriter] = set()
@@ -101,6 +104,8 @@ class FrameServer:
         self._handlers.add(handler)
         try:
             await self._requests(reader, writer)
+        except sendfile.SliceCutError as exc:
+            log.warning("closing connection from %s: %s", peer, exc)     # the client fetches again
         except (asyncio.IncompleteReadError, ConnectionError):
             pass                                            # the client went away
         except codec.ProtocolError as exc:
@@ -138,13 +143,25 @@ class FrameServer:
             finally:
                 self.memory.release(size)
             if response is not None:
-                writer.write(response)
                 try:
-                    await asyncio.wait_for(writer.drain(), idle)
+                    await asyncio.wait_for(self._send(writer, response), idle)
                 except TimeoutError:
                     raise ConnectionTimeoutError(
                         f"the client read no answer for connections.max.idle.ms={limits.connections_max_idle_ms}"
                     ) from None
+
+    @staticmethod
+    async def _send(writer: asyncio.StreamWriter, response) -> None:
+        """Write an answer and drain: bytes, or Pieces (a Fetch's records left in their
+        segment files, sent with sendfile: wire/sendfile.py), whose descriptors go once sent."""
+        if isinstance(response, bytes):
+            writer.write(response)
+            await writer.drain()
+            return
+        try:
+            await sendfile.send(writer, response)
+        finally:
+            response.close()
 
     async def _read_frame(self, reader: asyncio.StreamReader, size: int) -> bytes:
         """The `size` bytes of a frame, gathered as they arrive (never `size` bytes allocated for
@@ -200,7 +217,7 @@ class FrameServer:
                 log.debug("answer to #%d: %s", correlation_id, str(body)[:200])
             if body is None:
                 return None
-            return codec.encode_response(key, version, correlation_id, body)
+            return self.encoders.get(key, codec.encode_response)(key, version, correlation_id, body)
         except Exception as exc:
             if self.observer is not None:
                 self.observer.failed(key, started, exc)
@@ -253,6 +270,7 @@ class BrokerServer(FrameServer):
         self._initial_rebalance_delay_ms = initial_rebalance_delay_ms
         self._ticker: asyncio.Task | None = None
         a = self.apis
+        self.encoders[fetch_answer.API_KEY] = fetch_answer.encode
         self.handlers = {0: a.produce, 1: a.fetch, 2: a.list_offsets, 3: a.metadata, 18: a.api_versions,
                          19: a.create_topics, 20: a.delete_topics, 22: a.init_producer_id,
                          23: a.offset_for_leader_epoch}

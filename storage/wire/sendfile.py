@@ -1,0 +1,72 @@
+"""Sending an answer in pieces (fetch_answer.Pieces): its bytes through the connection's
+stream writer, its FileSlices from their segment files with os.sendfile (asyncio's
+loop.sendfile, which waits until the transport has sent what was written before, then calls
+os.sendfile from the loop as the socket takes more) -- Kafka's FileRecords.writeTo, whose
+transferTo is sendfile on Linux.  The records never pass through Python.
+
+When it copies instead (the slice's view, written as bytes: what the read returned):
+  - a TLS connection (writer.get_extra_info("sslcontext") is set: the kernel cannot encrypt),
+    an event loop without native sendfile (uvloop's, a platform without it), or a transport
+    that refuses it;
+  - a slice no longer `intact()` before its send starts (its log was cut since the read: the
+    file may hold other bytes there, the view still holds the read's).
+A slice cut while it is being sent, or whose file ends before the slice does, cannot be put
+right (part of it is on the wire): the connection is closed, as Kafka's writeTo throws when
+the file was truncated during the write, and the client fetches again on a new one.
+
+`stats` counts what went which way (tests read it; a broker's metrics may).
+"""
+from __future__ import annotations
+
+import asyncio
+import collections
+
+from ..log.file_slice import FileSlice
+
+stats: collections.Counter = collections.Counter()     # sendfile_calls, sendfile_bytes, copied_bytes, cut
+
+
+class SliceCutError(ConnectionError):
+    """A FileSlice's file changed while it was being sent: the connection must close."""
+
+
+def native(writer: asyncio.StreamWriter) -> bool:
+    """Whether FileSlices may go by os.sendfile on this connection."""
+    if writer.get_extra_info("sslcontext") is not None:
+        return False
+    loop = asyncio.get_running_loop()
+    # uvloop's loop has no sendfile of its own (AbstractEventLoop's raises NotImplementedError).
+    return type(loop).sendfile is not asyncio.AbstractEventLoop.sendfile
+
+
+async def send(writer: asyncio.StreamWriter, pieces) -> None:
+    """Write `pieces` (fetch_answer.Pieces) to `writer` and drain it; the caller closes them."""
+    zero_copy = native(writer)
+    loop = asyncio.get_running_loop()
+    for part in pieces.parts:
+        if type(part) is not FileSlice:
+            writer.write(part)
+            continue
+        if zero_copy and part.intact():
+            transport = writer.transport
+            if transport.is_closing():
+                raise ConnectionResetError("the connection closed before the answer was sent")
+            try:
+                sent = await loop.sendfile(transport, part, part.position, part.length, fallback=False)
+            except (asyncio.SendfileNotAvailableError, NotImplementedError, RuntimeError):
+                # Raised before a byte of the slice was sent (asyncio's contract): copy it, and
+                # the rest of this answer's slices.
+                if transport.is_closing():
+                    raise ConnectionResetError("the connection closed while the answer was sent") from None
+                zero_copy = False
+                stats["refused"] += 1
+            else:
+                stats["sendfile_calls"] += 1
+                stats["sendfile_bytes"] += sent
+                if sent != part.length or not part.intact():
+                    stats["cut"] += 1
+                    raise SliceCutError(f"{part!r}: the file ended or was cut after {sent} bytes were sent")
+                continue
+        writer.write(part.view)
+        stats["copied_bytes"] += part.length
+    await writer.drain()
