@@ -26,6 +26,14 @@ from ..log.file_slice import FileSlice
 stats: collections.Counter = collections.Counter()     # sendfile_calls, sendfile_bytes, copied_bytes, cut
 
 
+def summary() -> str:
+    """`12 MiB by sendfile in 40 calls, 0 B copied, ...`: how this process sent FileSlices."""
+    def size(n: int) -> str:
+        return f"{n / (1 << 20):.1f} MiB" if n >= 1 << 20 else f"{n} B"
+    return (f"{size(stats['sendfile_bytes'])} by sendfile in {stats['sendfile_calls']} calls, "
+            f"{size(stats['copied_bytes'])} copied, {stats['refused']} refused, {stats['cut']} cut while sent")
+
+
 class SliceCutError(ConnectionError):
     """A FileSlice's file changed while it was being sent: the connection must close."""
 

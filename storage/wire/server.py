@@ -84,6 +84,8 @@ class FrameServer:
         for writer in list(self._connections):
             writer.close()
         log.info("served: %s", self.served_summary())
+        if sendfile.stats:
+            log.info("fetch records sent: %s", sendfile.summary())
 
     def served_summary(self) -> str:
         """`Produce v9 x12, Fetch v12 x40, ...`: which versions clients used, in API key order."""
