@@ -106,3 +106,24 @@ def test_read_committed_skips_an_aborted_transaction_sent_by_sendfile(broker):
     broker.stop()
     by_sendfile, calls, _ = _sent(broker)
     assert calls > 0 and by_sendfile >= 3000 * 1000
+
+
+def test_a_follower_catching_up_is_sent_the_leaders_records_by_sendfile(tmp_path):
+    """Replication's Fetch is served by the same path: a follower back from a stop reads what
+    it missed from the leader's segment files."""
+    from tests.wire_support import Cluster
+    cluster = Cluster(tmp_path, min_isr=1)
+    try:
+        cluster.create("rep", 1)
+        leader = cluster.partitions("rep")[0].leader
+        follower = next(n for n in cluster.brokers if n != leader)
+        cluster.brokers[follower].stop()
+        _produce(cluster.bootstrap, "rep", 0, COUNT, acks="1")
+        cluster.brokers[follower].start()
+        cluster.wait_in_sync("rep")
+        cluster.stop()
+        cluster.assert_replicas_identical("rep")
+        by_sendfile, calls, copied = _sent(cluster.brokers[leader])
+        assert calls > 0 and by_sendfile >= COUNT * 1000 and copied == 0
+    finally:
+        cluster.kill()
