@@ -145,23 +145,26 @@ class FrameServer:
             finally:
                 self.memory.release(size)
             if response is not None:
+                if not isinstance(response, bytes):
+                    await self._send_pieces(writer, response, idle)
+                    continue
+                writer.write(response)
                 try:
-                    await asyncio.wait_for(self._send(writer, response), idle)
+                    await asyncio.wait_for(writer.drain(), idle)
                 except TimeoutError:
                     raise ConnectionTimeoutError(
                         f"the client read no answer for connections.max.idle.ms={limits.connections_max_idle_ms}"
                     ) from None
 
-    @staticmethod
-    async def _send(writer: asyncio.StreamWriter, response) -> None:
-        """Write an answer and drain: bytes, or Pieces (a Fetch's records left in their
-        segment files, sent with sendfile: wire/sendfile.py), whose descriptors go once sent."""
-        if isinstance(response, bytes):
-            writer.write(response)
-            await writer.drain()
-            return
+    async def _send_pieces(self, writer: asyncio.StreamWriter, response, idle: float) -> None:
+        """Send an answer in pieces (a Fetch's records left in their segment files, sent with
+        sendfile: wire/sendfile.py) within connections.max.idle.ms; its descriptors go once sent."""
         try:
-            await sendfile.send(writer, response)
+            await asyncio.wait_for(sendfile.send(writer, response), idle)
+        except TimeoutError:
+            raise ConnectionTimeoutError(
+                f"the client read no answer for connections.max.idle.ms={self.limits.connections_max_idle_ms}"
+            ) from None
         finally:
             response.close()
 

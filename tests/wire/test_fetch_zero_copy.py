@@ -241,3 +241,26 @@ def test_an_event_loop_without_sendfile_copies(embedded, sendfile_calls, monkeyp
     expected = pieces.join()
     received, error = embedded.loop.run_until_complete(_serve_pieces(pieces))
     assert error is None and received == expected and sendfile_calls == []
+
+
+def test_uvloop_has_no_sendfile_and_copies(embedded, sendfile_calls):
+    """uvloop's loop.sendfile raises NotImplementedError (AbstractEventLoop's): the slices
+    are copied, the answer is whole (`storage serve --event-loop uvloop` must serve Fetch)."""
+    uvloop = pytest.importorskip("uvloop")
+    pieces, _ = _answer(embedded)
+    expected = pieces.join()
+    loop = uvloop.new_event_loop()
+    try:
+        assert not loop.run_until_complete(_native_here())
+        received, error = loop.run_until_complete(_serve_pieces(pieces))
+    finally:
+        loop.close()
+    assert error is None and received == expected and sendfile_calls == []
+
+
+async def _native_here() -> bool:
+    class Writer:
+        @staticmethod
+        def get_extra_info(name):
+            return None
+    return sendfile.native(Writer())
