@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import asyncio
 import os
+import socket
 import struct
 
 import pytest
@@ -151,13 +152,15 @@ def test_whole_batches_at_the_size_limit(embedded, sendfile_calls):
     assert _records(embedded.fetch(12, partition_max_bytes=100), 12) == everything[:batch_bytes]
 
 
-async def _serve_pieces(pieces, mutate=None):
+async def _serve_pieces(pieces, mutate=None, send_buffer_bytes: int | None = None):
     """Send `pieces` with sendfile.send over a loopback connection (after `mutate()`); what
     the peer received, and the exception the sender met (or None)."""
     done = asyncio.get_running_loop().create_future()
 
     async def handle(reader, writer):
         try:
+            if send_buffer_bytes is not None:
+                writer.get_extra_info("socket").setsockopt(socket.SOL_SOCKET, socket.SO_SNDBUF, send_buffer_bytes)
             if mutate is not None:
                 mutate()
             await sendfile.send(writer, pieces)
@@ -208,6 +211,16 @@ def _retire(e: Embedded) -> None:
     log = e.log
     assert log.increment_log_start_offset(log.segments[-1].base_offset)
     log.delete_pending_files(now_ms=2**62)
+
+
+def test_a_slice_larger_than_the_socket_takes_goes_on_by_loop_sendfile(embedded, sendfile_calls):
+    """The first os.sendfile fills a small send buffer; asyncio's loop.sendfile sends the rest
+    as the peer reads."""
+    pieces, _ = _answer(embedded)
+    expected = pieces.join()
+    received, error = embedded.loop.run_until_complete(_serve_pieces(pieces, send_buffer_bytes=4096))
+    assert error is None and received == expected
+    assert len(sendfile_calls) > 2 and sum(c[3] for c in sendfile_calls) == len(pieces.slices()[0])
 
 
 def test_a_cut_before_the_send_sends_the_bytes_read_from_the_view(embedded, sendfile_calls):
