@@ -355,14 +355,19 @@ class Segment:
     def file_slice(self, view: memoryview, address: int) -> FileSlice | None:
         """The FileSlice of `view` (at `address`), a read's answer, when it lies in this
         segment's current read mapping: its position in the .log and a descriptor of its own.
-        None when it does not (a view of another segment, or of a mapping let go of since)."""
+        None when it does not (a view of another segment, or of a mapping let go of since), or
+        when no descriptor is left to make one."""
         m = self._mapping
         if self._state != _OPEN or m is None or not m.length:
             return None
         position = address - int(ffi.cast("uintptr_t", m.pointer))
         if position < 0 or position + len(view) > self._c.size:
             return None
-        return FileSlice(view, os.dup(self._c.log_fd), position, self._home)
+        try:
+            fd = os.dup(self._c.log_fd)
+        except OSError:         # out of descriptors (EMFILE): the view serves, copied when sent
+            return None
+        return FileSlice(view, fd, position, self._home)
 
     # ---- writing ----
     # Appends are made by PartitionLog through lib.plog_segment_append_chunk on self._c.

@@ -277,3 +277,15 @@ async def _native_here() -> bool:
         def get_extra_info(name):
             return None
     return sendfile.native(Writer())
+
+
+def test_out_of_descriptors_the_view_is_sent_instead(embedded, sendfile_calls, monkeypatch):
+    """A fetch of many partitions holds a descriptor per slice until sent: when none is left
+    (EMFILE), the records are the view, copied when sent, and the answer is the same."""
+    expected = embedded.fetch(12)
+
+    def no_descriptor(fd):
+        raise OSError(24, "Too many open files")
+    monkeypatch.setattr(os, "dup", no_descriptor)
+    calls = len(sendfile_calls)
+    assert embedded.fetch(12) == expected and len(sendfile_calls) == calls
