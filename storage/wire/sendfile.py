@@ -1,8 +1,9 @@
 """Sending an answer in pieces (fetch_answer.Pieces): its bytes through the connection's
-stream writer, its FileSlices from their segment files with os.sendfile (asyncio's
-loop.sendfile, which waits until the transport has sent what was written before, then calls
-os.sendfile from the loop as the socket takes more) -- Kafka's FileRecords.writeTo, whose
-transferTo is sendfile on Linux.  The records never pass through Python.
+stream writer, its FileSlices from their segment files with os.sendfile -- Kafka's
+FileRecords.writeTo, whose transferTo is sendfile on Linux.  The records never pass through
+Python.  A slice goes by one os.sendfile straight to the socket when the transport holds
+nothing unsent, and what the socket did not take by asyncio's loop.sendfile (which waits until
+the transport has sent what was written before, then calls os.sendfile as the socket takes more).
 
 When it copies instead (the slice's view, written as bytes: what the read returned):
   - a TLS connection (writer.get_extra_info("sslcontext") is set: the kernel cannot encrypt),

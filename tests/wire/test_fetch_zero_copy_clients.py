@@ -18,7 +18,7 @@ from tests.wire_support import Broker  # noqa: E402
 COUNT = 3000                 # 1 KiB values: ~3 MiB, batches of 16 KiB and more
 VALUE = b"%06d" + b"v" * 1018
 PRODUCER = {"linger.ms": 20, "batch.size": 64 * 1024, "compression.type": "none"}
-SENT = re.compile(r"fetch records sent: ([\d.]+) (MiB|B) by sendfile in (\d+) calls, (\d+) B copied")
+SENT = re.compile(r"fetch records sent: ([\d.]+) (MiB|B) by sendfile in (\d+) calls, ([\d.]+) (MiB|B) copied")
 
 
 @pytest.fixture
@@ -54,8 +54,9 @@ def _sent(broker: Broker) -> tuple[float, int, int]:
     """(bytes by sendfile, calls, bytes of slices copied) from the stopped broker's log."""
     found = SENT.findall(broker.stderr())
     assert found, broker.stderr()[-2000:]
-    amount, unit, calls, copied = found[-1]
-    return float(amount) * (1 << 20 if unit == "MiB" else 1), int(calls), int(copied)
+    amount, unit, calls, copied, copied_unit = found[-1]
+    return (float(amount) * (1 << 20 if unit == "MiB" else 1), int(calls),
+            int(float(copied) * (1 << 20 if copied_unit == "MiB" else 1)))
 
 
 def test_confluent_kafka_and_kafka_python_read_what_sendfile_sent(broker):
