@@ -152,7 +152,7 @@ def test_whole_batches_at_the_size_limit(embedded, sendfile_calls):
     assert _records(embedded.fetch(12, partition_max_bytes=100), 12) == everything[:batch_bytes]
 
 
-async def _serve_pieces(pieces, mutate=None, send_buffer_bytes: int | None = None):
+async def _serve_pieces(pieces, mutate=None, send_buffer_bytes: int | None = None, tls=None):
     """Send `pieces` with sendfile.send over a loopback connection (after `mutate()`); what
     the peer received, and the exception the sender met (or None)."""
     done = asyncio.get_running_loop().create_future()
@@ -170,8 +170,9 @@ async def _serve_pieces(pieces, mutate=None, send_buffer_bytes: int | None = Non
         finally:
             pieces.close()
             writer.close()
-    server = await asyncio.start_server(handle, "127.0.0.1", 0)
-    reader, writer = await asyncio.open_connection("127.0.0.1", server.sockets[0].getsockname()[1])
+    server_tls, client_tls = tls or (None, None)
+    server = await asyncio.start_server(handle, "127.0.0.1", 0, ssl=server_tls)
+    reader, writer = await asyncio.open_connection("127.0.0.1", server.sockets[0].getsockname()[1], ssl=client_tls)
     received = await reader.read()
     writer.close()
     server.close()
@@ -289,3 +290,42 @@ def test_out_of_descriptors_the_view_is_sent_instead(embedded, sendfile_calls, m
     monkeypatch.setattr(os, "dup", no_descriptor)
     calls = len(sendfile_calls)
     assert embedded.fetch(12) == expected and len(sendfile_calls) == calls
+
+
+def _tls_contexts(tmp_path):
+    """(server, client) SSL contexts over a self-signed certificate for 127.0.0.1."""
+    import datetime
+    import ipaddress
+    import ssl
+
+    x509 = pytest.importorskip("cryptography.x509")
+    from cryptography.hazmat.primitives import hashes, serialization
+    from cryptography.hazmat.primitives.asymmetric import ec
+    key = ec.generate_private_key(ec.SECP256R1())
+    name = x509.Name([x509.NameAttribute(x509.oid.NameOID.COMMON_NAME, "127.0.0.1")])
+    now = datetime.datetime.now(datetime.timezone.utc)
+    cert = (x509.CertificateBuilder().subject_name(name).issuer_name(name).public_key(key.public_key())
+            .serial_number(1).not_valid_before(now - datetime.timedelta(days=1))
+            .not_valid_after(now + datetime.timedelta(days=1))
+            .add_extension(x509.SubjectAlternativeName([x509.IPAddress(ipaddress.ip_address("127.0.0.1"))]),
+                           critical=False)
+            .sign(key, hashes.SHA256()))
+    (tmp_path / "cert.pem").write_bytes(cert.public_bytes(serialization.Encoding.PEM))
+    (tmp_path / "key.pem").write_bytes(key.private_bytes(serialization.Encoding.PEM,
+                                                         serialization.PrivateFormat.PKCS8,
+                                                         serialization.NoEncryption()))
+    server = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH)
+    server.load_cert_chain(tmp_path / "cert.pem", tmp_path / "key.pem")
+    client = ssl.create_default_context(cafile=str(tmp_path / "cert.pem"))
+    return server, client
+
+
+def test_a_tls_connection_copies_what_sendfile_cannot_encrypt(embedded, sendfile_calls, tmp_path):
+    """On TLS the kernel cannot send the file's bytes as they are: the slices are written from
+    their views, encrypted by the transport, and the client decrypts the same answer."""
+    pieces, _ = _answer(embedded)
+    expected = pieces.join()
+    before = sendfile.stats["copied_bytes"]
+    received, error = embedded.loop.run_until_complete(_serve_pieces(pieces, tls=_tls_contexts(tmp_path)))
+    assert error is None and received == expected and sendfile_calls == []
+    assert sendfile.stats["copied_bytes"] - before == len(pieces.slices()[0])
