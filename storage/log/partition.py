@@ -322,6 +322,16 @@ class PartitionLog(ClosedOnExit):
             self._local.ensure_open()
             return _reads.read(self._local, offset, max_bytes, max_offset, self.log_start_offset, self.log_end_offset)
 
+    def file_slice(self, view: memoryview):
+        """Where `view`, whole batches that `read` returned, lies in its segment file: a
+        FileSlice (storage/log/file_slice.py: a descriptor of its own, the position, the view;
+        the caller closes it), or None when it cannot say (empty, or the segment's mapping was
+        let go of since the read: the view's bytes are still good)."""
+        with self._lock:
+            if self._local.closed:
+                return None
+            return _reads.file_slice(self._local, view)
+
     @property
     def last_stable_offset(self) -> int:
         """Kafka's LSO: the first offset of the oldest transaction that is open, or whose marker

@@ -9,6 +9,7 @@ import bisect
 from typing import NamedTuple
 
 from ..core import errors
+from ..core._native import ffi
 from ..core.columns import batch_columns
 from ..core.records import iter_batches
 from .segment import Segment
@@ -25,7 +26,7 @@ ISOLATIONS = ("log_end", "read_uncommitted", "read_committed")
 _bisect_right = bisect.bisect_right
 
 __all__ = ["EARLIEST_TIMESTAMP", "LATEST_TIMESTAMP", "MAX_TIMESTAMP", "ISOLATIONS", "AbortedTxn",
-           "TimestampAndOffset", "read", "collect_aborted_transactions", "batches", "segment_columns",
+           "TimestampAndOffset", "read", "file_slice", "collect_aborted_transactions", "batches", "segment_columns",
            "offset_for_timestamp"]
 
 
@@ -57,6 +58,18 @@ def read(local, offset: int, max_bytes: int, max_offset: int | None, log_start_o
             return view
         i += 1
     return memoryview(b"")
+
+
+def file_slice(local, view: memoryview):
+    """PartitionLog.file_slice under the caller's lock: the FileSlice of `view`, whole batches
+    a read returned, or None (empty, or no longer of a segment's current mapping).  The first
+    batch's base offset (its first 8 bytes, any magic) names the segment to look in."""
+    if len(view) < 8:
+        return None
+    i = local.segment_index(int.from_bytes(view[:8], "big", signed=True))
+    if i < 0:
+        return None
+    return local.segments[i].file_slice(view, int(ffi.cast("uintptr_t", ffi.from_buffer(view))))
 
 
 def collect_aborted_transactions(local, start_offset: int, upper_bound_offset: int) -> list[AbortedTxn]:

@@ -36,6 +36,7 @@ from ..core.files import (  # noqa: E402
     TXN_INDEX_SUFFIX,
     segment_name,
 )
+from .file_slice import FileSlice
 from .segment_home import Mapping, SegmentHome, open_segments, retired_mappings, set_open_segments_max  # noqa: F401
 from .txnindex import TransactionIndex
 
@@ -351,6 +352,23 @@ class Segment:
             return None
         return m.view[position:position + length]
 
+    def file_slice(self, view: memoryview, address: int) -> FileSlice | None:
+        """The FileSlice of `view` (at `address`), a read's answer, when it lies in this
+        segment's current read mapping: its position in the .log and a descriptor of its own.
+        None when it does not (a view of another segment, or of a mapping let go of since), or
+        when no descriptor is left to make one."""
+        m = self._mapping
+        if self._state != _OPEN or m is None or not m.length:
+            return None
+        position = address - int(ffi.cast("uintptr_t", m.pointer))
+        if position < 0 or position + len(view) > self._c.size:
+            return None
+        try:
+            fd = os.dup(self._c.log_fd)
+        except OSError:         # out of descriptors (EMFILE): the view serves, copied when sent
+            return None
+        return FileSlice(view, fd, position, self._home)
+
     # ---- writing ----
     # Appends are made by PartitionLog through lib.plog_segment_append_chunk on self._c.
 
@@ -376,6 +394,7 @@ class Segment:
         else:
             self._mapping = None
         retired_mappings.snapshot(self.log_path, position)
+        self._home.cuts += 1            # a FileSlice of the bytes past the cut is no longer its file's
         rc = lib.plog_segment_truncate_to(self._c, m.pointer, offset)
         self._check(rc, "truncate", offset=offset)
         return before - self._c.size
@@ -403,6 +422,7 @@ class Segment:
         self._check(rc, "recover", offset=scan.stop_offset)
         truncated = physical - self._c.size
         if truncated:
+            self._home.cuts += 1
             m.retire_from(self._c.size)
             self._drop_mapping()
         report = ScanReport(scan, [(epochs[i], epoch_offsets[i]) for i in range(min(scan.epoch_count, 256))])

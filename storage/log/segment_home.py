@@ -102,10 +102,10 @@ def set_open_segments_max(limit: int) -> None:
 class SegmentHome:
     """What the segments of one log share: directory, config, the log's lock (the open-segment
     cache takes it, without blocking, before it closes a segment), the log's recovery report (a
-    first use's repair goes there), the find/read out-arguments (the lock serialises them) and
-    the log dir's failure channel."""
+    first use's repair goes there), the find/read out-arguments (the lock serialises them), the
+    log dir's failure channel and the count of cuts of its files."""
 
-    __slots__ = ("directory", "config", "lock", "report", "reads", "failure", "metrics")
+    __slots__ = ("directory", "config", "lock", "report", "reads", "failure", "metrics", "cuts")
 
     def __init__(self, directory: str, config, lock=None, report: list | None = None, failure=None, metrics=None):
         self.directory = directory
@@ -116,6 +116,9 @@ class SegmentHome:
         # The log dir's failure channel: a flush the open-segment cache makes fails it.
         self.failure = failure if failure is not None else LogDirFailureChannel(directory)
         self.reads = None           # read_scratch(), made on the first find or read
+        # Cuts of the log's .log files (truncation, recovery): a FileSlice made before one may
+        # no longer find its bytes in its file (file_slice.py).
+        self.cuts = 0
 
     def read_scratch(self) -> tuple:
         """(position, batch info, (position, bytes) of plog_segment_read, an int64 view of

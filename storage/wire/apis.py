@@ -12,7 +12,7 @@ from ..core import errors
 from ..core.errors import Errors
 from ..replication import messages as m
 from . import configs as topic_configs
-from . import rules
+from . import fetch_answer, rules
 from .admin_apis import CLUSTER_OPERATIONS, TOPIC_OPERATIONS, operations
 from .broker import MetadataSource
 from .codec import SUPPORTED, InvalidRequestError, ms
@@ -283,6 +283,7 @@ class ClientApis:
                       sum(len(t.partitions) for t in request.topics), len(internal.partitions), len(answered),
                       session_id)
         items = []
+        zero_copy = fetch_answer.zero_copy_here()
         for p in answered:
             aborted = None if p.aborted_transactions is None else \
                 [{"producer_id": a.producer_id, "first_offset": a.first_offset} for a in p.aborted_transactions]
@@ -292,7 +293,9 @@ class ClientApis:
                 "partition_index": p.partition, "error_code": code, "high_watermark": p.high_watermark,
                 "last_stable_offset": p.last_stable_offset, "log_start_offset": p.log_start_offset,
                 "diverging_epoch": {"epoch": diverging.epoch, "end_offset": diverging.end_offset},
-                "aborted_transactions": aborted, "preferred_read_replica": -1, "records": bytes(p.records)}))
+                "aborted_transactions": aborted, "preferred_read_replica": -1,
+                # Not copied: a view of the segment, or a FileSlice of its file (sent with sendfile).
+                "records": fetch_answer.records_of(self.node.manager, p) if zero_copy else p.records}))
         topics = _grouped(items, "topic", "partitions")
         for t in topics:
             t["topic_id"] = ids[t["topic"]] if t["topic"] in ids else self.node.topic_id(t["topic"])

@@ -26,7 +26,7 @@ import ssl
 import time
 
 from ..core import errors
-from . import authz, codec, error_answers, sasl, session, tls
+from . import authz, codec, error_answers, fetch_answer, sasl, sendfile, session, tls
 from .acl_control import AclApis
 from .admin_apis import AdminApis
 from .apis import ClientApis, Notifier
@@ -57,6 +57,9 @@ class FrameServer:
         self.memory = RequestMemory(self.limits.queued_max_request_bytes)
         self.handlers: dict = {}
         self._servers: list[asyncio.AbstractServer] = []     # one per listener
+        # API key -> fn(key, version, correlation id, body) -> the frame (bytes, or
+        # fetch_answer.Pieces); codec.encode_response for a key not here.
+        self.encoders: dict = {}
         self._stopped = asyncio.Event()
         self._connections: set[asyncio.StreamWriter] = set()
         self._handlers: set[asyncio.Task] = set()       # the connection handlers running (_serve)
@@ -99,6 +102,8 @@ class FrameServer:
         for writer in list(self._connections):
             writer.close()
         log.info("served: %s", self.served_summary())
+        if sendfile.stats:
+            log.info("fetch records sent: %s", sendfile.summary())
 
     def served_summary(self) -> str:
         """`Produce v9 x12, Fetch v12 x40, ...`: which versions clients used, in API key order."""
@@ -128,6 +133,8 @@ class FrameServer:
             self._connections.add(writer)
             session.enter(connection)
             await self._requests(reader, writer)
+        except sendfile.SliceCutError as exc:
+            log.warning("closing connection from %s: %s", peer, exc)     # the client fetches again
         except (asyncio.IncompleteReadError, ConnectionError):
             pass                                            # the client went away
         except codec.ProtocolError as exc:
@@ -170,7 +177,9 @@ class FrameServer:
                 del frame
             finally:
                 self.memory.release(size)
-            if response is not None:
+            if response is not None and not isinstance(response, bytes):
+                await self._send_pieces(writer, response, idle)
+            elif response is not None:
                 writer.write(response)
                 if transport.get_write_buffer_size():      # else all sent: nothing to drain
                     try:
@@ -182,6 +191,18 @@ class FrameServer:
                         ) from None
             if sasl.closing():              # a failed SASL exchange: its answer was the last
                 return
+
+    async def _send_pieces(self, writer: asyncio.StreamWriter, response, idle: float) -> None:
+        """Send an answer in pieces (a Fetch's records left in their segment files, sent with
+        sendfile: wire/sendfile.py) within connections.max.idle.ms; its descriptors go once sent."""
+        try:
+            await asyncio.wait_for(sendfile.send(writer, response), idle)
+        except TimeoutError:
+            raise ConnectionTimeoutError(
+                f"the client read no answer for connections.max.idle.ms={self.limits.connections_max_idle_ms}"
+            ) from None
+        finally:
+            response.close()
 
     async def _read_frame(self, reader: asyncio.StreamReader, size: int) -> bytes:
         """The `size` bytes of a frame, gathered as they arrive (never `size` bytes allocated for
@@ -258,7 +279,7 @@ class FrameServer:
                 log.debug("answer to #%d: %s", correlation_id, str(body)[:200])
             if body is None:
                 return None
-            return codec.encode_response(key, version, correlation_id, body)
+            return self.encoders.get(key, codec.encode_response)(key, version, correlation_id, body)
         except Exception as exc:
             if self.observer is not None:
                 self.observer.failed(key, started, exc)
@@ -324,6 +345,7 @@ class BrokerServer(FrameServer):
         self._initial_rebalance_delay_ms = initial_rebalance_delay_ms
         self._ticker: asyncio.Task | None = None
         a = self.apis
+        self.encoders[fetch_answer.API_KEY] = fetch_answer.encode
         self.handlers = {0: a.produce, 1: a.fetch, 2: a.list_offsets, 3: a.metadata, 18: a.api_versions,
                          19: a.create_topics, 20: a.delete_topics, 22: a.init_producer_id,
                          23: a.offset_for_leader_epoch}

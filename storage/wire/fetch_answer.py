@@ -1,0 +1,270 @@
+"""The Fetch response's bytes, laid out by hand for each version served, and its records left
+in their segment files (issue 33: Kafka's FetchResponse written with FileRecords.writeTo).
+
+`encode(key, version, correlation_id, body)` takes the dict apis.fetch builds -- the one
+codec.encode_response takes -- and returns the size-prefixed frame: bytes, or a `Pieces` when a
+partition's records are a FileSlice (storage/log/file_slice.py) or a large view, which then
+stand as pieces of their own between the bytes around them, never copied here.
+wire/sendfile.py sends a Pieces (os.sendfile for the slices).
+
+The layout (Kafka's FetchResponse.json; which version has what):
+
+  size int32, correlation id int32, [v12+ response header tagged fields]
+  throttle_time_ms int32
+  v7+: error_code int16, session_id int32
+  responses array of topic: v4-12 topic string, v13+ topic_id uuid
+    partitions array of: partition_index int32, error_code int16, high_watermark int64,
+      last_stable_offset int64, v5+: log_start_offset int64,
+      aborted_transactions nullable array of (producer_id int64, first_offset int64),
+      v11+: preferred_read_replica int32, records nullable bytes,
+      v12+ tagged: 0 diverging_epoch (epoch int32, end_offset int64), 1 current_leader
+      (leader_id int32, leader_epoch int32), 2 snapshot_id (end_offset int64, epoch int32),
+      each written only when it is not its default (-1, -1)
+  v16+ tagged: 0 node_endpoints array of (node_id int32, host string, port int32, rack
+    nullable string), written only when not empty
+
+v12+ are flexible: arrays and strings carry unsigned-varint lengths plus one (zero: null), and
+every structure ends with its tagged fields (a count, then tag, size, value each).  A field the
+codec requires and the dict lacks is a KeyError here too.  tests/wire/test_fetch_answer.py
+checks every version byte for byte against codec.encode_response over many shapes.
+"""
+from __future__ import annotations
+
+import datetime
+import functools
+import struct
+import uuid
+from typing import NamedTuple
+
+from ..core import io as _io
+from ..log.file_slice import FileSlice
+from . import session
+
+API_KEY = 1
+# Records at least this large travel as a piece of their own (a FileSlice always does): below
+# it one copy into the frame costs less than the extra write.
+OWN_PIECE_BYTES = 16 * 1024
+# Records at least this large are sent from their segment file (a FileSlice), smaller ones copied.
+SENDFILE_MIN_BYTES = OWN_PIECE_BYTES
+
+_i32 = struct.Struct(">i")
+_ZERO_UUID = bytes(16)
+
+
+class Layout(NamedTuple):
+    flexible: bool          # v12+
+    session: bool           # v7+: error_code, session_id
+    log_start: bool         # v5+
+    preferred: bool         # v11+
+    topic_ids: bool         # v13+
+    node_endpoints: bool    # v16+
+    partition: struct.Struct    # the fixed fields a partition opens with
+
+
+@functools.cache
+def layout(version: int) -> Layout:
+    if version < 4:
+        raise ValueError(f"Fetch v{version} is not laid out here (v4 and later)")
+    log_start = version >= 5
+    return Layout(version >= 12, version >= 7, log_start, version >= 11, version >= 13, version >= 16,
+                  struct.Struct(">ihqqq" if log_start else ">ihqq"))
+
+
+def zero_copy_here() -> bool:
+    """Whether the records of this connection's answer may stay in their files: not a TLS
+    connection (the kernel cannot encrypt what sendfile sends), and the engine's files are the
+    POSIX seam's (a simulated file system's descriptors are not the kernel's)."""
+    return not session.current().tls and type(_io.current()) is _io.PosixIO
+
+
+def records_of(manager, answer):
+    """A read's records (`answer`: the replica manager's FetchResponsePartition) as a FileSlice
+    of its segment file when they are large enough to be worth a sendfile and the log can say
+    where they lie; else as they are (a view of the segment: not copied either)."""
+    records = answer.records
+    if len(records) < SENDFILE_MIN_BYTES or not isinstance(records, memoryview):
+        return records
+    hosted = manager.partitions.get((answer.topic, answer.partition))
+    found = hosted.log.file_slice(records) if hosted is not None else None
+    return records if found is None else found
+
+
+class Pieces:
+    """A response frame in pieces: bytes-like ones, and FileSlices whose bytes are in their
+    files.  `close()` lets the slices' descriptors go (the sender calls it once sent)."""
+
+    __slots__ = ("parts",)
+
+    def __init__(self, parts: list):
+        self.parts = parts
+
+    def __len__(self) -> int:
+        return sum(len(p) for p in self.parts)
+
+    def slices(self) -> list[FileSlice]:
+        return [p for p in self.parts if type(p) is FileSlice]
+
+    def join(self) -> bytes:
+        """The frame's bytes (a slice's as it was read)."""
+        return b"".join(p.view if type(p) is FileSlice else p for p in self.parts)
+
+    def close(self) -> None:
+        for p in self.parts:
+            if type(p) is FileSlice:
+                p.close()
+
+
+def _uvarint(out: bytearray, n: int) -> None:
+    while n >= 0x80:
+        out.append((n & 0x7F) | 0x80)
+        n >>= 7
+    out.append(n)
+
+
+def _length(out: bytearray, flexible: bool, n: int | None) -> None:
+    """An array's or a records field's length (None: null)."""
+    if flexible:
+        _uvarint(out, 0 if n is None else n + 1)
+    else:
+        out += _i32.pack(-1 if n is None else n)
+
+
+def _string(out: bytearray, flexible: bool, value: str | None) -> None:
+    if value is None:
+        out += b"\0" if flexible else b"\xff\xff"
+        return
+    data = value.encode()
+    if flexible:
+        _uvarint(out, len(data) + 1)
+    else:
+        out += struct.pack(">h", len(data))
+    out += data
+
+
+def _uuid(value) -> bytes:
+    if value is None:
+        return _ZERO_UUID
+    if isinstance(value, uuid.UUID):
+        return value.bytes
+    return int(value).to_bytes(16, "big")
+
+
+def _ms(value) -> int:
+    if isinstance(value, datetime.timedelta):
+        return int(value / datetime.timedelta(milliseconds=1))
+    return int(value)
+
+
+def _tagged(out: bytearray, fields: list[tuple[int, bytes]]) -> None:
+    _uvarint(out, len(fields))
+    for tag, value in fields:
+        _uvarint(out, tag)
+        _uvarint(out, len(value))
+        out += value
+
+
+def _partition_tags(p: dict) -> list[tuple[int, bytes]]:
+    tags = []
+    value = p.get("diverging_epoch")
+    if value is not None:
+        epoch, end_offset = value.get("epoch", -1), value.get("end_offset", -1)
+        if (epoch, end_offset) != (-1, -1):
+            tags.append((0, struct.pack(">iqB", epoch, end_offset, 0)))
+    value = p.get("current_leader")
+    if value is not None:
+        leader_id, leader_epoch = value.get("leader_id", -1), value.get("leader_epoch", -1)
+        if (leader_id, leader_epoch) != (-1, -1):
+            tags.append((1, struct.pack(">iiB", leader_id, leader_epoch, 0)))
+    value = p.get("snapshot_id")
+    if value is not None:
+        end_offset, epoch = value.get("end_offset", -1), value.get("epoch", -1)
+        if (end_offset, epoch) != (-1, -1):
+            tags.append((2, struct.pack(">qiB", end_offset, epoch, 0)))
+    return tags
+
+
+def _node_endpoints(endpoints) -> bytes:
+    out = bytearray()
+    _uvarint(out, len(endpoints) + 1)
+    for e in endpoints:
+        out += _i32.pack(e["node_id"])
+        _string(out, True, e["host"])
+        out += _i32.pack(e["port"])
+        _string(out, True, e.get("rack"))
+        out.append(0)
+    return bytes(out)
+
+
+def encode(key: int, version: int, correlation_id: int, body: dict) -> bytes | Pieces:
+    """The Fetch response frame of `body` for `version` (codec.encode_response's contract):
+    bytes, or Pieces when records travel on their own."""
+    assert key == API_KEY, key
+    lay = layout(version)
+    flexible = lay.flexible
+    out = bytearray(struct.pack(">ii", 0, correlation_id))
+    if flexible:
+        out.append(0)                   # response header v1: no tagged fields
+    out += _i32.pack(_ms(body.get("throttle_time", 0)))
+    if lay.session:
+        out += struct.pack(">hi", body["error_code"], body.get("session_id", 0))
+    parts: list = []
+    topics = body["responses"]
+    _length(out, flexible, len(topics))
+    for t in topics:
+        if lay.topic_ids:
+            out += _uuid(t["topic_id"])
+        else:
+            _string(out, flexible, t["topic"])
+        partitions = t["partitions"]
+        _length(out, flexible, len(partitions))
+        for p in partitions:
+            out = _partition(out, parts, lay, p)
+        if flexible:
+            out.append(0)
+    if flexible:
+        endpoints = body.get("node_endpoints") if lay.node_endpoints else None
+        _tagged(out, [(0, _node_endpoints(endpoints))] if endpoints else [])
+    if not parts:
+        struct.pack_into(">i", out, 0, len(out) - 4)
+        return bytes(out)
+    parts.append(out)
+    struct.pack_into(">i", parts[0], 0, sum(len(p) for p in parts) - 4)
+    return Pieces(parts)
+
+
+def _partition(out: bytearray, parts: list, lay: Layout, p: dict) -> bytearray:
+    """One partition's fields onto `out`; records of their own go to `parts` (with the bytes
+    before them) and a new bytearray, returned, takes what follows."""
+    flexible = lay.flexible
+    if lay.log_start:
+        out += lay.partition.pack(p["partition_index"], p["error_code"], p["high_watermark"],
+                                  p.get("last_stable_offset", -1), p.get("log_start_offset", -1))
+    else:
+        out += lay.partition.pack(p["partition_index"], p["error_code"], p["high_watermark"],
+                                  p.get("last_stable_offset", -1))
+    aborted = p["aborted_transactions"]
+    if aborted is None:
+        _length(out, flexible, None)
+    else:
+        _length(out, flexible, len(aborted))
+        for a in aborted:
+            out += struct.pack(">qq", a["producer_id"], a["first_offset"])
+            if flexible:
+                out.append(0)
+    if lay.preferred:
+        out += _i32.pack(p.get("preferred_read_replica", -1))
+    records = p["records"]
+    if records is None:
+        _length(out, flexible, None)
+    else:
+        size = len(records)
+        _length(out, flexible, size)
+        if type(records) is FileSlice or size >= OWN_PIECE_BYTES:
+            parts.append(out)
+            parts.append(records)
+            out = bytearray()
+        else:
+            out += records
+    if flexible:
+        _tagged(out, _partition_tags(p))
+    return out
