@@ -136,14 +136,16 @@ _CONSUMED = re.compile(r"% (\d+) messages \((\d+) bytes\) consumed in (\d+)ms")
 
 
 def parse_summary(output: str) -> dict:
-    """The closing summary line of a -P or -C run: messages, bytes, seconds (its own clock, from
-    its first message to its last delivery report or consumed message), delivered (producer)."""
-    if m := _PRODUCED.search(output):
-        return {"messages": int(m.group(1)), "bytes": int(m.group(2)), "delivered": int(m.group(3)),
-                "seconds": int(m.group(4)) / 1000}
-    if m := _CONSUMED.search(output):
-        return {"messages": int(m.group(1)), "bytes": int(m.group(2)), "delivered": int(m.group(1)),
-                "seconds": int(m.group(3)) / 1000}
+    """The closing summary of a -P or -C run (the last of the lines it prints every second):
+    messages, bytes, delivered (producer), seconds by its own clock (from its first message to
+    its last delivery report or consumed message)."""
+    produced, consumed = _PRODUCED.findall(output), _CONSUMED.findall(output)
+    if produced:
+        messages, size, delivered, ms = map(int, produced[-1])
+        return {"messages": messages, "bytes": size, "delivered": delivered, "seconds": ms / 1000}
+    if consumed:
+        messages, size, ms = map(int, consumed[-1])
+        return {"messages": messages, "bytes": size, "delivered": messages, "seconds": ms / 1000}
     raise ValueError(f"no rdkafka_performance summary in: {output[-600:]!r}")
 
 
