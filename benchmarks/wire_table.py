@@ -66,7 +66,7 @@ def spread(ratios: list[float]) -> str:
 
 
 def _us(seconds: float) -> str:
-    return f"{seconds * 1e6:,.0f} us" if seconds < 1e-2 else f"{seconds * 1e3:,.1f} ms"
+    return f"{seconds * 1e6:,.0f} us" if seconds < 1e-3 else f"{seconds * 1e3:,.1f} ms"
 
 
 def rows(groups: dict) -> list[list[str]]:
