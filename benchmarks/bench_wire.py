@@ -57,7 +57,7 @@ import os  # noqa: E402
 import sys  # noqa: E402
 
 import confluent_kafka as ck  # noqa: E402
-from wirelib import PRODUCER, CClient, Side, latency_samples, produce_all, produce_many  # noqa: E402
+from wirelib import FLUSH_S, PRODUCER, CClient, Side, latency_samples, produce_all, produce_many  # noqa: E402
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
 from tests.wire_support import Broker, Cluster  # noqa: E402
@@ -135,7 +135,7 @@ def full_topic(side):
     topic = side.warm_topic()
     producer = ck.Producer({"bootstrap.servers": side.bootstrap, **PRODUCER})
     produce_all(producer, topic, side.count)
-    assert producer.flush(120) == 0
+    assert producer.flush(FLUSH_S) == 0
     return topic
 
 
@@ -185,7 +185,7 @@ def test_wire_event_loop_paired(benchmark, sizes, side, c_client, uv_broker, ful
     producer = ck.Producer({"bootstrap.servers": uv.bootstrap, **PRODUCER})
     uv_topic = uv.warm_topic()
     produce_all(producer, uv_topic, side.count)
-    assert producer.flush(120) == 0
+    assert producer.flush(FLUSH_S) == 0
     c = c_client if c_client.binary is not None else None
     client = "rdkafka_performance" if c else "confluent-kafka"
 
@@ -234,7 +234,7 @@ def _produce_rf3(cluster, side, topic: str) -> float:
     producer.flush(30)
     start = time.perf_counter()
     produce_all(producer, topic, side.count)
-    assert producer.flush(120) == 0
+    assert producer.flush(FLUSH_S) == 0
     return time.perf_counter() - start
 
 

@@ -29,6 +29,7 @@ SINK = "import socket,sys\ns=socket.socket();s.bind(('127.0.0.1',0));s.listen(1)
        "print(s.getsockname()[1],flush=True)\nwhile True:\n c,_=s.accept();b=bytearray(1<<20)\n" \
        " while c.recv_into(b):pass\n c.sendall(b'k');c.close()\n"
 TICKS = os.sysconf("SC_CLK_TCK")
+FLUSH_S = 900           # the longest a run may wait for its last delivery (64 MiB acks=all RF 3 on a loaded machine)
 
 
 def cpu_seconds(pid: int) -> float:
@@ -162,7 +163,7 @@ class Side:
         failed = []
         start = time.perf_counter()
         produce_all(producer, topic, self.count, lambda e, m: e and failed.append(e), partitions)
-        assert producer.flush(120) == 0 and not failed, failed[:3]
+        assert producer.flush(FLUSH_S) == 0 and not failed, failed[:3]
         return time.perf_counter() - start
 
     def engine_append(self, partitions: int = 1) -> float:
@@ -248,7 +249,7 @@ def produce_many(c_client: CClient | None, bootstrap: str, topic: str, count: in
 
     def one(producer, n):
         produce_all(producer, topic, n, lambda e, m: e and failed.append(e))
-        if producer.flush(120) != 0:
+        if producer.flush(FLUSH_S) != 0:
             failed.append("not flushed")
 
     threads = [threading.Thread(target=one, args=(c, n)) for c, n in zip(clients, share)]
