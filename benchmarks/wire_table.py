@@ -75,7 +75,9 @@ def rows(groups: dict) -> list[list[str]]:
     for figure, group, pair, goal, size in ROWS:
         extra, found = _find(groups, group, pair, size)
         if found is None:
-            out.append([figure, "not measured in this run", f">= {goal:g}x", "-"])
+            why = next((b["extra_info"].get("c_client") for b in groups.get(group, [])), None)
+            skipped = pair.startswith("c-") and why not in (None, "built")
+            out.append([figure, f"skipped: {why}" if skipped else "not measured in this run", f">= {goal:g}x", "-"])
             continue
         ours = found["ours"]
         rate = extra.get("throughput_MBps", {}).get(ours)

@@ -89,6 +89,16 @@ def test_the_table_has_every_row_with_its_spread_and_verdict():
     assert len(rows) == len(wire_table.ROWS) + 1          # every row of the issue, and the latency
 
 
+def test_a_c_client_that_could_not_be_built_says_why():
+    data = _bench_json()
+    fetch = _paired({"wire / loopback": [0.2]}, {"wire": "ck", "loopback": "lo"}, {"wire": "ours", "loopback": "limit"},
+                    {"c_client": "no C compiler (cc, gcc or clang)"})
+    data["benchmarks"].append({"group": "wire-fetch-paired", "extra_info": fetch, "name": "fetch", "stats": {}})
+    rows = {r[0]: r for r in wire_table.rows(wire_table.groups_of(data))}
+    assert rows["fetch from offset 1 / loopback TCP (C client)"][1] == "skipped: no C compiler (cc, gcc or clang)"
+    assert rows["fetch from offset 1 / loopback TCP (confluent-kafka)"][1] == "0.20x (n 1)"
+
+
 def test_broker_cpu_per_mb_and_share_of_a_core():
     (row,) = wire_table.cpu_rows(wire_table.groups_of(_bench_json()))
     assert row == ["wire-produce-paired: ck", "25.0", "0.50", "20"]
