@@ -207,7 +207,7 @@ def test_wire_event_loop_paired(benchmark, sizes, side, c_client, uv_broker, ful
     ]
     pairs = [("produce-uvloop", "produce-asyncio"), ("fetch-uvloop", "fetch-asyncio"), ("p50-uvloop", "p50-asyncio")]
     result = pedantic_paired(benchmark, "wire-event-loop-paired", paired, contenders, pairs, _rounds(sizes),
-                             warmup=False)
+                             warmup=False, unit="seconds")      # latency runs too: times, no MB/s
     benchmark.extra_info.update(records=side.count, bytes=side.bytes, client=client, **result)
 
 

@@ -3,6 +3,7 @@ generator's summary; the reason it gives where it cannot be built) and benchmark
 (the ratio table, the broker's CPU per MB and the charts, from a pytest-benchmark JSON)."""
 import importlib.util
 import json
+import sys
 from pathlib import Path
 
 import pytest
@@ -13,6 +14,7 @@ ROOT = Path(__file__).parents[2]
 def _load(name: str, path: Path):
     spec = importlib.util.spec_from_file_location(name, path)
     module = importlib.util.module_from_spec(spec)
+    sys.modules[name] = module          # dataclasses look their module up there
     spec.loader.exec_module(module)
     return module
 
@@ -97,6 +99,24 @@ def test_a_c_client_that_could_not_be_built_says_why():
     rows = {r[0]: r for r in wire_table.rows(wire_table.groups_of(data))}
     assert rows["fetch from offset 1 / loopback TCP (C client)"][1] == "skipped: no C compiler (cc, gcc or clang)"
     assert rows["fetch from offset 1 / loopback TCP (confluent-kafka)"][1] == "0.20x (n 1)"
+
+
+def test_event_loop_pairs_render_in_results_md():
+    """bench_wire's event-loop group mixes produce, fetch and latency runs: benchlib.paired with
+    unit "seconds" and no amount (report.py once failed on its missing throughput)."""
+    benchlib = _load("benchlib_for_wire", ROOT / "benchmarks" / "benchlib.py")
+    times = {"produce-uvloop": 1.0, "produce-asyncio": 1.2, "p50-uvloop": 4e-4, "p50-asyncio": 5e-4}
+    contenders = [benchlib.Contender(name, name, "ours" if "uvloop" in name else "peer",
+                                     lambda t=t: {"seconds": t, "broker_cpu_s": t / 2, "wall_s": t})
+                  for name, t in times.items()]
+    result = benchlib.paired(contenders, [("produce-uvloop", "produce-asyncio"), ("p50-uvloop", "p50-asyncio")], 1,
+                             warmup=False, unit="seconds")
+    data = _bench_json()
+    data["benchmarks"].append({"group": "wire-event-loop-paired", "name": "loop", "stats": {},
+                               "extra_info": {"bytes": 10_000_000, "client": "C", **result}})
+    assert "### wire-event-loop-paired" in report.render(data)
+    rows = {r[0]: r for r in wire_table.rows(wire_table.groups_of(data))}
+    assert rows["broker on uvloop / asyncio's loop: produce (C)"][1] == "1.20x (n 1)"
 
 
 def test_broker_cpu_per_mb_and_share_of_a_core():
