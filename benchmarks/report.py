@@ -26,6 +26,8 @@ import platform
 import sys
 
 HERE = os.path.dirname(os.path.abspath(__file__))
+sys.path.insert(0, HERE)
+import wire_table  # noqa: E402  (issue 33's table, beside this file)
 
 # (group, peer role or name, minimum ratio, description) -- docs/design.md "Performance targets"
 APPEND_CEILING_TARGET = 0.90
@@ -655,6 +657,7 @@ def render(data: dict) -> str:
              "percentages against a ceiling or limit.", ""]
     lines += machine_lines(data) + [""]
     lines += summary(groups)
+    lines += wire_table.section(groups)
     lines += ["## Groups", ""]
     for name in sorted(groups, key=lambda g: (GROUP_ORDER.index(g) if g in GROUP_ORDER else len(GROUP_ORDER), g)):
         benches = groups[name]

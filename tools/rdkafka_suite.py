@@ -131,23 +131,36 @@ def _configure_flags() -> list[str]:
     return flags
 
 
-def build(cache: Path = CACHE, jobs: int = 2) -> Path:
-    """The test-runner, built once (librdkafka, its C++ wrapper, the tests); returns its path."""
-    tree = source_tree(cache)
-    runner = tree / "tests" / "test-runner"
-    if runner.exists():
-        return runner
+def _steps(cache: Path, tree: Path, *targets: tuple[str, ...], jobs: int) -> None:
+    """Configure the tree once, then `make -C DIR TARGET` for each (DIR, TARGET); build.log keeps the output."""
     log = cache / "build.log"
-    started = time.monotonic()
     with open(log, "ab") as out:
         def step(*argv: str) -> None:
             _say(f"rdkafka_suite: {' '.join(argv)} (log: {log})")
             subprocess.run(list(argv), cwd=tree, check=True, stdout=out, stderr=subprocess.STDOUT, timeout=1800)
         if not (tree / "Makefile.config").exists():
             step("./configure", *_configure_flags())
-        step("make", f"-j{jobs}", "-C", "src", "lib")
-        step("make", f"-j{jobs}", "-C", "src-cpp", "lib")
-        step("make", f"-j{jobs}", "-C", "tests", "test-runner")
+        for directory, target in targets:
+            step("make", f"-j{jobs}", "-C", directory, target)
+
+
+def build_library(cache: Path = CACHE, jobs: int = 2) -> Path:
+    """librdkafka alone (src/librdkafka.a), built once; tools/rdkafka_perf.py links its load generator to it."""
+    tree = source_tree(cache)
+    library = tree / "src" / "librdkafka.a"
+    if not library.exists():
+        _steps(cache, tree, ("src", "lib"), jobs=jobs)
+    return library
+
+
+def build(cache: Path = CACHE, jobs: int = 2) -> Path:
+    """The test-runner, built once (librdkafka, its C++ wrapper, the tests); returns its path."""
+    tree = source_tree(cache)
+    runner = tree / "tests" / "test-runner"
+    if runner.exists():
+        return runner
+    started = time.monotonic()
+    _steps(cache, tree, ("src", "lib"), ("src-cpp", "lib"), ("tests", "test-runner"), jobs=jobs)
     _say(f"rdkafka_suite: built in {time.monotonic() - started:.0f} s")
     return runner
 

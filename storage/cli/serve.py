@@ -19,6 +19,26 @@ from .cluster import add_cluster_parser
 from .output import UsageError
 from .server_properties import IGNORED, register
 
+EVENT_LOOPS = ("asyncio", "uvloop")
+
+
+def loop_factory(event_loop: str):
+    """The new-loop function of the kind asked for: None for asyncio's own, uvloop's
+    new_event_loop for "uvloop" (a usage error when uvloop is not installed)."""
+    if event_loop != "uvloop":
+        return None
+    try:
+        import uvloop
+    except ImportError:
+        raise UsageError("--event-loop uvloop: uvloop is not installed (pip install uvloop)") from None
+    return uvloop.new_event_loop
+
+
+def run_loop(main, factory=None):
+    """Run the coroutine `main()` makes to its end on a new loop from `factory` (loop_factory)."""
+    with asyncio.Runner(loop_factory=factory) as runner:
+        return runner.run(main())
+
 
 def _ranged(low: int, high: int, kafka_name: str | None = None):
     """An argparse type: a whole number in [low, high], parsed as Kafka's ConfigDef parses its
@@ -76,6 +96,9 @@ def add_parsers(sub) -> None:
     _log_flags(p)
     _acl_flags(p)
     p.add_argument("--log-level", default="INFO", help="logging level (default INFO)")
+    p.add_argument("--event-loop", choices=EVENT_LOOPS, default="asyncio",
+                   help="the network loop: asyncio's own (the default) or uvloop, when installed "
+                        "(docs/performance.md measures both)")
     _metrics_flag(p)
     _connection_flags(p)
     _sasl_flags(p)
@@ -256,6 +279,7 @@ def cmd_serve(args) -> int:
     listeners, tls_settings, tls_context = listener_flags.listeners(args)
     host, port = listeners[0].host, listeners[0].port
     limits = _connection_limits(args)
+    factory = loop_factory(args.event_loop)
     data_dir = _data_dir(args)
     _logging(args.log_level)
     _log_ignored(args)
@@ -290,11 +314,13 @@ def cmd_serve(args) -> int:
         # then, with --listeners, one line per listener.
         print(f"node {node.node_id} listening on {node.host}:{node.port} pid {os.getpid()}", flush=True)
         _print_listeners(args, listeners)
+        loop = type(asyncio.get_running_loop())
+        logging.getLogger("storage.serve").info("event loop: %s.%s", loop.__module__, loop.__qualname__)
         _start_metrics(args, server)
 
     txn = TxnSettings(args.transaction_partitions, args.transaction_max_timeout_ms, args.transaction_abort_interval_ms)
-    asyncio.run(run(node, initial_rebalance_delay_ms=args.group_initial_rebalance_delay_ms, ready=ready,
-                    limits=limits, txn=txn, tls=tls_context))
+    run_loop(lambda: run(node, initial_rebalance_delay_ms=args.group_initial_rebalance_delay_ms, ready=ready,
+                         limits=limits, txn=txn, tls=tls_context), factory)
     return 0
 
 
