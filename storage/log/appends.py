@@ -139,6 +139,14 @@ def new_follower_state(config: LogConfig) -> _AppendState:
 
 # ---- the append loop -------------------------------------------------------------------------
 
+def immutable_bytes(buf) -> bool:
+    """`bytes`, or a read-only memoryview of bytes (a produce request's records, a view of the
+    frame it came in): appended as they lie, never written to (PLOG_APPEND_READONLY), where
+    anything else is a leader's to copy first."""
+    return buf.__class__ is bytes or (buf.__class__ is memoryview and buf.readonly and buf.c_contiguous
+                                      and buf.itemsize == 1)
+
+
 def append_chunk(log, state: _AppendState, buf, leader_epoch: int, flags: int,
                  partial_tail: bool = False) -> AppendInfo:
     """Append the chunk in `buf` (a leader's: a bytearray the log owns, rewritten in place, or
@@ -148,7 +156,7 @@ def append_chunk(log, state: _AppendState, buf, leader_epoch: int, flags: int,
     inside a batch appends the whole batches before it (Kafka's FileRecords slices a fetch
     response by bytes; AppendInfo.size_bytes says how many were taken)."""
     v = state.v
-    if buf.__class__ is bytes:
+    if immutable_bytes(buf):
         flags |= _READONLY
     if state.expected is not None:
         state.expected.sync()
@@ -179,7 +187,7 @@ def append_chunk(log, state: _AppendState, buf, leader_epoch: int, flags: int,
                 raise _refusal(log, rc, v, pointer, length)
         if rc == _RECHECK:
             # Nothing was written: the validator checks (and may rewrite) a private copy.
-            buf = bytearray(buf) if buf.__class__ is bytes else buf
+            buf = bytearray(buf) if flags & _READONLY else buf
             validator.recheck(buf, file=f"{log.path} (appended data)")
             flags = (flags | _RECHECKED) & ~_READONLY
             continue

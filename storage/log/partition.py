@@ -47,6 +47,7 @@ from .appends import (
     _refusal,
     _written,
     append_chunk,
+    immutable_bytes,
     new_append_info,
     new_follower_state,
     new_leader_state,
@@ -251,7 +252,7 @@ class PartitionLog(ClosedOnExit):
         prebuilt = isinstance(records_or_batches, (bytes, bytearray, memoryview))
         if prebuilt:
             chunk = records_or_batches      # copied unless immutable (bytes: C stamps header copies)
-            return self._leader_chunk(chunk if chunk.__class__ is bytes else bytearray(chunk), leader_epoch, origin)
+            return self._leader_chunk(chunk if immutable_bytes(chunk) else bytearray(chunk), leader_epoch, origin)
         if isinstance(records_or_batches, (list, tuple)) and not records_or_batches:
             return self._nothing_appended()
         buf = _build(records_or_batches, base_offset=0, partition_leader_epoch=leader_epoch,

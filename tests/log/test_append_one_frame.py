@@ -144,3 +144,33 @@ def test_a_failed_write_on_the_one_frame_path_takes_the_dir_offline_once(tmp_pat
             append(second)
         with pytest.raises(errors.LogDirOfflineError):
             log.close()
+
+
+def test_a_read_only_view_is_appended_as_it_lies(tmp_path):
+    """A produce request's records arrive as a read-only memoryview of its frame: the leader
+    appends them as it appends `bytes` (stamped copies of the headers, the view never written)
+    and copies nothing of the chunk; a writable view is still copied first."""
+    import tracemalloc
+
+    chunk = b"".join(storage.build_batch([b"r" * 1000] * 100, base_timestamp=1_700_000_000_000 + i)
+                     for i in range(40))                        # ~4 MiB
+    frame = b"header--" + chunk + b"--trailer"
+    view = memoryview(frame)[8:8 + len(chunk)]
+    config = LogConfig(segment_bytes=64 << 20, fsync=False)
+    with PartitionLog.open(tmp_path / "a-0", config) as a, PartitionLog.open(tmp_path / "b-0", config) as b:
+        first = storage.build_batch([b"first"], base_timestamp=1_700_000_000_000)
+        a.append_as_leader(first, 2)
+        b.append_as_leader(first, 2)
+        tracemalloc.start()
+        try:
+            info = a.append_as_leader(view, 2)
+            _, peak = tracemalloc.get_traced_memory()
+        finally:
+            tracemalloc.stop()
+        assert peak < len(chunk) // 4, peak                    # the chunk was not copied
+        assert frame[8:8 + len(chunk)] == chunk                # nor written to
+        assert info == b.append_as_leader(chunk, 2)
+        assert _state(a) == _state(b)
+        writable = bytearray(chunk)
+        assert a.append_as_leader(memoryview(writable), 2) == b.append_as_leader(bytes(writable), 2)
+        assert writable == chunk and _state(a) == _state(b)
