@@ -36,6 +36,19 @@ the pedantic cases measure it in.  SQLite (~1.7 s a run at 16 KiB) is paired wit
 ours-follower only (the same input: batches with their offsets) and for `slow_paired_rounds`
 rounds; the records path has its own paired test ("16KiB-records", "1MiB-records") in the
 same group.
+
+The per-call figure (group "append-percall-paired"; docs/performance.md "The append figure"
+is the one method every table uses): append_as_follower (and append_as_leader), one batch a
+call, against one write(2) of the same bytes a batch, fsync off, close timed, every run in a
+fresh directory and primed by an untimed run of the same peer, the pairs alternated (A B,
+then B A), K rounds, the median ratio and its spread reported.  Two batch sizes:
+
+  small   one 100-byte record a batch (~170 bytes), 8 MiB a run, against `os.write` (a
+          buffered file.write would gather these into 8 KiB writes: no per-call baseline);
+  16KiB   the append-paired workload (256 MiB a run), against `file.write`, which passes a
+          write larger than its 8 KiB buffer straight to one write(2): the same baseline.
+
+`python benchmarks/bench_append.py [--rounds K]` runs this group alone, outside pytest.
 """
 from __future__ import annotations
 
@@ -136,6 +149,21 @@ class FileWrite(Peer):
 
     def check(self, state, wl):
         assert os.path.getsize(os.path.join(state.directory, SEGMENT_FILE)) == wl.total_bytes
+
+
+class OsWrite(FileWrite):
+    name, label, role = "os.write", "os.write (one write(2) a batch)", "ceiling"
+    setting = "os.open(path, O_WRONLY | O_CREAT | O_TRUNC); one os.write per batch; os.close; no fsync"
+
+    def open(self, directory, wl):
+        fd = os.open(os.path.join(directory, SEGMENT_FILE), os.O_WRONLY | os.O_CREAT | os.O_TRUNC)
+        return _State(directory, fd, wl.follower)
+
+    def run(self, state):
+        fd, write = state.target, os.write
+        for batch in state.batches:
+            write(fd, batch)
+        os.close(fd)
 
 
 class Lmdb(Peer):
@@ -278,7 +306,7 @@ class KafkaPythonLog(Peer):
         assert len(batches) == wl.batch_count and batches[-1].last_offset == wl.total_records - 1
 
 
-FOLLOWER, LEADER, FILE = OursFollower(), OursLeader(), FileWrite()
+FOLLOWER, LEADER, FILE, OS_WRITE = OursFollower(), OursLeader(), FileWrite(), OsWrite()
 LMDB_WRITEMAP, LMDB_PLAIN = Lmdb(writemap=True), Lmdb(writemap=False)
 SQLITE = Sqlite()
 OURS_RECORDS, KAFKA_PYTHON_LOG = OursRecords(), KafkaPythonLog()
@@ -293,14 +321,21 @@ def _cases():
             yield pytest.param(size_label, batch_bytes, peer, id=f"{size_label}-{peer.name}")
 
 
+# What timed_run reads: wall time (the suite), or the process's CPU time, user and system
+# (`--clock cpu` of the command line: on a machine other processes load, a run's wall time
+# counts the time it waited for a core; its CPU time does not, and it still counts the
+# kernel's copy of every write into the page cache).
+CLOCK = [time.perf_counter]
+
+
 def timed_run(peer: Peer, wl: Workload, fresh_dirs) -> float:
     """One untimed open, one timed run (appends + close), one untimed check and delete."""
     directory = fresh_dirs.new(peer.name)
     try:
         state = peer.open(directory, wl)
-        start = time.perf_counter()
+        start = CLOCK[0]()
         peer.run(state)
-        elapsed = time.perf_counter() - start
+        elapsed = CLOCK[0]() - start
         peer.check(state, wl)
         return elapsed
     finally:
@@ -387,3 +422,69 @@ def test_append_records_paired(benchmark, records_workload, sizes, fresh_dirs, s
                              peers=RECORDS_PEERS, slow_pairs=[])
     benchmark.extra_info.update(wl.info())
     benchmark.extra_info.update(size=f"{size_label}-records", **result)
+
+
+# ---- the per-call figure: one method for every table (module docstring) ----------------------
+
+SMALL_BATCH_BYTES = 200         # one 100-byte record a batch
+PERCALL = {"small": (SMALL_BATCH_BYTES, OS_WRITE), "16KiB": (16 * KiB, FILE)}
+
+
+def percall_workload(size_label: str, sizes, workload=None) -> Workload:
+    """The batches of one per-call row: the append-paired workload at 16 KiB (`workload`, the
+    session's, when given), small_batch_total_bytes of one-record batches for "small"."""
+    batch_bytes = PERCALL[size_label][0]
+    if size_label == "small":
+        return prebuild_batches(batch_bytes, sizes.small_batch_total_bytes)
+    return workload(batch_bytes) if workload else prebuild_batches(batch_bytes, sizes.append_total_bytes)
+
+
+def paired_percall(wl: Workload, fresh_dirs, baseline: Peer, rounds: int, *, warmup: bool = True) -> dict:
+    """ours-follower and ours-leader against `baseline`, paired, alternated and primed."""
+    return paired_append(wl, fresh_dirs, rounds, warmup=warmup, prime=True, pairs=[(FOLLOWER, baseline), (LEADER, baseline)],
+                         peers=[FOLLOWER, LEADER, baseline], slow_pairs=[])
+
+
+@pytest.mark.parametrize("size_label", list(PERCALL))
+def test_append_percall_paired(benchmark, workload, sizes, fresh_dirs, size_label):
+    wl = percall_workload(size_label, sizes, workload)
+    result = pedantic_paired(benchmark, "append-percall-paired", paired_percall, wl, fresh_dirs, PERCALL[size_label][1],
+                             sizes.paired_rounds, warmup=not sizes.quick)
+    benchmark.extra_info.update(wl.info())
+    benchmark.extra_info.update(size=size_label, **result)
+
+
+def main(argv=None) -> int:
+    """The per-call group alone, outside pytest: each pair's median ratio and its spread."""
+    import argparse
+    import dataclasses
+    import tempfile
+
+    from benchlib import FULL, FreshDirs
+
+    parser = argparse.ArgumentParser(description=main.__doc__)
+    parser.add_argument("--rounds", type=int, default=FULL.paired_rounds, help="K: pairs per (ours, baseline)")
+    parser.add_argument("--small-bytes", type=int, default=FULL.small_batch_total_bytes)
+    parser.add_argument("--big-bytes", type=int, default=FULL.append_total_bytes, help="bytes of 16 KiB batches a run")
+    parser.add_argument("--sizes", default=",".join(PERCALL), help="comma-separated: small,16KiB")
+    parser.add_argument("--clock", choices=("wall", "cpu"), default="wall",
+                        help="cpu: the process's CPU time (user + system), for a loaded machine")
+    args = parser.parse_args(argv)
+    CLOCK[0] = time.process_time if args.clock == "cpu" else time.perf_counter
+    sizes = dataclasses.replace(FULL, small_batch_total_bytes=args.small_bytes, append_total_bytes=args.big_bytes)
+    with tempfile.TemporaryDirectory(prefix="bench-percall-") as root:
+        for label in args.sizes.split(","):
+            wl = percall_workload(label, sizes)
+            result = paired_percall(wl, FreshDirs(root), PERCALL[label][1], args.rounds)
+            for pair in result["pairs"].values():
+                ratios = sorted(pair["ratios"])
+                print(f"{label:6s} {pair['ours']:14s} / {pair['peer']:10s} median {pair['median']:.3f} "
+                      f"[{ratios[0]:.3f}, {ratios[-1]:.3f}] K={len(ratios)} "
+                      f"({wl.batch_count} batches of {wl.total_bytes // wl.batch_count} B)")
+            for name, seconds in result["median_seconds"].items():
+                print(f"{label:6s} {name:14s} {seconds / wl.batch_count * 1e6:.2f} us a call (median run)")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -51,6 +51,8 @@ class BenchSizes:
     # -- added with producer state and retention (bench_producers) --
     idempotent_bytes: int = 64 * MiB       # bytes appended per run of the idempotent-append pair
     retention_partitions: int = 10_000     # partitions a retention pass walks
+    # -- added with the per-call append figure (bench_append.test_append_percall_paired) --
+    small_batch_total_bytes: int = 8 * MiB  # bytes of one-record batches (~170 B each) a run
 
 
 FULL = BenchSizes(quick=False, append_total_bytes=256 * MiB, rounds=7, warmup_rounds=1,
@@ -66,7 +68,8 @@ QUICK = BenchSizes(quick=True, append_total_bytes=8 * MiB, rounds=1, warmup_roun
                    point_reads=1_000, truncate_log_sizes=(2 * MiB, 8 * MiB), truncate_rounds=1,
                    epoch_counts=(100, 10_000), epoch_queries=1_000,
                    memory_log_sizes=(4 * MiB, 8 * MiB), diverge_bytes=(4 * MiB, 1 * MiB, 1 * MiB),
-                   reopen_partitions=20, elections=3, idempotent_bytes=2 * MiB, retention_partitions=50)
+                   reopen_partitions=20, elections=3, idempotent_bytes=2 * MiB, retention_partitions=50,
+                   small_batch_total_bytes=256 * KiB)
 
 
 # ---- fresh directories -------------------------------------------------------------------

@@ -288,12 +288,14 @@ int plog_validate_crcs(const uint8_t *buf, size_t length, int64_t count, plog_va
     return 0;
 }
 
-/* storage/log/appends.py reads the AppendInfo fields of plog_validate as one int64 array. */
+/* storage/log/appends.py reads the AppendInfo fields of plog_validate, then sole_epoch and
+ * producer_batch_count, as one int64 array. */
 _Static_assert(offsetof(plog_validate, first_offset) == 0 && offsetof(plog_validate, last_offset) == 8 &&
                offsetof(plog_validate, max_timestamp) == 16 && offsetof(plog_validate, offset_of_max_timestamp) == 24 &&
                offsetof(plog_validate, batch_count) == 32 && offsetof(plog_validate, record_count) == 40 &&
-               offsetof(plog_validate, size_bytes) == 48,
-               "plog_validate: the AppendInfo fields must come first, int64, in AppendInfo's order");
+               offsetof(plog_validate, size_bytes) == 48 && offsetof(plog_validate, sole_epoch) == 56 &&
+               offsetof(plog_validate, producer_batch_count) == 64,
+               "plog_validate: the AppendInfo fields, sole_epoch and producer_batch_count must come first, int64");
 
 int64_t plog_batches_span(const uint8_t *log, int64_t size, int64_t position, int64_t max_bytes,
                           int64_t max_offset) {

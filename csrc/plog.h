@@ -263,8 +263,9 @@ int plog_varint_encode(int64_t value, uint8_t *out);
  * name the failing batch.  Nothing is written to any file.
  *
  * The first seven fields are the AppendInfo of the chunk, int64 and in AppendInfo's order
- * on purpose: storage/log/appends.py reads them as one int64 array after an append (batch.c
- * asserts the layout).  Keep them first. */
+ * on purpose, then sole_epoch and producer_batch_count: storage/log/appends.py reads the nine
+ * as one int64 array after an append, all an append's common case asks of C (batch.c asserts
+ * the layout).  Keep them first. */
 typedef struct plog_validate {
     int64_t first_offset;           /* out */
     int64_t last_offset;            /* out */
@@ -274,6 +275,8 @@ typedef struct plog_validate {
     int64_t record_count;           /* out */
     int64_t size_bytes;             /* out: bytes of the chunk */
     int64_t sole_epoch;             /* out: the epoch every batch carries, or PLOG_EPOCH_MIXED */
+    int64_t producer_batch_count;   /* out: batches with a producer id (idempotent, transactional,
+                                       control): the log updates its producer state only then */
     int flags;                      /* in (plog_segment_append_chunk/_pieces: set from their argument) */
     int64_t next_offset;            /* in: log end offset */
     int32_t leader_epoch;           /* in: epoch stamped with STAMP_EPOCH */
@@ -286,8 +289,6 @@ typedef struct plog_validate {
     int64_t epoch_offsets[64];      /* out: base offset of the batch where it changed */
     int64_t error_position;         /* out */
     int64_t error_offset;           /* out */
-    int64_t producer_batch_count;   /* out: batches with a producer id (idempotent, transactional,
-                                       control): the log updates its producer state only then */
     /* PLOG_VALIDATE_PRODUCERS (plog_segment_append_chunk only): a chunk with a producer id is
      * written only when it is the next batch of an expected producer -- one batch, neither
      * transactional nor control, from expected_id[i] with expected_epoch[i], starting at

@@ -64,16 +64,25 @@ def _check_leader_append(leader_epoch: int, origin: str) -> None:
         raise ValueError(f"origin must be one of {_ORIGINS}")
 
 
-_EPOCH_MIXED = lib.PLOG_EPOCH_MIXED
+EPOCH_MIXED = _EPOCH_MIXED = lib.PLOG_EPOCH_MIXED
 # AppendInfo from the seven int64 fields plog_validate leads with (plog.h): what
 # NamedTuple._make does, without its length check (the C layout fixes the length).
-_new_append_info = tuple.__new__
-_C_APPEND_FIELDS = 7
+new_append_info = _new_append_info = tuple.__new__
+# The int64 fields plog_validate leads with: AppendInfo's seven, then sole_epoch and
+# producer_batch_count (at SOLE_EPOCH, PRODUCER_BATCHES of `_AppendState.out.tolist()`); one
+# read of them is all C's answer to a common append costs.  out[7:] = NOT_DUPLICATE turns the
+# list into AppendInfo's fields.
+_C_APPEND_FIELDS = 9
+SOLE_EPOCH, PRODUCER_BATCHES = 7, 8
+NOT_DUPLICATE = (False,)
 
 _ROLL, _RECHECK, _PRODUCER, _PARTIAL = lib.PLOG_EROLL, lib.PLOG_ERECHECK, lib.PLOG_EPRODUCER, lib.PLOG_EPARTIAL
 _CLOCK = lib.PLOG_ECLOCK
 _NO_ROLL, _RECHECKED, _PRODUCERS = lib.PLOG_APPEND_NO_ROLL, lib.PLOG_VALIDATE_RECHECKED, lib.PLOG_VALIDATE_PRODUCERS
-_READONLY = lib.PLOG_APPEND_READONLY
+READONLY = _READONLY = lib.PLOG_APPEND_READONLY
+# C's verdicts: nothing written, the loop below acts and calls again (PartitionLog's one-frame
+# appends hand these to it).
+CALL_AGAIN = frozenset((_ROLL, _RECHECK, _PRODUCER, _PARTIAL, _CLOCK))
 
 # The chunk refusals that name their failing batch (the classes come from errors.error_class).
 _REFUSALS = frozenset((lib.PLOG_ECRC, lib.PLOG_ECORRUPT, lib.PLOG_EMAGIC, lib.PLOG_EPARTIAL, lib.PLOG_EEMPTY,
@@ -82,7 +91,7 @@ _REFUSALS = frozenset((lib.PLOG_ECRC, lib.PLOG_ECORRUPT, lib.PLOG_EMAGIC, lib.PL
 
 class _AppendState:
     """The plog_validate struct of one kind of append, with its limits set, an int64 view of
-    its leading AppendInfo fields, the flags of its C calls, and (a client's leader appends)
+    its leading int64 fields (AppendInfo's, sole_epoch, producer_batch_count), the flags of its C calls, and (a client's leader appends)
     the producers C may check on its own."""
 
     __slots__ = ("v", "out", "flags", "origin", "expected", "metrics")
@@ -130,6 +139,14 @@ def new_follower_state(config: LogConfig) -> _AppendState:
 
 # ---- the append loop -------------------------------------------------------------------------
 
+def immutable_bytes(buf) -> bool:
+    """`bytes`, or a read-only memoryview of bytes (a produce request's records, a view of the
+    frame it came in): appended as they lie, never written to (PLOG_APPEND_READONLY), where
+    anything else is a leader's to copy first."""
+    return buf.__class__ is bytes or (buf.__class__ is memoryview and buf.readonly and buf.c_contiguous
+                                      and buf.itemsize == 1)
+
+
 def append_chunk(log, state: _AppendState, buf, leader_epoch: int, flags: int,
                  partial_tail: bool = False) -> AppendInfo:
     """Append the chunk in `buf` (a leader's: a bytearray the log owns, rewritten in place, or
@@ -139,7 +156,7 @@ def append_chunk(log, state: _AppendState, buf, leader_epoch: int, flags: int,
     inside a batch appends the whole batches before it (Kafka's FileRecords slices a fetch
     response by bytes; AppendInfo.size_bytes says how many were taken)."""
     v = state.v
-    if buf.__class__ is bytes:
+    if immutable_bytes(buf):
         flags |= _READONLY
     if state.expected is not None:
         state.expected.sync()
@@ -170,7 +187,7 @@ def append_chunk(log, state: _AppendState, buf, leader_epoch: int, flags: int,
                 raise _refusal(log, rc, v, pointer, length)
         if rc == _RECHECK:
             # Nothing was written: the validator checks (and may rewrite) a private copy.
-            buf = bytearray(buf) if buf.__class__ is bytes else buf
+            buf = bytearray(buf) if flags & _READONLY else buf
             validator.recheck(buf, file=f"{log.path} (appended data)")
             flags = (flags | _RECHECKED) & ~_READONLY
             continue
@@ -200,14 +217,14 @@ def _written(log, state: _AppendState, pointer, length: int, plan) -> AppendInfo
     state (C's expected producer, the Python check's plan, or a follower's batches)."""
     v = state.v
     out = state.out.tolist()
-    out.append(False)
+    epoch = out[SOLE_EPOCH]
+    out[SOLE_EPOCH:] = NOT_DUPLICATE
     info = _new_append_info(AppendInfo, out)
     metrics = state.metrics
     metrics.appends += 1
     metrics.append_batches += out[4]
     metrics.append_records += out[5]
     metrics.append_bytes += out[6]
-    epoch = v.sole_epoch
     if epoch == _EPOCH_MIXED or (epoch >= 0 and epoch != log.epoch_cache.latest_epoch):
         assign_epochs(log, v, pointer, length)     # before the log end offset moves
     log.log_end_offset = info[1] + 1

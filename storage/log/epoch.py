@@ -52,6 +52,9 @@ class LeaderEpochCache:
         self.epoch_flush = epoch_flush
         self._epochs: list[int] = []
         self._offsets: list[int] = []
+        # The newest entry's epoch, None when empty: an attribute, kept by every change
+        # (_track), so that the append's one frame reads it without a call.
+        self.latest_epoch: int | None = None
         self._dirty = False
         self._lock = threading.RLock()
         self.load_error: checkpoint.CheckpointError | None = None
@@ -81,6 +84,7 @@ class LeaderEpochCache:
                 self.load_error = checkpoint.CheckpointError(
                     f"negative epoch or offset in entry {epoch} {offset}", file=self.path)
                 self._epochs, self._offsets = [], []
+                self._track()
                 return
             self._assign(epoch, offset)   # the same monotonicity rules, without rewriting
 
@@ -133,7 +137,11 @@ class LeaderEpochCache:
             offsets.pop()
         epochs.append(epoch)
         offsets.append(start_offset)
+        self.latest_epoch = epoch
         return True
+
+    def _track(self) -> None:
+        self.latest_epoch = self._epochs[-1] if self._epochs else None
 
     def assign(self, epoch: int, start_offset: int) -> bool:
         """Record that `epoch` starts at `start_offset`; returns whether the cache changed.
@@ -152,6 +160,7 @@ class LeaderEpochCache:
         with self._lock:
             self._epochs = [e for e, _ in entries]
             self._offsets = [o for _, o in entries]
+            self._track()
 
     def truncate_from_end(self, end_offset: int) -> bool:
         """Drop every entry starting at or after end_offset (the log was truncated there)."""
@@ -161,6 +170,7 @@ class LeaderEpochCache:
             cut = bisect.bisect_left(self._offsets, end_offset)
             del self._epochs[cut:]
             del self._offsets[cut:]
+            self._track()
             self._changed()
             return True
 
@@ -176,6 +186,7 @@ class LeaderEpochCache:
                 return True     # removed and re-added unchanged: nothing to write
             self._epochs[:removed] = [epoch]
             self._offsets[:removed] = [start_offset]
+            self._track()
             self._changed()
             return True
 
@@ -203,18 +214,21 @@ class LeaderEpochCache:
                 epochs.pop()
             self._epochs[:0] = epochs
             self._offsets[:0] = offsets
+            self._track()
             self._changed()
             return True
 
     def clear_and_flush(self) -> None:
         with self._lock:
             self._epochs, self._offsets = [], []
+            self._track()
             self._write()
 
     def clear(self) -> None:
         """Forget every entry in memory only."""
         with self._lock:
             self._epochs, self._offsets = [], []
+            self._track()
             self._dirty = True
 
     # ---- queries ----
@@ -245,10 +259,6 @@ class LeaderEpochCache:
 
     def __len__(self) -> int:
         return len(self._epochs)
-
-    @property
-    def latest_epoch(self) -> int | None:
-        return self._epochs[-1] if self._epochs else None
 
     @property
     def latest_entry(self) -> EpochEntry | None:
@@ -311,6 +321,7 @@ class LeaderEpochCache:
         assert all(a < b for a, b in zip(epochs, epochs[1:])), f"epochs not increasing: {epochs}"
         assert all(a < b for a, b in zip(offsets, offsets[1:])), f"start offsets not increasing: {offsets}"
         assert all(e >= 0 for e in epochs) and all(o >= 0 for o in offsets), (epochs, offsets)
+        assert self.latest_epoch == (epochs[-1] if epochs else None), (self.latest_epoch, epochs)
 
     def __repr__(self) -> str:
         return f"LeaderEpochCache({self.path!r}, entries={self.entries})"

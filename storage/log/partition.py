@@ -23,7 +23,7 @@ from ..core import io as _io
 from ..core._native import ffi, lib
 from ..core.clock import wall_ms as _now_ms
 from ..core.config import LogConfig
-from ..core.failure import ClosedOnExit, LogDirFailureChannel, guarded, guarded_iteration
+from ..core.failure import ClosedOnExit, LogDirFailureChannel, failure_for, guarded, guarded_iteration
 from ..core.files import INT64_MAX
 from ..core.records import _build
 from . import cleaner as _cleaner
@@ -32,13 +32,23 @@ from . import reads as _reads
 from . import retention as _retention
 from . import validator
 from .appends import (
+    CALL_AGAIN,
+    EPOCH_MIXED,
+    NOT_DUPLICATE,
     NOTHING_APPENDED,
+    PRODUCER_BATCHES,
+    READONLY,
+    SOLE_EPOCH,
     AppendInfo,
     _AppendState,
     _check_leader_append,
     _client_flags,
     _follower_pieces,
+    _refusal,
+    _written,
     append_chunk,
+    immutable_bytes,
+    new_append_info,
     new_follower_state,
     new_leader_state,
 )
@@ -47,8 +57,17 @@ from .loader import list_or_create, load
 from .local import LocalLog
 from .metrics import LogMetrics
 from .reads import ISOLATIONS, TimestampAndOffset
-from .segment import Segment
+from .segment import Segment, open_segments
 from .txnindex import AbortedTxn
+
+_segment_append = lib.plog_segment_append_chunk
+
+
+def _plain_client(config: LogConfig) -> bool:
+    """Whether a producer's batches need no Python pass before C's (_leader_chunk): no keys to
+    require, no timestamp bounds, no recompression."""
+    return not config.compacts and config.compression_type == "producer" and \
+        min(config.message_timestamp_before_max_ms, config.message_timestamp_after_max_ms) >= INT64_MAX
 
 
 class PartitionLog(ClosedOnExit):
@@ -70,6 +89,7 @@ class PartitionLog(ClosedOnExit):
         self._leader_append: dict[str, _AppendState] = {}   # each kind's in/out struct, made at its first (appends.py)
         self._client_flags = _client_flags()        # producer_check.ENABLED, read at the open
         self._follower_append: _AppendState | None = None
+        self._client_plain = _plain_client(self.config)
         self.on_recovery_point_lowered = None   # LogDir persists the lowered recovery point
         self._lock.acquire()    # held while it loads: the open-segment cache leaves its segments alone
         try:
@@ -130,6 +150,7 @@ class PartitionLog(ClosedOnExit):
             self._local.reconfigure(config)
             self._leader_append.clear()
             self._follower_append = None
+            self._client_plain = _plain_client(config)
 
     # ---- state ----
     @property
@@ -169,7 +190,6 @@ class PartitionLog(ClosedOnExit):
             return self.high_watermark
 
     # ---- appends ----
-    @guarded
     def append_as_leader(self, records_or_batches, leader_epoch: int, *, compression: str = "none",
                          origin: str = "client") -> AppendInfo:
         """Append as the partition leader: offsets assigned from the log end offset, every
@@ -182,11 +202,57 @@ class PartitionLog(ClosedOnExit):
         storage/log/validator.py) or "coordinator" (the broker's own batches, such as
         transaction markers: control batches allowed, records not walked).
         """
+        # The common case -- a producer's `bytes`, a topic that asks no Python pass of them, the
+        # active segment open, C's answer 0 and the epoch the cache's latest -- is this one frame
+        # and one C call (the guard of `guarded` inline); anything else, C having written
+        # nothing, is the general path below, which makes the same call again.
+        channel = self.failure_channel
+        if channel.first_failure is not None:
+            raise channel.error()
+        try:
+            if self._client_plain and records_or_batches.__class__ is bytes and origin == "client" \
+                    and leader_epoch >= 0 and records_or_batches:
+                with self._lock:
+                    state, local = self._leader_append.get("client"), self._local
+                    expected = state and state.expected
+                    if state is not None and not local.closed and open_segments.last is local.segments[-1] and \
+                            (expected is None or expected.seen == expected.manager.changes):
+                        v, length = state.v, len(records_or_batches)
+                        rc = _segment_append(local.segments[-1].native, records_or_batches, length, self.log_end_offset,
+                                             leader_epoch, state.flags | READONLY, -1, v)
+                        out = state.out.tolist()
+                        if rc == 0 and out[SOLE_EPOCH] == self.epoch_cache.latest_epoch:
+                            hit = v.expected_hit if out[PRODUCER_BATCHES] else -1
+                            out[SOLE_EPOCH:] = NOT_DUPLICATE      # appends._written's common case, inline
+                            metrics = state.metrics
+                            metrics.appends += 1
+                            metrics.append_batches += out[4]
+                            metrics.append_records += out[5]
+                            metrics.append_bytes += out[6]
+                            self.log_end_offset = end = out[1] + 1
+                            self.producer_state.last_map_offset = end
+                            info = new_append_info(AppendInfo, out)
+                            if hit >= 0 and expected is not None:
+                                expected.commit(hit, info)
+                            return info
+                        if rc == 0:
+                            return _written(self, state, ffi.from_buffer(records_or_batches), length, None)
+                        if rc not in CALL_AGAIN:
+                            raise _refusal(self, rc, v, ffi.from_buffer(records_or_batches), length)
+            return self._leader_append_any(records_or_batches, leader_epoch, compression, origin)
+        except OSError as exc:
+            failure = failure_for(channel, exc, "append_as_leader")
+            if failure is exc:
+                raise
+            raise failure from exc
+
+    def _leader_append_any(self, records_or_batches, leader_epoch: int, compression: str, origin: str) -> AppendInfo:
+        """append_as_leader's general path."""
         _check_leader_append(leader_epoch, origin)
         prebuilt = isinstance(records_or_batches, (bytes, bytearray, memoryview))
         if prebuilt:
             chunk = records_or_batches      # copied unless immutable (bytes: C stamps header copies)
-            return self._leader_chunk(chunk if chunk.__class__ is bytes else bytearray(chunk), leader_epoch, origin)
+            return self._leader_chunk(chunk if immutable_bytes(chunk) else bytearray(chunk), leader_epoch, origin)
         if isinstance(records_or_batches, (list, tuple)) and not records_or_batches:
             return self._nothing_appended()
         buf = _build(records_or_batches, base_offset=0, partition_leader_epoch=leader_epoch,
@@ -254,11 +320,48 @@ class PartitionLog(ClosedOnExit):
         marker = _producer.end_txn_marker_batch(producer_id, producer_epoch, commit, coordinator_epoch, _now_ms())
         return self.append_as_leader(marker, leader_epoch, origin="coordinator")
 
-    @guarded
     def append_as_follower(self, batches) -> AppendInfo:
         """Append batches fetched from the leader as they are: CRC checked, offsets strictly
         increasing, the first at or after the log end offset (gaps allowed)."""
-        return self._follower_chunk(batches, partial_tail=True)
+        # The common case -- `bytes` on a log that is not empty, the active segment open, C's
+        # answer 0, no producer batch and no new epoch -- is this one frame and one C call (the
+        # guard of `guarded` inline); a verdict of C (roll, clock, a partial tail: nothing was
+        # written) goes the general way, which makes the same call again.
+        channel = self.failure_channel
+        if channel.first_failure is not None:
+            raise channel.error()
+        try:
+            if batches.__class__ is bytes and batches:
+                with self._lock:
+                    state, local = self._follower_append, self._local
+                    if state is not None and not local.closed and self.log_end_offset != self.log_start_offset \
+                            and open_segments.last is local.segments[-1]:
+                        v, length = state.v, len(batches)
+                        rc = _segment_append(local.segments[-1].native, batches, length, self.log_end_offset, -1,
+                                             state.flags | READONLY, -1, v)
+                        out = state.out.tolist()
+                        epoch = out[SOLE_EPOCH]
+                        if rc == 0 and not out[PRODUCER_BATCHES] and \
+                                (epoch == self.epoch_cache.latest_epoch or epoch < 0 and epoch != EPOCH_MIXED):
+                            out[SOLE_EPOCH:] = NOT_DUPLICATE      # appends._written's common case, inline
+                            metrics = state.metrics
+                            metrics.appends += 1
+                            metrics.append_batches += out[4]
+                            metrics.append_records += out[5]
+                            metrics.append_bytes += out[6]
+                            self.log_end_offset = end = out[1] + 1
+                            self.producer_state.last_map_offset = end
+                            return new_append_info(AppendInfo, out)
+                        if rc == 0:
+                            return _written(self, state, ffi.from_buffer(batches), length, None)
+                        if rc not in CALL_AGAIN:
+                            raise _refusal(self, rc, v, ffi.from_buffer(batches), length)
+            return self._follower_chunk(batches, partial_tail=True)
+        except OSError as exc:
+            failure = failure_for(channel, exc, "append_as_follower")
+            if failure is exc:
+                raise
+            raise failure from exc
 
     def _follower_chunk(self, batches, partial_tail: bool) -> AppendInfo:
         with self._lock:

@@ -58,7 +58,7 @@ class Segment:
     # Slots, the log's shared fields in its SegmentHome, file paths derived when asked, the
     # transaction index made on first use: a partition holds one of these per sealed segment
     # for as long as it is open (bench_partitions_memory measures it).
-    __slots__ = ("_home", "base_offset", "_suffix", "_txn", "_c", "_mapping", "_state", "created_ms")
+    __slots__ = ("_home", "base_offset", "_suffix", "_txn", "native", "_mapping", "_state", "created_ms")
 
     def __init__(self, home: SegmentHome, base_offset: int, *, create: bool, active: bool, suffix: str = ""):
         self._fields(home, base_offset, suffix)
@@ -72,7 +72,7 @@ class Segment:
         # suffix: the cleaner's segments are written as `.cleaned` files (change_suffix moves them on)
         self._suffix = suffix
         self._txn: TransactionIndex | None = None
-        self._c = None
+        self.native = None
         self._mapping: Mapping | None = None
         self._state = _OPEN
         self.created_ms = None
@@ -114,7 +114,7 @@ class Segment:
             0 if config.fsync else lib.PLOG_SYNC_NOOP)
         self._check(rc, "open")
         c.created_ms = self.created_ms or 0     # what the roll rule measures a segment's age from
-        self._c = c
+        self.native = c
         open_segments.touch(self)
 
     # ---- descriptors (see _OpenSegments) ----
@@ -124,7 +124,7 @@ class Segment:
         if open_segments.last is self:      # (the cache forgets what it suspends or closes)
             return
         if self._state == _SUSPENDED:
-            self._check(lib.plog_segment_resume(self._c, os.fsencode(self.log_path), os.fsencode(self.index_path),
+            self._check(lib.plog_segment_resume(self.native, os.fsencode(self.log_path), os.fsencode(self.index_path),
                                                 os.fsencode(self.time_index_path)), "reopen")
             self._state = _OPEN
         open_segments.touch(self)
@@ -134,7 +134,7 @@ class Segment:
         flush before the close failed -- the log dir is then offline."""
         if self._state != _OPEN:
             return True
-        c = self._c
+        c = self.native
         if not (c.mutable_indexes or c.indexes_lazy or c.index_suspect or self._suffix):
             # Sealed, its files complete: back to unopened, its C state freed (memory does not
             # grow with the sealed segments a process has read); its next use opens and checks
@@ -166,7 +166,7 @@ class Segment:
         raised (another log's call may be pushing this one out): a sealed segment was flushed
         when it was sealed, and its next open finds any fault on its own."""
         self._drop_mapping()
-        c, self._c = self._c, None
+        c, self.native = self.native, None
         self.__class__ = OnDiskSegment
         lib.plog_segment_close(c)
 
@@ -215,28 +215,28 @@ class Segment:
     # ---- fields ----
     @property
     def size(self) -> int:
-        return self._c.size
+        return self.native.size
 
     @property
     def next_offset(self) -> int:
-        return self._c.next_offset
+        return self.native.next_offset
 
     @property
     def max_timestamp(self) -> int:
-        return self._c.max_timestamp
+        return self.native.max_timestamp
 
     @property
     def offset_of_max_timestamp(self) -> int:
-        return self._c.offset_of_max_timestamp
+        return self.native.offset_of_max_timestamp
 
     @property
     def active(self) -> bool:
-        return bool(self._c.mutable_indexes)
+        return bool(self.native.mutable_indexes)
 
     @property
     def index_suspect(self) -> bool:
         """An offset-index entry was found pointing at the wrong batch (load or read)."""
-        return bool(self._c.index_suspect)
+        return bool(self.native.index_suspect)
 
     # ---- writing ----
     def append_chunk(self, pointer, length: int, log_end_offset: int, leader_epoch: int, flags: int, now_ms: int,
@@ -246,14 +246,14 @@ class Segment:
         in/out): 0, or the C code for the log to act on (PLOG_EROLL, PLOG_ERECHECK,
         PLOG_EPRODUCER: nothing written; storage/log/appends.py) or to raise."""
         self._use()         # reopens its files if the open-segment cache closed them
-        return lib.plog_segment_append_chunk(self._c, pointer, length, log_end_offset, leader_epoch, flags, now_ms, v)
+        return lib.plog_segment_append_chunk(self.native, pointer, length, log_end_offset, leader_epoch, flags, now_ms, v)
 
     def append_pieces(self, pieces, count: int, log_end_offset: int, flags: int, now_ms: int, v) -> int:
         """plog_segment_append_pieces on this segment: a follower's chunk as `count` separate
         buffers (a plog_iovec array), written without gathering them; 0 or the C code (a
         refusal wrote nothing)."""
         self._use()
-        return lib.plog_segment_append_pieces(self._c, pieces, count, log_end_offset, flags, now_ms, v)
+        return lib.plog_segment_append_pieces(self.native, pieces, count, log_end_offset, flags, now_ms, v)
 
     def raise_for(self, rc: int, what: str, *, offset=None) -> None:
         """Raise the exception for a nonzero C code from an operation on this segment."""
@@ -296,12 +296,12 @@ class Segment:
         """The current read mapping, covering at least `size` bytes."""
         self._use()
         m = self._mapping
-        size = self._c.size
+        size = self.native.size
         if m is None or m.length < size:
             if m is not None:
                 self._drop_mapping()
             reserve = max(size, self.config.segment_bytes) if self.active else size
-            m = self._mapping = Mapping(self._c.log_fd, _round_pages(reserve), self.log_path)
+            m = self._mapping = Mapping(self.native.log_fd, _round_pages(reserve), self.log_path)
         return m
 
     def _drop_mapping(self, valid: int | None = None) -> None:
@@ -309,23 +309,23 @@ class Segment:
         retired ones (views reach `valid` bytes, the size now by default) until it goes."""
         m, self._mapping = self._mapping, None
         if m is not None and m.length:
-            retired_mappings.add(self.log_path, m.pointer, m.length, self._c.size if valid is None else valid)
+            retired_mappings.add(self.log_path, m.pointer, m.length, self.native.size if valid is None else valid)
 
     def log_pointer(self):
-        return self.mapping().pointer if self._c.size else ffi.NULL
+        return self.mapping().pointer if self.native.size else ffi.NULL
 
     def view(self, start: int = 0, end: int | None = None) -> memoryview:
-        end = self._c.size if end is None else end
+        end = self.native.size if end is None else end
         return self.mapping().view[start:end]
 
     def find(self, offset: int) -> int:
         """Position of the first batch whose last offset >= offset, or -1."""
         self._use()
-        if self._c.size == 0:
+        if self.native.size == 0:
             return -1
         home = self._home
         position, info, _, _ = home.reads or home.read_scratch()   # reused: the log serialises calls
-        rc = lib.plog_segment_find(self._c, self.log_pointer(), offset, position, info)
+        rc = lib.plog_segment_find(self.native, self.log_pointer(), offset, position, info)
         if rc:
             raise errors.CorruptRecordError(f"cannot read batch header: {errors.error_text(rc)}",
                                             file=self.log_path, position=position[0], offset=offset)
@@ -335,7 +335,7 @@ class Segment:
         """Whole batches from the one holding `offset` (None when nothing here holds it): one
         C call (plog_segment_read) into a reused out-array; the log serialises calls."""
         self._use()
-        size = self._c.size
+        size = self.native.size
         if size == 0:
             return None
         m = self._mapping
@@ -343,7 +343,7 @@ class Segment:
             m = self.mapping()
         home = self._home
         _, _, span, span_view = home.reads or home.read_scratch()
-        rc = lib.plog_segment_read(self._c, m.pointer, offset, max_bytes, max_offset, span)
+        rc = lib.plog_segment_read(self.native, m.pointer, offset, max_bytes, max_offset, span)
         if rc:
             raise errors.CorruptRecordError(f"cannot read batch header: {errors.error_text(rc)}",
                                             file=self.log_path, position=-1, offset=offset)
@@ -361,27 +361,27 @@ class Segment:
         if self._state != _OPEN or m is None or not m.length:
             return None
         position = address - int(ffi.cast("uintptr_t", m.pointer))
-        if position < 0 or position + len(view) > self._c.size:
+        if position < 0 or position + len(view) > self.native.size:
             return None
         try:
-            fd = os.dup(self._c.log_fd)
+            fd = os.dup(self.native.log_fd)
         except OSError:         # out of descriptors (EMFILE): the view serves, copied when sent
             return None
         return FileSlice(view, fd, position, self._home)
 
     # ---- writing ----
-    # Appends are made by PartitionLog through lib.plog_segment_append_chunk on self._c.
+    # Appends are made by PartitionLog through lib.plog_segment_append_chunk on self.native.
 
     def truncate_to(self, offset: int) -> int:
         """Remove every batch whose last offset >= offset (and the aborted transactions whose
         marker is among them); returns the bytes removed."""
         self._use()
         self.txn_index.truncate_to(offset)
-        before = self._c.size
+        before = self.native.size
         if before == 0:
             return 0
         if not self.active:
-            self._check(lib.plog_segment_unseal(self._c, self.config.segment_index_bytes), "unseal")
+            self._check(lib.plog_segment_unseal(self.native, self.config.segment_index_bytes), "unseal")
         held = self._mapping is not None     # readers may hold views of it; of one made now, none
         m = self.mapping()
         position = self.find(offset)
@@ -395,9 +395,9 @@ class Segment:
             self._mapping = None
         retired_mappings.snapshot(self.log_path, position)
         self._home.cuts += 1            # a FileSlice of the bytes past the cut is no longer its file's
-        rc = lib.plog_segment_truncate_to(self._c, m.pointer, offset)
+        rc = lib.plog_segment_truncate_to(self.native, m.pointer, offset)
         self._check(rc, "truncate", offset=offset)
-        return before - self._c.size
+        return before - self.native.size
 
     def recover(self, *, check_crc: bool = True) -> tuple[int, object]:
         """Unclean-shutdown recovery of this segment (docs/kafka-formats.md 5.4): validate every
@@ -405,8 +405,8 @@ class Segment:
         (bytes truncated, scan report)."""
         self._use()
         if not self.active:
-            self._check(lib.plog_segment_unseal(self._c, self.config.segment_index_bytes), "unseal")
-        physical = self._c.size
+            self._check(lib.plog_segment_unseal(self.native, self.config.segment_index_bytes), "unseal")
+        physical = self.native.size
         m = self.mapping()
         # The scan may cut anywhere: views of mappings let go of (a closed instance of this
         # log in the process) keep their bytes; there are none in the common case.
@@ -418,12 +418,12 @@ class Segment:
         scan.epochs = epochs
         scan.epoch_offsets = epoch_offsets
         scan.check_crc = 1 if check_crc else 0
-        rc = lib.plog_segment_recover(self._c, m.pointer if physical else ffi.NULL, physical, scan)
+        rc = lib.plog_segment_recover(self.native, m.pointer if physical else ffi.NULL, physical, scan)
         self._check(rc, "recover", offset=scan.stop_offset)
-        truncated = physical - self._c.size
+        truncated = physical - self.native.size
         if truncated:
             self._home.cuts += 1
-            m.retire_from(self._c.size)
+            m.retire_from(self.native.size)
             self._drop_mapping()
         report = ScanReport(scan, [(epochs[i], epoch_offsets[i]) for i in range(min(scan.epoch_count, 256))])
         return truncated, report
@@ -435,7 +435,7 @@ class Segment:
         disk ends in zero entries), and with `thorough` (after an unclean shutdown) every
         entry must be in order and inside the segment."""
         self._use()
-        c = self._c
+        c = self.native
         if c.index_suspect:
             return "an index file is longer than segment_index_bytes or points at the wrong batch"
         # The lengths the open found (fstat of the descriptors it holds): no second stat by name.
@@ -444,7 +444,7 @@ class Segment:
         if c.time_file_bytes % lib.PLOG_TIME_ENTRY_BYTES:
             return "time index length is not a multiple of 12"
         bad = ffi.new("int64_t[2]")
-        rc = lib.plog_segment_index_check(self._c, thorough, bad)    # every entry: ~1 ms a GiB
+        rc = lib.plog_segment_index_check(self.native, thorough, bad)    # every entry: ~1 ms a GiB
         if rc == lib.PLOG_INDEX_BAD_OFFSET_ENTRY:
             return f"offset index entry ({bad[0]}, {bad[1]}) is out of order or outside the segment"
         if rc == lib.PLOG_INDEX_BAD_TIME_ENTRY:
@@ -454,16 +454,16 @@ class Segment:
     def scan_epochs(self) -> list[tuple[int, int]]:
         """(epoch, base offset) at every change of partition leader epoch in the v2 batches."""
         self._use()
-        if self._c.size == 0:
+        if self.native.size == 0:
             return []
         capacity = 256
         while True:
             scan = ffi.new("plog_scan *")
             epochs = ffi.new("int32_t[]", capacity)
             offsets = ffi.new("int64_t[]", capacity)
-            scan.base_offset, scan.index_interval_bytes, scan.check_crc = self._c.base_offset, 0, 0
+            scan.base_offset, scan.index_interval_bytes, scan.check_crc = self.native.base_offset, 0, 0
             scan.epoch_capacity, scan.epochs, scan.epoch_offsets = capacity, epochs, offsets
-            lib.plog_scan_buffer(self.log_pointer(), self._c.size, scan, ffi.NULL)
+            lib.plog_scan_buffer(self.log_pointer(), self.native.size, scan, ffi.NULL)
             if scan.epoch_count <= capacity:
                 return [(epochs[i], offsets[i]) for i in range(scan.epoch_count)]
             capacity = scan.epoch_count
@@ -474,7 +474,7 @@ class Segment:
         # The headers it walks (from the last index hint on) are read by pread: nothing is
         # mapped until the first read, and an open partition keeps no mapping (~3 KiB of
         # bookkeeping) per sealed segment it may never read.
-        rc = lib.plog_segment_load(self._c, ffi.NULL)
+        rc = lib.plog_segment_load(self.native, ffi.NULL)
         if rc > 0 or rc == lib.PLOG_ECALLBACK:
             self._check(rc, "load")
         if rc:
@@ -484,10 +484,10 @@ class Segment:
         """Create the index files of a new segment (Kafka's LazyIndex: a segment's index files
         come when first needed, here at its first flush or seal).  True when it created them:
         the caller makes the directory entries durable."""
-        if not self._c.indexes_lazy:
+        if not self.native.indexes_lazy:
             return False
         self._use()
-        self._check(lib.plog_segment_attach_indexes(self._c, os.fsencode(self.index_path),
+        self._check(lib.plog_segment_attach_indexes(self.native, os.fsencode(self.index_path),
                                                     os.fsencode(self.time_index_path)),
                     "create index files", path=INDEX_SUFFIX)
         return True
@@ -497,12 +497,12 @@ class Segment:
         created now (see attach_indexes)."""
         self._use()
         created = self.attach_indexes()
-        self._check(lib.plog_segment_seal(self._c), "seal", path=INDEX_SUFFIX)
+        self._check(lib.plog_segment_seal(self.native), "seal", path=INDEX_SUFFIX)
         return created
 
     def unseal(self) -> None:
         self._use()
-        self._check(lib.plog_segment_unseal(self._c, self.config.segment_index_bytes), "unseal", path=INDEX_SUFFIX)
+        self._check(lib.plog_segment_unseal(self.native, self.config.segment_index_bytes), "unseal", path=INDEX_SUFFIX)
 
     def flush(self) -> bool:
         """fsync the three files (index entries written first); True when the index files were
@@ -514,7 +514,7 @@ class Segment:
             self._txn.flush()
         metrics = self._home.metrics
         started = metrics.fsync_timer()
-        self._check(lib.plog_segment_flush(self._c), "flush")
+        self._check(lib.plog_segment_flush(self.native), "flush")
         metrics.fsync_done(started)
         return created
 
@@ -522,8 +522,8 @@ class Segment:
         self._use()
         out = []
         o, p = ffi.new("int64_t *"), ffi.new("int64_t *")
-        for i in range(self._c.offset_entries):
-            lib.plog_offset_index_entry(self._c, i, o, p)
+        for i in range(self.native.offset_entries):
+            lib.plog_offset_index_entry(self.native, i, o, p)
             out.append((o[0], p[0]))
         return out
 
@@ -531,21 +531,21 @@ class Segment:
         self._use()
         out = []
         t, o = ffi.new("int64_t *"), ffi.new("int64_t *")
-        for i in range(self._c.time_entries):
-            lib.plog_time_index_entry(self._c, i, t, o)
+        for i in range(self.native.time_entries):
+            lib.plog_time_index_entry(self.native, i, t, o)
             out.append((t[0], o[0]))
         return out
 
     def time_index_lookup(self, timestamp: int) -> tuple[int, int]:
         self._use()
         t, o = ffi.new("int64_t *"), ffi.new("int64_t *")
-        lib.plog_time_index_lookup(self._c, timestamp, t, o)
+        lib.plog_time_index_lookup(self.native, timestamp, t, o)
         return t[0], o[0]
 
     def offset_index_lookup(self, offset: int) -> tuple[int, int]:
         self._use()
         o, p = ffi.new("int64_t *"), ffi.new("int64_t *")
-        lib.plog_offset_index_lookup(self._c, offset, o, p)
+        lib.plog_offset_index_lookup(self.native, offset, o, p)
         return o[0], p[0]
 
     def close(self) -> None:
@@ -555,13 +555,13 @@ class Segment:
         open_segments.forget(self)
         # A mapping still referenced by a caller's slice stays valid until released.
         self._drop_mapping()
-        self._check(lib.plog_segment_close(self._c), "close")
+        self._check(lib.plog_segment_close(self.native), "close")
 
     def reopen_active(self) -> None:
         """Close the files and open them again as the active segment's (an index rebuild)."""
         self._drop_mapping()
         open_segments.forget(self)
-        c, self._c = self._c, None
+        c, self.native = self.native, None
         self._check(lib.plog_segment_close(c), "close")
         self._open_files(create=False, active=True)
 

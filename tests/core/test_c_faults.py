@@ -133,8 +133,8 @@ def test_a_broken_segment_invariant_aborts_in_an_asserting_build(tmp_path):
         log = PartitionLog.open({str(tmp_path / 't-0')!r}, LogConfig(fsync=False))
         log.append_as_leader([b"v"], 0)
         segment = log.segments[-1]
-        segment._c.size = -1
-        lib.plog_segment_flush(segment._c)
+        segment.native.size = -1
+        lib.plog_segment_flush(segment.native)
     """)
     # cwd: not the source tree, whose storage/ (a release build) would shadow the installed one.
     result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60, cwd=tmp_path)

@@ -176,18 +176,18 @@ def test_append_chunk_at_the_c_level(tmp_path):
     chunk = build_batch([b"a" * 1000], base_offset=0, partition_leader_epoch=3) + \
         build_batch([b"b" * 1000], base_offset=1, partition_leader_epoch=3)
     buf = bytearray(chunk)
-    assert lib.plog_segment_append_chunk(seg._c, ffi.from_buffer(buf), len(buf), 0, -1, flags, now, v) == 0
+    assert lib.plog_segment_append_chunk(seg.native, ffi.from_buffer(buf), len(buf), 0, -1, flags, now, v) == 0
     assert (v.first_offset, v.last_offset, v.batch_count, v.record_count, v.size_bytes, v.sole_epoch) == \
         (0, 1, 2, 2, len(chunk), 3)
     assert (seg.size, seg.next_offset) == (len(chunk), 2)
     more = bytearray(build_batch([b"c" * 1000], base_offset=2, partition_leader_epoch=4) +
                      build_batch([b"d" * 1000], base_offset=3, partition_leader_epoch=5))
-    assert lib.plog_segment_append_chunk(seg._c, ffi.from_buffer(more), len(more), 2, -1, flags, now, v) == lib.PLOG_EROLL
+    assert lib.plog_segment_append_chunk(seg.native, ffi.from_buffer(more), len(more), 2, -1, flags, now, v) == lib.PLOG_EROLL
     assert seg.size == len(chunk) == os.path.getsize(seg.log_path)
     assert v.sole_epoch == lib.PLOG_EPOCH_MIXED and v.epoch_count == 2
     assert v.flags == flags
     flags |= lib.PLOG_APPEND_NO_ROLL            # the caller may insist (it has just rolled)
-    assert lib.plog_segment_append_chunk(seg._c, ffi.from_buffer(more), len(more), 2, -1, flags, now, v) == 0
+    assert lib.plog_segment_append_chunk(seg.native, ffi.from_buffer(more), len(more), 2, -1, flags, now, v) == 0
     assert (seg.size, seg.next_offset) == (len(chunk) + len(more), 4)
     assert seg.size == os.path.getsize(seg.log_path)
     assert [b.base_offset for b in iter_batches(seg.view())] == [0, 1, 2, 3]

@@ -346,7 +346,7 @@ def test_a_clean_open_reads_back_what_the_appends_left(tmp_path, batches, interv
     segment = log.segments[-1]
     assert (log.log_end_offset, segment.max_timestamp, segment.offset_of_max_timestamp) == expected
     assert not segment.index_suspect and not log.recovery_report
-    mapped = lib.plog_segment_load(segment._c, segment.log_pointer())       # the same walk, mapped
+    mapped = lib.plog_segment_load(segment.native, segment.log_pointer())       # the same walk, mapped
     assert mapped == 0 and (segment.next_offset, segment.max_timestamp, segment.offset_of_max_timestamp) == expected
     log.close()
 

@@ -478,7 +478,7 @@ def test_segment_read_is_find_then_span(make_log):
     span = ffi.new("int64_t[2]")
     for offset in range(log.log_end_offset + 3):
         for max_bytes, max_offset in ((1, -1), (300, -1), (1 << 20, -1), (1 << 20, offset + 4)):
-            assert lib.plog_segment_read(segment._c, pointer, offset, max_bytes, max_offset, span) == 0
+            assert lib.plog_segment_read(segment.native, pointer, offset, max_bytes, max_offset, span) == 0
             position = segment.find(offset)
             expected = (position, lib.plog_batches_span(pointer, segment.size, position, max_bytes, max_offset)) \
                 if position >= 0 else (-1, 0)
@@ -486,7 +486,7 @@ def test_segment_read_is_find_then_span(make_log):
             view = segment.read(offset, max_bytes, max_offset)
             assert (view is None) if position < 0 else bytes(view) == bytes(segment.view(position, position + span[1]))
     empty = log.roll()
-    assert lib.plog_segment_read(empty._c, ffi.NULL, 0, 1, -1, span) == 0 and (span[0], span[1]) == (-1, 0)
+    assert lib.plog_segment_read(empty.native, ffi.NULL, 0, 1, -1, span) == 0 and (span[0], span[1]) == (-1, 0)
     assert empty.read(0, 1) is None
 
 

@@ -28,8 +28,8 @@ def _segment(tmp_path, first_timestamp: int) -> Segment:
     v.segment_bytes, v.segment_ms = 4096, 2**62
     buf = bytearray(build_batch([b"a"], base_offset=BASE, base_timestamp=first_timestamp))
     flags = lib.PLOG_VALIDATE_REQUIRE_FIRST | lib.PLOG_APPEND_NO_ROLL
-    assert lib.plog_segment_append_chunk(seg._c, ffi.from_buffer(buf), len(buf), BASE, -1, flags, 0, v) == 0
-    assert seg._c.first_batch_max_timestamp == first_timestamp
+    assert lib.plog_segment_append_chunk(seg.native, ffi.from_buffer(buf), len(buf), BASE, -1, flags, 0, v) == 0
+    assert seg.native.first_batch_max_timestamp == first_timestamp
     return seg
 
 
@@ -42,7 +42,7 @@ def _incoming(max_timestamp: int, first: int = BASE + 1, last: int = BASE + 1):
 
 
 def should_roll(seg, v, length=10, now=0) -> bool:
-    return bool(lib.plog_segment_should_roll(seg._c, length, v, now))
+    return bool(lib.plog_segment_should_roll(seg.native, length, v, now))
 
 
 def test_the_size_clause(tmp_path):
@@ -70,7 +70,7 @@ def test_the_time_clause_falls_back_to_the_creation_time(tmp_path):
     (LogSegment.timeWaitedForRoll), whatever the incoming timestamps say."""
     seg = _segment(tmp_path, -1)
     created = seg.created_ms
-    assert seg._c.created_ms == created
+    assert seg.native.created_ms == created
     assert not should_roll(seg, _incoming(T + 10**9), now=created + 1000)
     assert should_roll(seg, _incoming(-1), now=created + 1001)
     seg.close()
@@ -82,8 +82,8 @@ def test_the_rule_asks_for_the_clock_only_when_the_creation_time_decides(tmp_pat
     (tmp_path / "a").mkdir()
     (tmp_path / "b").mkdir()
     stamped, bare = _segment(tmp_path / "a", T), _segment(tmp_path / "b", -1)
-    assert lib.plog_segment_should_roll(stamped._c, 10, _incoming(T + 1001), -1) == 1
-    assert lib.plog_segment_should_roll(bare._c, 10, _incoming(T), -1) == lib.PLOG_ECLOCK
+    assert lib.plog_segment_should_roll(stamped.native, 10, _incoming(T + 1001), -1) == 1
+    assert lib.plog_segment_should_roll(bare.native, 10, _incoming(T), -1) == lib.PLOG_ECLOCK
     stamped.close()
     bare.close()
 
@@ -115,7 +115,7 @@ def test_an_empty_segment_never_rolls_by_age(tmp_path):
 def test_a_full_index_rolls(tmp_path):
     """The offset index full, or the time index at its last slot (kept for the roll's entry)."""
     seg = _segment(tmp_path, T)
-    c = seg._c
+    c = seg.native
     v = _incoming(T)
     assert not should_roll(seg, v)
     entries = c.offset_entries
