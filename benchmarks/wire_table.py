@@ -30,9 +30,11 @@ ROWS = [
     ("fetch from offset 1 / loopback TCP (C client)", "wire-fetch-paired", "c-wire / loopback", 0.5, None),
     ("acks=all, RF 3 on 3 brokers / acks=all on 1 broker", "wire-cluster-paired", "rf3 / single", 0.5, None),
     ("RF 3 cluster with 100 idle partitions / none", "wire-idle-paired", "idle100 / none", 0.95, None),
-    ("engine: one small batch per append_as_follower / os.write", "append-small-paired", "ours-follower / os.write", 0.5,
-     None),
-    ("engine: 16 KiB batches one per call / file.write", "append-paired", "ours-follower / file.write", 0.9, "16KiB"),
+    # The engine rows: bench_append's per-call group (docs/performance.md "The append figure").
+    ("engine: one small batch per append_as_follower / os.write", "append-percall-paired", "ours-follower / os.write",
+     0.5, "small"),
+    ("engine: 16 KiB batches one per call / file.write", "append-percall-paired", "ours-follower / file.write", 0.9,
+     "16KiB"),
 ]
 EVENT_LOOP = [("broker on uvloop / asyncio's loop: produce", "produce-uvloop / produce-asyncio"),
               ("broker on uvloop / asyncio's loop: fetch", "fetch-uvloop / fetch-asyncio"),
