@@ -83,6 +83,7 @@ class Partition:
 
     def __init__(self, topic: str, partition: int, log):
         self.topic, self.partition, self.log = topic, partition, log
+        self.key = (topic, partition)
         self.leader = NO_LEADER
         self.leader_epoch = NO_EPOCH
         self.partition_epoch = -1
@@ -93,10 +94,6 @@ class Partition:
         self.followers: dict[int, FollowerState] = {}
         self.inflight: AlterPartitionRequest | None = None   # the one AlterPartition in flight
         self.recovery_done = True                             # KIP-704 hook finished
-
-    @property
-    def key(self) -> tuple[str, int]:
-        return self.topic, self.partition
 
     @property
     def maximal_isr(self) -> list[int]:
@@ -397,7 +394,8 @@ class ReplicaManager(FetchAnswers):
             if candidate <= log.high_watermark:
                 return False
         log.update_high_watermark(candidate)
-        self._complete_delayed(p)
+        if self._delayed.waiting(p.key):
+            self._complete_delayed(p)
         return True
 
     def tick(self) -> None:
