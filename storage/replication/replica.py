@@ -635,8 +635,9 @@ class ReplicaManager(FetchAnswers):
     def offline(self) -> bool:
         """The log dir went offline (an I/O failure, storage/core/failure.py): from then on this broker
         answers KAFKA_STORAGE_ERROR, acknowledges nothing and moves no high watermark (M31).
-        Kafka halts a broker whose last log dir failed; the cluster model does (BrokerNode)."""
-        return guards.on("M31") and self.logdir.offline
+        Kafka halts a broker whose last log dir failed; the cluster model does (BrokerNode).
+        (LogDir.offline read through its failure channel: this is asked twice per append.)"""
+        return self.logdir.failure_channel.first_failure is not None and guards.on("M31")
 
     def _went_offline(self) -> bool:
         """True (after go_offline) when the log dir is offline: the callers' early return."""
