@@ -180,9 +180,13 @@ class PartitionLog(ClosedOnExit):
     def recovery_point(self) -> int:
         return self._local.recovery_point
 
-    @guarded
     def update_high_watermark(self, offset: int) -> int:
-        """Set the high watermark, clamped to [log_start_offset, log_end_offset]."""
+        """Set the high watermark, clamped to [log_start_offset, log_end_offset].  Refused once
+        the dir is offline, as a guarded call is; no I/O here, so the check is made inline (a
+        leader calls this after every append it acknowledges)."""
+        channel = self.failure_channel
+        if channel.first_failure is not None:
+            raise channel.error()
         with self._lock:
             self.high_watermark = min(max(offset, self.log_start_offset), self.log_end_offset)
             self.unvouched_high_watermark_above = None

@@ -221,7 +221,8 @@ class ProducerStateManager:
         self.unreplicated_txns[completed.first_offset] = txn
 
     def on_high_watermark_updated(self, high_watermark: int) -> None:
-        self._remove_unreplicated_below(high_watermark)
+        if self.unreplicated_txns:      # at every high watermark move: nothing to scan is the common case
+            self._remove_unreplicated_below(high_watermark)
 
     def _remove_unreplicated_below(self, offset: int) -> None:
         for first in [f for f, t in self.unreplicated_txns.items() if t.last_offset < offset]:

@@ -31,7 +31,6 @@ Invariants (each guard carries its catalogue id, storage/core/guards.py):
 from __future__ import annotations
 
 import logging
-from dataclasses import dataclass
 from typing import Callable
 
 from ..core import errors, guards
@@ -39,6 +38,7 @@ from ..core.clock import monotonic_ms
 from ..core.errors import Errors
 from ..dir.logdir import LogDir
 from ..log.reads import EARLIEST_TIMESTAMP, LATEST_TIMESTAMP, MAX_TIMESTAMP
+from .delayed import DelayedProduce, DelayedProduces
 from .fetch_answers import FetchAnswers, FollowerState
 from .messages import (
     CONSUMER_REPLICA_ID,
@@ -78,21 +78,12 @@ from .messages import (
 _log = logging.getLogger("storage.replica")   # docs/guide-operations.md, Logs
 
 
-@dataclass
-class _DelayedProduce:
-    topic: str
-    partition: int
-    required_offset: int
-    base_offset: int
-    callback: Callable[[ProduceResponse], None]
-    deadline_ms: int
-
-
 class Partition:
     """One hosted partition: its log and its replication state on this broker."""
 
     def __init__(self, topic: str, partition: int, log):
         self.topic, self.partition, self.log = topic, partition, log
+        self.key = (topic, partition)
         self.leader = NO_LEADER
         self.leader_epoch = NO_EPOCH
         self.partition_epoch = -1
@@ -103,10 +94,6 @@ class Partition:
         self.followers: dict[int, FollowerState] = {}
         self.inflight: AlterPartitionRequest | None = None   # the one AlterPartition in flight
         self.recovery_done = True                             # KIP-704 hook finished
-
-    @property
-    def key(self) -> tuple[str, int]:
-        return self.topic, self.partition
 
     @property
     def maximal_isr(self) -> list[int]:
@@ -149,7 +136,7 @@ class ReplicaManager(FetchAnswers):
         self.metadata: dict[int, BrokerInfo] = {}
         self.partitions: dict[tuple[str, int], Partition] = {}
         self._alter_outbox: list[AlterPartitionRequest] = []
-        self._delayed: list[_DelayedProduce] = []
+        self._delayed = DelayedProduces()      # acks=all waiters by partition (delayed.py)
         # Kafka's BrokerTopicMetrics (per topic: client bytes and records appended as leader, bytes
         # fetched) and the ISR changes this leader committed, for the broker's metrics.
         self.topic_stats: dict[str, list[int]] = {}     # topic -> [bytes in, messages in, bytes out]
@@ -383,23 +370,33 @@ class ReplicaManager(FetchAnswers):
         self._submit_alter_partition(p, sorted(set(p.isr) | {follower.broker_id}), p.leader_recovery_state)
 
     def _maybe_increment_high_watermark(self, p: Partition) -> bool:
+        """Kafka's Partition.maybeIncrementLeaderHW: the minimum log end offset over the leader,
+        the maximal ISR and the caught-up eligible followers, only forward.  Runs after every
+        append, so the common cases are cheap: a partition without followers (its replicas are
+        the leader alone) takes its log end offset without reading the clock, and the waiting
+        produces are looked at only when one waits on this partition."""
         if p.leader != self.broker_id or self.offline:
             return False
+        log = p.log
+        candidate = log.log_end_offset
+        if candidate <= log.high_watermark:
+            return False            # nothing new to cover: the minimum below cannot exceed it
         if guards.on("M19") and len(p.isr) < self._min_isr(p.topic):
             return False
-        now = self.clock()
-        candidate = p.log.log_end_offset
-        wait_for = p.maximal_isr if guards.on("M11") else p.isr
-        for follower in p.followers.values():
-            waiting = follower.broker_id in wait_for or (
-                self._caught_up(follower, now) and self._isr_eligible(follower.broker_id, follower))
-            if waiting and follower.log_end_offset < candidate:
-                candidate = follower.log_end_offset
-        if candidate > p.log.high_watermark:
-            p.log.update_high_watermark(candidate)
+        if p.followers:
+            now = self.clock()
+            wait_for = p.maximal_isr if guards.on("M11") else p.isr
+            for follower in p.followers.values():
+                waiting = follower.broker_id in wait_for or (
+                    self._caught_up(follower, now) and self._isr_eligible(follower.broker_id, follower))
+                if waiting and follower.log_end_offset < candidate:
+                    candidate = follower.log_end_offset
+            if candidate <= log.high_watermark:
+                return False
+        log.update_high_watermark(candidate)
+        if self._delayed.waiting(p.key):
             self._complete_delayed(p)
-            return True
-        return False
+        return True
 
     def tick(self) -> None:
         """Periodic work: shrink the ISR of lagging followers, expire delayed produces."""
@@ -417,9 +414,7 @@ class ReplicaManager(FetchAnswers):
                               self._lag(p.followers[b], now) for b in out), p.log.high_watermark,
                           p.log.log_end_offset, self.replica_lag_time_max_ms)
                 self._submit_alter_partition(p, [b for b in p.isr if b not in out], p.leader_recovery_state)
-        expired = [d for d in self._delayed if d.deadline_ms <= now]
-        for d in expired:
-            self._delayed.remove(d)
+        for d in self._delayed.take_expired(now):
             d.callback(ProduceResponse(d.topic, d.partition, Errors.REQUEST_TIMED_OUT, d.base_offset))
 
     @staticmethod
@@ -448,6 +443,10 @@ class ReplicaManager(FetchAnswers):
             return None, Errors.UNKNOWN_TOPIC_OR_PARTITION
         if self.offline:        # Kafka's HostedPartition.Offline
             return None, Errors.KAFKA_STORAGE_ERROR
+        return self._led(p, current_leader_epoch)
+
+    def _led(self, p: Partition, current_leader_epoch: int = NO_EPOCH):
+        """leader_partition's checks after the offline one (for a caller that just made it)."""
         code = self._check_epoch(p, current_leader_epoch)
         if code:
             return None, code
@@ -487,7 +486,10 @@ class ReplicaManager(FetchAnswers):
             return answer(Errors.INVALID_REQUIRED_ACKS)
         if self._went_offline():
             return answer(Errors.KAFKA_STORAGE_ERROR)
-        p, code = self.leader_partition(request.topic, request.partition)
+        p = self.partitions.get((request.topic, request.partition))
+        if p is None:
+            return answer(Errors.UNKNOWN_TOPIC_OR_PARTITION)
+        p, code = self._led(p)      # offline was checked just above
         if code:
             return answer(code)
         if request.acks == -1 and len(p.isr) < self._min_isr(p.topic):
@@ -505,8 +507,8 @@ class ReplicaManager(FetchAnswers):
             return answer(Errors.NONE, info.first_offset)
         if callback is None:
             raise ValueError("acks=-1 needs a callback: the answer comes when the high watermark moves")
-        self._delayed.append(_DelayedProduce(p.topic, p.partition, info.last_offset + 1, info.first_offset, callback,
-                                             self.clock() + self.produce_timeout_ms))
+        self._delayed.add(DelayedProduce(p.topic, p.partition, info.last_offset + 1, info.first_offset, callback,
+                                         self.clock() + self.produce_timeout_ms))
         if not self._maybe_increment_high_watermark(p):
             # Kafka's tryCompleteElseWatch: a retried batch (a duplicate, answered with its first
             # offsets) may already be below the high watermark, which then need not move again.
@@ -539,9 +541,9 @@ class ReplicaManager(FetchAnswers):
                 if info is not None and callback is not None:
                     waiting[0] += 1
                     touched[p.key] = p
-                    self._delayed.append(_DelayedProduce(p.topic, p.partition, info.last_offset + 1,
-                                                         info.first_offset, settle(codes, key),
-                                                         self.clock() + self.produce_timeout_ms))
+                    self._delayed.add(DelayedProduce(p.topic, p.partition, info.last_offset + 1,
+                                                     info.first_offset, settle(codes, key),
+                                                     self.clock() + self.produce_timeout_ms))
         if callback is None:
             return response
         if waiting[0] == 0:
@@ -569,19 +571,16 @@ class ReplicaManager(FetchAnswers):
         return Errors.NONE, info, p
 
     def _complete_delayed(self, p: Partition) -> None:
-        if self._went_offline():
+        if not self._delayed.waiting(p.key) or self._went_offline():
             return
-        hw = p.log.high_watermark
-        done = [d for d in self._delayed if (d.topic, d.partition) == p.key and d.required_offset <= hw]
-        for d in done:
-            self._delayed.remove(d)
+        done = self._delayed.take_reached(p.key, p.log.high_watermark)
+        if done:
             code = Errors.NONE if len(p.isr) >= self._min_isr(p.topic) else Errors.NOT_ENOUGH_REPLICAS_AFTER_APPEND
-            d.callback(ProduceResponse(d.topic, d.partition, code, d.base_offset))
+            for d in done:
+                d.callback(ProduceResponse(d.topic, d.partition, code, d.base_offset))
 
     def _fail_delayed(self, p: Partition, code: int) -> None:
-        failed = [d for d in self._delayed if (d.topic, d.partition) == p.key]
-        for d in failed:
-            self._delayed.remove(d)
+        for d in self._delayed.take_all(p.key):
             d.callback(ProduceResponse(d.topic, d.partition, code, d.base_offset))
 
     # ---- list offsets, delete records ------------------------------------------------------------
@@ -636,8 +635,9 @@ class ReplicaManager(FetchAnswers):
     def offline(self) -> bool:
         """The log dir went offline (an I/O failure, storage/core/failure.py): from then on this broker
         answers KAFKA_STORAGE_ERROR, acknowledges nothing and moves no high watermark (M31).
-        Kafka halts a broker whose last log dir failed; the cluster model does (BrokerNode)."""
-        return guards.on("M31") and self.logdir.offline
+        Kafka halts a broker whose last log dir failed; the cluster model does (BrokerNode).
+        (LogDir.offline read through its failure channel: this is asked twice per append.)"""
+        return self.logdir.failure_channel.first_failure is not None and guards.on("M31")
 
     def _went_offline(self) -> bool:
         """True (after go_offline) when the log dir is offline: the callers' early return."""
