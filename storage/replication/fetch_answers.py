@@ -53,6 +53,15 @@ class FollowerState:
 class FetchAnswers:
     """ReplicaManager's Fetch handling (a mixin: the state is the manager's)."""
 
+    # Observers of the led partitions, for the fetches waiting on them (Kafka's delayed-fetch
+    # purgatory keys; the wire layer sets them, nothing here reads them): `on_append(key)` after
+    # an append as leader moved the log end, `on_high_watermark(key)` when the high watermark moved.
+    on_append = on_high_watermark = None
+
+    def _moved(self, observer, key: tuple[str, int]) -> None:
+        if observer is not None:
+            observer(key)
+
     def handle_fetch(self, request: FetchRequest) -> FetchResponse:
         """Kafka's readFromLog budget (KIP-74): the partitions in request order, each read up to
         min(its partition_max_bytes, what is left of the request's max_bytes); the first one

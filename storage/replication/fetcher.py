@@ -162,8 +162,10 @@ class ReplicaFetcher:
             return False
         return True
 
-    def poll(self) -> list[tuple[int, object]]:
-        """Requests to send now, one per (leader, kind)."""
+    def poll(self, fetching=()) -> list[tuple[int, object]]:
+        """Requests to send now, one per (leader, kind).  No Fetch goes to a leader in
+        `fetching` (its Fetch in flight): those partitions wait, ready, for the next poll, so a
+        transport keeps one Fetch per leader carrying all of them (Kafka's fetcher thread)."""
         now = self.manager.clock()
         by_leader: dict[tuple[int, str], list] = {}
         for fs in list(self.partitions.values()):
@@ -186,6 +188,8 @@ class ReplicaFetcher:
             if fs.state == RESETTING:
                 by_leader.setdefault((fs.leader_id, "list:%d" % fs.reset_step), []).append(fs)
                 fs.inflight_since_ms = now
+                continue
+            if fs.leader_id in fetching:
                 continue
             by_leader.setdefault((fs.leader_id, "fetch"), []).append(FetchPartition(
                 fs.topic, fs.partition, fs.fetch_offset, fs.current_leader_epoch,
