@@ -132,7 +132,7 @@ class FetchAnswers:
             return answer(Errors.OFFSET_NOT_AVAILABLE)
         limit = log.log_end_offset if from_follower else self._consumer_limit(log, request)
         response = self._read(p, item, limit, answer, request, min(max(item.partition_max_bytes, 0), budget[0]))
-        if response.error_code or not from_follower:
+        if response.error_code or not from_follower or not request.update_fetch_state:
             return response
         code = self._update_follower(p, request, item.fetch_offset)
         if code:

@@ -221,6 +221,17 @@ class ReplicaFetcher:
         elif isinstance(response, ListOffsetsResponse):
             self._on_list_offsets(request, response)
 
+    def handle_unchanged(self, request: FetchRequest, keys) -> None:
+        """The Fetch `request` came back with nothing new for `keys` (an incremental fetch
+        session leaves them out of its answer, KIP-227): they are fetched again, nothing else
+        changes (an answer with no records and the same high watermark and log start would do
+        the same, at more cost)."""
+        sent = {(i.topic, i.partition): i for i in request.partitions}
+        for key in keys:
+            item, fs = sent.get(key), self.partitions.get(key)
+            if item is not None and fs is not None and fs.current_leader_epoch == item.current_leader_epoch:
+                fs.inflight_since_ms = -1
+
     def handle_failure(self, leader_id: int, request) -> None:
         """The request was lost or the leader unreachable: back off every partition in it."""
         items = getattr(request, "partitions", None) or [request]

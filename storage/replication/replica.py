@@ -383,8 +383,8 @@ class ReplicaManager(FetchAnswers):
         self._submit_alter_partition(p, sorted(set(p.isr) | {follower.broker_id}), p.leader_recovery_state)
 
     def _maybe_increment_high_watermark(self, p: Partition) -> bool:
-        if p.leader != self.broker_id or self.offline:
-            return False
+        if p.leader != self.broker_id or self.offline or p.log.high_watermark >= p.log.log_end_offset:
+            return False        # (at the log end already: nothing to move, as below, sooner)
         if guards.on("M19") and len(p.isr) < self._min_isr(p.topic):
             return False
         now = self.clock()

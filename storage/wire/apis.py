@@ -202,8 +202,9 @@ class ClientApis:
         def attempt():
             response = self.node.manager.handle(internal)
             self.node.pump()
-            if follower:        # it reported its log start (DeleteRecords waits on the low watermark)
-                self.notifier.notify(keys, LOW_WATERMARK)
+            if follower and internal.update_fetch_state:
+                self.notifier.notify(keys, LOW_WATERMARK)   # its log start (DeleteRecords' low watermark)
+                internal.update_fetch_state = False     # read again when woken, applied once (Kafka's)
             size = sum(len(p.records) for p in response.partitions)
             # An error or a diverging epoch (KIP-320: the follower must truncate) is answered at once.
             failed = any(p.error_code or p.diverging_epoch is not None for p in response.partitions)

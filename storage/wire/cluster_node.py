@@ -415,6 +415,8 @@ class RemoteController:
             return
         try:
             self.broker.manager.fetcher.handle_response(leader, request, response)   # logs its truncations
+            if session is not None and session.unchanged:
+                self.broker.manager.fetcher.handle_unchanged(request, session.unchanged)
         except errors.LogDirOfflineError:
             self.broker.manager.go_offline()
         except Exception:

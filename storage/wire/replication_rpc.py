@@ -78,8 +78,8 @@ class FollowerSession:
     session id; later ones carry only the partitions whose fetch position changed (or that
     joined) and name those that left, and the leader answers only the partitions with news
     (records, a moved high watermark or log start, an error).  A partition of the request left
-    out of the answer had none: it is answered here with what the leader last told of it.  So
-    a fetch's size follows the partitions that move, not all those followed.  One Fetch in
+    out of the answer had none (`unchanged`: it is simply fetched again).  So a fetch's size,
+    and the work of applying its answer, follow the partitions that move, not all those followed.  One Fetch in
     flight per session (the fetcher keeps one per leader)."""
 
     def __init__(self):
@@ -88,6 +88,7 @@ class FollowerSession:
     def reset(self) -> None:
         """Start again with a full fetch (which closes the session at the leader, if any)."""
         self.closing = getattr(self, "session_id", 0)
+        self.unchanged: list[tuple[str, int]] = []
         self.session_id, self.epoch = 0, 0
         self.sent: dict[tuple[str, int], tuple | None] = {}     # what the leader's session holds of each
         self.told: dict[tuple[str, int], m.FetchResponsePartition] = {}    # its last answer of each
@@ -107,9 +108,9 @@ class FollowerSession:
         return changed, forgotten, self.session_id, self.epoch
 
     def answered(self, session_id: int, items, parts: list) -> list:
-        """Every partition of the request answered: the leader's answers, and for those it left
-        out, what it last told (a partition never told is answered as an unknown error: it backs
-        off and is asked again)."""
+        """The leader's answers; `unchanged` lists the partitions of the request it left out
+        (nothing new: the fetcher's handle_unchanged).  One it never told of is answered as an
+        unknown error (it backs off and is asked again)."""
         if not self.session_id:
             self.session_id, self.epoch, self.closing = session_id, 1, 0
         else:
@@ -126,13 +127,15 @@ class FollowerSession:
             else:
                 self.told[key] = p
         got = {(p.topic, p.partition) for p in parts}
+        self.unchanged = []
         for i in items:
-            if (i.topic, i.partition) not in got:
-                last = self.told.get((i.topic, i.partition))
-                parts.append(m.FetchResponsePartition(i.topic, i.partition, Errors.NONE, last.high_watermark,
-                                                      last.log_start_offset, None, b"", last.last_stable_offset)
-                             if last is not None else m.FetchResponsePartition(i.topic, i.partition,
-                                                                              Errors.UNKNOWN_SERVER_ERROR))
+            key = (i.topic, i.partition)
+            if key in got:
+                continue
+            if key in self.told:
+                self.unchanged.append(key)
+            else:
+                parts.append(m.FetchResponsePartition(i.topic, i.partition, Errors.UNKNOWN_SERVER_ERROR))
         return parts
 
 

@@ -99,3 +99,43 @@ def test_poll_sends_no_second_fetch_to_a_leader_with_one_in_flight_and_then_one_
     follower.fetcher.handle_response(LEADER, first, leader.handle_fetch(first))
     [(to, second)] = follower.fetcher.poll()
     assert to == LEADER and sorted(p.topic for p in second.partitions) == sorted(TOPICS)
+
+
+def test_partitions_a_fetch_session_left_out_of_its_answer_are_fetched_again_unchanged(pair):
+    leader, follower = pair
+    [(_, request)] = follower.fetcher.poll()
+    follower.fetcher.handle_response(LEADER, request, leader.handle_fetch(request))
+    [(_, request)] = follower.fetcher.poll()
+    before = {k: (fs.fetch_offset, fs.last_fetched_epoch) for k, fs in follower.fetcher.partitions.items()}
+    hw = {t: follower.logdir.partition(t, 0).high_watermark for t in TOPICS}
+    assert follower.fetcher.poll() == []                     # all in flight
+    follower.fetcher.handle_unchanged(request, [(t, 0) for t in TOPICS])
+    assert {k: (fs.fetch_offset, fs.last_fetched_epoch) for k, fs in follower.fetcher.partitions.items()} == before
+    assert {t: follower.logdir.partition(t, 0).high_watermark for t in TOPICS} == hw
+    [(_, again)] = follower.fetcher.poll()
+    assert sorted(p.topic for p in again.partitions) == sorted(TOPICS)
+    # An answer for an older leader epoch frees nothing: the partition's current fetch is another.
+    follower.apply_partition_state(PartitionState("busy", 0, LEADER, 2, 1, [LEADER, FOLLOWER], [LEADER, FOLLOWER]))
+    [(_, newer)] = follower.fetcher.poll()
+    follower.fetcher.handle_unchanged(again, [("busy", 0)])
+    assert follower.fetcher.partitions[("busy", 0)].inflight_since_ms >= 0
+    follower.fetcher.handle_unchanged(newer, [("busy", 0)])
+    assert follower.fetcher.partitions[("busy", 0)].inflight_since_ms == -1
+
+
+def test_a_fetch_read_again_after_a_wake_does_not_update_the_followers_state(pair):
+    """Kafka's readFromLog(readFromPurgatory = true): a woken long poll reads again; the
+    follower's position, fetch time and the high watermark were applied at its arrival only."""
+    leader, _ = pair
+    leader.handle_produce(ProduceRequest("busy", 0, build_batch([b"x"]), 1))
+    follower_fetch(leader, "busy", 0)
+    state = leader.partitions[("busy", 0)].followers[FOLLOWER]
+    before = (state.log_end_offset, state.last_fetch_time_ms, state.last_caught_up_time_ms)
+    request = FetchRequest(FOLLOWER, 100 + FOLLOWER, [FetchPartition("busy", 0, 1, 1, 1)], update_fetch_state=False)
+    [again] = leader.handle_fetch(request).partitions
+    assert again.error_code == Errors.NONE and again.high_watermark == 0
+    assert (state.log_end_offset, state.last_fetch_time_ms, state.last_caught_up_time_ms) == before
+    assert leader.logdir.partition("busy", 0).high_watermark == 0          # not moved by the read
+    request.update_fetch_state = True
+    leader.handle_fetch(request)
+    assert state.log_end_offset == 1 and leader.logdir.partition("busy", 0).high_watermark == 1
