@@ -356,7 +356,7 @@ class RemoteController:
         """Kafka's fetcher threads: one Fetch in flight per leader, carrying every partition this
         broker follows from it that is ready (`_fetching` holds the leaders with one out); the
         next goes the moment the answer is applied (the leader's high watermark, and so every
-        acks=all producer, waits for it), and partitions that join meanwhile ride in it.  The
+        acks=all producer, waits for it), and partitions that join meanwhile go in that one.  The
         leader holds a Fetch until its log end moves, so idle partitions cost one request per
         max wait.  OffsetForLeaderEpoch and ListOffsets go as they come; every 50 ms for
         back-offs."""
