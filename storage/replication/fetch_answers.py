@@ -53,6 +53,15 @@ class FollowerState:
 class FetchAnswers:
     """ReplicaManager's Fetch handling (a mixin: the state is the manager's)."""
 
+    # Observers of the led partitions, for the fetches waiting on them (Kafka's delayed-fetch
+    # purgatory keys; the wire layer sets them, nothing here reads them): `on_append(key)` after
+    # an append as leader moved the log end, `on_high_watermark(key)` when the high watermark moved.
+    on_append = on_high_watermark = None
+
+    def _moved(self, observer, key: tuple[str, int]) -> None:
+        if observer is not None:
+            observer(key)
+
     def handle_fetch(self, request: FetchRequest) -> FetchResponse:
         """Kafka's readFromLog budget (KIP-74): the partitions in request order, each read up to
         min(its partition_max_bytes, what is left of the request's max_bytes); the first one
@@ -123,7 +132,7 @@ class FetchAnswers:
             return answer(Errors.OFFSET_NOT_AVAILABLE)
         limit = log.log_end_offset if from_follower else self._consumer_limit(log, request)
         response = self._read(p, item, limit, answer, request, min(max(item.partition_max_bytes, 0), budget[0]))
-        if response.error_code or not from_follower:
+        if response.error_code or not from_follower or not request.update_fetch_state:
             return response
         code = self._update_follower(p, request, item.fetch_offset)
         if code:

@@ -162,8 +162,10 @@ class ReplicaFetcher:
             return False
         return True
 
-    def poll(self) -> list[tuple[int, object]]:
-        """Requests to send now, one per (leader, kind)."""
+    def poll(self, fetching=()) -> list[tuple[int, object]]:
+        """Requests to send now, one per (leader, kind).  No Fetch goes to a leader in
+        `fetching` (its Fetch in flight): those partitions wait, ready, for the next poll, so a
+        transport keeps one Fetch per leader carrying all of them (Kafka's fetcher thread)."""
         now = self.manager.clock()
         by_leader: dict[tuple[int, str], list] = {}
         for fs in list(self.partitions.values()):
@@ -186,6 +188,8 @@ class ReplicaFetcher:
             if fs.state == RESETTING:
                 by_leader.setdefault((fs.leader_id, "list:%d" % fs.reset_step), []).append(fs)
                 fs.inflight_since_ms = now
+                continue
+            if fs.leader_id in fetching:
                 continue
             by_leader.setdefault((fs.leader_id, "fetch"), []).append(FetchPartition(
                 fs.topic, fs.partition, fs.fetch_offset, fs.current_leader_epoch,
@@ -216,6 +220,17 @@ class ReplicaFetcher:
                 self._on_fetched(sent.get((result.topic, result.partition)), result)
         elif isinstance(response, ListOffsetsResponse):
             self._on_list_offsets(request, response)
+
+    def handle_unchanged(self, request: FetchRequest, keys) -> None:
+        """The Fetch `request` came back with nothing new for `keys` (an incremental fetch
+        session leaves them out of its answer, KIP-227): they are fetched again, nothing else
+        changes (an answer with no records and the same high watermark and log start would do
+        the same, at more cost)."""
+        sent = {(i.topic, i.partition): i for i in request.partitions}
+        for key in keys:
+            item, fs = sent.get(key), self.partitions.get(key)
+            if item is not None and fs is not None and fs.current_leader_epoch == item.current_leader_epoch:
+                fs.inflight_since_ms = -1
 
     def handle_failure(self, leader_id: int, request) -> None:
         """The request was lost or the leader unreachable: back off every partition in it."""

@@ -200,6 +200,9 @@ class FetchRequest:
     partitions: list[FetchPartition]
     isolation_level: int = READ_UNCOMMITTED   # a consumer's; followers always read to the log end
     max_bytes: int = FETCH_RESPONSE_MAX_BYTES  # the response's total (KIP-74); at least one batch
+    # False: a read again of a fetch already applied (a long poll woken; Kafka's read from the
+    # purgatory): the follower's state is not updated a second time.
+    update_fetch_state: bool = True
 
 
 @dataclass

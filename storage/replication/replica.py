@@ -394,6 +394,7 @@ class ReplicaManager(FetchAnswers):
             if candidate <= log.high_watermark:
                 return False
         log.update_high_watermark(candidate)
+        self._moved(self.on_high_watermark, p.key)
         if self._delayed.waiting(p.key):
             self._complete_delayed(p)
         return True
@@ -499,6 +500,7 @@ class ReplicaManager(FetchAnswers):
         except errors.StorageError as exc:
             self._went_offline()       # fail what waits, if this append took the dir offline
             return answer(int(exc.error_code), failure=exc)
+        self._moved(self.on_append, p.key)
         stats = self.topic_stats.get(p.topic) or self.topic_stats.setdefault(p.topic, [0, 0, 0])
         stats[0] += info.size_bytes
         stats[1] += info.record_count
@@ -568,6 +570,7 @@ class ReplicaManager(FetchAnswers):
         except errors.StorageError as exc:
             self._went_offline()
             return int(exc.error_code), None, None
+        self._moved(self.on_append, p.key)
         return Errors.NONE, info, p
 
     def _complete_delayed(self, p: Partition) -> None:

@@ -17,58 +17,13 @@ from .admin_apis import CLUSTER_OPERATIONS, TOPIC_OPERATIONS, operations
 from .broker import MetadataSource
 from .codec import SUPPORTED, InvalidRequestError, ms
 from .fetch_sessions import FetchManager, FetchSessionCache
+from .waiters import END, HIGH_WATERMARK, LOW_WATERMARK, Notifier, long_poll
 
 log = logging.getLogger("storage.wire")
 
 MAX_WAIT_MS = 30_000        # a fetch's wait is capped (a client asking more is waited this long)
 EARLIEST_LOCAL_TIMESTAMP = -4   # ListOffsets v8+ (KIP-405)
 LATEST_TIERED_TIMESTAMP = -5    # ListOffsets v9+ (KIP-1005)
-
-
-class Notifier:
-    """Wakes waiting fetches when data or a high watermark moved: `notify(keys)` wakes the
-    fetches waiting on those (topic, partition) keys, `notify()` every one.  A fetch waits only
-    on its own partitions, so a write to one partition does not re-run every idle long poll."""
-
-    def __init__(self):
-        self._events: dict = {}
-        self._any = asyncio.Event()
-
-    def notify(self, keys=None) -> None:
-        if keys is None:
-            events, self._events = list(self._events.values()), {}
-            events.append(self._any)
-            self._any = asyncio.Event()
-        else:
-            events = [e for e in (self._events.pop(k, None) for k in keys) if e is not None]
-        for event in events:
-            event.set()
-
-    async def wait(self, seconds: float, keys=None) -> None:
-        if seconds <= 0:
-            return
-        if keys is None:
-            events = [self._any]
-        else:
-            events = [self._events.setdefault(k, asyncio.Event()) for k in set(keys)]
-        waiters = [asyncio.ensure_future(e.wait()) for e in events]
-        try:
-            await asyncio.wait(waiters, timeout=seconds, return_when=asyncio.FIRST_COMPLETED)
-        finally:
-            for w in waiters:
-                w.cancel()
-
-
-async def long_poll(notifier: Notifier, max_wait_ms: int, attempt, keys=None):
-    """A Fetch's long poll: `attempt()` -> (answer, done) now, and again each time `notifier`
-    wakes `keys` (None: any), until done or `max_wait_ms` passed; the last answer."""
-    deadline = asyncio.get_running_loop().time() + max_wait_ms / 1000
-    while True:
-        answer, done = attempt()
-        remaining = deadline - asyncio.get_running_loop().time()
-        if done or remaining <= 0:
-            return answer
-        await notifier.wait(remaining, keys)
 
 
 def _partition_keys(topics, name_attr: str = "name", parts_attr: str = "partitions", index_attr: str = "partition_index"):
@@ -167,12 +122,11 @@ class ClientApis:
         """Each partition's records (a view of the request frame) appended in one pass, then one
         wait for the acks=-1 answers still to come (acks 0/1 and refusals answer at once)."""
         manager, acks, transactional_id = self.node.manager, request.acks, request.transactional_id
-        answers, pending, refused, keys = [], [], {}, []
+        answers, pending, refused = [], [], {}
         for t in request.topic_data:
             topic = t.name
             for part in t.partition_data:
                 index, records = part.index, part.records or b""
-                keys.append((topic, index))
                 problem = rules.produce_problem(topic, records, transactional_id)
                 if problem:     # an internal topic, a transactional or a control batch: never appended
                     refused[(topic, index)] = problem[1]
@@ -188,9 +142,7 @@ class ClientApis:
                 if answer is None:          # acks=-1: answered when the high watermark passes it
                     pending.append(done)
                 answers.append(answer if answer is not None else done)
-        self.node.pump()
-        if keys:
-            self.notifier.notify(keys)
+        self.node.pump()        # the appends woke the fetches waiting on them (ReplicaManager.on_append)
         if pending:
             await asyncio.gather(*pending)
             answers = [a.result() if isinstance(a, asyncio.Future) else a for a in answers]
@@ -269,13 +221,18 @@ class ClientApis:
         def attempt():
             response = self.node.manager.handle(internal)
             self.node.pump()
-            if internal.replica_id >= 0:
-                self.notifier.notify(keys)  # a follower's fetch may have moved the high watermark
+            if follower and internal.update_fetch_state:
+                self.notifier.notify(keys, LOW_WATERMARK)   # its log start (DeleteRecords' low watermark)
+                internal.update_fetch_state = False     # read again when woken, applied once (Kafka's)
             size = sum(len(p.records) for p in response.partitions)
-            failed = any(p.error_code for p in response.partitions)
+            # An error or a diverging epoch (KIP-320: the follower must truncate) is answered at once.
+            failed = any(p.error_code or p.diverging_epoch is not None for p in response.partitions)
             return response, size >= request.min_bytes or failed or not internal.partitions
 
-        response = await long_poll(self.notifier, min(ms(request.max_wait), MAX_WAIT_MS), attempt, keys)
+        # A follower waits for its leader's log end to move, a consumer for the high watermark.
+        follower = internal.replica_id >= 0
+        response = await long_poll(self.notifier, min(ms(request.max_wait), MAX_WAIT_MS), attempt, keys,
+                                   END if follower else HIGH_WATERMARK)
         code, session_id, answered = context.answer(response.partitions)
         if log.isEnabledFor(logging.DEBUG):
             log.debug("fetch session %d epoch %d (%s): %d partitions asked, %d read, %d answered, session %d",

@@ -30,7 +30,7 @@ from ..dir.logdir import LogDir, hold_lock, read_clean_shutdown_epoch, release_h
 from ..replication import messages as m
 from ..replication.replica import ReplicaManager
 from ..topics import metadata_records as mr
-from . import config_admin, rules, session
+from . import config_admin, rules, session, waiters
 from . import configs as topic_configs
 from .authorizer import Authorizer
 from .listeners import Listener
@@ -360,6 +360,7 @@ class Broker:
                     installed.add(change[1])
                 if change[0] not in ("broker_config", "acl"):
                     self._apply(change)
+            self.woken()        # a waiting request's leaders, epochs or topics may have moved
 
     def _rebase(self) -> bool:
         """The broker's LogConfig and min.insync.replicas from the static ones and the dynamic
@@ -387,6 +388,7 @@ class Broker:
                                   topic_configs={t: c.log for t, c in self.topic_settings.items()})
         self.manager = ReplicaManager(self.node_id, self.logdir, **self._manager_options)
         self.manager.broker_epoch = self.broker_epoch
+        self.manager.on_append, self.manager.on_high_watermark = self._appended, self._high_watermark_moved
         self._log_overrides()
         self.caught_up = True
         self._apply(("broker", None))
@@ -449,9 +451,20 @@ class Broker:
         await self.link.start(self, notifier)
 
     def woken(self) -> None:
-        """Data or metadata moved: wake the waiting fetches."""
+        """The metadata moved (leaders, epochs, topics): wake every waiting request."""
         if self.notifier is not None:
             self.notifier.notify()
+
+    def _appended(self, key: tuple[str, int]) -> None:
+        """An append as leader: the followers' fetches waiting on `key` are answered now."""
+        if self.notifier is not None:
+            self.notifier.notify((key,), waiters.END)
+
+    def _high_watermark_moved(self, key: tuple[str, int]) -> None:
+        """The consumers' fetches waiting on `key` are answered now (acks=all produces were
+        completed by the manager)."""
+        if self.notifier is not None:
+            self.notifier.notify((key,), waiters.HIGH_WATERMARK)
 
     async def tick(self) -> None:
         """Periodic work: ISR and delayed-produce expiry, the link's heartbeats, delivery."""

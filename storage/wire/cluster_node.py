@@ -68,6 +68,8 @@ class RemoteController:
         self._conflict_logged = False
         self._unfenced = False
         self._fetch_wakeup: asyncio.Event | None = None
+        self._fetching: set[int] = set()        # the leaders a Fetch is in flight to
+        self._sessions: dict[int, object] = {}  # leader -> our incremental fetch session with it (KIP-227)
 
     def attach(self, broker: Broker) -> None:
         """Nothing before `start`: the log dir opens once the metadata log is replayed."""
@@ -330,7 +332,6 @@ class RemoteController:
             b.pump()
             if self._fetch_wakeup is not None:
                 self._fetch_wakeup.set()
-            b.woken()
 
     # ---- heartbeats and AlterPartition ---------------------------------------------------------
     def _heartbeat_body(self, *, want_shut_down: bool = False) -> dict:
@@ -407,14 +408,20 @@ class RemoteController:
 
     # ---- the replica fetcher over TCP ----------------------------------------------------------
     async def _fetcher_loop(self) -> None:
-        """Send what the fetcher has ready at once whenever an answer came back (the next fetch
-        must not wait for a timer: the leader's high watermark, and so every acks=all producer,
-        waits for it), and every 50 ms for back-offs and new partitions."""
+        """Kafka's fetcher threads: one Fetch in flight per leader, carrying every partition this
+        broker follows from it that is ready (`_fetching` holds the leaders with one out); the
+        next goes the moment the answer is applied (the leader's high watermark, and so every
+        acks=all producer, waits for it), and partitions that join meanwhile go in that one.  The
+        leader holds a Fetch until its log end moves, so idle partitions cost one request per
+        max wait.  OffsetForLeaderEpoch and ListOffsets go as they come; every 50 ms for
+        back-offs."""
         wakeup = self._fetch_wakeup = asyncio.Event()
         while not self._stopping and not self._closing:
             wakeup.clear()
             if self.broker.caught_up and not self.broker.logdir.offline:
-                for leader, request in self.broker.manager.fetcher.poll():
+                for leader, request in self.broker.manager.fetcher.poll(self._fetching):
+                    if isinstance(request, m.FetchRequest):
+                        self._fetching.add(leader)
                     asyncio.get_running_loop().create_task(self._replicate(leader, request))
             try:
                 await asyncio.wait_for(wakeup.wait(), 0.05)
@@ -437,12 +444,22 @@ class RemoteController:
         return peer
 
     async def _replicate(self, leader: int, request) -> None:
-        from .replication_rpc import exchange
+        try:
+            await self._exchange(leader, request)
+        finally:
+            if isinstance(request, m.FetchRequest):
+                self._fetching.discard(leader)
+            if self._fetch_wakeup is not None:
+                self._fetch_wakeup.set()
+
+    async def _exchange(self, leader: int, request) -> None:
+        from .replication_rpc import FollowerSession, exchange
         peer = self._peer(leader, type(request).__name__)
+        session = self._sessions.setdefault(leader, FollowerSession()) if isinstance(request, m.FetchRequest) else None
         try:
             if peer is None:
                 raise PeerError(f"no address for broker {leader}")
-            response = await exchange(self.broker, peer, request)
+            response = await exchange(self.broker, peer, request, session)
         except PeerError as exc:
             log.debug("replication request to %d failed: %s", leader, exc)
             self.broker.manager.fetcher.handle_failure(leader, request)
@@ -453,6 +470,8 @@ class RemoteController:
             return
         try:
             self.broker.manager.fetcher.handle_response(leader, request, response)   # logs its truncations
+            if session is not None and session.unchanged:
+                self.broker.manager.fetcher.handle_unchanged(request, session.unchanged)
         except errors.LogDirOfflineError:
             self.broker.manager.go_offline()
         except Exception:
@@ -461,7 +480,3 @@ class RemoteController:
             log.exception("applying the answer of broker %d failed", leader)
             self.broker.manager.fetcher.handle_failure(leader, request)
         self.broker.pump()
-        if self._fetch_wakeup is not None:
-            self._fetch_wakeup.set()
-        if self.broker.notifier is not None:
-            self.broker.notifier.notify()

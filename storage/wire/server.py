@@ -402,7 +402,6 @@ class BrokerServer(FrameServer):
                 self.txn.tick()
             except errors.LogDirOfflineError as exc:
                 log.error("the log dir is offline: %s", exc)
-            self.notifier.notify()
             if self.node.logdir.offline:
                 # Kafka halts a broker whose last log dir failed; nothing more is acknowledged.
                 log.critical("log dir %s is offline: the broker stops", self.node.logdir.path)

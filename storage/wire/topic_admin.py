@@ -127,7 +127,8 @@ class TopicAdminApis:
                 del pending[key]
             return None, not pending
         if pending:
-            await apis.long_poll(self.notifier, min(ms(request.timeout), apis.MAX_WAIT_MS), attempt, set(pending))
+            await apis.long_poll(self.notifier, min(ms(request.timeout), apis.MAX_WAIT_MS), attempt, set(pending),
+                                 apis.LOW_WATERMARK)
         for key in pending:
             rows[key][0] = Errors.REQUEST_TIMED_OUT
         out: dict[str, list] = {}

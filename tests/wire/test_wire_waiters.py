@@ -1,0 +1,197 @@
+"""The waiting requests of a broker are woken by what they wait for and nothing else
+(storage/wire/waiters.py), and a cluster's idle partitions cost one follower Fetch per leader per
+max wait (storage/wire/cluster_node.py).
+
+No timed assertions: the seams are counts -- the waiters a Notifier woke, the Fetch requests a
+leader served.  The cluster runs in this process (a controller and three ClusterNode brokers on
+loopback, one event loop), so the counts are read from the servers themselves.
+"""
+from __future__ import annotations
+
+import asyncio
+
+import pytest
+
+from storage.core.config import LogConfig
+from storage.wire.waiters import END, HIGH_WATERMARK, LOW_WATERMARK, Notifier, long_poll
+
+pytest.importorskip("kio", reason="the wire front end needs kio")
+
+A, B = ("a", 0), ("b", 0)
+
+
+def run(coroutine):
+    return asyncio.run(asyncio.wait_for(coroutine, 30))
+
+
+async def _woken_within(notifier, keys, kind, action, seconds: float = 5.0) -> bool:
+    """Whether a waiter on `keys` of `kind` is woken by `action()` (before `seconds`)."""
+    waiter = asyncio.ensure_future(notifier.wait(seconds, keys, kind))
+    await asyncio.sleep(0)
+    before = notifier.woken
+    action()
+    await asyncio.sleep(0)
+    woken = notifier.woken > before
+    if not waiter.done():
+        waiter.cancel()
+        await asyncio.gather(waiter, return_exceptions=True)
+    return woken
+
+
+def test_an_idle_partitions_waiter_is_not_woken_by_another_partitions_append():
+    async def scenario():
+        n = Notifier()
+        assert not await _woken_within(n, [A], END, lambda: n.notify([B], END))
+        assert await _woken_within(n, [A, B], END, lambda: n.notify([B], END))
+        assert n.waiting() == 0                 # nothing left registered after the waits ended
+    run(scenario())
+
+
+def test_each_kind_wakes_its_own_waiters_and_a_broadcast_wakes_all():
+    async def scenario():
+        n = Notifier()
+        # A follower's fetch waits for the log end, not for the high watermark; a consumer's the
+        # other way round; DeleteRecords for the low watermark.
+        assert not await _woken_within(n, [A], END, lambda: n.notify([A], HIGH_WATERMARK))
+        assert not await _woken_within(n, [A], HIGH_WATERMARK, lambda: n.notify([A], END))
+        assert not await _woken_within(n, [A], HIGH_WATERMARK, lambda: n.notify([A], LOW_WATERMARK))
+        assert await _woken_within(n, [A], LOW_WATERMARK, lambda: n.notify([A], LOW_WATERMARK))
+        for kind in (END, HIGH_WATERMARK, LOW_WATERMARK):
+            assert await _woken_within(n, [A], kind, lambda: n.notify([A]))      # any kind of A
+            assert await _woken_within(n, [A], kind, n.notify)                   # the metadata moved
+        assert n.waiting() == 0
+    run(scenario())
+
+
+def test_a_long_poll_on_a_still_partition_tries_twice():
+    """Once at once and once at its max wait: no timer re-runs it in between (the broker's old
+    100 ms tick woke every waiter)."""
+    async def scenario():
+        n, tries = Notifier(), []
+        await long_poll(n, 300, lambda: (tries.append(1), False), [A], HIGH_WATERMARK)
+        assert len(tries) == 2 and n.woken == 0 and n.waiting() == 0
+    run(scenario())
+
+
+# ---- a cluster in this process -------------------------------------------------------------------
+
+IDLE_TOPICS, IDLE_PARTITIONS = 5, 20          # 100 idle partitions, made one topic at a time
+IDLE_SECONDS = 2.0
+FETCH_MAX_WAIT_S = 0.5
+
+
+async def _start_cluster(root):
+    from storage.wire.cluster_node import ClusterNode
+    from storage.wire.controller_server import ControllerServer
+    from storage.wire.server import BrokerServer
+    controller = ControllerServer(root / "controller", "127.0.0.1", 0, min_insync_replicas=2)
+    await controller.start()
+    servers = [BrokerServer(ClusterNode(root / f"broker-{n}", controller=("127.0.0.1", controller.port), node_id=n,
+                                        host="127.0.0.1", port=0, replication_factor=3, min_insync_replicas=2,
+                                        offsets_partitions=1, log_config=LogConfig(fsync=False)),
+                            initial_rebalance_delay_ms=0) for n in (1, 2, 3)]
+    await asyncio.gather(*(s.start() for s in servers))
+    return controller, servers
+
+
+async def _stop_cluster(controller, servers):
+    from storage.wire import server as server_module
+    loop = asyncio.get_running_loop()
+    loop.set_exception_handler(lambda loop, context: None)     # cancelled connection handlers at the end
+    await asyncio.gather(*(s.close() for s in servers), return_exceptions=True)
+    await controller.close()
+    for s in [*servers, controller]:
+        await server_module._connections_end(s, 1.0)
+
+
+def _follower_fetches(server) -> int:
+    return sum(n for (key, _), n in server.served.items() if key == 1)
+
+
+def test_idle_partitions_cost_one_follower_fetch_per_leader_per_max_wait_and_wake_nobody(tmp_path, monkeypatch):
+    ck = pytest.importorskip("confluent_kafka")
+    from storage.wire import replication_rpc
+
+    async def scenario():
+        controller, servers = await _start_cluster(tmp_path)
+        try:
+            first = servers[0].node
+            for i in range(IDLE_TOPICS):
+                assert (await first.create_topic(f"idle-{i}", IDLE_PARTITIONS, 3))[0] == 0
+            assert (await first.create_topic("busy", 1, 3))[0] == 0
+            await asyncio.sleep(1.5)                 # every follower has its partitions (joined at a fetch's end)
+            fetches = [_follower_fetches(s) for s in servers]
+            woken = [s.notifier.woken for s in servers]
+            await asyncio.sleep(IDLE_SECONDS)
+            served = [_follower_fetches(s) - f for s, f in zip(servers, fetches)]
+            # Two followers of each leader, one Fetch each in flight holding all its partitions,
+            # answered at its max wait: IDLE_SECONDS / 0.5 each, one more for the one in flight.
+            # (The broker's 100 ms tick woke every waiting fetch, and partitions that joined a
+            # follower while its fetch was out went in fetches of their own, for good.)
+            bound = 2 * (int(IDLE_SECONDS / FETCH_MAX_WAIT_S) + 1)
+            assert all(0 < n <= bound for n in served), (served, bound)
+            assert [s.notifier.woken for s in servers] == woken       # nothing moved, nobody woken
+            # Each follower fetches in an incremental session with each leader (KIP-227): an
+            # idle partition is neither in its requests nor in the answers.
+            assert [len(s.apis.fetch_sessions.cache) for s in servers] == [2, 2, 2]
+
+            # An acks=all record: the append wakes the followers' fetches waiting on it, theirs
+            # move the high watermark, the produce completes.  The followers' fetches now wait
+            # 30 s: only a wake answers them (once the 0.5 s ones in flight came back).
+            monkeypatch.setattr(replication_rpc, "MAX_WAIT_MS", 30_000)
+            await asyncio.sleep(1.5)
+            leader = next(s for s in servers if s.node.manager.partitions[("busy", 0)].leader == s.node.node_id)
+            before = leader.notifier.woken
+            producer = ck.Producer({"bootstrap.servers": f"127.0.0.1:{leader.node.port}", "acks": "all"})
+            delivered = []
+            producer.produce("busy", b"x", on_delivery=lambda err, msg: delivered.append(err))
+            for _ in range(200):
+                await asyncio.sleep(0.05)
+                producer.poll(0)
+                if delivered:
+                    break
+            assert delivered == [None]
+            assert leader.notifier.woken - before == 2           # both followers' fetches, by the append
+        finally:
+            await _stop_cluster(controller, servers)
+    asyncio.run(scenario())
+
+
+# ---- the follower's incremental fetch session (KIP-227) ------------------------------------------
+
+def _wanted(*positions):
+    from storage.replication import messages as m
+    return [m.FetchPartition("t", i, offset, 3, 3, 0, 1 << 20) for i, offset in enumerate(positions)]
+
+
+def _told(partition: int, high_watermark: int, records: bytes = b"", code: int = 0):
+    from storage.replication import messages as m
+    return m.FetchResponsePartition("t", partition, code, high_watermark, 0, None, records, high_watermark)
+
+
+def test_a_followers_session_sends_what_moved_and_answers_the_rest_with_what_the_leader_last_told():
+    from storage.core.errors import Errors
+    from storage.wire.replication_rpc import FollowerSession
+    session = FollowerSession()
+    sent, forgotten, session_id, epoch = session.next_request(_wanted(5, 9, 9))
+    assert ([i.partition for i in sent], forgotten, session_id, epoch) == ([0, 1, 2], [], 0, 0)     # full
+    answers = session.answered(77, _wanted(5, 9, 9), [_told(0, 5), _told(1, 9), _told(2, 9)])
+    assert [(a.partition, a.high_watermark) for a in answers] == [(0, 5), (1, 9), (2, 9)]
+    # Nothing moved: nothing sent, and the leader's empty answer means no news for anyone.
+    sent, forgotten, session_id, epoch = session.next_request(_wanted(5, 9, 9))
+    assert (sent, forgotten, session_id, epoch) == ([], [], 77, 1)
+    assert session.answered(77, _wanted(5, 9, 9), []) == []
+    assert session.unchanged == [("t", 0), ("t", 1), ("t", 2)]        # fetched again, nothing to apply
+    # Partition 0 fetched on, partition 2 left (backing off): one sent, one forgotten.
+    sent, forgotten, _, epoch = session.next_request(_wanted(6, 9))
+    assert ([(i.partition, i.fetch_offset) for i in sent], forgotten, epoch) == ([(0, 6)], [("t", 2)], 2)
+    answers = session.answered(77, _wanted(6, 9), [_told(1, 0, code=Errors.NOT_LEADER_OR_FOLLOWER)])
+    assert [(a.partition, a.error_code) for a in answers] == [(1, Errors.NOT_LEADER_OR_FOLLOWER)]
+    assert session.unchanged == [("t", 0)]
+    # An error is asked about again (the leader answers it until it is gone).
+    sent, _, _, _ = session.next_request(_wanted(6, 9))
+    assert [i.partition for i in sent] == [1]
+    # A lost session starts again in full, closing the old one at the leader.
+    session.reset()
+    sent, _, session_id, epoch = session.next_request(_wanted(6, 9))
+    assert ([i.partition for i in sent], session_id, epoch) == ([0, 1], 77, 0)
