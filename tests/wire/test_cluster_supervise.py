@@ -105,7 +105,8 @@ def test_a_dead_broker_is_reported_with_the_command_that_brings_it_back(tmp_path
         command = cluster.until("restart it with: ").split("restart it with: ", 1)[1]
         out = wait_status(base, healthy=False)
         assert "UNDER-REPLICATED" in out and "replica 2 down or fenced" in out, out
-        restarted = subprocess.Popen(command, shell=True, stdout=subprocess.PIPE, text=True)
+        # `exec`: the shell becomes the broker, so the pid stopped below is the broker's own.
+        restarted = subprocess.Popen("exec " + command, shell=True, stdout=subprocess.PIPE, text=True)
         assert restarted.stdout.readline().startswith("node 2 listening on"), command
         out = wait_status(base, healthy=True)
         assert "UNDER-REPLICATED" not in out
