@@ -10,10 +10,8 @@ other admin tools: one line naming Kafka's error, exit 1; bad arguments exit 2."
 from __future__ import annotations
 
 import itertools
-import sys
 
-from .admin_tools import Admin, ToolError, _connection, _emit, _table
-from .output import PROBLEMS, USAGE
+from .admin_tools import ToolError, _connection, _emit, _table, run_tool
 
 PATTERNS = ("literal", "prefixed", "match", "any")
 OPERATIONS = ("all", "read", "write", "create", "delete", "alter", "describe", "cluster_action", "describe_configs",
@@ -132,8 +130,4 @@ def add_parser(sub) -> None:
 
 
 def cmd_acls(args) -> int:
-    try:
-        return ACTIONS[args.action](Admin(args), args)
-    except ToolError as exc:
-        print(f"{'usage error' if exc.usage else 'error'}: {exc}", file=sys.stderr)
-        return USAGE if exc.usage else PROBLEMS
+    return run_tool(ACTIONS[args.action], args)

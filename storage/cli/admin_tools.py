@@ -486,11 +486,15 @@ def add_parsers(sub) -> None:
             run.add_argument("--dry-run", action="store_true", help="only print them (the default)")
 
 
-def cmd_admin(args) -> int:
-    """`topics ACTION` or `groups ACTION`: run it; one line on stderr and exit 1 on an error."""
-    table = TOPICS if args.command == "topics" else GROUPS
+def run_tool(action, args) -> int:
+    """`action(Admin(args), args)`; a ToolError is one line on stderr, exit 1 (2 for usage)."""
     try:
-        return table[args.action](Admin(args), args)
+        return action(Admin(args), args)
     except ToolError as exc:
         print(f"{'usage error' if exc.usage else 'error'}: {exc}", file=sys.stderr)
         return USAGE if exc.usage else PROBLEMS
+
+
+def cmd_admin(args) -> int:
+    """`topics ACTION` or `groups ACTION`: run it; one line on stderr and exit 1 on an error."""
+    return run_tool((TOPICS if args.command == "topics" else GROUPS)[args.action], args)

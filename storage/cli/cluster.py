@@ -148,14 +148,8 @@ def _log_level(args) -> list[str]:
 def cluster_config(path: str) -> dict:
     """The --config file checked as `storage serve --config` checks it (a bad file stops the
     cluster before anything starts), with the cluster's own settings refused by name."""
-    from . import properties
-    from .server_properties import SUBPARSERS, read
-    try:
-        entries = properties.load(path)
-    except properties.PropertiesError as exc:
-        raise UsageError(f"{path}, {exc}") from None
-    except OSError as exc:
-        raise UsageError(f"--config {path}: {exc.strerror or exc}") from None
+    from .server_properties import SUBPARSERS, load_file, read
+    entries = load_file(path)
     for key, entry in entries.items():
         if key in CLUSTER_OWNED:
             raise UsageError(f"{path}, line {entry.line}: {key} is set by `storage cluster` for each process "

@@ -9,10 +9,8 @@ scripts and health checks), 2 for bad arguments.  Internal topics' partitions ar
 line unless one of them is not healthy or --all is given."""
 from __future__ import annotations
 
-import sys
-
-from .admin_tools import Admin, ToolError, _connection, _emit, _result, _table
-from .output import OK, PROBLEMS, USAGE
+from .admin_tools import Admin, _connection, _emit, _result, _table, run_tool
+from .output import OK, PROBLEMS
 
 
 def add_arguments(p) -> None:
@@ -78,13 +76,12 @@ def _lines(doc: dict) -> list[str]:
     return lines
 
 
-def cluster_status(args) -> int:
-    try:
-        admin = Admin(args)
-        doc = _document(admin, args.all)
-    except ToolError as exc:
-        print(f"{'usage error' if exc.usage else 'error'}: {exc}", file=sys.stderr)
-        return USAGE if exc.usage else PROBLEMS
+def _status(admin: Admin, args) -> int:
+    doc = _document(admin, args.all)
     _emit(args, doc, _lines(doc))
     degraded = any(p.get("problems") or p["partition"] is None for p in doc["partitions"])
     return PROBLEMS if degraded else OK
+
+
+def cluster_status(args) -> int:
+    return run_tool(_status, args)

@@ -104,15 +104,20 @@ def broker_only() -> set[str]:
         - set(FLAGS["controller"]) - set(BOOLEANS["controller"])
 
 
-def read(command: str, path: str, parser: argparse.ArgumentParser) -> dict:
-    """The flag values a properties file gives `command` ({dest: value}; `config_ignored` lists the
-    ignored names), or UsageError naming the file, line and property."""
+def load_file(path: str) -> dict:
+    """The entries of a properties file, or UsageError naming the file (and the line)."""
     try:
-        entries = properties.load(path)
+        return properties.load(path)
     except properties.PropertiesError as exc:
         raise UsageError(f"{path}, {exc}") from None
     except OSError as exc:
         raise UsageError(f"--config {path}: {exc.strerror or exc}") from None
+
+
+def read(command: str, path: str, parser: argparse.ArgumentParser) -> dict:
+    """The flag values a properties file gives `command` ({dest: value}; `config_ignored` lists the
+    ignored names), or UsageError naming the file, line and property."""
+    entries = load_file(path)
     actions = getattr(parser, "actions_by_dest", {})
     values: dict = {}
 

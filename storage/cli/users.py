@@ -17,8 +17,7 @@ from __future__ import annotations
 
 import sys
 
-from .admin_tools import Admin, ToolError, _connection, _emit, _table
-from .output import PROBLEMS, USAGE
+from .admin_tools import Admin, ToolError, _connection, _emit, _table, run_tool
 
 MECHANISMS = ("SCRAM-SHA-256", "SCRAM-SHA-512")
 ITERATIONS = 4096          # Kafka's kafka-configs.sh default (and the minimum)
@@ -108,8 +107,4 @@ def add_parser(sub) -> None:
 
 
 def cmd_users(args) -> int:
-    try:
-        return USERS[args.action](Admin(args), args)
-    except ToolError as exc:
-        print(f"{'usage error' if exc.usage else 'error'}: {exc}", file=sys.stderr)
-        return USAGE if exc.usage else PROBLEMS
+    return run_tool(USERS[args.action], args)
