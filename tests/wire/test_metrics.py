@@ -160,6 +160,8 @@ def test_storage_cluster_serves_metrics_and_they_see_a_broker_die(tmp_path):
     import sys
     base = free_port_base()
     metrics = free_port_base()
+    while {metrics + d for d in (0, 1, 100)} & {base + d for d in (0, 1, 100)}:     # two free bases may overlap
+        metrics = free_port_base()
     proc = subprocess.Popen([sys.executable, "-m", "storage", "cluster", "--brokers", "2", "--data-dir",
                              str(tmp_path / "c"), "--base-port", str(base), "--min-insync-replicas", "1",
                              "--metrics-base-port", str(metrics)], stdout=subprocess.PIPE, text=True)
