@@ -21,6 +21,8 @@ import json
 import struct
 from dataclasses import dataclass
 
+from ..core.varint import uvarint
+
 ANY = 0x7FFF        # "N+": every version from N on
 
 
@@ -166,18 +168,9 @@ def decode(spec: Struct, data: bytes, version: int) -> dict:
 
 
 # ---- writing ----
-def _uvarint(n: int) -> bytes:
-    out = bytearray()
-    while n >= 0x80:
-        out.append((n & 0x7F) | 0x80)
-        n >>= 7
-    out.append(n)
-    return bytes(out)
-
-
 def _length(n: int, flexible: bool, wide: bool) -> bytes:
     if flexible:
-        return _uvarint(n + 1)
+        return uvarint(n + 1)
     return _FIXED["int32" if wide else "int16"].pack(n)
 
 
@@ -211,11 +204,11 @@ def _write_struct(spec: Struct, obj: dict, version: int, flexible: bool) -> byte
         if f.tag is not None:
             if value != _default(f, version):
                 body = _write_value(f.type, value, version, True)
-                tagged.append(_uvarint(f.tag) + _uvarint(len(body)) + body)
+                tagged.append(uvarint(f.tag) + uvarint(len(body)) + body)
         else:
             parts.append(_write_value(f.type, value, version, flexible))
     if flexible:
-        parts.append(_uvarint(len(tagged)) + b"".join(tagged))
+        parts.append(uvarint(len(tagged)) + b"".join(tagged))
     return b"".join(parts)
 
 

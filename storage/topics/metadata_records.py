@@ -13,7 +13,8 @@ partition change), so a broker replaying the log needs no change records.
 """
 from __future__ import annotations
 
-from .coordinator_records import Field, RecordFormatError, Struct, _read_struct, _Reader, _uvarint, _write_struct
+from ..core.varint import uvarint
+from .coordinator_records import Field, RecordFormatError, Struct, _read_struct, _Reader, _write_struct
 
 FRAME_VERSION = 1
 _ENDPOINT = Struct("BrokerEndpoint", (Field("name", "string"), Field("host", "string"), Field("port", "uint16"),
@@ -91,7 +92,7 @@ _register_elements()
 def encode(api_key: int, fields: dict) -> bytes:
     """A record value: the frame, then `fields` (camelCase names) at the version written."""
     spec, version = RECORDS[api_key]
-    return (_uvarint(FRAME_VERSION) + _uvarint(api_key) + _uvarint(version)
+    return (uvarint(FRAME_VERSION) + uvarint(api_key) + uvarint(version)
             + _write_struct(spec, fields, version, True))
 
 

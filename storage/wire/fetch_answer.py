@@ -37,6 +37,7 @@ import uuid
 from typing import NamedTuple
 
 from ..core import io as _io
+from ..core.varint import put_uvarint
 from ..log.file_slice import FileSlice
 from . import session
 
@@ -114,17 +115,10 @@ class Pieces:
                 p.close()
 
 
-def _uvarint(out: bytearray, n: int) -> None:
-    while n >= 0x80:
-        out.append((n & 0x7F) | 0x80)
-        n >>= 7
-    out.append(n)
-
-
 def _length(out: bytearray, flexible: bool, n: int | None) -> None:
     """An array's or a records field's length (None: null)."""
     if flexible:
-        _uvarint(out, 0 if n is None else n + 1)
+        put_uvarint(out, 0 if n is None else n + 1)
     else:
         out += _i32.pack(-1 if n is None else n)
 
@@ -135,7 +129,7 @@ def _string(out: bytearray, flexible: bool, value: str | None) -> None:
         return
     data = value.encode()
     if flexible:
-        _uvarint(out, len(data) + 1)
+        put_uvarint(out, len(data) + 1)
     else:
         out += struct.pack(">h", len(data))
     out += data
@@ -156,10 +150,10 @@ def _ms(value) -> int:
 
 
 def _tagged(out: bytearray, fields: list[tuple[int, bytes]]) -> None:
-    _uvarint(out, len(fields))
+    put_uvarint(out, len(fields))
     for tag, value in fields:
-        _uvarint(out, tag)
-        _uvarint(out, len(value))
+        put_uvarint(out, tag)
+        put_uvarint(out, len(value))
         out += value
 
 
@@ -185,7 +179,7 @@ def _partition_tags(p: dict) -> list[tuple[int, bytes]]:
 
 def _node_endpoints(endpoints) -> bytes:
     out = bytearray()
-    _uvarint(out, len(endpoints) + 1)
+    put_uvarint(out, len(endpoints) + 1)
     for e in endpoints:
         out += _i32.pack(e["node_id"])
         _string(out, True, e["host"])

@@ -22,6 +22,8 @@ from __future__ import annotations
 import datetime
 import struct
 
+from ..core.varint import uvarint
+
 PRODUCE_KEY = 0
 FIRST_VERSION, LAST_REQUEST_VERSION, LAST_RESPONSE_VERSION = 3, 12, 12
 FLEXIBLE_FROM = 9
@@ -203,28 +205,17 @@ def _read(view, end: int):
 
 # ---- the response -------------------------------------------------------------------------------
 
-def _uvarint_bytes(value: int) -> bytes:
-    if value < 0x80:
-        return bytes((value,))
-    out = bytearray()
-    while value >= 0x80:
-        out.append((value & 0x7F) | 0x80)
-        value >>= 7
-    out.append(value)
-    return bytes(out)
-
-
 def _put_string(out: bytearray, text: str | None, flexible: bool) -> None:
     if text is None:
         out += b"\0" if flexible else b"\xff\xff"
         return
     data = text.encode()
-    out += _uvarint_bytes(len(data) + 1) if flexible else _I16.pack(len(data))
+    out += uvarint(len(data) + 1) if flexible else _I16.pack(len(data))
     out += data
 
 
 def _put_count(out: bytearray, count: int, flexible: bool) -> None:
-    out += _uvarint_bytes(count + 1) if flexible else _I32.pack(count)
+    out += uvarint(count + 1) if flexible else _I32.pack(count)
 
 
 def _millis(value) -> int:
@@ -260,7 +251,7 @@ def encode_response(version: int, correlation_id: int, body: dict) -> bytes:
         endpoints = body.get("node_endpoints") or () if version >= 10 else ()
         if endpoints:
             out += b"\1\0"          # one tagged field, tag 0: node_endpoints
-            out += _uvarint_bytes(len(value := _endpoints(endpoints))) + value
+            out += uvarint(len(value := _endpoints(endpoints))) + value
         else:
             out += b"\0"
     _I32.pack_into(out, 0, len(out) - 4)
@@ -296,7 +287,7 @@ def _put_partition(out: bytearray, p: dict, version: int, flexible: bool) -> Non
 
 
 def _endpoints(endpoints) -> bytes:
-    out = bytearray(_uvarint_bytes(len(endpoints) + 1))
+    out = bytearray(uvarint(len(endpoints) + 1))
     for e in endpoints:
         out += _I32.pack(e["node_id"])
         _put_string(out, e["host"], True)
