@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import itertools
 
-from .admin_tools import ToolError, _connection, _emit, _table, run_tool
+from .admin_tools import ToolError, _emit, _table, action_parsers, run_tool
 
 PATTERNS = ("literal", "prefixed", "match", "any")
 OPERATIONS = ("all", "read", "write", "create", "delete", "alter", "describe", "cluster_action", "describe_configs",
@@ -108,13 +108,10 @@ ACTIONS = {"list": acls_list, "create": acls_create, "delete": acls_delete}
 
 
 def add_parser(sub) -> None:
-    p = sub.add_parser("acls", help="list, create, delete ACLs (as kafka-acls.sh, on confluent-kafka)")
-    actions = p.add_subparsers(dest="action", required=True, parser_class=type(p))
-    for name, text in (("list", "the ACLs the options match (all of them by default)"),
-                       ("create", "the ACLs of every principal x operation x resource named"),
-                       ("delete", "the ACLs the options match")):
-        a = actions.add_parser(name, help=text)
-        _connection(a)
+    for _name, a in action_parsers(sub, "acls", "list, create, delete ACLs (as kafka-acls.sh, on confluent-kafka)",
+                                   (("list", "the ACLs the options match (all of them by default)"),
+                                    ("create", "the ACLs of every principal x operation x resource named"),
+                                    ("delete", "the ACLs the options match"))):
         a.add_argument("--topic", action="append", help="a topic (repeatable)")
         a.add_argument("--group", action="append", help="a consumer group (repeatable)")
         a.add_argument("--transactional-id", action="append", help="a transactional id (repeatable)")

@@ -14,6 +14,7 @@ import datetime
 import json
 import logging
 import sys
+from collections.abc import Iterator
 
 from .output import OK, PROBLEMS, USAGE
 
@@ -428,16 +429,24 @@ def security_conf(args) -> dict[str, str]:
     return conf
 
 
-def add_parsers(sub) -> None:
-    p = sub.add_parser("topics", help="list, describe, create, delete topics and alter their configs (as "
-                                      "kafka-topics.sh, on confluent-kafka)")
-    actions = p.add_subparsers(dest="action", required=True, parser_class=type(p))
-    for name, text in (("list", "the topics' names"), ("describe", "partitions, leaders, replicas, ISR, configs"),
-                       ("create", "create a topic"), ("delete", "delete a topic"),
-                       ("alter-configs", "set (--config) or remove (--delete-config) topic configs"),
-                       ("alter", "more partitions (--partitions N), as kafka-topics.sh --alter")):
-        a = actions.add_parser(name, help=text)
+def action_parsers(sub, tool: str, text: str, actions) -> Iterator[tuple[str, argparse.ArgumentParser]]:
+    """`tool`'s parser with one sub-parser per (name, help) in `actions`, each with the
+    connection flags: (name, parser) for each, to add the action's own options to."""
+    p = sub.add_parser(tool, help=text)
+    parsers = p.add_subparsers(dest="action", required=True, parser_class=type(p))
+    for name, help_text in actions:
+        a = parsers.add_parser(name, help=help_text)
         _connection(a)
+        yield name, a
+
+
+def add_parsers(sub) -> None:
+    for name, a in action_parsers(sub, "topics", "list, describe, create, delete topics and alter their configs "
+                                  "(as kafka-topics.sh, on confluent-kafka)",
+                                  (("list", "the topics' names"), ("describe", "partitions, leaders, replicas, ISR, configs"),
+                                   ("create", "create a topic"), ("delete", "delete a topic"),
+                                   ("alter-configs", "set (--config) or remove (--delete-config) topic configs"),
+                                   ("alter", "more partitions (--partitions N), as kafka-topics.sh --alter"))):
         if name in ("list", "describe"):
             a.add_argument("--exclude-internal", action="store_true", help="leave out topics named __*")
         a.add_argument("--topic", required=name not in ("list", "describe"), help="the topic")
@@ -454,15 +463,13 @@ def add_parsers(sub) -> None:
         if name == "alter-configs":
             a.add_argument("--delete-config", action="append", metavar="KEY", help="back to the default (repeatable)")
 
-    p = sub.add_parser("groups", help="list, describe (offsets, log end, lag, members), delete consumer groups and "
-                                      "reset their offsets (as kafka-consumer-groups.sh, on confluent-kafka)")
-    actions = p.add_subparsers(dest="action", required=True, parser_class=type(p))
-    for name, text in (("list", "the groups' ids (--state: and states)"),
-                       ("describe", "per partition: committed offset, log end offset, lag, owning member"),
-                       ("delete", "delete groups with no members"),
-                       ("reset-offsets", "move an inactive group's committed offsets (dry run unless --execute)")):
-        a = actions.add_parser(name, help=text)
-        _connection(a)
+    for name, a in action_parsers(sub, "groups", "list, describe (offsets, log end, lag, members), delete consumer "
+                                  "groups and reset their offsets (as kafka-consumer-groups.sh, on confluent-kafka)",
+                                  (("list", "the groups' ids (--state: and states)"),
+                                   ("describe", "per partition: committed offset, log end offset, lag, owning member"),
+                                   ("delete", "delete groups with no members"),
+                                   ("reset-offsets", "move an inactive group's committed offsets (dry run unless "
+                                                     "--execute)"))):
         if name == "list":
             a.add_argument("--state", action="store_true", help="print each group's state too")
             continue

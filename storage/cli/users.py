@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import sys
 
-from .admin_tools import Admin, ToolError, _connection, _emit, _table, run_tool
+from .admin_tools import Admin, ToolError, _emit, _table, action_parsers, run_tool
 
 MECHANISMS = ("SCRAM-SHA-256", "SCRAM-SHA-512")
 ITERATIONS = 4096          # Kafka's kafka-configs.sh default (and the minimum)
@@ -83,15 +83,12 @@ def _iterations(text: str) -> int:
 
 
 def add_parser(sub) -> None:
-    p = sub.add_parser("users", help="list, describe, set the password of and delete users' SCRAM credentials "
-                                     "(as kafka-configs.sh --entity-type users, on confluent-kafka)")
-    actions = p.add_subparsers(dest="action", required=True, parser_class=type(p))
-    for name, text in (("list", "the users with a SCRAM credential"),
-                       ("describe", "each user's mechanisms and iterations"),
-                       ("set-password", "add or replace a user's SCRAM credential"),
-                       ("delete", "remove a user's SCRAM credential of one mechanism")):
-        a = actions.add_parser(name, help=text)
-        _connection(a)
+    for name, a in action_parsers(sub, "users", "list, describe, set the password of and delete users' SCRAM "
+                                  "credentials (as kafka-configs.sh --entity-type users, on confluent-kafka)",
+                                  (("list", "the users with a SCRAM credential"),
+                                   ("describe", "each user's mechanisms and iterations"),
+                                   ("set-password", "add or replace a user's SCRAM credential"),
+                                   ("delete", "remove a user's SCRAM credential of one mechanism"))):
         if name == "describe":
             a.add_argument("--user", action="append", help="a user (repeatable; default: every user)")
             continue
