@@ -59,6 +59,7 @@ class Errors(IntEnum):
     STALE_BROKER_EPOCH = 77
     INVALID_REPLICATION_FACTOR = 38
     OFFSET_NOT_AVAILABLE = 78
+    LISTENER_NOT_FOUND = 72
     # The front end's (storage/wire): topics, configs and consumer groups.
     OFFSET_METADATA_TOO_LARGE = 12
     COORDINATOR_LOAD_IN_PROGRESS = 14

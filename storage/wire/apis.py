@@ -57,13 +57,7 @@ class ClientApis:
         return self.api_versions_body()
 
     # ---- Metadata ----------------------------------------------------------------------------
-    def _partition_metadata(self, s) -> dict:
-        code = Errors.NONE if s.leader != m.NO_LEADER else Errors.LEADER_NOT_AVAILABLE
-        return {"error_code": code, "partition_index": s.partition, "leader_id": s.leader,
-                "leader_epoch": s.leader_epoch, "replica_nodes": list(s.replicas), "isr_nodes": list(s.isr),
-                "offline_replicas": []}
-
-    async def _topic_metadata(self, name: str, create: bool) -> dict:
+    async def _topic_metadata(self, name: str, create: bool, version: int) -> dict:
         node = self.node
         parts = node.partitions_of(name)
         code = Errors.NONE
@@ -75,7 +69,7 @@ class ClientApis:
         elif not parts:
             code = Errors.UNKNOWN_TOPIC_OR_PARTITION
         return {"error_code": code, "name": name, "topic_id": node.topic_id(name),
-                "is_internal": rules.is_internal(name), "partitions": [self._partition_metadata(s) for s in parts],
+                "is_internal": rules.is_internal(name), "partitions": node.partition_rows(name, version),
                 "topic_authorized_operations": -2147483648}
 
     async def metadata(self, header, request) -> dict:
@@ -88,7 +82,7 @@ class ClientApis:
         else:
             names, unknown = self._metadata_names(wanted, version)
             create = getattr(request, "allow_auto_topic_creation", True)
-        topics = unknown + [await self._topic_metadata(n, create) for n in names]
+        topics = unknown + [await self._topic_metadata(n, create, version) for n in names]
         if getattr(request, "include_topic_authorized_operations", False):     # v8+: no authorizer, all of them
             for t in topics:
                 if t["error_code"] == Errors.NONE:

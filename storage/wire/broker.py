@@ -34,7 +34,7 @@ from . import config_admin, rules, session, waiters
 from . import configs as topic_configs
 from .authorizer import Authorizer
 from .listeners import Listener
-from .metadata import MetadataImage
+from .metadata import MetadataImage, partition_row
 from .rules import OFFSETS_TOPIC
 
 log = logging.getLogger("storage.wire")
@@ -73,6 +73,7 @@ class MetadataSource(Protocol):
     def client_address_of(self, broker_id: int) -> tuple[str, int]: ...
     def partition_state(self, topic: str, partition: int) -> m.PartitionState | None: ...
     def partitions_of(self, topic: str) -> list[m.PartitionState]: ...
+    def partition_rows(self, topic: str, version: int) -> list[dict]: ...
     def topic_names(self) -> list[str]: ...
     def topic_id(self, topic: str) -> int: ...
     def topic_by_id(self, topic_id: int) -> str | None: ...
@@ -230,6 +231,11 @@ class Broker:
 
     def partitions_of(self, topic: str) -> list:
         return sorted((s for key, s in self.image.partitions.items() if key[0] == topic), key=lambda s: s.partition)
+
+    def partition_rows(self, topic: str, version: int) -> list[dict]:
+        """Metadata vN's partitions of `topic` for the listener the current request arrived on."""
+        listener = session.current().listener or None
+        return [partition_row(s, self.image.brokers, listener, version) for s in self.partitions_of(topic)]
 
     def topic_names(self) -> list[str]:
         return sorted(self.image.topic_ids)

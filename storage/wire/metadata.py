@@ -8,6 +8,7 @@ from __future__ import annotations
 import uuid
 from dataclasses import dataclass, field
 
+from ..core.errors import Errors
 from ..replication.messages import PartitionState
 from ..topics import metadata_records as mr
 from .authorizer import Acl
@@ -38,6 +39,35 @@ class BrokerEntry:
             if name == listener:
                 return host, port
         return "", -1
+
+
+def partition_row(state: PartitionState, brokers: dict[int, BrokerEntry], listener: str | None,
+                  version: int) -> dict:
+    """One partition of a Metadata answer to a request that arrived on `listener`, as Kafka's
+    KRaftMetadataCache.getPartitionMetadata: a leader without that listener is no leader there
+    (-1, LISTENER_NOT_FOUND from v6, LEADER_NOT_AVAILABLE before, as for a leader not
+    registered); offline_replicas are the replicas not registered, fenced or without the
+    listener; v0 alone leaves such replicas out of replicas and ISR, and then says
+    REPLICA_NOT_AVAILABLE."""
+    def reachable(broker_id: int) -> bool:
+        b = brokers.get(broker_id)
+        return b is not None and not b.fenced and b.address(listener)[1] >= 0
+
+    replicas, isr = list(state.replicas), list(state.isr)
+    offline = [r for r in replicas if not reachable(r)]
+    shown_replicas = [r for r in replicas if reachable(r)] if version == 0 else replicas
+    shown_isr = [r for r in isr if reachable(r)] if version == 0 else isr
+    leader, code = state.leader, Errors.NONE
+    entry = brokers.get(leader)
+    if entry is None:
+        leader, code = -1, Errors.LEADER_NOT_AVAILABLE
+    elif entry.address(listener)[1] < 0:
+        leader, code = -1, Errors.LISTENER_NOT_FOUND if version >= 6 else Errors.LEADER_NOT_AVAILABLE
+    elif len(shown_replicas) < len(replicas) or len(shown_isr) < len(isr):
+        code = Errors.REPLICA_NOT_AVAILABLE
+    return {"error_code": code, "partition_index": state.partition, "leader_id": leader,
+            "leader_epoch": state.leader_epoch, "replica_nodes": shown_replicas, "isr_nodes": shown_isr,
+            "offline_replicas": offline}
 
 
 @dataclass

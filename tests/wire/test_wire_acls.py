@@ -194,7 +194,8 @@ def test_group_join_is_refused_with_group_authorization_failed(broker):
 
 
 def test_metadata_leaves_out_topics_not_described(broker):
-    grant(broker.bootstrap, acl(ResourceType.TOPIC, "t", AclOperation.DESCRIBE))
+    grant(broker.bootstrap, acl(ResourceType.TOPIC, "t", AclOperation.DESCRIBE),
+          acl(ResourceType.TOPIC, "t", AclOperation.WRITE))     # (also granted above: this test runs alone too)
     topics = admin(broker.bootstrap).list_topics(timeout=10).topics
     assert "t" in topics and "__consumer_offsets" not in topics
     answer = ask(broker, 3, 12, {"topics": [{"name": "t", "topic_id": None}, {"name": "new-a", "topic_id": None}],
