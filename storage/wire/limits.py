@@ -149,6 +149,13 @@ class RequestMemory:
     def _fits(self, size: int) -> bool:
         return self.limit_bytes < 0 or self.used_bytes == 0 or self.used_bytes + size <= self.limit_bytes
 
+    def try_reserve(self, size: int) -> bool:
+        """Count `size` bytes now if they fit and nobody waits (no await: the common case)."""
+        if self._waiters or not self._fits(size):
+            return False
+        self.used_bytes += size
+        return True
+
     async def reserve(self, size: int) -> None:
         """Wait until `size` bytes fit (first come, first served), then count them."""
         while self._waiters or not self._fits(size):

@@ -73,23 +73,33 @@ class ServerMetrics:
                                  buckets=LATENCY_BUCKETS_SECONDS, registry=r)
         self.errors = Counter("kafka_network_requestmetrics_errors", "Error codes in answers (Kafka's ErrorsPerSec)",
                               ["request", "error"], registry=r)
+        self._children: dict[int, tuple] = {}      # API key -> (its name, its requests and latency children)
         ProcessCollector(registry=r)      # process_open_fds, memory, CPU
         r.register(state)
         self.httpd = None
         self.port = 0
 
+    def _labelled(self, key: int) -> tuple:
+        """(name, requests child, latency child) of API `key`, looked up once (labels() takes a
+        lock and builds its key every call)."""
+        children = self._children.get(key)
+        if children is None:
+            name = codec.api_name(key)
+            children = self._children[key] = (name, self.requests.labels(name), self.latency.labels(name))
+        return children
+
     def answered(self, key: int, started: float, body) -> None:
-        name = codec.api_name(key)
-        self.requests.labels(name).inc()
-        self.latency.labels(name).observe(time.perf_counter() - started)
+        name, requests, latency = self._children.get(key) or self._labelled(key)
+        requests.inc()
+        latency.observe(time.perf_counter() - started)
         if body is not None:
             for code in error_codes(body, []):
                 self.errors.labels(name, _error_name(code)).inc()
 
     def failed(self, key: int, started: float, exc: BaseException) -> None:
-        name = codec.api_name(key)
-        self.requests.labels(name).inc()
-        self.latency.labels(name).observe(time.perf_counter() - started)
+        name, requests, latency = self._children.get(key) or self._labelled(key)
+        requests.inc()
+        latency.observe(time.perf_counter() - started)
         self.errors.labels(name, _error_name(int(getattr(exc, "error_code", Errors.UNKNOWN_SERVER_ERROR)))).inc()
 
     def listen(self, host: str, port: int) -> int:

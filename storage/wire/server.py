@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import asyncio
 import collections
+import functools
 import logging
 import signal
 import ssl
@@ -31,6 +32,7 @@ from .acl_control import AclApis
 from .admin_apis import AdminApis
 from .apis import ClientApis, Notifier
 from .broker import MetadataSource
+from .connection import Connection
 from .groups import GroupCoordinator
 from .groups_admin import GroupAdmin
 from .limits import ConnectionGate, ConnectionLimits, ConnectionTimeoutError, RequestMemory
@@ -43,7 +45,6 @@ from .txn_coordinator import TxnCoordinator, TxnSettings
 log = logging.getLogger("storage.wire")
 
 TICK_SECONDS = 0.1
-READ_PIECE_BYTES = 256 * 1024      # a frame is gathered in pieces of at most this size
 
 
 class FrameServer:
@@ -61,7 +62,7 @@ class FrameServer:
         # fetch_answer.Pieces); codec.encode_response for a key not here.
         self.encoders: dict = {}
         self._stopped = asyncio.Event()
-        self._connections: set[asyncio.StreamWriter] = set()
+        self._connections: set[Connection] = set()
         self._handlers: set[asyncio.Task] = set()       # the connection handlers running (_serve)
         self.served: collections.Counter = collections.Counter()    # (api key, version) -> requests
         self.handler_errors: collections.Counter = collections.Counter()  # (api key, version) -> raised
@@ -80,13 +81,13 @@ class FrameServer:
         if template.tls and self.tls is None:
             raise ValueError(f"the {template.protocol} listener {template.listener} needs ssl.keystore.location")
 
-        async def serve(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
-            await self._serve(reader, writer, template)
+        loop = asyncio.get_running_loop()
         if template.tls:            # the handshake is the connection handler's first step (_handshake)
-            server = await asyncio.get_running_loop().create_server(lambda: _TlsAccept(self, template),
-                                                                    host or None, port)
+            server = await loop.create_server(lambda: _TlsAccept(self, template), host or None, port)
         else:
-            server = await asyncio.start_server(serve, host or None, port)
+            def serve(connection: Connection):
+                return self._serve(connection, template)
+            server = await loop.create_server(lambda: Connection(serve), host or None, port)
         self._servers.append(server)
         return server.sockets[0].getsockname()[1]
 
@@ -110,29 +111,29 @@ class FrameServer:
         return ", ".join(f"{codec.api_name(k)} v{v} x{n}" for (k, v), n in sorted(self.served.items())) or "nothing"
 
     # ---- connections ----
-    async def _serve(self, reader: asyncio.StreamReader | None, writer: asyncio.StreamWriter | None,
-                     template: session.Session | None = None, transport: asyncio.Transport | None = None) -> None:
+    async def _serve(self, connection: Connection | None, template: session.Session | None = None,
+                     transport: asyncio.Transport | None = None) -> None:
         """One connection: admitted, its TLS handshake when it came in on a TLS listener (a
         `transport` not yet read from), then its requests until it ends."""
-        peer = (writer or transport).get_extra_info("peername")
+        peer = (transport or connection.transport).get_extra_info("peername")
         ip = peer[0] if isinstance(peer, tuple) and peer else str(peer)
         refusal = self.gate.admit(ip)
         if refusal is not None:
             self._refuse(peer, refusal)
-            (writer or transport).close()
+            (transport or connection.transport).close()
             return
         handler = asyncio.current_task()
         self._handlers.add(handler)
         try:
-            connection = self._session(ip, template or self.listener)
+            state = self._session(ip, template or self.listener)
             if transport is not None:
-                reader, writer = await self._handshake(transport, peer)
-                if writer is None:
+                connection = await self._handshake(transport, peer)
+                if connection is None:
                     return
-                connection.principal = tls.principal(writer.get_extra_info("ssl_object"))
-            self._connections.add(writer)
-            session.enter(connection)
-            await self._requests(reader, writer)
+                state.principal = tls.principal(connection.get_extra_info("ssl_object"))
+            self._connections.add(connection)
+            session.enter(state)
+            await self._requests(connection)
         except sendfile.SliceCutError as exc:
             log.warning("closing connection from %s: %s", peer, exc)     # the client fetches again
         except (asyncio.IncompleteReadError, ConnectionError):
@@ -146,82 +147,66 @@ class FrameServer:
         finally:
             self.gate.leave(ip)
             self._handlers.discard(handler)
-            if writer is not None:
-                self._connections.discard(writer)
-                writer.close()
+            if connection is not None:
+                self._connections.discard(connection)
+                connection.close()
             else:
                 transport.close()
 
-    async def _requests(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
-        """One request at a time: its size (within connections.max.idle.ms of the last answer),
-        its bytes (within request.timeout.ms of the first, read in pieces against
-        queued.max.request.bytes), the answer (sent within connections.max.idle.ms)."""
+    async def _requests(self, connection: Connection) -> None:
+        """One request at a time, in arrival order: its size (within connections.max.idle.ms of
+        the last answer), its bytes (within request.timeout.ms of its size, gathered against
+        queued.max.request.bytes), the answer (read by the client within connections.max.idle.ms).
+        No await while the next frame is already whole in the buffer (connection.py)."""
         limits = self.limits
         idle = limits.connections_max_idle_ms / 1000
-        transport = writer.transport
+        idle_why = f"idle for connections.max.idle.ms={limits.connections_max_idle_ms}"
+        unread_why = f"the client read no answer for connections.max.idle.ms={limits.connections_max_idle_ms}"
+        request_s = limits.request_timeout_ms / 1000
+        memory = self.memory
         while True:
-            # asyncio.timeout, not wait_for: no task made for each read and each drain
-            try:
-                async with asyncio.timeout(idle):
-                    head = await reader.readexactly(4)
-            except TimeoutError:
-                raise ConnectionTimeoutError(
-                    f"idle for connections.max.idle.ms={limits.connections_max_idle_ms}") from None
-            size = int.from_bytes(head, "big", signed=True)
+            size = connection.next_size()
+            if size is None:
+                size = await connection.wait_size(idle, idle_why)
+                if size is None:
+                    return                                  # the client closed between requests
             if size < 0 or size > codec.MAX_REQUEST_BYTES:
                 raise codec.ProtocolError(f"request size {size} is outside 0..{codec.MAX_REQUEST_BYTES}")
-            await self.memory.reserve(size)
+            if not memory.try_reserve(size):
+                connection.hold()                           # its bytes wait in the kernel
+                connection.flush()
+                await memory.reserve(size)
             try:
-                frame = await self._read_frame(reader, size)
+                frame = connection.take(size)
+                if frame is None:
+                    frame = await connection.gather(size, request_s, functools.partial(_not_whole, size, limits))
                 response = await self._dispatch(frame)
                 del frame
             finally:
-                self.memory.release(size)
-            if response is not None and not isinstance(response, bytes):
-                await self._send_pieces(writer, response, idle)
-            elif response is not None:
-                writer.write(response)
-                if transport.get_write_buffer_size():      # else all sent: nothing to drain
-                    try:
-                        async with asyncio.timeout(idle):
-                            await writer.drain()
-                    except TimeoutError:
-                        raise ConnectionTimeoutError(
-                            f"the client read no answer for connections.max.idle.ms={limits.connections_max_idle_ms}"
-                        ) from None
+                memory.release(size)
+            if response is None:
+                pass
+            elif type(response) is bytes:
+                connection.answer(response)
+                if connection.writing_paused:
+                    await connection.drain_within(idle, unread_why)
+            else:
+                connection.flush()
+                await self._send_pieces(connection, response, idle)
             if sasl.closing():              # a failed SASL exchange: its answer was the last
                 return
 
-    async def _send_pieces(self, writer: asyncio.StreamWriter, response, idle: float) -> None:
+    async def _send_pieces(self, connection: Connection, response, idle: float) -> None:
         """Send an answer in pieces (a Fetch's records left in their segment files, sent with
         sendfile: wire/sendfile.py) within connections.max.idle.ms; its descriptors go once sent."""
         try:
-            await asyncio.wait_for(sendfile.send(writer, response), idle)
+            await asyncio.wait_for(sendfile.send(connection, response), idle)
         except TimeoutError:
             raise ConnectionTimeoutError(
                 f"the client read no answer for connections.max.idle.ms={self.limits.connections_max_idle_ms}"
             ) from None
         finally:
             response.close()
-
-    async def _read_frame(self, reader: asyncio.StreamReader, size: int) -> bytes:
-        """The `size` bytes of a frame, gathered as they arrive (never `size` bytes allocated for
-        a client that sent a few), whole within request.timeout.ms."""
-        timeout_ms = self.limits.request_timeout_ms
-        pieces, got = [], 0
-        try:
-            async with asyncio.timeout(timeout_ms / 1000):
-                while got < size:
-                    piece = await reader.read(min(size - got, READ_PIECE_BYTES))
-                    if not piece:
-                        raise asyncio.IncompleteReadError(b"", size)
-                    pieces.append(piece)
-                    got += len(piece)
-        except TimeoutError:
-            raise ConnectionTimeoutError(
-                f"a request of {size} bytes was not whole within request.timeout.ms={timeout_ms} ({got} bytes arrived)"
-            ) from None
-        return pieces[0] if len(pieces) == 1 else b"".join(pieces)
 
     def _session(self, ip: str, template: session.Session) -> session.Session:
         """A new connection's Session: the listener's name and protocol, not yet authenticated on
@@ -231,23 +216,22 @@ class FrameServer:
 
     async def serve_tls(self, transport: asyncio.Transport, template: session.Session) -> None:
         """A connection to a TLS listener (its transport unread): handshake, then requests."""
-        await self._serve(None, None, template, transport)
+        await self._serve(None, template, transport)
 
-    async def _handshake(self, transport: asyncio.Transport, peer):
+    async def _handshake(self, transport: asyncio.Transport, peer) -> Connection | None:
         """The TLS handshake of a connection to an SSL or SASL_SSL listener, within
-        request.timeout.ms: its (reader, writer), or (None, None) once a failure is logged in
-        one line (the connection is closed; the broker goes on)."""
+        request.timeout.ms: its Connection, or None once a failure is logged in one line (the
+        connection is closed; the broker goes on)."""
         loop = asyncio.get_running_loop()
-        reader = asyncio.StreamReader()
-        protocol = asyncio.StreamReaderProtocol(reader)
+        connection = Connection()
         try:
-            secure = await loop.start_tls(transport, protocol, self.tls, server_side=True,
+            secure = await loop.start_tls(transport, connection, self.tls, server_side=True,
                                           ssl_handshake_timeout=self.limits.request_timeout_ms / 1000)
         except (OSError, TimeoutError, EOFError) as exc:
             log.warning("TLS handshake with %s failed: %s", peer, tls.describe(exc))
-            return None, None
-        protocol.connection_made(secure)
-        return reader, asyncio.StreamWriter(secure, protocol, reader, loop)
+            return None
+        connection.connection_made(secure)
+        return connection
 
     def _refuse(self, peer, reason: str) -> None:
         """Log a refused connection: the first, then one in 100 (a flood must not flood the log)."""
@@ -312,6 +296,10 @@ class FrameServer:
         except Exception as answer_exc:
             answer_exc.add_note(f"while answering {what} after its handler raised {exc!r}")
             raise
+
+    def unsent_bytes(self) -> int:
+        """Bytes of answers not yet taken by the sockets, all connections together."""
+        return sum(c.unsent_bytes() for c in self._connections)
 
     def running_handlers(self) -> list[asyncio.Task]:
         """The connection handlers still running, but for the calling task."""
@@ -421,6 +409,10 @@ class BrokerServer(FrameServer):
         self.stop_listening()
         await _connections_end(self)
         await self.node.shutdown()
+
+
+def _not_whole(size: int, limits: ConnectionLimits, got: int) -> str:
+    return f"a request of {size} bytes was not whole within request.timeout.ms={limits.request_timeout_ms} ({got} bytes arrived)"
 
 
 CONNECTIONS_END_S = 2.0      # a fetch's long poll is 0.5 s for every client we know

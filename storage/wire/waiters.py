@@ -38,6 +38,8 @@ class Notifier:
             groups, self._waiters = list(self._waiters.values()), {}
             groups.append(self._everyone)
             self._everyone = []
+        elif not self._waiters:
+            return              # nobody waits on a key (an append with no fetch waiting on it)
         else:
             pop = self._waiters.pop
             kinds = KINDS if kind is None else (kind,)

@@ -1,0 +1,207 @@
+"""The front end's framing on one connection (storage/wire/connection.py: frames parsed from the
+receive buffer, answers written to the transport), through a real loopback socket:
+
+  - pipelined requests, sent in one write, are served and answered in arrival order (Kafka:
+    the channel is muted until the answer is sent, so answers come in request order);
+  - an answer is not held behind a later request whose handler waits;
+  - a frame split across many TCP reads, one larger than the receive buffer, two frames in one
+    read with the second cut, are all read whole;
+  - a connection closed in the middle of a frame (or of its size) leaves nothing behind: its
+    memory reservation and its place at the connection gate are given back, nothing is logged
+    as an error;
+  - a client that sends requests and never reads their answers makes the server stop reading
+    (its memory stays bounded), and is served in order once it reads.
+"""
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import socket
+import struct
+import threading
+import time
+
+import pytest
+
+pytest.importorskip("kio", reason="the wire front end needs kio")
+
+from storage.wire import codec  # noqa: E402
+from storage.wire.apis import ClientApis  # noqa: E402
+from storage.wire.connection import BUFFER_BYTES  # noqa: E402
+from storage.wire.limits import ConnectionLimits  # noqa: E402
+from storage.wire.server import FrameServer  # noqa: E402
+from tests.wire_support import _read  # noqa: E402
+
+SLOW = 2**31 - 1           # the correlation id whose handler waits for the test's release
+
+
+def api_versions(correlation_id: int, name: str = "t") -> bytes:
+    return codec.encode_request(18, 3, correlation_id, "c", {"client_software_name": name,
+                                                              "client_software_version": "1"})
+
+
+class Recording(FrameServer):
+    """ApiVersions only; records the client_software_name of each request in serving order; the
+    request with correlation id SLOW waits for `release`."""
+
+    def __init__(self, **limits):
+        super().__init__(codec.SUPPORTED, ConnectionLimits(**limits))
+        self.handlers = {18: self.api_versions}
+        self.names: list[str] = []
+        self.release: asyncio.Event | None = None
+        self.waiting = threading.Event()
+
+    async def api_versions(self, header, request) -> dict:
+        self.names.append(request.client_software_name)
+        if header.correlation_id == SLOW:
+            self.waiting.set()
+            await self.release.wait()
+        return ClientApis.api_versions_body(0, self.supported)
+
+
+@contextlib.contextmanager
+def serving(**limits):
+    """A Recording server on 127.0.0.1 in a thread of its own: (server, loop, address)."""
+    loop = asyncio.new_event_loop()
+    server = Recording(**limits)
+    server.release = asyncio.Event()
+    port = loop.run_until_complete(server.listen("127.0.0.1", 0))
+    thread = threading.Thread(target=loop.run_forever, daemon=True)
+    thread.start()
+    try:
+        yield server, loop, ("127.0.0.1", port)
+    finally:
+        def stop():
+            server.stop_listening()
+            loop.stop()
+        loop.call_soon_threadsafe(stop)
+        thread.join(10)
+        pending = asyncio.all_tasks(loop)
+        for task in pending:
+            task.cancel()
+        if pending:
+            loop.run_until_complete(asyncio.gather(*pending, return_exceptions=True))
+        loop.close()
+
+
+def answer_id(s: socket.socket) -> int:
+    """The correlation id of the next answer on `s` (its body read and checked: error code 0)."""
+    head = _read(s, 4)
+    assert head is not None, "the server closed the connection"
+    frame = _read(s, struct.unpack(">i", head)[0])
+    correlation_id, body = codec.decode_response(18, 3, frame)
+    assert body.error_code == 0
+    return correlation_id
+
+
+def wait_for(predicate, seconds: float = 10.0) -> bool:
+    deadline = time.monotonic() + seconds
+    while time.monotonic() < deadline:
+        if predicate():
+            return True
+        time.sleep(0.01)
+    return predicate()
+
+
+def test_pipelined_requests_are_answered_in_arrival_order():
+    with serving() as (server, _loop, address), socket.create_connection(address, timeout=10) as s:
+        s.sendall(b"".join(api_versions(i, f"n{i}") for i in range(200)))      # one write, many frames
+        assert [answer_id(s) for _ in range(200)] == list(range(200))
+        assert server.names == [f"n{i}" for i in range(200)]
+
+
+def test_an_answer_is_not_held_behind_a_request_whose_handler_waits():
+    with serving() as (server, loop, address), socket.create_connection(address, timeout=10) as s:
+        s.sendall(api_versions(1) + api_versions(SLOW) + api_versions(3))
+        assert answer_id(s) == 1                 # while SLOW's handler still waits
+        assert server.waiting.is_set() and server.names == ["t", "t"]
+        loop.call_soon_threadsafe(server.release.set)
+        assert [answer_id(s), answer_id(s)] == [SLOW, 3]
+
+
+@pytest.mark.parametrize("name_bytes, piece", [(10, 1), (3 * BUFFER_BYTES + 17, 7001)],
+                         ids=["small-frame-byte-by-byte", "frame-larger-than-the-buffer"])
+def test_a_frame_split_across_many_reads_is_read_whole(name_bytes, piece):
+    name = "x" * name_bytes
+    frame = api_versions(5, name)
+    with serving() as (server, _loop, address), socket.create_connection(address, timeout=10) as s:
+        s.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+        for i in range(0, len(frame), piece):
+            s.sendall(frame[i:i + piece])
+            time.sleep(0.001)                    # separate reads on the server's side
+        assert answer_id(s) == 5
+        assert server.names == [name]
+        s.sendall(api_versions(6))               # and the connection goes on
+        assert answer_id(s) == 6
+
+
+def test_two_frames_in_one_read_the_second_cut_then_completed():
+    first, second, third = api_versions(1, "a"), api_versions(2, "b" * 2 * BUFFER_BYTES), api_versions(3, "c")
+    with serving() as (server, _loop, address), socket.create_connection(address, timeout=10) as s:
+        s.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+        s.sendall(first + second[:100])
+        assert answer_id(s) == 1
+        s.sendall(second[100:] + third[:2])       # the third's size cut too
+        assert answer_id(s) == 2
+        s.sendall(third[2:])
+        assert answer_id(s) == 3
+        assert server.names == ["a", "b" * 2 * BUFFER_BYTES, "c"]
+
+
+@pytest.mark.parametrize("sent", [2, 4 + 10, 4 + BUFFER_BYTES + 10], ids=["in-the-size", "in-a-frame", "in-a-big-frame"])
+def test_a_connection_closed_inside_a_frame_leaves_nothing_behind(sent, caplog):
+    declared = 4 * BUFFER_BYTES
+    data = struct.pack(">i", declared) + b"\0" * declared
+    with caplog.at_level(logging.INFO, logger="storage.wire"), serving() as (server, _loop, address):
+        s = socket.create_connection(address, timeout=10)
+        s.sendall(data[:sent])
+        if sent > 4:
+            assert wait_for(lambda: server.memory.used_bytes == declared)
+        s.close()
+        assert wait_for(lambda: server.gate.count == 0 and server.memory.used_bytes == 0)
+        with socket.create_connection(address, timeout=10) as again:
+            again.sendall(api_versions(9))
+            assert answer_id(again) == 9
+    assert [r for r in caplog.records if r.levelno >= logging.WARNING] == []
+    assert server.names == ["t"]
+
+
+def test_a_client_that_does_not_read_stops_the_server_reading_and_is_served_in_order_when_it_does():
+    """600 requests whose answers are 32 KiB each (~19 MB, more than the kernel's socket buffers
+    take) sent by a client that reads nothing until the server stops taking them: the answers the
+    server holds stay within the transport's high-water mark and one write of held answers, and
+    the server stops reading requests; once the client reads, every answer comes, in order."""
+    count, answer_bytes = 600, 32 * 1024
+    frames = b"".join(api_versions(i) for i in range(count))
+    with serving() as (server, loop, address), socket.create_connection(address, timeout=60) as s:
+        server.encoders[18] = lambda key, version, cid, body: struct.pack(">ii", 4 + answer_bytes, cid) + \
+            b"\0" * answer_bytes
+        s.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 64 * 1024)
+        sender = threading.Thread(target=_send_quietly, args=(s, frames), daemon=True)
+        sender.start()
+        served, unsent = -1, []
+        while served != server.served[(18, 3)]:     # until the server stops taking requests
+            served = server.served[(18, 3)]
+            time.sleep(0.3)
+            unsent.append(on_loop(loop, server.unsent_bytes))
+        assert served < count, "the server read every request although no answer was read"
+        assert max(unsent) < 256 * 1024, f"{max(unsent)} bytes of answers held for a client that does not read"
+        answers = []
+        for _ in range(count):
+            size = struct.unpack(">i", _read(s, 4))[0]
+            answers.append(struct.unpack(">i", _read(s, size)[:4])[0])
+        assert answers == list(range(count))
+        sender.join(30)
+
+
+def on_loop(loop: asyncio.AbstractEventLoop, fn):
+    """fn() called on the server's loop (its state is the loop's)."""
+    async def call():
+        return fn()
+    return asyncio.run_coroutine_threadsafe(call(), loop).result(10)
+
+
+def _send_quietly(s: socket.socket, data: bytes) -> None:
+    with contextlib.suppress(OSError):
+        s.sendall(data)
