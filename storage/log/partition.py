@@ -206,7 +206,8 @@ class PartitionLog(ClosedOnExit):
         storage/log/validator.py) or "coordinator" (the broker's own batches, such as
         transaction markers: control batches allowed, records not walked).
         """
-        # The common case -- a producer's `bytes`, a topic that asks no Python pass of them, the
+        # The common case -- a producer's `bytes` (or a read-only view of bytes: the records of a
+        # produce request, a view of its frame), a topic that asks no Python pass of them, the
         # active segment open, C's answer 0 and the epoch the cache's latest -- is this one frame
         # and one C call (the guard of `guarded` inline); anything else, C having written
         # nothing, is the general path below, which makes the same call again.
@@ -214,15 +215,18 @@ class PartitionLog(ClosedOnExit):
         if channel.first_failure is not None:
             raise channel.error()
         try:
-            if self._client_plain and records_or_batches.__class__ is bytes and origin == "client" \
-                    and leader_epoch >= 0 and records_or_batches:
+            kind = records_or_batches.__class__
+            if self._client_plain and origin == "client" and leader_epoch >= 0 and records_or_batches and (
+                    kind is bytes or kind is memoryview and records_or_batches.readonly       # appends.immutable_bytes
+                    and records_or_batches.c_contiguous and records_or_batches.itemsize == 1):
+                data = records_or_batches if kind is bytes else ffi.from_buffer(records_or_batches)
                 with self._lock:
                     state, local = self._leader_append.get("client"), self._local
                     expected = state and state.expected
                     if state is not None and not local.closed and open_segments.last is local.segments[-1] and \
                             (expected is None or expected.seen == expected.manager.changes):
                         v, length = state.v, len(records_or_batches)
-                        rc = _segment_append(local.segments[-1].native, records_or_batches, length, self.log_end_offset,
+                        rc = _segment_append(local.segments[-1].native, data, length, self.log_end_offset,
                                              leader_epoch, state.flags | READONLY, -1, v)
                         out = state.out.tolist()
                         if rc == 0 and out[SOLE_EPOCH] == self.epoch_cache.latest_epoch:

@@ -146,6 +146,18 @@ def test_a_failed_write_on_the_one_frame_path_takes_the_dir_offline_once(tmp_pat
             log.close()
 
 
+def test_a_leader_append_of_a_read_only_view_of_bytes_is_one_frame_too(tmp_path):
+    """The broker's case: a produce request's records are a view of its frame, not bytes."""
+    with PartitionLog.open(tmp_path / "t-0", CONFIG) as log:
+        log.append_as_leader(storage.build_batch([b"first"]), 4)
+        frame = b"head" + storage.build_batch([b"second"]) + b"tail"
+        view = memoryview(frame)[4:-4]
+        python, native = frames_and_c_calls(lambda: log.append_as_leader(view, 4))
+        assert python == ["<lambda>", "append_as_leader"]
+        assert native == ["plog_segment_append_chunk"]
+        assert log.log_end_offset == 2 and log.latest_epoch == 4
+
+
 def test_a_read_only_view_is_appended_as_it_lies(tmp_path):
     """A produce request's records arrive as a read-only memoryview of its frame: the leader
     appends them as it appends `bytes` (stamped copies of the headers, the view never written)
