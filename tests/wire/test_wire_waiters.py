@@ -195,3 +195,71 @@ def test_a_followers_session_sends_what_moved_and_answers_the_rest_with_what_the
     session.reset()
     sent, _, session_id, epoch = session.next_request(_wanted(6, 9))
     assert ([i.partition for i in sent], session_id, epoch) == ([0, 1], 77, 0)
+
+
+# ---- the leader reads only the partitions that moved ---------------------------------------------
+
+def _count_follower_reads(server, counts: dict) -> None:
+    """Count, per (topic, partition), the partitions `server`'s manager reads for followers."""
+    manager = server.node.manager
+    handle_fetch = manager.handle_fetch
+
+    def counting(request):
+        if request.replica_id >= 0:
+            for item in request.partitions:
+                counts[(item.topic, item.partition)] = counts.get((item.topic, item.partition), 0) + 1
+        return handle_fetch(request)
+    manager.handle_fetch = counting
+
+
+def test_a_leader_reads_only_the_partitions_that_moved_and_idle_followers_stay_caught_up(tmp_path, monkeypatch):
+    """100 idle RF 3 partitions beside a busy one: while acks=all records go to the busy one, no
+    follower fetch reads an idle partition (each read one: 15-90 us of the leader's Python per
+    partition per fetch), yet every idle partition's followers are caught up as of the latest
+    fetch (Kafka's lastCaughtUpTimeMs: the ISR must not shrink) and stay in the ISR.  Main read
+    every followed partition at every follower fetch: ~66 idle reads per record."""
+    ck = pytest.importorskip("confluent_kafka")
+    from storage.wire import apis
+    monkeypatch.setattr(apis, "STILL_MS", 10**12)   # no periodic full read during the test
+
+    async def scenario():
+        controller, servers = await _start_cluster(tmp_path)
+        try:
+            first = servers[0].node
+            for i in range(IDLE_TOPICS):
+                assert (await first.create_topic(f"idle-{i}", IDLE_PARTITIONS, 3))[0] == 0
+            assert (await first.create_topic("busy", 1, 3))[0] == 0
+            await asyncio.sleep(2.0)                 # every follower fetches every partition at its end
+            leader = next(s for s in servers if s.node.manager.partitions[("busy", 0)].leader == s.node.node_id)
+            counts: dict = {}
+            _count_follower_reads(leader, counts)
+            producer = ck.Producer({"bootstrap.servers": f"127.0.0.1:{leader.node.port}", "acks": "all",
+                                    "linger.ms": 0})
+            records, delivered = 20, []
+            for n in range(records):
+                producer.produce("busy", b"x%d" % n, on_delivery=lambda err, msg: delivered.append(err))
+                for _ in range(200):
+                    await asyncio.sleep(0.02)
+                    producer.poll(0)
+                    if len(delivered) > n:
+                        break
+            assert delivered == [None] * records
+            manager = leader.node.manager
+            led_idle = [k for k, p in manager.partitions.items()
+                        if k[0].startswith("idle-") and p.leader == leader.node.node_id]
+            assert len(led_idle) > 20
+            assert counts.get(("busy", 0), 0) >= 2 * records        # both followers fetched each record
+            idle_reads = sum(n for k, n in counts.items() if k[0].startswith("idle-"))
+            assert idle_reads == 0, idle_reads
+            # Still read at no fetch, yet caught up as of the latest: after 1.2 s of idle fetches
+            # (max wait 0.5 s) every idle follower's caught-up time is later than before them.
+            since = manager.clock()
+            await asyncio.sleep(1.2)
+            for key in led_idle:
+                p = manager.partitions[key]
+                assert sorted(p.isr) == [1, 2, 3], (key, p.isr)
+                assert all(f.last_caught_up_time_ms >= since for f in p.followers.values()), key
+            assert sum(n for k, n in counts.items() if k[0].startswith("idle-")) == 0
+        finally:
+            await _stop_cluster(controller, servers)
+    asyncio.run(scenario())
