@@ -81,7 +81,7 @@ class FetchSession:
 
     def __init__(self, session_id: int, privileged: bool, partitions: dict, uses_topic_ids: bool, now: int):
         self.id, self.privileged, self.partitions = session_id, privileged, partitions
-        self.names = {c.name: k for k, c in partitions.items()}
+        self.names = {c.name: k for k, c in partitions.items() if c is not None}
         self.still, self.still_token, self.moved = {}, None, []
         self.uses_topic_ids, self.creation_ms, self.last_used_ms = uses_topic_ids, now, now
         self.epoch = next_epoch(INITIAL_EPOCH)
