@@ -80,7 +80,7 @@ IDLE_SECONDS = 2.0
 FETCH_MAX_WAIT_S = 0.5
 
 
-async def _start_cluster(root):
+async def _start_cluster(root, **options):
     from storage.wire.cluster_node import ClusterNode
     from storage.wire.controller_server import ControllerServer
     from storage.wire.server import BrokerServer
@@ -88,7 +88,7 @@ async def _start_cluster(root):
     await controller.start()
     servers = [BrokerServer(ClusterNode(root / f"broker-{n}", controller=("127.0.0.1", controller.port), node_id=n,
                                         host="127.0.0.1", port=0, replication_factor=3, min_insync_replicas=2,
-                                        offsets_partitions=1, log_config=LogConfig(fsync=False)),
+                                        offsets_partitions=1, log_config=LogConfig(fsync=False), **options),
                             initial_rebalance_delay_ms=0) for n in (1, 2, 3)]
     await asyncio.gather(*(s.start() for s in servers))
     return controller, servers
@@ -260,6 +260,32 @@ def test_a_leader_reads_only_the_partitions_that_moved_and_idle_followers_stay_c
                 assert sorted(p.isr) == [1, 2, 3], (key, p.isr)
                 assert all(f.last_caught_up_time_ms >= since for f in p.followers.values()), key
             assert sum(n for k, n in counts.items() if k[0].startswith("idle-")) == 0
+        finally:
+            await _stop_cluster(controller, servers)
+    asyncio.run(scenario())
+
+
+def test_a_still_partitions_follower_that_stops_fetching_leaves_the_isr_and_the_one_that_fetches_stays(tmp_path):
+    """A still partition is not read, but its followers' caught-up times move only with their
+    fetches: a follower that stops fetching (its broker alive, heartbeating) falls out of the
+    ISR after replica.lag.time.max.ms (Kafka's maybeShrinkIsr), the one that goes on fetching
+    stays in."""
+    async def scenario():
+        controller, servers = await _start_cluster(tmp_path, replica_lag_time_max_ms=3000)
+        try:
+            assert (await servers[0].node.create_topic("quiet", 1, 3))[0] == 0
+            await asyncio.sleep(2.0)                 # fetched, answered, still
+            leader = next(s for s in servers if s.node.manager.partitions[("quiet", 0)].leader == s.node.node_id)
+            partition = leader.node.manager.partitions[("quiet", 0)]
+            assert sorted(partition.isr) == [1, 2, 3]
+            stopped, going = [s for s in servers if s is not leader]
+            stopped.node.manager.fetcher.poll = lambda fetching=(): []     # no more fetches from it
+            for _ in range(300):
+                await asyncio.sleep(0.1)
+                if stopped.node.node_id not in partition.isr:
+                    break
+            assert stopped.node.node_id not in partition.isr
+            assert going.node.node_id in partition.isr and leader.node.node_id in partition.isr
         finally:
             await _stop_cluster(controller, servers)
     asyncio.run(scenario())
