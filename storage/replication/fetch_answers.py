@@ -187,3 +187,30 @@ class FetchAnswers:
         self._maybe_expand_isr(p, follower)
         self._maybe_increment_high_watermark(p)
         return Errors.NONE
+
+    # ---- a fetch session's still partitions (storage/wire/fetch_sessions.py) --------------------
+    def still_follower(self, key: tuple[str, int], replica_id: int, replica_epoch: int, fetch_offset: int,
+                       told_high_watermark: int, told_log_start: int) -> FollowerState | None:
+        """The state of follower `replica_id` of led partition `key` when a fetch of it at
+        `fetch_offset` would change nothing but the follower's clock, else None: the follower
+        is in the ISR (nothing to expand), caught up with the log end as of its last fetch, the
+        high watermark is the log end (nothing to move), and it was told that high watermark
+        and log start.  Until one of them moves (an append, a high watermark or log start move,
+        any change counted by `changes`), `touch_followers` does what `_update_follower` would."""
+        p = self.partitions.get(key)
+        if p is None or p.leader != self.broker_id or p.recovering or replica_id not in p.isr:
+            return None
+        follower, log = p.followers.get(replica_id), p.log
+        end = log.log_end_offset
+        if follower is None or follower.broker_epoch != replica_epoch or fetch_offset != end \
+                or follower.log_end_offset != end or follower.last_fetch_leader_log_end_offset != end \
+                or log.high_watermark != end or told_high_watermark != end or told_log_start != log.log_start_offset:
+            return None
+        return follower
+
+    def touch_followers(self, followers) -> None:
+        """Kafka's updateFollowerFetchState for still partitions (see `still_follower`): a fetch
+        at the leader's log end makes the follower caught up now; nothing else moves."""
+        now = self.clock()
+        for follower in followers:
+            follower.last_caught_up_time_ms = follower.last_fetch_time_ms = now

@@ -137,6 +137,7 @@ class ReplicaManager(FetchAnswers):
         self.partitions: dict[tuple[str, int], Partition] = {}
         self._alter_outbox: list[AlterPartitionRequest] = []
         self._delayed = DelayedProduces()      # acks=all waiters by partition (delayed.py)
+        self.changes = 0    # bumped by any state change but an append or a HW move (fetch sessions)
         # Kafka's BrokerTopicMetrics (per topic: client bytes and records appended as leader, bytes
         # fetched) and the ISR changes this leader committed, for the broker's metrics.
         self.topic_stats: dict[str, list[int]] = {}     # topic -> [bytes in, messages in, bytes out]
@@ -246,6 +247,7 @@ class ReplicaManager(FetchAnswers):
         """KIP-704: the recovery hook is done; report RECOVERED (ISR = [leader])."""
         p = self.partitions[(topic, partition)]
         p.recovery_done = True
+        self.changes += 1
         if p.leader == self.broker_id and p.recovering:
             self._submit_alter_partition(p, [self.broker_id], RECOVERED)
 
@@ -282,6 +284,7 @@ class ReplicaManager(FetchAnswers):
         p = self.partitions.get((response.topic, response.partition))
         if p is None or p.inflight is not request or p.leader != self.broker_id:
             return      # a stale answer: leadership or the request changed meanwhile
+        self.changes += 1
         code = response.error_code
         if code != Errors.NONE:
             _log.info("%s-%d: AlterPartition to ISR %s answered %s", p.topic, p.partition, request.new_isr,
@@ -680,6 +683,8 @@ class ReplicaManager(FetchAnswers):
         log dir, or takes it offline, is answered KAFKA_STORAGE_ERROR."""
         if self._went_offline():
             return self._storage_error_answer(message)
+        if not isinstance(message, (FetchRequest, ListOffsetsRequest, OffsetForLeaderEpochRequest)):
+            self.changes += 1
         try:
             return self._dispatch(message)
         except errors.LogDirOfflineError:

@@ -22,6 +22,8 @@ from .waiters import END, HIGH_WATERMARK, LOW_WATERMARK, Notifier, long_poll
 log = logging.getLogger("storage.wire")
 
 MAX_WAIT_MS = 30_000        # a fetch's wait is capped (a client asking more is waited this long)
+SESSION = "\0session"       # waiter key (SESSION, id): a still partition of follower session id moved
+STILL_MS = 1000             # a session's still partitions are all read again at least this often
 EARLIEST_LOCAL_TIMESTAMP = -4   # ListOffsets v8+ (KIP-405)
 LATEST_TIERED_TIMESTAMP = -5    # ListOffsets v9+ (KIP-1005)
 
@@ -45,6 +47,16 @@ class ClientApis:
         self.node = node
         self.notifier = notifier
         self.fetch_sessions = FetchManager(FetchSessionCache(getattr(node, "fetch_session_slots", 1000)))
+        notifier.observers.append(self._still_moved)
+
+    def _still_moved(self, keys, kind) -> None:
+        """An append, a high watermark move or the metadata (keys None) moved `keys`: the
+        follower sessions they were still in are read again, and their waiting fetch woken.  (A
+        low watermark move is another follower's log start: nothing of this one's.)"""
+        if kind == LOW_WATERMARK:
+            return
+        for session_id in self.fetch_sessions.cache.moved(keys):
+            self.notifier.notify(((SESSION, session_id),), END)
 
     # ---- ApiVersions -------------------------------------------------------------------------
     @staticmethod
@@ -197,9 +209,44 @@ class ClientApis:
             forgotten += [(name, p) for p in t.partitions] if name is not None else []
         context = self.fetch_sessions.new_context(
             type(request).__version__, getattr(request, "session_id", 0), getattr(request, "session_epoch", -1),
-            internal.replica_id >= 0, internal.partitions, forgotten, ids)
+            internal.replica_id >= 0, internal.partitions, forgotten, ids, self._still_token(internal))
         internal.partitions = context.partitions
         return context
+
+    def _still_token(self, internal: m.FetchRequest):
+        """What a follower session's still partitions stay still under: no change of the
+        manager's state but appends and high watermark moves, the same follower incarnation,
+        the same STILL_MS period (a log start that retention moved is told within it), the log
+        dir online; None (never still) for a consumer."""
+        manager = self.node.manager
+        if internal.replica_id < 0 or manager.offline:
+            return None
+        return manager.changes, internal.replica_epoch, manager.clock() // STILL_MS
+
+    def _find_still(self, session_id: int, internal: m.FetchRequest, read: list) -> None:
+        """After a follower's fetch is answered: the partitions it read that are now still
+        (ReplicaManager.still_follower) join its session's still ones."""
+        session = self.fetch_sessions.cache.followers.get(session_id)
+        token = self._still_token(internal)
+        if session is None:
+            return
+        if token != session.still_token:
+            session.still.clear()
+            session.still_token = token
+        if token is None:
+            return
+        manager, names = self.node.manager, session.names
+        for p in read:
+            if p.error_code or p.diverging_epoch is not None:
+                continue
+            key = names.get((p.topic, p.partition))
+            cached = session.partitions.get(key) if key is not None else None
+            if cached is not None:
+                follower = manager.still_follower((p.topic, p.partition), internal.replica_id, internal.replica_epoch,
+                                                  cached.request.fetch_offset, cached.high_watermark,
+                                                  cached.log_start_offset)
+                if follower is not None:
+                    session.still[cached.name] = follower
 
     async def fetch(self, header, request) -> dict:
         internal, ids = self._fetch_request(request)
@@ -211,23 +258,37 @@ class ClientApis:
         internal.max_bytes = min(max(getattr(request, "max_bytes", self.node.fetch_max_bytes), 0),
                                  self.node.fetch_max_bytes)
         keys = {(p.topic, p.partition) for p in internal.partitions}
+        session = context.session if context.kind == "incremental" and context.session.still else None
+        if session is not None:
+            keys.add((SESSION, session.id))         # woken when one of its still partitions moves
 
         def attempt():
+            if session is not None and session.moved:   # still at first, moved since: read now
+                for name in session.moved:
+                    key = session.names.get(name)
+                    if key is not None and name not in keys:
+                        internal.partitions.append(session.partitions[key].request)
+                        keys.add(name)
+                session.moved = []
             response = self.node.manager.handle(internal)
             self.node.pump()
             if follower and internal.update_fetch_state:
+                if session is not None:     # the fetch at their log end: their clocks move (Kafka's)
+                    self.node.manager.touch_followers(session.still.values())
                 self.notifier.notify(keys, LOW_WATERMARK)   # its log start (DeleteRecords' low watermark)
                 internal.update_fetch_state = False     # read again when woken, applied once (Kafka's)
             size = sum(len(p.records) for p in response.partitions)
             # An error or a diverging epoch (KIP-320: the follower must truncate) is answered at once.
             failed = any(p.error_code or p.diverging_epoch is not None for p in response.partitions)
-            return response, size >= request.min_bytes or failed or not internal.partitions
+            return response, size >= request.min_bytes or failed or not (internal.partitions or session)
 
         # A follower waits for its leader's log end to move, a consumer for the high watermark.
         follower = internal.replica_id >= 0
         response = await long_poll(self.notifier, min(ms(request.max_wait), MAX_WAIT_MS), attempt, keys,
                                    END if follower else HIGH_WATERMARK)
         code, session_id, answered = context.answer(response.partitions)
+        if follower and session_id and code == Errors.NONE:
+            self._find_still(session_id, internal, response.partitions)
         if log.isEnabledFor(logging.DEBUG):
             log.debug("fetch session %d epoch %d (%s): %d partitions asked, %d read, %d answered, session %d",
                       getattr(request, "session_id", 0), getattr(request, "session_epoch", -1), context.kind,

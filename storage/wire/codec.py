@@ -28,7 +28,7 @@ from kio.schema.request_header.v2.header import RequestHeader as RequestHeaderV2
 from kio.serial import entity_reader, entity_writer
 from kio.static.primitive import i32Timedelta, i64Timedelta
 
-from . import bounds, produce_codec
+from . import bounds, fetch_request, produce_codec
 
 MAX_REQUEST_BYTES = 100 * 1024 * 1024      # Kafka's socket.request.max.bytes default
 UNSUPPORTED_VERSION = 35
@@ -186,7 +186,10 @@ def parse_request_kio(frame: bytes):
 
 
 def encode_request(key: int, version: int, correlation_id: int, client_id: str | None, body: dict) -> bytes:
-    """A size-prefixed request frame (the broker's own client side and the tests use it)."""
+    """A size-prefixed request frame (the broker's own client side and the tests use it); a
+    follower's Fetch v16 laid out by hand (fetch_request.py: the same bytes)."""
+    if key == 1 and version == fetch_request.VERSION:
+        return fetch_request.encode(correlation_id, client_id, body)
     cls = _request_class(key, version)
     header_cls = RequestHeaderV2 if cls.__flexible__ else RequestHeaderV1
     out = io.BytesIO()

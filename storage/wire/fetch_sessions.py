@@ -46,10 +46,11 @@ def next_epoch(epoch: int) -> int:
 class CachedPartition:
     """A partition of a session: the request's parameters and what it was last told."""
 
-    __slots__ = ("topic", "topic_id", "request", "high_watermark", "log_start_offset")
+    __slots__ = ("topic", "topic_id", "request", "high_watermark", "log_start_offset", "name")
 
     def __init__(self, topic: str, topic_id: int, request: m.FetchPartition):
         self.topic, self.topic_id, self.request = topic, topic_id, request
+        self.name = (topic, request.partition)
         self.high_watermark = -1            # nothing told yet: the first answer always includes it
         self.log_start_offset = -1
 
@@ -68,11 +69,20 @@ class CachedPartition:
 
 
 class FetchSession:
+    """A session: its partitions by key (in order), `names` (topic, partition) -> key.  A
+    follower's session also keeps its `still` partitions: (topic, partition) -> the leader's
+    FollowerState of it, for those its follower is caught up on and nothing moved since (a
+    fetch does not read them, only touches their follower's clock; ReplicaManager.still_follower),
+    valid while `still_token` is the manager's; `moved` the still ones an append took out of it
+    during the fetch in progress (read before it is answered)."""
+
     __slots__ = ("id", "privileged", "partitions", "uses_topic_ids", "creation_ms", "last_used_ms", "epoch",
-                 "cached_size", "by_privileged", "by_all")
+                 "cached_size", "by_privileged", "by_all", "names", "still", "still_token", "moved")
 
     def __init__(self, session_id: int, privileged: bool, partitions: dict, uses_topic_ids: bool, now: int):
         self.id, self.privileged, self.partitions = session_id, privileged, partitions
+        self.names = {c.name: k for k, c in partitions.items() if c is not None}
+        self.still, self.still_token, self.moved = {}, None, []
         self.uses_topic_ids, self.creation_ms, self.last_used_ms = uses_topic_ids, now, now
         self.epoch = next_epoch(INITIAL_EPOCH)
         self.cached_size = len(partitions)
@@ -91,6 +101,7 @@ class FetchSessionCache:
         self.clock = clock or monotonic_ms
         self.rng = rng or random.Random()
         self.sessions: dict[int, FetchSession] = {}
+        self.followers: dict[int, FetchSession] = {}     # the privileged ones (followers')
         self.evictions = 0
 
     def __len__(self) -> int:
@@ -114,6 +125,8 @@ class FetchSessionCache:
             return INVALID_SESSION_ID
         session = FetchSession(self._new_id(), privileged, partitions, uses_topic_ids, now)
         self.sessions[session.id] = session
+        if privileged:
+            self.followers[session.id] = session
         self.touch(session, now)
         return session.id
 
@@ -136,7 +149,28 @@ class FetchSessionCache:
         return True
 
     def remove(self, session_id: int) -> FetchSession | None:
+        self.followers.pop(session_id, None)
         return self.sessions.pop(session_id, None)
+
+    def moved(self, keys) -> list[int]:
+        """Partitions `keys` ((topic, partition); None: all) moved: they are still in no
+        follower's session any more.  The ids of the sessions that had one of them."""
+        woken = []
+        for session in self.followers.values():
+            still = session.still
+            if not still:
+                continue
+            if keys is None:
+                session.moved += still
+                still.clear()
+                woken.append(session.id)
+                continue
+            for key in keys:
+                if still.pop(key, None) is not None:
+                    session.moved.append(key)
+                    if not woken or woken[-1] != session.id:
+                        woken.append(session.id)
+        return woken
 
     def touch(self, session: FetchSession, now: int) -> None:
         """Kafka's touch: last use now; the size and the eviction sets as of now."""
@@ -178,7 +212,7 @@ class FetchContext:
         session, out = self.session, []
         if session.epoch != self.expected_epoch:    # a duplicate request moved it meanwhile
             return Errors.INVALID_FETCH_SESSION_EPOCH, session.id, []
-        keys = {(c.topic, c.request.partition): k for k, c in session.partitions.items()}
+        keys = session.names
         for p in read:
             key = keys.get((p.topic, p.partition))
             cached = session.partitions.get(key)
@@ -200,9 +234,11 @@ class FetchManager:
         self.cache = cache
 
     def new_context(self, version: int, session_id: int, epoch: int, privileged: bool, partitions: list,
-                    forgotten: list, topic_ids: dict) -> FetchContext:
+                    forgotten: list, topic_ids: dict, still_token=None) -> FetchContext:
         """partitions: the request's m.FetchPartitions; forgotten: (topic, partition) pairs (the
-        topic by name; an id resolved to its name); topic_ids: topic name -> id."""
+        topic by name; an id resolved to its name); topic_ids: topic name -> id.  An incremental
+        context of a follower's session reads neither its still partitions (FetchSession) while
+        `still_token` is the one they were found still under, nor those this request names."""
         uses_ids = version >= 13
         if version < 7 or epoch in (INITIAL_EPOCH, FINAL_EPOCH):
             if session_id != INVALID_SESSION_ID:
@@ -218,21 +254,29 @@ class FetchManager:
             return FetchContext("error", [], error=Errors.INVALID_FETCH_SESSION_EPOCH)
         if session.uses_topic_ids != uses_ids:
             return FetchContext("error", [], error=Errors.FETCH_SESSION_TOPIC_ID_ERROR)
+        still = session.still
+        if still and (still_token is None or still_token != session.still_token):
+            still.clear()
+        session.moved = []
         for p in partitions:
             key = _key(uses_ids, p.topic, topic_ids.get(p.topic, 0), p.partition)
             cached = session.partitions.get(key)
             if cached is None:
-                session.partitions[key] = CachedPartition(p.topic, topic_ids.get(p.topic, 0), p)
+                session.partitions[key] = cached = CachedPartition(p.topic, topic_ids.get(p.topic, 0), p)
+                session.names[cached.name] = key
             else:
                 cached.request = p
-        by_name = {(c.topic, c.request.partition): k for k, c in session.partitions.items()}
-        for topic, partition in forgotten:
-            key = by_name.get((topic, partition))
+            still.pop(cached.name, None)
+        for name in forgotten:
+            key = session.names.pop(name, None)
             if key is not None:
                 del session.partitions[key]
+                still.pop(name, None)
         if not session.partitions:
             self.cache.remove(session.id)
             return FetchContext("sessionless", partitions)
         self.cache.touch(session, self.cache.clock())
         session.epoch = next_epoch(session.epoch)
-        return FetchContext("incremental", [c.request for c in session.partitions.values()], session=session)
+        read = [c.request for c in session.partitions.values() if c.name not in still] if still else \
+            [c.request for c in session.partitions.values()]
+        return FetchContext("incremental", read, session=session)

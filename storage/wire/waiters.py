@@ -30,6 +30,7 @@ class Notifier:
         self._waiters: dict[tuple, list[asyncio.Future]] = {}     # (kind, key) -> waiting futures
         self._everyone: list[asyncio.Future] = []                 # waiters on broadcasts only
         self.woken = 0
+        self.observers: list = []       # observer(keys, kind) after each notify (fetch sessions)
 
     def notify(self, keys=None, kind: str | None = None) -> None:
         """Wake the waiters on any of `keys` of `kind` (None: of every kind); with no keys,
@@ -49,6 +50,8 @@ class Notifier:
                 if not future.done():
                     future.set_result(None)
                     self.woken += 1
+        for observer in self.observers:
+            observer(keys, kind)
 
     async def wait(self, seconds: float, keys=None, kind: str = HIGH_WATERMARK) -> None:
         """Until a notify of one of `keys` of `kind` (None: a broadcast) or `seconds` passed."""
