@@ -155,10 +155,15 @@ def is_supported(key: int, version: int, table: dict | None = None) -> bool:
 def parse_request(frame: bytes):
     """(header, request entity) of a frame whose API and version are supported.  A Produce
     frame is read by produce_codec (its records a view of the frame) unless it leaves the frame
-    to kio (a malformed one, or one with tagged fields): then as any other."""
+    to kio (a malformed one, or one with tagged fields): then as any other.  A Fetch frame is
+    read by fetch_request alike (kio's for what it leaves)."""
     key, version, _ = peek_api(frame)
     if key == produce_codec.PRODUCE_KEY:
         fast = produce_codec.read_request(frame)
+        if fast is not None:
+            return fast
+    elif key == fetch_request.FETCH_KEY:
+        fast = fetch_request.read_request(frame)
         if fast is not None:
             return fast
     return parse_request_kio(frame)

@@ -12,7 +12,9 @@ state (tag 1, KIP-903) when it is not the default (-1, -1); the cluster id (tag 
 """
 from __future__ import annotations
 
+import datetime
 import struct
+import uuid
 
 VERSION = 16
 _HEAD = struct.Struct(">hhi")
@@ -68,3 +70,297 @@ def encode(correlation_id: int, client_id: str | None, body: dict) -> bytes:
         out.append(b"\0")
     frame = b"".join(out)
     return struct.pack(">i", len(frame)) + frame
+
+
+# ---- the request read (v4..v16, the versions the broker serves) ---------------------------------
+#
+# read_request(frame) walks a Fetch frame with struct reads into objects that present kio's
+# entities' attributes for the frame's version (a field the version lacks is absent, as on kio's
+# entity: getattr's default answers for it; topics named by name before v13, by id from v13, the
+# zero id read as None; max_wait a timedelta; replica_id before v15, replica_state from v15, the
+# default (-1, -1) when the tag is not sent; cluster_id (tag 0) from v12).  Anything it does not
+# take on -- a length beyond the frame, a null array, a varint longer than 5 bytes, bad UTF-8, a
+# tagged field other than the request's cluster id and replica state, or one of those whose size
+# is not what it holds -- returns None, and codec.parse_request leaves the frame to kio, which
+# answers it exactly as before (tests/wire/test_fetch_request_read.py checks both against kio).
+
+FETCH_KEY = 1
+FIRST_READ_VERSION, LAST_READ_VERSION = 4, 16
+_FLEXIBLE_FROM, _TOPIC_IDS_FROM, _REPLICA_STATE_FROM = 12, 13, 15
+_READ_HEADER = struct.Struct(">hhih")       # api key, version, correlation id, client id length
+_I16 = struct.Struct(">h")
+_I32 = struct.Struct(">i")
+_TOP_V4 = struct.Struct(">iiiib")           # replica id, max wait, min bytes, max bytes, isolation
+_TOP_V15 = struct.Struct(">iiib")           # v15+: the replica id moved into a tagged field
+_SESSION = struct.Struct(">ii")
+_REPLICA_STATE = struct.Struct(">iqb")      # replica id, epoch, no tagged fields
+_PART_V4 = struct.Struct(">iqi")
+_PART_V5 = struct.Struct(">iqqi")
+_PART_V9 = struct.Struct(">iiqqi")
+_PART_V12 = struct.Struct(">iiqiqib")       # ... and the partition's (empty) tagged fields
+_VARINT_BYTES_MAX = 5
+_ZERO_ID = bytes(16)
+
+
+class RequestHeader:
+    """The request header fields a handler reads (kio's RequestHeader's names)."""
+
+    __slots__ = ("request_api_key", "request_api_version", "correlation_id", "client_id")
+
+    def __init__(self, version: int, correlation_id: int, client_id: str | None):
+        self.request_api_key = FETCH_KEY
+        self.request_api_version = version
+        self.correlation_id = correlation_id
+        self.client_id = client_id
+
+    def __repr__(self) -> str:
+        return f"RequestHeader(Fetch v{self.request_api_version}, #{self.correlation_id}, {self.client_id!r})"
+
+
+class _Entity:
+    """Slots set as kio's entity of the version has them; the unset ones are absent."""
+
+    __slots__ = ()
+
+    def __eq__(self, other) -> bool:
+        return type(other) is type(self) and _present(self) == _present(other)
+
+    __hash__ = None
+
+    def __repr__(self) -> str:
+        return f"{type(self).__name__}({', '.join(f'{k}={v!r}' for k, v in _present(self).items())})"
+
+
+def _present(entity) -> dict:
+    """The attributes an entity has (its set slots)."""
+    return {name: getattr(entity, name) for cls in type(entity).__mro__ for name in getattr(cls, "__slots__", ())
+            if hasattr(entity, name)}
+
+
+class ReplicaState(_Entity):
+    __slots__ = ("replica_id", "replica_epoch")
+
+    def __init__(self, replica_id: int = -1, replica_epoch: int = -1):
+        self.replica_id, self.replica_epoch = replica_id, replica_epoch
+
+
+class FetchPartition(_Entity):
+    __slots__ = ("partition", "current_leader_epoch", "fetch_offset", "last_fetched_epoch", "log_start_offset",
+                 "partition_max_bytes")
+
+    def __init__(self, partition, current_leader_epoch, fetch_offset, last_fetched_epoch, log_start_offset,
+                 partition_max_bytes):
+        self.partition, self.current_leader_epoch, self.fetch_offset = partition, current_leader_epoch, fetch_offset
+        self.last_fetched_epoch, self.log_start_offset = last_fetched_epoch, log_start_offset
+        self.partition_max_bytes = partition_max_bytes
+
+
+class FetchTopic(_Entity):
+    """`topic` (a name, v4..v12) or `topic_id` (v13+), and `partitions`: FetchPartition (or, in a
+    forgotten topic, partition indexes)."""
+
+    __slots__ = ("topic", "topic_id", "partitions")
+
+
+class FetchRequest(_Entity):
+    """A Fetch request as kio's entity of its version presents it to a handler (the class of
+    each version, below, carries `__version__`)."""
+
+    __slots__ = ("cluster_id", "replica_id", "replica_state", "max_wait", "min_bytes", "max_bytes",
+                 "isolation_level", "session_id", "session_epoch", "topics", "forgotten_topics_data", "rack_id")
+    __version__ = -1
+
+    def replace(self, **changes) -> "FetchRequest":
+        """A copy with `changes` (dataclasses.replace for kio's entities; authz splits a request)."""
+        out = type(self).__new__(type(self))
+        for name, value in {**_present(self), **changes}.items():
+            setattr(out, name, value)
+        return out
+
+
+_REQUEST_CLASSES = {v: type("FetchRequest", (FetchRequest,), {"__slots__": (), "__version__": v})
+                    for v in range(FIRST_READ_VERSION, LAST_READ_VERSION + 1)}
+
+
+class _NotOurs(Exception):
+    """The frame is left to kio (codec.parse_request), which answers it as it always did."""
+
+
+def read_request(frame) -> tuple[RequestHeader, FetchRequest] | None:
+    """(header, request) of a Fetch frame of v4..v16, or None to have kio parse it."""
+    try:
+        return _read(memoryview(frame), len(frame))
+    except (_NotOurs, struct.error, UnicodeDecodeError, ValueError):
+        return None
+
+
+def _read_uvarint(view, at: int, end: int) -> tuple[int, int]:
+    value = shift = 0
+    for i in range(_VARINT_BYTES_MAX):
+        if at + i >= end:
+            raise _NotOurs
+        byte = view[at + i]
+        value |= (byte & 0x7F) << shift
+        if not byte & 0x80:
+            return value, at + i + 1
+        shift += 7
+    raise _NotOurs
+
+
+def _count(view, at: int, end: int, flexible: bool) -> tuple[int, int]:
+    """(length, position after it) of an array or a string, refused if null or beyond the bytes left."""
+    if flexible:
+        if at < end and view[at] < 0x80:
+            length, at = view[at] - 1, at + 1
+        else:
+            raw, at = _read_uvarint(view, at, end)
+            length = raw - 1
+    else:
+        length, at = _I32.unpack_from(view, at)[0], at + 4
+    if length < 0 or length > end - at:
+        raise _NotOurs
+    return length, at
+
+
+def _string(view, at: int, end: int, flexible: bool) -> tuple[str, int]:
+    if flexible:
+        length, at = _count(view, at, end, True)
+    else:
+        length, at = _I16.unpack_from(view, at)[0], at + 2
+        if length < 0 or length > end - at:
+            raise _NotOurs
+    return str(view[at:at + length], "utf-8"), at + length
+
+
+def _topic_key(view, at: int, end: int, version: int, topic: FetchTopic) -> int:
+    """The topic's name (before v13) or id set on `topic`; the position after it."""
+    if version >= _TOPIC_IDS_FROM:
+        raw = bytes(view[at:at + 16])
+        if len(raw) != 16:
+            raise _NotOurs
+        topic.topic_id = None if raw == _ZERO_ID else uuid.UUID(bytes=raw)
+        return at + 16
+    topic.topic, at = _string(view, at, end, version >= _FLEXIBLE_FROM)
+    return at
+
+
+def _no_tags(view, at: int, end: int) -> int:
+    if at >= end or view[at] != 0:
+        raise _NotOurs
+    return at + 1
+
+
+def _partitions(view, at: int, end: int, version: int, count: int) -> tuple[list, int]:
+    parts = []
+    if version >= _FLEXIBLE_FROM:
+        unpack, size = _PART_V12.unpack_from, _PART_V12.size
+        for _ in range(count):
+            partition, leader_epoch, offset, last_epoch, start, most, tags = unpack(view, at)
+            if tags:
+                raise _NotOurs
+            parts.append(FetchPartition(partition, leader_epoch, offset, last_epoch, start, most))
+            at += size
+        return parts, at
+    shape = _PART_V9 if version >= 9 else _PART_V5 if version >= 5 else _PART_V4
+    for _ in range(count):
+        fields = shape.unpack_from(view, at)
+        at += shape.size
+        if version >= 9:
+            p = FetchPartition(fields[0], fields[1], fields[2], -1, fields[3], fields[4])
+        elif version >= 5:
+            p = FetchPartition(fields[0], -1, fields[1], -1, fields[2], fields[3])
+            del p.current_leader_epoch
+        else:
+            p = FetchPartition(fields[0], -1, fields[1], -1, -1, fields[2])
+            del p.current_leader_epoch, p.log_start_offset
+        del p.last_fetched_epoch
+        parts.append(p)
+    return parts, at
+
+
+def _tagged_fields(view, at: int, end: int, version: int, request: FetchRequest) -> int:
+    """The request's tagged fields: cluster_id (tag 0) and, from v15, replica_state (tag 1)."""
+    count, at = _read_uvarint(view, at, end)
+    last = -1
+    for _ in range(count):
+        tag, at = _read_uvarint(view, at, end)
+        size, at = _read_uvarint(view, at, end)
+        if tag <= last or size > end - at:
+            raise _NotOurs
+        last, stop = tag, at + size
+        if tag == 0:
+            length, at = _read_uvarint(view, at, stop)
+            if length == 0:
+                request.cluster_id = None
+            else:
+                request.cluster_id, at = str(view[at:at + length - 1], "utf-8"), at + length - 1
+        elif tag == 1 and version >= _REPLICA_STATE_FROM and size == _REPLICA_STATE.size:
+            replica_id, epoch, tags = _REPLICA_STATE.unpack_from(view, at)
+            if tags:
+                raise _NotOurs
+            request.replica_state, at = ReplicaState(replica_id, epoch), stop
+        else:
+            raise _NotOurs          # a tag this reader does not know: kio's walk
+        if at != stop:
+            raise _NotOurs
+    return at
+
+
+def _read(view, end: int):
+    key, version, correlation_id, client_length = _READ_HEADER.unpack_from(view, 0)
+    if key != FETCH_KEY or not FIRST_READ_VERSION <= version <= LAST_READ_VERSION:
+        raise _NotOurs
+    at = 10
+    if client_length < -1 or client_length > end - at:
+        raise _NotOurs
+    client_id = None
+    if client_length >= 0:
+        client_id, at = str(view[at:at + client_length], "utf-8"), at + client_length
+    flexible = version >= _FLEXIBLE_FROM
+    if flexible:
+        at = _no_tags(view, at, end)
+    request = _REQUEST_CLASSES[version].__new__(_REQUEST_CLASSES[version])
+    if version >= _REPLICA_STATE_FROM:
+        request.replica_state = ReplicaState()
+        max_wait, request.min_bytes, request.max_bytes, request.isolation_level = _TOP_V15.unpack_from(view, at)
+        at += _TOP_V15.size
+    else:
+        request.replica_id, max_wait, request.min_bytes, request.max_bytes, request.isolation_level = \
+            _TOP_V4.unpack_from(view, at)
+        at += _TOP_V4.size
+    request.max_wait = datetime.timedelta(milliseconds=max_wait)
+    if version >= 7:
+        request.session_id, request.session_epoch = _SESSION.unpack_from(view, at)
+        at += 8
+    topics = []
+    count, at = _count(view, at, end, flexible)
+    for _ in range(count):
+        topic = FetchTopic()
+        at = _topic_key(view, at, end, version, topic)
+        n, at = _count(view, at, end, flexible)
+        parts, at = _partitions(view, at, end, version, n)
+        topic.partitions = tuple(parts)
+        if flexible:
+            at = _no_tags(view, at, end)
+        topics.append(topic)
+    request.topics = tuple(topics)
+    if version >= 7:
+        forgotten = []
+        count, at = _count(view, at, end, flexible)
+        for _ in range(count):
+            topic = FetchTopic()
+            at = _topic_key(view, at, end, version, topic)
+            n, at = _count(view, at, end, flexible)
+            topic.partitions = struct.unpack_from(f">{n}i", view, at)
+            at += 4 * n
+            if flexible:
+                at = _no_tags(view, at, end)
+            forgotten.append(topic)
+        request.forgotten_topics_data = tuple(forgotten)
+    if version >= 11:
+        request.rack_id, at = _string(view, at, end, flexible)
+    if flexible:
+        request.cluster_id = None
+        at = _tagged_fields(view, at, end, version, request)
+    # Bytes after the request are ignored, as codec.parse_request does.
+    return RequestHeader(version, correlation_id, client_id), request
