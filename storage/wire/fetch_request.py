@@ -100,6 +100,12 @@ _PART_V9 = struct.Struct(">iiqqi")
 _PART_V12 = struct.Struct(">iiqiqib")       # ... and the partition's (empty) tagged fields
 _VARINT_BYTES_MAX = 5
 _ZERO_ID = bytes(16)
+_STATE_TAG = b"\x01\x01\x0d"                 # one tagged field, tag 1, 13 bytes: the replica state alone
+# Topic ids and wait times as kio reads them (immutable: one object serves every request naming
+# it); a follower names the same few on every fetch.
+_IDS: dict[bytes, uuid.UUID] = {}
+_WAITS: dict[int, datetime.timedelta] = {}
+_CACHED_MAX = 4096
 
 
 class RequestHeader:
@@ -238,7 +244,12 @@ def _topic_key(view, at: int, end: int, version: int, topic: FetchTopic) -> int:
         raw = bytes(view[at:at + 16])
         if len(raw) != 16:
             raise _NotOurs
-        topic.topic_id = None if raw == _ZERO_ID else uuid.UUID(bytes=raw)
+        topic_id = _IDS.get(raw)
+        if topic_id is None:
+            if len(_IDS) >= _CACHED_MAX:
+                _IDS.clear()
+            topic_id = _IDS[raw] = uuid.UUID(bytes=raw)
+        topic.topic_id = None if raw == _ZERO_ID else topic_id
         return at + 16
     topic.topic, at = _string(view, at, end, version >= _FLEXIBLE_FROM)
     return at
@@ -253,14 +264,14 @@ def _no_tags(view, at: int, end: int) -> int:
 def _partitions(view, at: int, end: int, version: int, count: int) -> tuple[list, int]:
     parts = []
     if version >= _FLEXIBLE_FROM:
-        unpack, size = _PART_V12.unpack_from, _PART_V12.size
-        for _ in range(count):
-            partition, leader_epoch, offset, last_epoch, start, most, tags = unpack(view, at)
+        stop = at + _PART_V12.size * count
+        if stop > end:
+            raise _NotOurs
+        for partition, leader_epoch, offset, last_epoch, start, most, tags in _PART_V12.iter_unpack(view[at:stop]):
             if tags:
                 raise _NotOurs
             parts.append(FetchPartition(partition, leader_epoch, offset, last_epoch, start, most))
-            at += size
-        return parts, at
+        return parts, stop
     shape = _PART_V9 if version >= 9 else _PART_V5 if version >= 5 else _PART_V4
     for _ in range(count):
         fields = shape.unpack_from(view, at)
@@ -280,6 +291,14 @@ def _partitions(view, at: int, end: int, version: int, count: int) -> tuple[list
 
 def _tagged_fields(view, at: int, end: int, version: int, request: FetchRequest) -> int:
     """The request's tagged fields: cluster_id (tag 0) and, from v15, replica_state (tag 1)."""
+    if at < end and view[at] == 0:
+        return at + 1
+    if version >= _REPLICA_STATE_FROM and view[at:at + 3] == _STATE_TAG:       # a follower's
+        replica_id, epoch, tags = _REPLICA_STATE.unpack_from(view, at + 3)
+        if tags:
+            raise _NotOurs
+        request.replica_state = ReplicaState(replica_id, epoch)
+        return at + 3 + _REPLICA_STATE.size
     count, at = _read_uvarint(view, at, end)
     last = -1
     for _ in range(count):
@@ -328,7 +347,12 @@ def _read(view, end: int):
         request.replica_id, max_wait, request.min_bytes, request.max_bytes, request.isolation_level = \
             _TOP_V4.unpack_from(view, at)
         at += _TOP_V4.size
-    request.max_wait = datetime.timedelta(milliseconds=max_wait)
+    wait = _WAITS.get(max_wait)
+    if wait is None:
+        if len(_WAITS) >= _CACHED_MAX:
+            _WAITS.clear()
+        wait = _WAITS[max_wait] = datetime.timedelta(milliseconds=max_wait)
+    request.max_wait = wait
     if version >= 7:
         request.session_id, request.session_epoch = _SESSION.unpack_from(view, at)
         at += 8

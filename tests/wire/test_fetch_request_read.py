@@ -169,3 +169,51 @@ def test_a_split_request_keeps_its_version():
     split = got.replace(topics=())
     assert type(split) is type(got) and type(split).__version__ == 12 and split.isolation_level == 1
     assert split == got and split.replace(min_bytes=5) != got
+
+
+def test_the_broker_answers_a_fast_read_fetch_as_a_kio_read_one(tmp_path):
+    """Through ClientApis.fetch on two embedded nodes: consumers' fetches of v4, v12 (topics by
+    name), v13 and v16 (by id, one id unknown), read committed or not, and a follower-less replica
+    id, get the same answer from the fetch_request request as from kio's (each node's topic id
+    aside: the two nodes name the topic alike, with ids of their own)."""
+    import asyncio
+
+    from storage.core.records import build_batch
+    from storage.wire.node import Node
+    from storage.wire.server import BrokerServer
+
+    loop = asyncio.new_event_loop()
+    answers = {}
+    for name, parse in (("kio", codec.parse_request_kio), ("fast", codec.parse_request)):
+        node = Node(tmp_path / name, offsets_partitions=1, background=False)
+        server = BrokerServer(node, initial_rebalance_delay_ms=0)
+        try:
+            loop.run_until_complete(node.create_topic("a", 2, 1))
+            batch = build_batch([b"x", b"y"])
+            produce = codec.encode_request(0, 9, 1, "c", {"transactional_id": None, "acks": 1, "timeout": 1000,
+                                                          "topic_data": [{"name": "a", "partition_data": [
+                                                              {"index": 0, "records": batch}]}]})[4:]
+            loop.run_until_complete(server.apis.produce(*codec.parse_request(produce)))
+            topic_id = node.topic_id("a")
+            got = []
+            for version, isolation in ((4, 0), (12, 1), (13, 0), (16, 1)):
+                part = {"partition_max_bytes": 1 << 20, "current_leader_epoch": -1, "last_fetched_epoch": -1,
+                        "log_start_offset": -1}
+                topics = [{"topic": "a", "topic_id": topic_id, "partitions": [
+                    {**part, "partition": 0, "fetch_offset": 0}, {**part, "partition": 1, "fetch_offset": 0},
+                    {**part, "partition": 0, "fetch_offset": 5}]}]
+                if version >= 13:
+                    topics.append({"topic": "", "topic_id": 12345, "partitions": [{**part, "partition": 0,
+                                                                                   "fetch_offset": 0}]})
+                body = {"replica_id": -1, "replica_state": {"replica_id": -1, "replica_epoch": -1}, "max_wait": 0,
+                        "min_bytes": 0, "max_bytes": 1 << 20, "isolation_level": isolation, "session_id": 0,
+                        "session_epoch": -1, "topics": topics, "forgotten_topics_data": [], "rack_id": ""}
+                got.append(loop.run_until_complete(server.apis.fetch(*parse(kio_frame(version, 3, "c", body)))))
+            answers[name] = topic_id, got
+        finally:
+            loop.run_until_complete(node.shutdown())
+    (fast_id, fast), (kio_id, slow) = answers["fast"], answers["kio"]     # each node's own topic id
+    assert repr(fast).replace(str(fast_id), "id") == repr(slow).replace(str(kio_id), "id")
+    answers["fast"] = fast
+    assert [len(t["partitions"]) for t in answers["fast"][3]["responses"]] == [2, 1]     # partition 0 once
+    loop.close()
