@@ -9,9 +9,10 @@ import pytest
 
 from storage.core import guards
 from storage.core import io as sio
-from storage.sim.crash import CLASSIC, enumerate_crashes
+from storage.sim.crash import CLASSIC, OPERATIONS, enumerate_crashes
 from storage.sim.fs import SimFS, snapshot
 from storage.sim.simulator import run_seed
+from tests.sim import crash_workers
 
 
 @pytest.fixture(autouse=True)
@@ -111,38 +112,48 @@ def test_simfs_crash_rewrites_the_tree_and_is_deterministic(tmp_path):
 
 
 # ---- single-node crash enumeration ------------------------------------------------------------
+# The longer enumerations run in shares on every core (tests/sim/crash_workers.py): the same
+# sequences, crash points and states as one serial run (the slow tier checks it).
 
 def test_every_single_operation_crash_recovers(tmp_path):
-    outcome = enumerate_crashes(str(tmp_path / "w"), max_length=1)
+    outcome = crash_workers.crashes(str(tmp_path / "w"), itertools.product(OPERATIONS, repeat=1))
     assert outcome.crash_points > 20 and outcome.states > 150
     assert outcome.violations == []
 
 
 @pytest.mark.parametrize("guard", ["M20", "M23"])
 def test_enumeration_catches_a_recovery_mutation(tmp_path, guard):
-    with guards.disabled(guard):
-        outcome = enumerate_crashes(str(tmp_path / "w"), max_length=1)
+    outcome = crash_workers.crashes(str(tmp_path / "w"), itertools.product(OPERATIONS, repeat=1), guard=guard)
     assert outcome.violations, guard
+
+
+PAIRS = [s for n in (1, 2) for s in itertools.product(OPERATIONS, repeat=n)]   # enumerate_crashes' max_length=2
+
+
+@pytest.mark.slow
+def test_the_shares_of_an_enumeration_cover_what_one_serial_run_covers(tmp_path):
+    serial = enumerate_crashes(str(tmp_path / "serial"), max_length=1)
+    shared = crash_workers.crashes(str(tmp_path / "shares"), itertools.product(OPERATIONS, repeat=1))
+    assert (shared.sequences, shared.crash_points, shared.states) == (serial.sequences, serial.crash_points, serial.states)
+    assert shared.violations == serial.violations == []
 
 
 @pytest.mark.slow
 def test_every_pair_of_operations_crash_recovers(tmp_path):
-    outcome = enumerate_crashes(str(tmp_path / "w"), max_length=2)
+    outcome = crash_workers.crashes(str(tmp_path / "w"), PAIRS)
     assert outcome.crash_points > 300 and outcome.violations == []
 
 
 @pytest.mark.slow
 def test_every_triple_of_operations_crash_recovers(tmp_path):
-    outcome = enumerate_crashes(str(tmp_path / "w"), max_length=3, states_per_point=4,
-                                sequences=list(itertools.product(CLASSIC, repeat=3)))
+    outcome = crash_workers.crashes(str(tmp_path / "w"), itertools.product(CLASSIC, repeat=3), states_per_point=4)
     assert outcome.violations == []
 
 
 @pytest.mark.slow
 def test_every_triple_of_producer_and_retention_operations_crash_recovers(tmp_path):
     ops = ("append", "flush", "truncate", "idempotent", "abort", "retention")
-    outcome = enumerate_crashes(str(tmp_path / "w"), max_length=3, states_per_point=4,
-                                sequences=list(itertools.product(ops, repeat=3)))
+    outcome = crash_workers.crashes(str(tmp_path / "w"), itertools.product(ops, repeat=3), states_per_point=4)
     assert outcome.violations == []
 
 
@@ -209,16 +220,15 @@ def test_an_io_error_anywhere_in_a_compaction_ends_in_the_failure_state(tmp_path
 
 @pytest.mark.slow
 def test_every_compaction_sequence_crash_recovers(tmp_path):
-    from storage.sim.crash_compaction import enumerate_compaction_crashes
+    from storage.sim.crash_compaction import SEQUENCES
 
-    outcome = enumerate_compaction_crashes(str(tmp_path / "w"))
+    outcome = crash_workers.compaction_crashes(str(tmp_path / "w"), SEQUENCES)
     assert outcome.crash_points > 300 and outcome.violations == []
 
 
 @pytest.mark.slow
 def test_enumeration_catches_checkpoints_written_in_place(tmp_path):
-    with guards.disabled("M22"):
-        outcome = enumerate_crashes(str(tmp_path / "w"), max_length=2)
+    outcome = crash_workers.crashes(str(tmp_path / "w"), PAIRS, guard="M22")
     assert outcome.violations
 
 
@@ -303,9 +313,9 @@ def test_simfs_injects_errors_and_a_failed_fsync_makes_nothing_durable(tmp_path)
 
 
 def test_io_fault_enumeration_of_one_operation_is_clean(tmp_path):
-    from storage.sim.crash import enumerate_io_faults
+    import errno as _errno
 
-    outcome = enumerate_io_faults(str(tmp_path), max_length=1)
+    outcome = crash_workers.io_faults(str(tmp_path), codes=(_errno.EIO, _errno.ENOSPC), max_length=1)
     assert outcome.crash_points > 100 and outcome.violations == []
 
 
@@ -323,9 +333,9 @@ def test_io_fault_enumeration_catches_a_dir_that_stays_online(tmp_path, monkeypa
 
 @pytest.mark.slow
 def test_io_fault_enumeration_of_two_operations_is_clean(tmp_path):
-    from storage.sim.crash import enumerate_io_faults
+    import errno as _errno
 
-    outcome = enumerate_io_faults(str(tmp_path), max_length=2)
+    outcome = crash_workers.io_faults(str(tmp_path), codes=(_errno.EIO, _errno.ENOSPC), max_length=2)
     assert outcome.crash_points > 1000 and outcome.violations == []
 
 

@@ -13,10 +13,11 @@ import sys
 
 import pytest
 
-from storage.wire import codec, session
-from storage.wire.listeners import ListenerError, loopback, resolve
-from storage.wire.server import FrameServer
-from tests.wire_support import Broker, Cluster
+pytest.importorskip("kio", reason="the wire front end needs kio")
+from storage.wire import codec, session  # noqa: E402
+from storage.wire.listeners import ListenerError, loopback, resolve  # noqa: E402
+from storage.wire.server import FrameServer  # noqa: E402
+from tests.wire_support import Broker, Cluster  # noqa: E402
 
 TWO = ("--listeners", "INTERNAL://127.0.0.1:0,EXTERNAL://127.0.0.1:0",
        "--listener-security-protocol-map", "INTERNAL:PLAINTEXT,EXTERNAL:PLAINTEXT")

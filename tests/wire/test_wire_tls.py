@@ -15,14 +15,14 @@ import time
 
 import pytest
 
-from storage.wire import codec, session
-from storage.wire.listeners import Listener
-from storage.wire.server import FrameServer
-from storage.wire.tls import TlsConfigError, TlsSettings, rfc2253
-from tests.tls_support import make_pki
-from tests.wire_support import Broker, Cluster
-
+pytest.importorskip("kio", reason="the wire front end needs kio")
 pytest.importorskip("cryptography")
+from storage.wire import codec, session  # noqa: E402
+from storage.wire.listeners import Listener  # noqa: E402
+from storage.wire.server import FrameServer  # noqa: E402
+from storage.wire.tls import TlsConfigError, TlsSettings, rfc2253  # noqa: E402
+from tests.tls_support import make_pki  # noqa: E402
+from tests.wire_support import Broker, Cluster  # noqa: E402
 
 
 @pytest.fixture
