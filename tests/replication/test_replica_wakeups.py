@@ -160,3 +160,31 @@ def test_a_fetch_read_again_after_a_wake_does_not_update_the_followers_state(pai
     request.update_fetch_state = True
     leader.handle_fetch(request)
     assert state.log_end_offset == 1 and leader.logdir.partition("busy", 0).high_watermark == 1
+
+
+def test_a_parked_partition_whose_log_start_moved_here_is_fetched_again_within_a_second(pair):
+    """The follower's log start goes in its fetch (the leader's low watermark, DeleteRecords):
+    a parked partition whose log start moved locally (retention) is unparked at poll's next
+    once-a-second check and fetched with the new log start."""
+    leader, follower = pair
+    fetcher = follower.fetcher
+    now = [10_000]
+    follower.clock = fetcher.manager.clock = lambda: now[0]
+    leader.handle_produce(ProduceRequest("idle-b", 0, build_batch([b"x", b"y"]), 1))
+    for _ in range(3):                              # the records, then the high watermark
+        [(_, request)] = fetcher.poll()
+        fetcher.handle_response(LEADER, request, leader.handle_fetch(request))
+    log = follower.logdir.partition("idle-b", 0)
+    assert (log.log_end_offset, log.high_watermark) == (2, 2)
+    [(_, request)] = fetcher.poll()
+    fetcher.handle_unchanged(request, [(t, 0) for t in TOPICS])
+    now[0] += 1000
+    [(_, empty)] = fetcher.poll()
+    assert empty.partitions == []
+    fetcher.handle_response(LEADER, empty, type(leader.handle_fetch(request))([]))
+    log.increment_log_start_offset(1)
+    [(_, still)] = fetcher.poll()                   # not before the next check
+    assert still.partitions == []
+    now[0] += 1000
+    [(_, moved)] = fetcher.poll()
+    assert [(p.topic, p.log_start_offset) for p in moved.partitions] == [("idle-b", 1)]
