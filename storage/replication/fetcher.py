@@ -123,6 +123,15 @@ class ReplicaFetcher:
         self.request_timeout_ms = request_timeout_ms
         self.max_bytes = max_bytes
         self.partitions: dict[tuple[str, int], PartitionFetchState] = {}
+        # What poll walks: `partitions` but the parked ones, in the same order while none is.
+        self._awake: dict[tuple[str, int], PartitionFetchState] = {}
+        # Per leader, the partitions a fetch session answered unchanged (handle_unchanged) and
+        # their fetch as the leader's session holds it: poll leaves them out until an answer
+        # names them or their state changes (`_unpark`); `stirred` are those unparked since the
+        # session last asked (take_stirred).  Only a transport with sessions parks.
+        self.parked: dict[int, dict[tuple[str, int], FetchPartition]] = {}
+        self.stirred: dict[int, set[tuple[str, int]]] = {}
+        self._parked_checked_ms = 0
         # (topic, partition, offset) of the latest truncations, for tests, tools and the broker's log.
         self.truncations = RecentTruncations()
 
@@ -135,6 +144,7 @@ class ReplicaFetcher:
         if existing is not None:
             same = existing.current_leader_epoch == leader_epoch if guards.on("M6") \
                 else existing.leader_id == leader_id
+            self._unpark(existing)
             if same:
                 existing.leader_id, existing.current_leader_epoch = leader_id, leader_epoch
                 existing.failed = False
@@ -149,10 +159,55 @@ class ReplicaFetcher:
             start = p.log.log_end_offset if self.truncate_on_fetch and latest is not None \
                 else p.log.high_watermark
             state = PartitionFetchState(p.topic, p.partition, leader_id, leader_epoch, start, TRUNCATING)
-        self.partitions[p.key] = state
+        self.partitions[p.key] = self._awake[p.key] = state
 
     def remove_partition(self, key) -> None:
-        self.partitions.pop(key, None)
+        fs = self.partitions.pop(key, None)
+        if fs is not None:
+            self._unpark(fs)
+            self._awake.pop(key, None)
+
+    def clear(self) -> None:
+        """Follow nothing (the log directory went offline)."""
+        for fs in list(self.partitions.values()):
+            self.remove_partition(fs.key)
+
+    # ---- parked partitions (an incremental fetch session's unchanged ones) ----
+    def parked_of(self, leader_id: int) -> dict:
+        """The partitions parked with `leader_id` (a live dict: the transport's fetch session
+        with that leader keeps them in the leader's session)."""
+        return self.parked.setdefault(leader_id, {})
+
+    def take_stirred(self, leader_id: int) -> set:
+        """The partitions unparked from `leader_id` since the last call (a fetch session forgets
+        those no longer fetched)."""
+        return self.stirred.pop(leader_id, set())
+
+    def _unpark(self, fs: PartitionFetchState) -> None:
+        parked = self.parked.get(fs.leader_id)
+        if parked and parked.pop(fs.key, None) is not None:
+            self.stirred.setdefault(fs.leader_id, set()).add(fs.key)
+            if self.partitions.get(fs.key) is fs:
+                self._awake[fs.key] = fs
+
+    def _unpark_leader(self, leader_id: int, backoff_until_ms: int | None = None) -> None:
+        for key in list(self.parked.get(leader_id, ())):
+            fs = self.partitions[key]
+            self._unpark(fs)
+            if backoff_until_ms is not None:
+                fs.backoff_until_ms = backoff_until_ms
+
+    def _check_parked(self, now: int) -> None:
+        """Once a second: a parked partition whose log start moved here (retention) is fetched
+        again, so its leader learns the follower's new log start (the leader's low watermark)."""
+        if now - self._parked_checked_ms < 1000:
+            return
+        self._parked_checked_ms = now
+        for parked in self.parked.values():
+            for key, item in list(parked.items()):
+                p = self.manager.partitions.get(key)
+                if p is None or p.log.log_start_offset != item.log_start_offset:
+                    self._unpark(self.partitions[key])
 
     # ---- requests ----
     def _ready(self, fs: PartitionFetchState, now: int) -> bool:
@@ -168,7 +223,9 @@ class ReplicaFetcher:
         transport keeps one Fetch per leader carrying all of them (Kafka's fetcher thread)."""
         now = self.manager.clock()
         by_leader: dict[tuple[int, str], list] = {}
-        for fs in list(self.partitions.values()):
+        if self.parked:
+            self._check_parked(now)
+        for fs in list(self._awake.values()):
             if not self._ready(fs, now):
                 continue
             p = self.manager.partitions.get(fs.key)
@@ -196,6 +253,11 @@ class ReplicaFetcher:
                 fs.last_fetched_epoch if self.truncate_on_fetch else NO_EPOCH, p.log.log_start_offset,
                 self.max_bytes))
             fs.inflight_since_ms = now
+        for leader, parked in self.parked.items():
+            # A leader with only parked partitions still gets its (empty, incremental) Fetch:
+            # its session answers a parked partition when that one has news.
+            if parked and leader not in fetching:
+                by_leader.setdefault((leader, "fetch"), [])
         out = []
         me = self.manager.broker_id
         for (leader, kind), items in by_leader.items():
@@ -216,8 +278,17 @@ class ReplicaFetcher:
                 self._on_epoch_end_offset(sent.get((result.topic, result.partition)), result)
         elif isinstance(response, FetchResponse):
             sent = {(i.topic, i.partition): i for i in request.partitions}
+            parked = self.parked.get(leader_id)
             for result in response.partitions:
-                self._on_fetched(sent.get((result.topic, result.partition)), result)
+                key = (result.topic, result.partition)
+                item = sent.get(key)
+                if item is None and parked:
+                    # A parked partition the leader's session answered: it has news.
+                    item = parked.get(key)
+                    fs = self.partitions.get(key)
+                    if item is not None and fs is not None:
+                        self._unpark(fs)
+                self._on_fetched(item, result)
         elif isinstance(response, ListOffsetsResponse):
             self._on_list_offsets(request, response)
 
@@ -225,17 +296,26 @@ class ReplicaFetcher:
         """The Fetch `request` came back with nothing new for `keys` (an incremental fetch
         session leaves them out of its answer, KIP-227): they are fetched again, nothing else
         changes (an answer with no records and the same high watermark and log start would do
-        the same, at more cost)."""
+        the same, at more cost).  They are parked: poll leaves them out (the leader's session
+        holds their fetch) until an answer names them or their state changes."""
         sent = {(i.topic, i.partition): i for i in request.partitions}
         for key in keys:
             item, fs = sent.get(key), self.partitions.get(key)
             if item is not None and fs is not None and fs.current_leader_epoch == item.current_leader_epoch:
                 fs.inflight_since_ms = -1
+                if fs.state == FETCHING and not fs.failed and fs.fetch_offset == item.fetch_offset \
+                        and self._awake.get(key) is fs:
+                    del self._awake[key]
+                    self.parked_of(fs.leader_id)[key] = item
 
     def handle_failure(self, leader_id: int, request) -> None:
         """The request was lost or the leader unreachable: back off every partition in it."""
-        items = getattr(request, "partitions", None) or [request]
         now = self.manager.clock()
+        if isinstance(request, FetchRequest):
+            items = request.partitions
+            self._unpark_leader(leader_id, now + self.backoff_ms)   # the session is gone with the leader
+        else:
+            items = getattr(request, "partitions", None) or [request]
         for item in items:
             fs = self.partitions.get((item.topic, item.partition))
             if fs is not None:

@@ -656,7 +656,7 @@ class ReplicaManager(FetchAnswers):
         """Fail every waiting produce with KAFKA_STORAGE_ERROR and stop fetching."""
         for p in list(self.partitions.values()):
             self._fail_delayed(p, Errors.KAFKA_STORAGE_ERROR)
-        self.fetcher.partitions.clear()
+        self.fetcher.clear()
 
     @staticmethod
     def _storage_error_answer(message):
@@ -715,5 +715,5 @@ class ReplicaManager(FetchAnswers):
         """Fail pending requests and close the log dir (clean shutdown)."""
         for p in list(self.partitions.values()):
             self._fail_delayed(p, Errors.NOT_LEADER_OR_FOLLOWER)
-        self.fetcher.partitions.clear()
+        self.fetcher.clear()
         self.logdir.close()

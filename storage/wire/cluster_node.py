@@ -455,7 +455,13 @@ class RemoteController:
     async def _exchange(self, leader: int, request) -> None:
         from .replication_rpc import FollowerSession, exchange
         peer = self._peer(leader, type(request).__name__)
-        session = self._sessions.setdefault(leader, FollowerSession()) if isinstance(request, m.FetchRequest) else None
+        session = None
+        if isinstance(request, m.FetchRequest):
+            session = self._sessions.get(leader)
+            if session is None:
+                fetcher = self.broker.manager.fetcher
+                session = self._sessions[leader] = FollowerSession(fetcher.parked_of(leader),
+                                                                   lambda: fetcher.take_stirred(leader))
         try:
             if peer is None:
                 raise PeerError(f"no address for broker {leader}")

@@ -78,11 +78,16 @@ class FollowerSession:
     session id; later ones carry only the partitions whose fetch position changed (or that
     joined) and name those that left, and the leader answers only the partitions with news
     (records, a moved high watermark or log start, an error).  A partition of the request left
-    out of the answer had none (`unchanged`: it is simply fetched again).  So a fetch's size,
-    and the work of applying its answer, follow the partitions that move, not all those followed.  One Fetch in
-    flight per session (the fetcher keeps one per leader)."""
+    out of the answer had none (`unchanged`: the fetcher parks it, handle_unchanged).  The
+    session holds what the fetcher fetches from this leader plus what it parked there
+    (`parked`, the fetcher's live dict, and `stirred`, those unparked since: ReplicaFetcher
+    .parked_of / take_stirred), so the fetcher lists only what moved, and a fetch's size, and the
+    work of building it and applying its answer, follow the partitions that move, not all those
+    followed.  One Fetch in flight per session (the fetcher keeps one per leader)."""
 
-    def __init__(self):
+    def __init__(self, parked: dict | None = None, take_stirred=None):
+        self.parked = parked if parked is not None else {}
+        self.take_stirred = take_stirred or set
         self.reset()
 
     def reset(self) -> None:
@@ -92,15 +97,23 @@ class FollowerSession:
         self.session_id, self.epoch = 0, 0
         self.sent: dict[tuple[str, int], tuple | None] = {}     # what the leader's session holds of each
         self.told: dict[tuple[str, int], m.FetchResponsePartition] = {}    # its last answer of each
+        self.last: list[tuple[str, int]] = []       # the keys of the latest request's items
 
     def next_request(self, items) -> tuple[list, list, int, int]:
         """(partitions to send, (topic, partition) keys to forget, session id, epoch)."""
         wanted = {(i.topic, i.partition): i for i in items}
+        stirred = self.take_stirred()
+        previous, self.last = self.last, list(wanted)
         if not self.session_id:
+            # A full fetch: the parked partitions too (its answer names every one: unparked).
+            wanted.update((k, i) for k, i in self.parked.items() if k not in wanted)
             self.sent = {k: _position(i) for k, i in wanted.items()}
             return list(wanted.values()), [], self.closing, 0
         changed = [i for k, i in wanted.items() if self.sent.get(k) != _position(i)]
-        forgotten = [k for k in self.sent if k not in wanted]
+        # The session holds what was wanted or parked at the latest request; of those, only the
+        # latest request's items and the partitions unparked since can have left both.
+        forgotten = [k for k in dict.fromkeys([*previous, *stirred])
+                     if k in self.sent and k not in wanted and k not in self.parked]
         for k in forgotten:
             del self.sent[k]
             self.told.pop(k, None)

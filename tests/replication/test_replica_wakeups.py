@@ -101,26 +101,47 @@ def test_poll_sends_no_second_fetch_to_a_leader_with_one_in_flight_and_then_one_
     assert to == LEADER and sorted(p.topic for p in second.partitions) == sorted(TOPICS)
 
 
-def test_partitions_a_fetch_session_left_out_of_its_answer_are_fetched_again_unchanged(pair):
+def test_partitions_a_fetch_session_left_out_of_its_answer_are_parked_until_an_answer_names_them(pair):
+    """A session's unchanged partitions are parked: the leader's session holds their fetch, so
+    poll neither builds nor sends them (an empty incremental Fetch still goes to their leader),
+    until the leader answers one (news), its state changes, or the leader fails."""
     leader, follower = pair
-    [(_, request)] = follower.fetcher.poll()
-    follower.fetcher.handle_response(LEADER, request, leader.handle_fetch(request))
-    [(_, request)] = follower.fetcher.poll()
-    before = {k: (fs.fetch_offset, fs.last_fetched_epoch) for k, fs in follower.fetcher.partitions.items()}
+    fetcher = follower.fetcher
+    [(_, request)] = fetcher.poll()
+    fetcher.handle_response(LEADER, request, leader.handle_fetch(request))
+    [(_, request)] = fetcher.poll()
+    before = {k: (fs.fetch_offset, fs.last_fetched_epoch) for k, fs in fetcher.partitions.items()}
     hw = {t: follower.logdir.partition(t, 0).high_watermark for t in TOPICS}
-    assert follower.fetcher.poll() == []                     # all in flight
-    follower.fetcher.handle_unchanged(request, [(t, 0) for t in TOPICS])
-    assert {k: (fs.fetch_offset, fs.last_fetched_epoch) for k, fs in follower.fetcher.partitions.items()} == before
+    assert fetcher.poll() == []                     # all in flight
+    fetcher.handle_unchanged(request, [(t, 0) for t in TOPICS])
+    assert {k: (fs.fetch_offset, fs.last_fetched_epoch) for k, fs in fetcher.partitions.items()} == before
     assert {t: follower.logdir.partition(t, 0).high_watermark for t in TOPICS} == hw
-    [(_, again)] = follower.fetcher.poll()
-    assert sorted(p.topic for p in again.partitions) == sorted(TOPICS)
-    # An answer for an older leader epoch frees nothing: the partition's current fetch is another.
+    assert sorted(fetcher.parked_of(LEADER)) == sorted((t, 0) for t in TOPICS)
+    [(to, again)] = fetcher.poll()
+    assert to == LEADER and again.partitions == []
+    assert fetcher.poll({LEADER}) == []             # one Fetch per leader in flight, empty or not
+    # The leader's session answers a parked partition that has news: applied, fetched on.
+    leader.handle_produce(ProduceRequest("idle-a", 0, build_batch([b"x"]), 1))
+    full = FetchRequest(FOLLOWER, 102, list(fetcher.parked_of(LEADER).values()))
+    news = [r for r in leader.handle_fetch(full).partitions if r.topic == "idle-a"]
+    fetcher.handle_response(LEADER, again, type(leader.handle_fetch(full))(news))
+    assert follower.logdir.partition("idle-a", 0).log_end_offset == 1
+    assert fetcher.take_stirred(LEADER) == {("idle-a", 0)} and fetcher.take_stirred(LEADER) == set()
+    [(_, moved)] = fetcher.poll()
+    assert [(p.topic, p.fetch_offset) for p in moved.partitions] == [("idle-a", 1)]
+    # A new leader epoch unparks: the partition is fetched with it.
     follower.apply_partition_state(PartitionState("busy", 0, LEADER, 2, 1, [LEADER, FOLLOWER], [LEADER, FOLLOWER]))
-    [(_, newer)] = follower.fetcher.poll()
-    follower.fetcher.handle_unchanged(again, [("busy", 0)])
-    assert follower.fetcher.partitions[("busy", 0)].inflight_since_ms >= 0
-    follower.fetcher.handle_unchanged(newer, [("busy", 0)])
-    assert follower.fetcher.partitions[("busy", 0)].inflight_since_ms == -1
+    assert ("busy", 0) not in fetcher.parked_of(LEADER)
+    fetcher.handle_unchanged(moved, [("idle-a", 0)])
+    [(_, newer)] = fetcher.poll()
+    assert [(p.topic, p.current_leader_epoch) for p in newer.partitions] == [("busy", 2)]
+    # A failed Fetch (the session is gone with it): every parked partition backs off, then goes again.
+    fetcher.handle_failure(LEADER, newer)
+    assert fetcher.parked_of(LEADER) == {} and fetcher.poll() == []
+    follower.clock = lambda: 10_000 + fetcher.backoff_ms
+    fetcher.manager.clock = follower.clock
+    [(_, after)] = fetcher.poll()
+    assert sorted(p.topic for p in after.partitions) == sorted(TOPICS)
 
 
 def test_a_fetch_read_again_after_a_wake_does_not_update_the_followers_state(pair):
@@ -139,3 +160,31 @@ def test_a_fetch_read_again_after_a_wake_does_not_update_the_followers_state(pai
     request.update_fetch_state = True
     leader.handle_fetch(request)
     assert state.log_end_offset == 1 and leader.logdir.partition("busy", 0).high_watermark == 1
+
+
+def test_a_parked_partition_whose_log_start_moved_here_is_fetched_again_within_a_second(pair):
+    """The follower's log start goes in its fetch (the leader's low watermark, DeleteRecords):
+    a parked partition whose log start moved locally (retention) is unparked at poll's next
+    once-a-second check and fetched with the new log start."""
+    leader, follower = pair
+    fetcher = follower.fetcher
+    now = [10_000]
+    follower.clock = fetcher.manager.clock = lambda: now[0]
+    leader.handle_produce(ProduceRequest("idle-b", 0, build_batch([b"x", b"y"]), 1))
+    for _ in range(3):                              # the records, then the high watermark
+        [(_, request)] = fetcher.poll()
+        fetcher.handle_response(LEADER, request, leader.handle_fetch(request))
+    log = follower.logdir.partition("idle-b", 0)
+    assert (log.log_end_offset, log.high_watermark) == (2, 2)
+    [(_, request)] = fetcher.poll()
+    fetcher.handle_unchanged(request, [(t, 0) for t in TOPICS])
+    now[0] += 1000
+    [(_, empty)] = fetcher.poll()
+    assert empty.partitions == []
+    fetcher.handle_response(LEADER, empty, type(leader.handle_fetch(request))([]))
+    log.increment_log_start_offset(1)
+    [(_, still)] = fetcher.poll()                   # not before the next check
+    assert still.partitions == []
+    now[0] += 1000
+    [(_, moved)] = fetcher.poll()
+    assert [(p.topic, p.log_start_offset) for p in moved.partitions] == [("idle-b", 1)]

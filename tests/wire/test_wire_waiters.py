@@ -197,6 +197,41 @@ def test_a_followers_session_sends_what_moved_and_answers_the_rest_with_what_the
     assert ([i.partition for i in sent], session_id, epoch) == ([0, 1], 77, 0)
 
 
+def test_a_followers_session_keeps_the_parked_partitions_and_forgets_only_what_left():
+    """The fetcher's parked partitions (answered unchanged) stay in the leader's session though
+    the fetcher no longer lists them; one unparked and not fetched (backing off) is forgotten; a
+    full fetch (a new session) carries them all."""
+    from storage.wire.replication_rpc import FollowerSession
+    parked, stirred = {}, set()
+
+    def take():
+        out = set(stirred)
+        stirred.clear()
+        return out
+    session = FollowerSession(parked, take)
+    session.next_request(_wanted(5, 9, 9))
+    session.answered(77, _wanted(5, 9, 9), [_told(0, 5), _told(1, 9), _told(2, 9)])
+    sent, forgotten, _, _ = session.next_request(_wanted(5, 9, 9))
+    session.answered(77, _wanted(5, 9, 9), [])
+    parked.update((("t", i.partition), i) for i in _wanted(5, 9, 9)[1:])     # the fetcher parks 1 and 2
+    sent, forgotten, _, _ = session.next_request(_wanted(6))                  # only 0 is listed, moved
+    assert ([(i.partition, i.fetch_offset) for i in sent], forgotten) == ([(0, 6)], [])
+    session.answered(77, _wanted(6), [_told(0, 6)])
+    # 2 is unparked (an error answer) and backs off: forgotten; 1 stays parked, in the session.
+    del parked[("t", 2)]
+    stirred.add(("t", 2))
+    sent, forgotten, _, _ = session.next_request(_wanted(6))
+    assert (sent, forgotten) == ([], [("t", 2)])
+    assert sorted(session.sent) == [("t", 0), ("t", 1)]
+    session.answered(77, _wanted(6), [])
+    # 0 not listed (backing off) and not parked: forgotten; a new session's full fetch holds 1 too.
+    sent, forgotten, _, _ = session.next_request([])
+    assert (sent, forgotten) == ([], [("t", 0)])
+    session.reset()
+    sent, forgotten, session_id, epoch = session.next_request(_wanted(7))
+    assert ([(i.partition, i.fetch_offset) for i in sent], epoch) == ([(0, 7), (1, 9)], 0)
+
+
 # ---- the leader reads only the partitions that moved ---------------------------------------------
 
 def _count_follower_reads(server, counts: dict) -> None:
@@ -286,6 +321,87 @@ def test_a_still_partitions_follower_that_stops_fetching_leaves_the_isr_and_the_
                     break
             assert stopped.node.node_id not in partition.isr
             assert going.node.node_id in partition.isr and leader.node.node_id in partition.isr
+        finally:
+            await _stop_cluster(controller, servers)
+    asyncio.run(scenario())
+
+
+# ---- the follower touches only the partitions that moved -----------------------------------------
+
+def _count_follower_touches(server, counts: dict) -> None:
+    """Count the fetch states `server`'s fetcher looks at to build a request (poll), the
+    positions its fetch sessions compare (next_request), and the Fetch answers it applies."""
+    fetcher = server.node.manager.fetcher
+    ready, handle_response = fetcher._ready, fetcher.handle_response      # noqa: SLF001 (a seam)
+
+    def counting_ready(fs, now):
+        counts["states"] += 1
+        return ready(fs, now)
+
+    def counting_response(leader_id, request, response):
+        counts["answers"] += type(request).__name__ == "FetchRequest"
+        return handle_response(leader_id, request, response)
+    fetcher._ready, fetcher.handle_response = counting_ready, counting_response     # noqa: SLF001
+
+
+def test_a_follower_touches_only_the_partitions_that_moved_per_fetch_answer(tmp_path, monkeypatch):
+    """100 idle RF 3 partitions beside a busy one: while acks=all records go to the busy one, a
+    follower's work per Fetch answer -- the fetch states poll builds a request from, the positions
+    its session compares -- follows the partitions that moved, not the ~67 it follows (the idle
+    ones are parked: the leader's session holds their fetch).  Main looked at every followed
+    partition at every wake of the fetcher loop: > 67 states and 67 positions per answer.  A
+    parked partition that gets a record is answered by the leader's session and replicates."""
+    ck = pytest.importorskip("confluent_kafka")
+    from storage.wire import replication_rpc
+    positions = replication_rpc._position                                   # noqa: SLF001 (a seam)
+    counts = {"states": 0, "answers": 0, "positions": 0}
+
+    def counting_position(item):
+        counts["positions"] += 1
+        return positions(item)
+    monkeypatch.setattr(replication_rpc, "_position", counting_position)
+
+    async def scenario():
+        controller, servers = await _start_cluster(tmp_path)
+        try:
+            first = servers[0].node
+            for i in range(IDLE_TOPICS):
+                assert (await first.create_topic(f"idle-{i}", IDLE_PARTITIONS, 3))[0] == 0
+            assert (await first.create_topic("busy", 1, 3))[0] == 0
+            await asyncio.sleep(2.0)                 # every follower fetched every partition, answered unchanged
+            leader = next(s for s in servers if s.node.manager.partitions[("busy", 0)].leader == s.node.node_id)
+            followers = [s for s in servers if s is not leader]
+            for s in followers:
+                assert len(s.node.manager.fetcher.partitions) > 60
+                _count_follower_touches(s, counts)
+            counts["positions"] = 0
+            producer = ck.Producer({"bootstrap.servers": f"127.0.0.1:{leader.node.port}", "acks": "all",
+                                    "linger.ms": 0})
+            delivered: list = []
+            for n in range(20):
+                producer.produce("busy", b"x%d" % n, on_delivery=lambda err, msg: delivered.append(err))
+                for _ in range(250):
+                    await asyncio.sleep(0.02)
+                    producer.poll(0)
+                    if len(delivered) > n:
+                        break
+            assert delivered == [None] * 20
+            assert counts["answers"] >= 2 * 20, counts         # both followers fetched each record
+            per_answer = (counts["states"] + counts["positions"]) / counts["answers"]
+            assert per_answer < 10, counts
+            # A parked idle partition that gets a record: the leader's session answers it.
+            key = next(k for k, p in leader.node.manager.partitions.items()
+                       if k[0].startswith("idle-") and p.leader == leader.node.node_id)
+            done: list = []
+            producer.produce(key[0], b"y", partition=key[1], on_delivery=lambda err, msg: done.append(err))
+            for _ in range(250):
+                await asyncio.sleep(0.02)
+                producer.poll(0)
+                if done:
+                    break
+            assert done == [None]
+            for s in followers:
+                assert s.node.manager.partitions[key].log.log_end_offset == 1
         finally:
             await _stop_cluster(controller, servers)
     asyncio.run(scenario())
