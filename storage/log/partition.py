@@ -220,33 +220,40 @@ class PartitionLog(ClosedOnExit):
                     kind is bytes or kind is memoryview and records_or_batches.readonly       # appends.immutable_bytes
                     and records_or_batches.c_contiguous and records_or_batches.itemsize == 1):
                 data = records_or_batches if kind is bytes else ffi.from_buffer(records_or_batches)
-                with self._lock:
-                    state, local = self._leader_append.get("client"), self._local
-                    expected = state and state.expected
-                    if state is not None and not local.closed and open_segments.last is local.segments[-1] and \
-                            (expected is None or expected.seen == expected.manager.changes):
-                        v, length = state.v, len(records_or_batches)
-                        rc = _segment_append(local.segments[-1].native, data, length, self.log_end_offset,
-                                             leader_epoch, state.flags | READONLY, -1, v)
-                        out = state.out.tolist()
-                        if rc == 0 and out[SOLE_EPOCH] == self.epoch_cache.latest_epoch:
-                            hit = v.expected_hit if out[PRODUCER_BATCHES] else -1
-                            out[SOLE_EPOCH:] = NOT_DUPLICATE      # appends._written's common case, inline
-                            metrics = state.metrics
-                            metrics.appends += 1
-                            metrics.append_batches += out[4]
-                            metrics.append_records += out[5]
-                            metrics.append_bytes += out[6]
-                            self.log_end_offset = end = out[1] + 1
-                            self.producer_state.last_map_offset = end
-                            info = new_append_info(AppendInfo, out)
-                            if hit >= 0 and expected is not None:
-                                expected.commit(hit, info)
-                            return info
-                        if rc == 0:
-                            return _written(self, state, ffi.from_buffer(records_or_batches), length, None)
-                        if rc not in CALL_AGAIN:
-                            raise _refusal(self, rc, v, ffi.from_buffer(records_or_batches), length)
+                # A view's buffer is released before anything leaves this frame (the house's `with
+                # ffi.from_buffer`): a view still exported when an exception's traceback puts this
+                # frame in a reference cycle crashes the collector that clears the cycle.
+                try:
+                    with self._lock:
+                        state, local = self._leader_append.get("client"), self._local
+                        expected = state and state.expected
+                        if state is not None and not local.closed and open_segments.last is local.segments[-1] and \
+                                (expected is None or expected.seen == expected.manager.changes):
+                            v, length = state.v, len(records_or_batches)
+                            rc = _segment_append(local.segments[-1].native, data, length, self.log_end_offset,
+                                                 leader_epoch, state.flags | READONLY, -1, v)
+                            out = state.out.tolist()
+                            if rc == 0 and out[SOLE_EPOCH] == self.epoch_cache.latest_epoch:
+                                hit = v.expected_hit if out[PRODUCER_BATCHES] else -1
+                                out[SOLE_EPOCH:] = NOT_DUPLICATE      # appends._written's common case, inline
+                                metrics = state.metrics
+                                metrics.appends += 1
+                                metrics.append_batches += out[4]
+                                metrics.append_records += out[5]
+                                metrics.append_bytes += out[6]
+                                self.log_end_offset = end = out[1] + 1
+                                self.producer_state.last_map_offset = end
+                                info = new_append_info(AppendInfo, out)
+                                if hit >= 0 and expected is not None:
+                                    expected.commit(hit, info)
+                                return info
+                            if rc == 0:
+                                return _written(self, state, data if kind is memoryview else ffi.from_buffer(data), length, None)
+                            if rc not in CALL_AGAIN:
+                                raise _refusal(self, rc, v, data if kind is memoryview else ffi.from_buffer(data), length)
+                finally:
+                    if kind is memoryview:
+                        ffi.release(data)
             return self._leader_append_any(records_or_batches, leader_epoch, compression, origin)
         except OSError as exc:
             failure = failure_for(channel, exc, "append_as_leader")
