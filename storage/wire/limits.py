@@ -17,9 +17,12 @@ accepted (Kafka closes a connection over its IP's quota, and stops accepting at 
 The descriptor budget: the open-segment cache (storage/log/segment_home.py) lets its segments hold
 up to 3 x its limit descriptors (a quarter of the soft RLIMIT_NOFILE segments by default, so
 about three quarters of the descriptors); `default_max_connections` gives connections what is
-left after those and a reserve (an eighth, at least 32) for the metadata store, checkpoints,
-snapshots and the listening socket.  So connections never take a descriptor a segment roll
-needs; a limit set higher is warned about at start-up.
+left after those and a reserve (an eighth, at least 32, and at least ACCEPT_BURST + 16) for the
+metadata store, checkpoints, snapshots, the listening socket and the sockets of a flood of
+connections accepted before they can be refused: a listening socket is read ACCEPT_BURST
+sockets at a time (asyncio accepts up to its backlog per readiness), and each holds a
+descriptor until its connection is refused.  So connections never take a descriptor a segment
+roll needs; a limit set higher is warned about at start-up.
 
 Memory: a frame is read in pieces as its bytes arrive (a client that trickles holds what it
 sent, not its declared size), after its declared size is reserved in `RequestMemory` (Kafka's
@@ -41,6 +44,9 @@ log = logging.getLogger("storage.wire")
 
 UNLIMITED = INT32_MAX                      # Kafka's Int.MaxValue
 DESCRIPTORS_PER_SEGMENT = 3                # .log, .index, .timeindex
+# A listening socket's backlog, and so the sockets accepted at once before any is refused
+# (Kafka's socket.listen.backlog.size default).
+ACCEPT_BURST = 50
 _UNLIMITED_NOFILE = 1 << 20                # what RLIM_INFINITY counts as
 
 
@@ -49,7 +55,7 @@ def descriptor_budget() -> tuple[int, int, int]:
     soft, _hard = resource.getrlimit(resource.RLIMIT_NOFILE)
     if soft == resource.RLIM_INFINITY:
         soft = _UNLIMITED_NOFILE
-    return soft, DESCRIPTORS_PER_SEGMENT * open_segments.limit, max(32, soft // 8)
+    return soft, DESCRIPTORS_PER_SEGMENT * open_segments.limit, max(32, soft // 8, ACCEPT_BURST + 16)
 
 
 def default_max_connections() -> int:

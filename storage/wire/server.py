@@ -35,7 +35,7 @@ from .broker import MetadataSource
 from .connection import Connection
 from .groups import GroupCoordinator
 from .groups_admin import GroupAdmin
-from .limits import ConnectionGate, ConnectionLimits, ConnectionTimeoutError, RequestMemory
+from .limits import ACCEPT_BURST, ConnectionGate, ConnectionLimits, ConnectionTimeoutError, RequestMemory
 from .listeners import Listener
 from .scram import ScramApis
 from .topic_admin import TopicAdminApis
@@ -83,11 +83,12 @@ class FrameServer:
 
         loop = asyncio.get_running_loop()
         if template.tls:            # the handshake is the connection handler's first step (_handshake)
-            server = await loop.create_server(lambda: _TlsAccept(self, template), host or None, port)
+            server = await loop.create_server(lambda: _TlsAccept(self, template), host or None, port,
+                                              backlog=ACCEPT_BURST)
         else:
             def serve(connection: Connection):
                 return self._serve(connection, template)
-            server = await loop.create_server(lambda: Connection(serve), host or None, port)
+            server = await loop.create_server(lambda: Connection(serve), host or None, port, backlog=ACCEPT_BURST)
         self._servers.append(server)
         return server.sockets[0].getsockname()[1]
 

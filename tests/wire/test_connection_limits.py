@@ -31,7 +31,7 @@ pytest.importorskip("kio", reason="the wire front end needs kio")
 from storage.log.segment_home import open_segments  # noqa: E402
 from storage.wire import codec  # noqa: E402
 from storage.wire.apis import ClientApis  # noqa: E402
-from storage.wire.limits import ConnectionLimits, default_max_connections, descriptor_budget  # noqa: E402
+from storage.wire.limits import ACCEPT_BURST, ConnectionLimits, default_max_connections, descriptor_budget  # noqa: E402
 from storage.wire.server import FrameServer  # noqa: E402
 from tests.wire_support import Broker, _read  # noqa: E402
 
@@ -182,6 +182,30 @@ def test_the_newest_connection_beyond_the_cap_is_closed(limit):
             assert served(fourth)
         second.close()
         third.close()
+
+
+def test_a_flood_is_accepted_a_bounded_burst_at_a_time_and_the_reserve_covers_it(monkeypatch):
+    """asyncio accepts up to a listening socket's backlog at one readiness, and each accepted
+    socket holds a descriptor until its connection is refused: the backlog is ACCEPT_BURST
+    (Kafka's socket.listen.backlog.size) and the descriptor reserve is larger, so a flood of
+    connections beyond max.connections cannot take the descriptors a segment roll needs."""
+    backlogs = []
+    real = asyncio.BaseEventLoop.create_server
+
+    async def recording(self, *args, **kwargs):
+        backlogs.append(kwargs.get("backlog", 100))       # asyncio's default
+        return await real(self, *args, **kwargs)
+    monkeypatch.setattr(asyncio.BaseEventLoop, "create_server", recording)
+
+    async def main():
+        server = VersionsOnly(ConnectionLimits(max_connections=5))
+        await server.listen("127.0.0.1", 0)
+        server.stop_listening()
+    asyncio.run(main())
+    assert backlogs == [ACCEPT_BURST]
+    for soft in (64, 256, 1024, 1 << 20):
+        monkeypatch.setattr(resource, "getrlimit", lambda _which, soft=soft: (soft, soft))
+        assert descriptor_budget()[2] > ACCEPT_BURST
 
 
 def test_the_default_max_connections_leaves_the_segments_their_descriptors():
