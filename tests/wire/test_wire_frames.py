@@ -18,7 +18,7 @@ pytest.importorskip("kio", reason="the wire front end needs kio")
 from wire_frames import BOMBS, bombs, full_frame, served  # noqa: E402
 from wire_support import Broker, raw_exchange  # noqa: E402
 
-from storage.wire import bounds, codec, produce_codec  # noqa: E402
+from storage.wire import bounds, codec, fetch_request, produce_codec  # noqa: E402
 
 ADDRESS_SPACE_BYTES = 1 << 30
 # The issue's frame: Metadata v12, null client id, no tags, topics claiming 2^32-1 entries.
@@ -40,8 +40,11 @@ def test_the_issues_metadata_frame_is_refused_with_kafkas_reason():
 def test_every_length_of_every_served_request_is_bounded(key, version):
     frame = full_frame(key, version)
     header, request = codec.parse_request(frame)        # the walk accepts what kio writes
-    # (Produce's is read by produce_codec, every other by kio)
-    assert type(request) is (produce_codec.ProduceRequest if key == 0 else codec._request_class(key, version))
+    # (Produce's is read by produce_codec, Fetch's by fetch_request, every other by kio)
+    if key == 1:        # a class of fetch_request's for each version
+        assert isinstance(request, fetch_request.FetchRequest) and request.__version__ == version
+    else:
+        assert type(request) is (produce_codec.ProduceRequest if key == 0 else codec._request_class(key, version))
     planted = bombs(key, version)
     assert planted, "a request without a length field"
     assert any("RequestHeader.client_id" in name for name, _ in planted)
