@@ -35,6 +35,11 @@ T0 = 1_700_000_000_000
 CONFIG = LogConfig(segment_bytes=2048, index_interval_bytes=256, segment_index_bytes=4096, fsync=False)
 
 
+# The tests that start a Spark session (a JVM: 20-90 s for the first) run in the slow tier,
+# which CI runs on every change (`pytest -m slow`); the rest of this file is the default tier's.
+SPARK_SESSION = pytest.mark.slow
+
+
 @pytest.fixture(scope="module")
 def spark():
     from storage.spark.session import create_session
@@ -323,6 +328,7 @@ def scenarios(tmp_path_factory, spark):
 
 # ---- the data source ----------------------------------------------------------------------------
 
+@SPARK_SESSION
 def test_data_source_on_our_logs(spark, tmp_path):
     log_dir = LogDir.open(tmp_path / "broker", CONFIG)
     orders = log_dir.partition("orders", 0)
@@ -353,6 +359,7 @@ def real_kafka_paths() -> list[str]:
     return paths
 
 
+@SPARK_SESSION
 def test_data_source_on_every_real_kafka_log_dir(spark):
     paths = real_kafka_paths()
     every_segment = {os.path.abspath(p) for p in glob.glob(os.path.join(TESTDATA, "**", "*.log"), recursive=True)}
@@ -364,6 +371,7 @@ def test_data_source_on_every_real_kafka_log_dir(spark):
     assert magic == {1, 2}
 
 
+@SPARK_SESSION
 def test_payload_columns_only_when_asked(spark):
     path = os.path.join(TESTDATA, "kafka-jvm-generated")
     batches = spark.read.format("partitionlog").load(path)
@@ -379,6 +387,7 @@ def test_payload_columns_only_when_asked(spark):
         spark.read.format("partitionlog").schema("nonsense long").load(path).collect()
 
 
+@SPARK_SESSION
 def test_bad_bytes_are_rows_at_batch_level_and_errors_at_record_level(spark, tmp_path):
     good = b"".join(build_batch([b"v%d" % i], base_offset=i, partition_leader_epoch=0, base_timestamp=T0)
                     for i in range(4))
@@ -450,12 +459,14 @@ def test_a_segment_gone_since_planning_is_an_error_row(tmp_path):
 
 @pytest.mark.parametrize("topic", ["same", "cut", "kip101", "hidden", "flip", "missing", "prefix", "tail", "gaps",
                                    "broken", "torn", "retained", "txn", "compacted"])
+@SPARK_SESSION
 def test_audit_verdicts_and_first_divergent_offsets(scenarios, topic):
     _, expect, results = scenarios
     record = results[topic]
     assert (record["verdict"], record["first_divergent_offset"]) == expect[topic], json.dumps(record, indent=1)
 
 
+@SPARK_SESSION
 def test_audit_details(scenarios):
     dirs, _, results = scenarios
     flip = results["flip"]
@@ -499,6 +510,7 @@ def test_audit_details(scenarios):
     assert analysis.exit_code(list(results.values())) == 1
 
 
+@SPARK_SESSION
 def test_audit_cli_on_real_kafka_dirs(spark, tmp_path, capsys):
     dirs = sorted(glob.glob(os.path.join(TESTDATA, "kafka-real", "*", "@*", "kafka-data")))
     out = tmp_path / "out"
@@ -522,6 +534,7 @@ def test_audit_cli_on_real_kafka_dirs(spark, tmp_path, capsys):
     assert json.loads((out / "run.json").read_text())["exit_code"] == 0
 
 
+@SPARK_SESSION
 def test_audit_of_a_generated_fleet_finds_every_injected_fault(spark, tmp_path):
     fleet = generate.generate(str(tmp_path / "fleet"), brokers=3, topics=2, partitions=3, batches=24, records=6,
                               value_bytes=60, segment_bytes=8192, epochs=3,
@@ -589,6 +602,7 @@ def test_audit_without_java_says_so_in_one_line(tmp_path):
     assert len(lines) == 1 and "Java 17+" in lines[0], done.stderr
 
 
+@SPARK_SESSION
 def test_producer_columns(spark, tmp_path):
     with LogDir.open(tmp_path / "broker", CONFIG) as log_dir:
         log = log_dir.partition("orders", 0)
