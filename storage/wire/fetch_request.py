@@ -16,20 +16,14 @@ import datetime
 import struct
 import uuid
 
+from ..core.varint import uvarint
+from .request_header import RequestHeader
+
 VERSION = 16
 _HEAD = struct.Struct(">hhi")
 _TOP = struct.Struct(">iiibii")
 _PART = struct.Struct(">iiqiqi")
 _STATE = struct.Struct(">iqB")
-
-
-def _uvarint(n: int) -> bytes:
-    out = bytearray()
-    while n >= 0x80:
-        out.append((n & 0x7F) | 0x80)
-        n >>= 7
-    out.append(n)
-    return bytes(out)
 
 
 def _uuid(value) -> bytes:
@@ -48,24 +42,24 @@ def encode(correlation_id: int, client_id: str | None, body: dict) -> bytes:
     out.append(_TOP.pack(body["max_wait"], body["min_bytes"], body["max_bytes"], body["isolation_level"],
                          body["session_id"], body["session_epoch"]))
     topics = body["topics"]
-    out.append(_uvarint(len(topics) + 1))
+    out.append(uvarint(len(topics) + 1))
     for t in topics:
         parts = t["partitions"]
-        out += [_uuid(t["topic_id"]), _uvarint(len(parts) + 1)]
+        out += [_uuid(t["topic_id"]), uvarint(len(parts) + 1)]
         for p in parts:
             out += [_PART.pack(p["partition"], p["current_leader_epoch"], p["fetch_offset"], p["last_fetched_epoch"],
                                p["log_start_offset"], p["partition_max_bytes"]), b"\0"]
         out.append(b"\0")
     forgotten = body["forgotten_topics_data"]
-    out.append(_uvarint(len(forgotten) + 1))
+    out.append(uvarint(len(forgotten) + 1))
     for t in forgotten:
         parts = t["partitions"]
-        out += [_uuid(t["topic_id"]), _uvarint(len(parts) + 1), struct.pack(f">{len(parts)}i", *parts), b"\0"]
+        out += [_uuid(t["topic_id"]), uvarint(len(parts) + 1), struct.pack(f">{len(parts)}i", *parts), b"\0"]
     rack = body["rack_id"].encode()
-    out += [_uvarint(len(rack) + 1), rack]
+    out += [uvarint(len(rack) + 1), rack]
     state = body.get("replica_state")
     if state is not None and (state["replica_id"], state["replica_epoch"]) != (-1, -1):
-        out += [b"\x01\x01", _uvarint(_STATE.size), _STATE.pack(state["replica_id"], state["replica_epoch"], 0)]
+        out += [b"\x01\x01", uvarint(_STATE.size), _STATE.pack(state["replica_id"], state["replica_epoch"], 0)]
     else:
         out.append(b"\0")
     frame = b"".join(out)
@@ -106,21 +100,6 @@ _STATE_TAG = b"\x01\x01\x0d"                 # one tagged field, tag 1, 13 bytes
 _IDS: dict[bytes, uuid.UUID] = {}
 _WAITS: dict[int, datetime.timedelta] = {}
 _CACHED_MAX = 4096
-
-
-class RequestHeader:
-    """The request header fields a handler reads (kio's RequestHeader's names)."""
-
-    __slots__ = ("request_api_key", "request_api_version", "correlation_id", "client_id")
-
-    def __init__(self, version: int, correlation_id: int, client_id: str | None):
-        self.request_api_key = FETCH_KEY
-        self.request_api_version = version
-        self.correlation_id = correlation_id
-        self.client_id = client_id
-
-    def __repr__(self) -> str:
-        return f"RequestHeader(Fetch v{self.request_api_version}, #{self.correlation_id}, {self.client_id!r})"
 
 
 class _Entity:
@@ -387,4 +366,4 @@ def _read(view, end: int):
         request.cluster_id = None
         at = _tagged_fields(view, at, end, version, request)
     # Bytes after the request are ignored, as codec.parse_request does.
-    return RequestHeader(version, correlation_id, client_id), request
+    return RequestHeader(FETCH_KEY, version, correlation_id, client_id), request

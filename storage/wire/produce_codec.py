@@ -23,6 +23,7 @@ import datetime
 import struct
 
 from ..core.varint import uvarint
+from .request_header import RequestHeader
 
 PRODUCE_KEY = 0
 FIRST_VERSION, LAST_REQUEST_VERSION, LAST_RESPONSE_VERSION = 3, 12, 12
@@ -37,21 +38,6 @@ _PARTITION_V3 = struct.Struct(">ihqq")      # index, error code, base offset, lo
 _PARTITION_V5 = struct.Struct(">ihqqq")     # ... log start offset
 _LEADER = struct.Struct(">iib")             # current_leader: leader id, epoch, no tagged fields
 _VARINT_BYTES_MAX = 5
-
-
-class RequestHeader:
-    """The request header fields a handler reads (kio's RequestHeader's names)."""
-
-    __slots__ = ("request_api_key", "request_api_version", "correlation_id", "client_id")
-
-    def __init__(self, version: int, correlation_id: int, client_id: str | None):
-        self.request_api_key = PRODUCE_KEY
-        self.request_api_version = version
-        self.correlation_id = correlation_id
-        self.client_id = client_id
-
-    def __repr__(self) -> str:
-        return f"RequestHeader(Produce v{self.request_api_version}, #{self.correlation_id}, {self.client_id!r})"
 
 
 class PartitionProduceData:
@@ -199,7 +185,7 @@ def _read(view, end: int):
     if flexible:
         at = _no_tagged_fields(view, at, end)
     # Bytes after the request are ignored, as codec.parse_request does.
-    return (RequestHeader(version, correlation_id, client_id),
+    return (RequestHeader(PRODUCE_KEY, version, correlation_id, client_id),
             ProduceRequest(version, transactional_id, acks, timeout, tuple(topics)))
 
 
