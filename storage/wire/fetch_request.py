@@ -17,7 +17,7 @@ import struct
 import uuid
 
 from ..core.varint import uvarint
-from .request_header import RequestHeader
+from .request_header import NotOurs, RequestHeader, read_uvarint
 
 VERSION = 16
 _HEAD = struct.Struct(">hhi")
@@ -92,7 +92,6 @@ _PART_V4 = struct.Struct(">iqi")
 _PART_V5 = struct.Struct(">iqqi")
 _PART_V9 = struct.Struct(">iiqqi")
 _PART_V12 = struct.Struct(">iiqiqib")       # ... and the partition's (empty) tagged fields
-_VARINT_BYTES_MAX = 5
 _ZERO_ID = bytes(16)
 _STATE_TAG = b"\x01\x01\x0d"                 # one tagged field, tag 1, 13 bytes: the replica state alone
 # Topic ids and wait times as kio reads them (immutable: one object serves every request naming
@@ -167,29 +166,12 @@ _REQUEST_CLASSES = {v: type("FetchRequest", (FetchRequest,), {"__slots__": (), "
                     for v in range(FIRST_READ_VERSION, LAST_READ_VERSION + 1)}
 
 
-class _NotOurs(Exception):
-    """The frame is left to kio (codec.parse_request), which answers it as it always did."""
-
-
 def read_request(frame) -> tuple[RequestHeader, FetchRequest] | None:
     """(header, request) of a Fetch frame of v4..v16, or None to have kio parse it."""
     try:
         return _read(memoryview(frame), len(frame))
-    except (_NotOurs, struct.error, UnicodeDecodeError, ValueError):
+    except (NotOurs, struct.error, UnicodeDecodeError, ValueError):
         return None
-
-
-def _read_uvarint(view, at: int, end: int) -> tuple[int, int]:
-    value = shift = 0
-    for i in range(_VARINT_BYTES_MAX):
-        if at + i >= end:
-            raise _NotOurs
-        byte = view[at + i]
-        value |= (byte & 0x7F) << shift
-        if not byte & 0x80:
-            return value, at + i + 1
-        shift += 7
-    raise _NotOurs
 
 
 def _count(view, at: int, end: int, flexible: bool) -> tuple[int, int]:
@@ -198,12 +180,12 @@ def _count(view, at: int, end: int, flexible: bool) -> tuple[int, int]:
         if at < end and view[at] < 0x80:
             length, at = view[at] - 1, at + 1
         else:
-            raw, at = _read_uvarint(view, at, end)
+            raw, at = read_uvarint(view, at, end)
             length = raw - 1
     else:
         length, at = _I32.unpack_from(view, at)[0], at + 4
     if length < 0 or length > end - at:
-        raise _NotOurs
+        raise NotOurs
     return length, at
 
 
@@ -213,7 +195,7 @@ def _string(view, at: int, end: int, flexible: bool) -> tuple[str, int]:
     else:
         length, at = _I16.unpack_from(view, at)[0], at + 2
         if length < 0 or length > end - at:
-            raise _NotOurs
+            raise NotOurs
     return str(view[at:at + length], "utf-8"), at + length
 
 
@@ -222,7 +204,7 @@ def _topic_key(view, at: int, end: int, version: int, topic: FetchTopic) -> int:
     if version >= _TOPIC_IDS_FROM:
         raw = bytes(view[at:at + 16])
         if len(raw) != 16:
-            raise _NotOurs
+            raise NotOurs
         topic_id = _IDS.get(raw)
         if topic_id is None:
             if len(_IDS) >= _CACHED_MAX:
@@ -236,7 +218,7 @@ def _topic_key(view, at: int, end: int, version: int, topic: FetchTopic) -> int:
 
 def _no_tags(view, at: int, end: int) -> int:
     if at >= end or view[at] != 0:
-        raise _NotOurs
+        raise NotOurs
     return at + 1
 
 
@@ -245,10 +227,10 @@ def _partitions(view, at: int, end: int, version: int, count: int) -> tuple[list
     if version >= _FLEXIBLE_FROM:
         stop = at + _PART_V12.size * count
         if stop > end:
-            raise _NotOurs
+            raise NotOurs
         for partition, leader_epoch, offset, last_epoch, start, most, tags in _PART_V12.iter_unpack(view[at:stop]):
             if tags:
-                raise _NotOurs
+                raise NotOurs
             parts.append(FetchPartition(partition, leader_epoch, offset, last_epoch, start, most))
         return parts, stop
     shape = _PART_V9 if version >= 9 else _PART_V5 if version >= 5 else _PART_V4
@@ -275,19 +257,19 @@ def _tagged_fields(view, at: int, end: int, version: int, request: FetchRequest)
     if version >= _REPLICA_STATE_FROM and view[at:at + 3] == _STATE_TAG:       # a follower's
         replica_id, epoch, tags = _REPLICA_STATE.unpack_from(view, at + 3)
         if tags:
-            raise _NotOurs
+            raise NotOurs
         request.replica_state = ReplicaState(replica_id, epoch)
         return at + 3 + _REPLICA_STATE.size
-    count, at = _read_uvarint(view, at, end)
+    count, at = read_uvarint(view, at, end)
     last = -1
     for _ in range(count):
-        tag, at = _read_uvarint(view, at, end)
-        size, at = _read_uvarint(view, at, end)
+        tag, at = read_uvarint(view, at, end)
+        size, at = read_uvarint(view, at, end)
         if tag <= last or size > end - at:
-            raise _NotOurs
+            raise NotOurs
         last, stop = tag, at + size
         if tag == 0:
-            length, at = _read_uvarint(view, at, stop)
+            length, at = read_uvarint(view, at, stop)
             if length == 0:
                 request.cluster_id = None
             else:
@@ -295,22 +277,22 @@ def _tagged_fields(view, at: int, end: int, version: int, request: FetchRequest)
         elif tag == 1 and version >= _REPLICA_STATE_FROM and size == _REPLICA_STATE.size:
             replica_id, epoch, tags = _REPLICA_STATE.unpack_from(view, at)
             if tags:
-                raise _NotOurs
+                raise NotOurs
             request.replica_state, at = ReplicaState(replica_id, epoch), stop
         else:
-            raise _NotOurs          # a tag this reader does not know: kio's walk
+            raise NotOurs          # a tag this reader does not know: kio's walk
         if at != stop:
-            raise _NotOurs
+            raise NotOurs
     return at
 
 
 def _read(view, end: int):
     key, version, correlation_id, client_length = _READ_HEADER.unpack_from(view, 0)
     if key != FETCH_KEY or not FIRST_READ_VERSION <= version <= LAST_READ_VERSION:
-        raise _NotOurs
+        raise NotOurs
     at = 10
     if client_length < -1 or client_length > end - at:
-        raise _NotOurs
+        raise NotOurs
     client_id = None
     if client_length >= 0:
         client_id, at = str(view[at:at + client_length], "utf-8"), at + client_length

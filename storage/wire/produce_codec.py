@@ -23,7 +23,7 @@ import datetime
 import struct
 
 from ..core.varint import uvarint
-from .request_header import RequestHeader
+from .request_header import NotOurs, RequestHeader, read_uvarint
 
 PRODUCE_KEY = 0
 FIRST_VERSION, LAST_REQUEST_VERSION, LAST_RESPONSE_VERSION = 3, 12, 12
@@ -37,7 +37,6 @@ _SIZE_CORRELATION = struct.Struct(">ii")
 _PARTITION_V3 = struct.Struct(">ihqq")      # index, error code, base offset, log append time
 _PARTITION_V5 = struct.Struct(">ihqqq")     # ... log start offset
 _LEADER = struct.Struct(">iib")             # current_leader: leader id, epoch, no tagged fields
-_VARINT_BYTES_MAX = 5
 
 
 class PartitionProduceData:
@@ -85,31 +84,14 @@ class ProduceRequest:
                 f"timeout={self.timeout}, topic_data={self.topic_data!r})")
 
 
-class _NotOurs(Exception):
-    """The frame is left to kio (codec.parse_request), which answers it as it always did."""
-
-
 # ---- the request --------------------------------------------------------------------------------
 
 def read_request(frame) -> tuple[RequestHeader, ProduceRequest] | None:
     """(header, request) of a Produce frame of v3..v12, or None to have kio parse it."""
     try:
         return _read(memoryview(frame), len(frame))
-    except (_NotOurs, struct.error, UnicodeDecodeError):
+    except (NotOurs, struct.error, UnicodeDecodeError):
         return None
-
-
-def _uvarint(view, at: int, end: int) -> tuple[int, int]:
-    value = shift = 0
-    for i in range(_VARINT_BYTES_MAX):
-        if at + i >= end:
-            raise _NotOurs
-        byte = view[at + i]
-        value |= (byte & 0x7F) << shift
-        if not byte & 0x80:
-            return value, at + i + 1
-        shift += 7
-    raise _NotOurs
 
 
 def _length(view, at: int, end: int, flexible: bool, wide: bool) -> tuple[int, int]:
@@ -119,14 +101,14 @@ def _length(view, at: int, end: int, flexible: bool, wide: bool) -> tuple[int, i
         if at < end and view[at] < 0x80:
             length, at = view[at] - 1, at + 1
         else:
-            raw, at = _uvarint(view, at, end)
+            raw, at = read_uvarint(view, at, end)
             length = raw - 1
     elif wide:
         length, at = _I32.unpack_from(view, at)[0], at + 4
     else:
         length, at = _I16.unpack_from(view, at)[0], at + 2
     if length < -1 or length > end - at:
-        raise _NotOurs
+        raise NotOurs
     return length, at
 
 
@@ -134,24 +116,24 @@ def _string(view, at: int, end: int, flexible: bool, nullable: bool) -> tuple[st
     length, at = _length(view, at, end, flexible, False)
     if length < 0:
         if not nullable:
-            raise _NotOurs
+            raise NotOurs
         return None, at
     return str(view[at:at + length], "utf-8"), at + length
 
 
 def _no_tagged_fields(view, at: int, end: int) -> int:
     if at >= end or view[at] != 0:
-        raise _NotOurs              # tagged fields (none is defined for Produce): kio's walk
+        raise NotOurs              # tagged fields (none is defined for Produce): kio's walk
     return at + 1
 
 
 def _read(view, end: int):
     key, version, correlation_id, client_length = _HEADER.unpack_from(view, 0)
     if key != PRODUCE_KEY or not FIRST_VERSION <= version <= LAST_REQUEST_VERSION:
-        raise _NotOurs
+        raise NotOurs
     at = 10
     if client_length < -1 or client_length > end - at:
-        raise _NotOurs
+        raise NotOurs
     client_id = None
     if client_length >= 0:
         client_id, at = str(view[at:at + client_length], "utf-8"), at + client_length
@@ -162,13 +144,13 @@ def _read(view, end: int):
     acks, timeout = _ACKS_TIMEOUT.unpack_from(view, at)
     topic_count, at = _length(view, at + 6, end, flexible, True)
     if topic_count < 0:
-        raise _NotOurs
+        raise NotOurs
     topics = []
     for _ in range(topic_count):
         name, at = _string(view, at, end, flexible, False)
         count, at = _length(view, at, end, flexible, True)
         if count < 0:
-            raise _NotOurs
+            raise NotOurs
         parts = []
         for _ in range(count):
             index = _I32.unpack_from(view, at)[0]

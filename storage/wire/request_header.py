@@ -1,6 +1,27 @@
-"""The request header the hand-made readers give a handler (produce_codec, fetch_request): the
-fields it reads, with kio's RequestHeader's names."""
+"""What the hand-made request readers (produce_codec, fetch_request) share: the request header
+they give a handler (the fields it reads, with kio's RequestHeader's names), the exception that
+leaves a frame to kio, and the unsigned-varint read."""
 from __future__ import annotations
+
+VARINT_BYTES_MAX = 5        # an int32's varint
+
+
+class NotOurs(Exception):
+    """The frame is left to kio (codec.parse_request), which answers it as it always did."""
+
+
+def read_uvarint(view, at: int, end: int) -> tuple[int, int]:
+    """(value, position after it) of the unsigned varint at `at`; NotOurs if cut or too long."""
+    value = shift = 0
+    for i in range(VARINT_BYTES_MAX):
+        if at + i >= end:
+            raise NotOurs
+        byte = view[at + i]
+        value |= (byte & 0x7F) << shift
+        if not byte & 0x80:
+            return value, at + i + 1
+        shift += 7
+    raise NotOurs
 
 
 class RequestHeader:
