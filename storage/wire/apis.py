@@ -17,6 +17,7 @@ from .admin_apis import CLUSTER_OPERATIONS, TOPIC_OPERATIONS, operations
 from .broker import MetadataSource
 from .codec import SUPPORTED, InvalidRequestError, ms
 from .fetch_sessions import FetchManager, FetchSessionCache
+from .later import Later
 from .waiters import END, HIGH_WATERMARK, LOW_WATERMARK, Notifier, long_poll
 
 log = logging.getLogger("storage.wire")
@@ -124,9 +125,10 @@ class ClientApis:
         return names, [unknown_row(0)] if any(t.name is None for t in wanted) else []
 
     # ---- Produce -----------------------------------------------------------------------------
-    async def produce(self, header, request) -> dict | None:
-        """Each partition's records (a view of the request frame) appended in one pass, then one
-        wait for the acks=-1 answers still to come (acks 0/1 and refusals answer at once)."""
+    async def produce(self, header, request) -> dict | Later | None:
+        """Each partition's records (a view of the request frame) appended in one pass; acks 0/1
+        and refusals answer at once, acks=-1 with a Later: one wait for the answers still to come,
+        which the connection does not wait for before it reads its next request."""
         manager, acks, transactional_id = self.node.manager, request.acks, request.transactional_id
         answers, pending, refused = [], [], {}
         for t in request.topic_data:
@@ -150,10 +152,18 @@ class ClientApis:
                 answers.append(answer if answer is not None else done)
         self.node.pump()        # the appends woke the fetches waiting on them (ReplicaManager.on_append)
         if pending:
-            await asyncio.gather(*pending)
-            answers = [a.result() if isinstance(a, asyncio.Future) else a for a in answers]
+            if not all(done.done() for done in pending):    # the wait does not hold the connection (later.py)
+                return Later(self._produce_acked(pending, answers, refused))
+            answers = [a.result() if isinstance(a, asyncio.Future) else a for a in answers]    # a leader alone
         if acks == 0:
             return None
+        return {"responses": self._produce_rows(answers, refused)}
+
+    async def _produce_acked(self, pending: list, answers: list, refused: dict) -> dict:
+        """An acks=-1 Produce's body, once the high watermark passed each partition's records (or
+        they timed out)."""
+        await asyncio.gather(*pending)
+        answers = [a.result() if isinstance(a, asyncio.Future) else a for a in answers]
         return {"responses": self._produce_rows(answers, refused)}
 
     def _produce_rows(self, answers: list, refused: dict) -> list[dict]:

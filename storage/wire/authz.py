@@ -25,6 +25,7 @@ from . import codec, error_answers, session
 from .authorizer import CLUSTER_NAME
 from .authorizer import Operation as O
 from .authorizer import ResourceType as R
+from .later import Later
 
 TOPIC_DENIED = Errors.TOPIC_AUTHORIZATION_FAILED
 GROUP_DENIED = Errors.GROUP_AUTHORIZATION_FAILED
@@ -70,6 +71,19 @@ def _replace(request, **changes):
 
 def _name(t) -> str | None:
     return getattr(t, "name", None) or getattr(t, "topic", None)
+
+
+def _merged(body: dict, answers: list[dict]) -> dict:
+    """`body` with the lists of each refusal's answer appended to its own."""
+    for answer in answers:
+        for name, value in answer.items():
+            if isinstance(value, list) and isinstance(body.get(name), (list, tuple)):
+                body[name] = list(body[name]) + value
+    return body
+
+
+async def _merged_later(later: Later, answers: list[dict]) -> dict:
+    return _merged(await later.rest, answers)
 
 
 def _version(header) -> int:
@@ -123,13 +137,11 @@ class Checks:
             body = await handler(header, _replace(request, **{field: kept}))
             if body is None:            # a Produce of acks=0: no answer
                 return None
+            if type(body) is Later:     # an acks=-1 Produce: the refusals join its answer when it comes
+                return Later(_merged_later(body, answers))
         else:
             body = answers.pop(0)
-        for answer in answers:
-            for name, value in answer.items():
-                if isinstance(value, list) and isinstance(body.get(name), (list, tuple)):
-                    body[name] = list(body[name]) + value
-        return body
+        return _merged(body, answers)
 
     def topics(self, operation: int, code: int = TOPIC_DENIED, field: str = "topics"):
         """Every topic of `field` needs `operation` on it."""

@@ -22,6 +22,7 @@ bytes holds ~1000 bytes, not 60 MiB), then joined.
 from __future__ import annotations
 
 import asyncio
+import collections
 
 from .limits import ConnectionTimeoutError
 
@@ -57,6 +58,7 @@ class Connection(asyncio.BufferedProtocol):
         self._pending: list | None = None       # answers not yet written (pipelined requests)
         self._pending_bytes = 0
         self._flush_soon = False
+        self._later: collections.deque | None = None   # answers in request order behind one still to come
         self._deadline = float("inf")
         self._why = ""
         self._timer: asyncio.TimerHandle | None = None
@@ -249,10 +251,12 @@ class Connection(asyncio.BufferedProtocol):
         return size is not None and self._end - self._head >= 4 + size
 
     def answer(self, data: bytes) -> None:
-        """Write an answer: held while the next request is already here whole (so answers to
-        pipelined requests go out in one write; at most HELD_BYTES held), else written now with
-        those held before it."""
-        if self.whole_frame_buffered():
+        """Write an answer: queued behind an answer still to come (answer_later); held while the
+        next request is already here whole (so answers to pipelined requests go out in one write;
+        at most HELD_BYTES held), else written now with those held before it."""
+        if self._later:
+            self._later.append(data)
+        elif self.whole_frame_buffered():
             if self._pending is None:
                 self._pending, self._pending_bytes = [data], len(data)
                 if not self._flush_soon:
@@ -269,6 +273,53 @@ class Connection(asyncio.BufferedProtocol):
         else:
             self._pending.append(data)
             self.flush()
+
+    def answer_later(self, future: asyncio.Future) -> None:
+        """An answer still to come (a future of bytes or None: later.py): written in its turn, once
+        it and the answers before it are there; the answers after it queue behind it.  A future
+        that fails (no answer could be built) closes the connection."""
+        if self._later is None:
+            self._later = collections.deque()
+        self._later.append(future)
+        future.add_done_callback(self._later_done)
+
+    def later_count(self) -> int:
+        """Answers still to come or queued behind one."""
+        return len(self._later) if self._later else 0
+
+    async def later_below(self, count: int, idle_s: float, why: str) -> None:
+        """Until fewer than `count` answers are still to come or queued behind one."""
+        while self._later and len(self._later) >= count:
+            if self._lost:
+                raise ConnectionResetError("the connection closed while answers were still to come")
+            self._arm(self._loop.time() + idle_s, f"{why} (an answer still to come)")
+            await self._wait(read=False)
+
+    def _later_done(self, _future) -> None:
+        """Write what is there at the queue's head, in order, in one write."""
+        later, ready = self._later, []
+        while later:
+            head = later[0]
+            if type(head) is not bytes:
+                if not head.done():
+                    break
+                if head.cancelled() or head.exception() is not None:
+                    for item in later:
+                        if item is not head and type(item) is not bytes:
+                            item.cancel()
+                    later.clear()
+                    if self.transport is not None:
+                        self.transport.close()     # the server logged why (FrameServer._answer_later)
+                    self._wake()
+                    return
+                head = head.result()
+            later.popleft()
+            if head is not None:
+                ready.append(head)
+        if ready and self.transport is not None and not self.transport.is_closing():
+            self.flush()
+            self.transport.write(ready[0] if len(ready) == 1 else b"".join(ready))
+        self._wake()
 
     def flush(self) -> None:
         """Write the answers held."""
@@ -319,6 +370,10 @@ class Connection(asyncio.BufferedProtocol):
         return self.transport.get_extra_info(name, default)
 
     def close(self) -> None:
+        later, self._later = self._later, None
+        for item in later or ():
+            if type(item) is not bytes:
+                item.cancel()       # the connection ended: nobody reads these answers
         if self.transport is not None:
             self.flush()
             self.transport.close()

@@ -35,6 +35,7 @@ from .broker import MetadataSource
 from .connection import Connection
 from .groups import GroupCoordinator
 from .groups_admin import GroupAdmin
+from .later import MAX_LATER, Later
 from .limits import ACCEPT_BURST, ConnectionGate, ConnectionLimits, ConnectionTimeoutError, RequestMemory
 from .listeners import Listener
 from .scram import ScramApis
@@ -169,8 +170,9 @@ class FrameServer:
             size = connection.next_size()
             if size is None:
                 size = await connection.wait_size(idle, idle_why)
-                if size is None:
-                    return                                  # the client closed between requests
+                if size is None:                            # the client closed between requests:
+                    await connection.later_below(1, idle, unread_why)     # the answers still to come go
+                    return
             if size < 0 or size > codec.MAX_REQUEST_BYTES:
                 raise codec.ProtocolError(f"request size {size} is outside 0..{codec.MAX_REQUEST_BYTES}")
             if not memory.try_reserve(size):
@@ -191,7 +193,12 @@ class FrameServer:
                 connection.answer(response)
                 if connection.writing_paused:
                     await connection.drain_within(idle, unread_why)
+            elif isinstance(response, asyncio.Future):      # answered later, in this request's turn
+                connection.answer_later(response)
+                if connection.later_count() >= MAX_LATER:
+                    await connection.later_below(MAX_LATER, idle, unread_why)
             else:
+                await connection.later_below(1, idle, unread_why)      # the answers before it go first
                 connection.flush()
                 await self._send_pieces(connection, response, idle)
             if sasl.closing():              # a failed SASL exchange: its answer was the last
@@ -258,17 +265,39 @@ class FrameServer:
         started = time.perf_counter()
         try:
             body = await self.handlers[key](header, request)
-            if self.observer is not None:
-                self.observer.answered(key, started, body)
-            if log.isEnabledFor(logging.DEBUG):
-                log.debug("answer to #%d: %s", correlation_id, str(body)[:200])
-            if body is None:
-                return None
-            return self.encoders.get(key, codec.encode_response)(key, version, correlation_id, body)
+            if type(body) is Later:     # its order-bound part ran: the connection reads on (later.py)
+                return asyncio.ensure_future(self._answer_later(body, key, version, correlation_id, header, request,
+                                                                started))
+            return self._answer(body, key, version, correlation_id, started)
         except Exception as exc:
             if self.observer is not None:
                 self.observer.failed(key, started, exc)
             return self._error_response(key, version, correlation_id, header, request, exc)
+
+    def _answer(self, body, key: int, version: int, correlation_id: int, started: float) -> bytes | None:
+        if self.observer is not None:
+            self.observer.answered(key, started, body)
+        if log.isEnabledFor(logging.DEBUG):
+            log.debug("answer to #%d: %s", correlation_id, str(body)[:200])
+        if body is None:
+            return None
+        return self.encoders.get(key, codec.encode_response)(key, version, correlation_id, body)
+
+    async def _answer_later(self, later: Later, key: int, version: int, correlation_id: int, header, request,
+                            started: float) -> bytes | None:
+        """The answer of a request whose handler returned a Later, as _dispatch's.  An answer that
+        cannot be built at all is logged here; the connection then closes (Connection.answer_later)."""
+        try:
+            try:
+                return self._answer(await later.rest, key, version, correlation_id, started)
+            except Exception as exc:
+                if self.observer is not None:
+                    self.observer.failed(key, started, exc)
+                return self._error_response(key, version, correlation_id, header, request, exc)
+        except Exception:
+            log.exception("closing a connection: no answer could be built for %s v%d (correlation id %d)",
+                          codec.api_name(key), version, correlation_id)
+            raise
 
     def _error_response(self, key: int, version: int, correlation_id: int, header, request, exc) -> bytes | None:
         """Kafka's getErrorResponse for a handler that raised: the API's response with the

@@ -136,6 +136,23 @@ def test_a_deny_beats_an_allow(broker):
     revoke(broker.bootstrap, acl(ResourceType.BROKER, "kafka-cluster", AclOperation.CREATE))
 
 
+def test_an_acks_all_produce_over_an_allowed_and_a_denied_topic_answers_both(broker):
+    """The allowed topic's records wait for the high watermark (the answer comes later,
+    storage/wire/later.py); the refused topic's row joins that answer (KafkaApis answers the
+    unauthorized partitions beside the appended ones)."""
+    from storage.core.records import build_batch
+    grant(broker.bootstrap, acl(ResourceType.TOPIC, "mix-ok", AclOperation.ALL),
+          acl(ResourceType.BROKER, "kafka-cluster", AclOperation.CREATE))
+    client = admin(broker.bootstrap)     # kept alive until the futures resolve
+    for future in client.create_topics([NewTopic("mix-ok", 1, 1)]).values():
+        future.result(20)
+    part = [{"index": 0, "records": build_batch([b"x"])}]
+    answer = ask(broker, 0, 9, {"transactional_id": None, "acks": -1, "timeout": 10_000, "topic_data": [
+        {"name": "mix-ok", "partition_data": part}, {"name": "mix-no", "partition_data": part}]})
+    rows = {t.name: [(p.error_code, p.base_offset) for p in t.partition_responses] for t in answer.responses}
+    assert rows == {"mix-ok": [(Errors.NONE, 0)], "mix-no": [(Errors.TOPIC_AUTHORIZATION_FAILED, -1)]}
+
+
 def test_create_topic_needs_create_on_the_cluster_or_a_prefix(broker):
     client = admin(broker.bootstrap)
     with pytest.raises(ck.KafkaException) as refused:

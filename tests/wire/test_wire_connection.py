@@ -10,7 +10,11 @@ receive buffer, answers written to the transport), through a real loopback socke
     memory reservation and its place at the connection gate are given back, nothing is logged
     as an error;
   - a client that sends requests and never reads their answers makes the server stop reading
-    (its memory stays bounded), and is served in order once it reads.
+    (its memory stays bounded), and is served in order once it reads;
+  - a request whose handler answers later (later.py: an acks=-1 Produce waiting for the high
+    watermark) does not hold the connection: the requests after it are served at once, at most
+    MAX_LATER answers wait, and every answer still goes out in request order -- after a failed
+    one's error answer, after the client's half-close; a closed connection cancels the waits.
 """
 from __future__ import annotations
 
@@ -29,6 +33,7 @@ pytest.importorskip("kio", reason="the wire front end needs kio")
 from storage.wire import codec  # noqa: E402
 from storage.wire.apis import ClientApis  # noqa: E402
 from storage.wire.connection import BUFFER_BYTES  # noqa: E402
+from storage.wire.later import MAX_LATER, Later  # noqa: E402
 from storage.wire.limits import ConnectionLimits  # noqa: E402
 from storage.wire.server import FrameServer  # noqa: E402
 from tests.wire_support import _read  # noqa: E402
@@ -61,10 +66,10 @@ class Recording(FrameServer):
 
 
 @contextlib.contextmanager
-def serving(**limits):
-    """A Recording server on 127.0.0.1 in a thread of its own: (server, loop, address)."""
+def serving(server_class=Recording, **limits):
+    """A `server_class` (a Recording) on 127.0.0.1 in a thread of its own: (server, loop, address)."""
     loop = asyncio.new_event_loop()
-    server = Recording(**limits)
+    server = server_class(**limits)
     server.release = asyncio.Event()
     port = loop.run_until_complete(server.listen("127.0.0.1", 0))
     thread = threading.Thread(target=loop.run_forever, daemon=True)
@@ -205,3 +210,124 @@ def on_loop(loop: asyncio.AbstractEventLoop, fn):
 def _send_quietly(s: socket.socket, data: bytes) -> None:
     with contextlib.suppress(OSError):
         s.sendall(data)
+
+
+# ---- answers still to come (later.py) ------------------------------------------------------------
+
+class Offline(Exception):
+    error_code = 56         # KAFKA_STORAGE_ERROR
+
+
+class Deferring(Recording):
+    """A request named `later...` is answered later: its body comes once the test sets its event
+    (`go(name)`); one named `later-fails...` then raises (a KAFKA_STORAGE_ERROR)."""
+
+    def __init__(self, **limits):
+        super().__init__(**limits)
+        self.events: dict[str, asyncio.Event] = {}
+        self.cancelled: list[str] = []
+
+    async def api_versions(self, header, request):
+        name = request.client_software_name
+        if not name.startswith("later"):
+            return await super().api_versions(header, request)
+        self.names.append(name)
+        event = self.events.setdefault(name, asyncio.Event())
+        return Later(self._rest(name, event))
+
+    async def _rest(self, name: str, event: asyncio.Event) -> dict:
+        try:
+            await event.wait()
+        except asyncio.CancelledError:
+            self.cancelled.append(name)
+            raise
+        if name.startswith("later-fails"):
+            raise Offline("the log dir went offline")
+        return ClientApis.api_versions_body(0, self.supported)
+
+
+def go(server: Deferring, loop, name: str) -> None:
+    on_loop(loop, lambda: server.events.setdefault(name, asyncio.Event()).set())
+
+
+def nothing_to_read(s: socket.socket, seconds: float = 0.3) -> bool:
+    s.settimeout(seconds)
+    try:
+        s.recv(1, socket.MSG_PEEK)          # an answer's first byte, or the end
+        return False
+    except TimeoutError:
+        return True
+    finally:
+        s.settimeout(10)
+
+
+def answer_of(s: socket.socket) -> tuple[int, int]:
+    """(correlation id, error code) of the next answer on `s`."""
+    frame = _read(s, struct.unpack(">i", _read(s, 4))[0])
+    correlation_id, body = codec.decode_response(18, 3, frame)
+    return correlation_id, body.error_code
+
+
+def test_the_requests_after_an_answer_still_to_come_are_served_at_once_and_answered_in_order():
+    with serving(Deferring) as (server, loop, address), socket.create_connection(address, timeout=10) as s:
+        s.sendall(api_versions(1, "later-1") + api_versions(2, "now") + api_versions(3, "later-3")
+                  + api_versions(4, "now"))
+        # All four served while the first still waits (a handler that awaits inside would
+        # hold the connection at the first: names == ["later-1"]) ...
+        assert wait_for(lambda: len(server.names) == 4), server.names
+        assert server.names == ["later-1", "now", "later-3", "now"]
+        # ... and nothing answered before the first: answers go in request order.
+        assert nothing_to_read(s)
+        go(server, loop, "later-3")
+        assert nothing_to_read(s)
+        go(server, loop, "later-1")
+        assert [answer_id(s) for _ in range(4)] == [1, 2, 3, 4]
+        # The connection serves on as before.
+        s.sendall(api_versions(5, "now"))
+        assert answer_id(s) == 5
+
+
+def test_at_most_max_later_answers_wait_on_a_connection():
+    count = MAX_LATER + 3
+    with serving(Deferring) as (server, loop, address), socket.create_connection(address, timeout=10) as s:
+        s.sendall(b"".join(api_versions(i, f"later-{i}") for i in range(count)))
+        assert wait_for(lambda: len(server.names) == MAX_LATER)
+        time.sleep(0.3)
+        assert len(server.names) == MAX_LATER, "more requests read than MAX_LATER answers may wait"
+        go(server, loop, "later-0")
+        assert answer_id(s) == 0
+        assert wait_for(lambda: len(server.names) == MAX_LATER + 1)
+        for i in range(1, count):
+            go(server, loop, f"later-{i}")
+        assert [answer_id(s) for _ in range(1, count)] == list(range(1, count))
+
+
+def test_a_later_answer_that_fails_is_an_error_answer_in_its_turn():
+    with serving(Deferring) as (server, loop, address), socket.create_connection(address, timeout=10) as s:
+        s.sendall(api_versions(1, "later-fails") + api_versions(2, "now"))
+        assert wait_for(lambda: len(server.names) == 2)
+        go(server, loop, "later-fails")
+        assert answer_of(s) == (1, 56)           # KAFKA_STORAGE_ERROR, and the connection stays
+        assert answer_id(s) == 2
+
+
+def test_a_half_closed_client_gets_its_answers_still_to_come():
+    with serving(Deferring) as (server, loop, address), socket.create_connection(address, timeout=10) as s:
+        s.sendall(api_versions(1, "later-1") + api_versions(2, "now"))
+        s.shutdown(socket.SHUT_WR)
+        assert wait_for(lambda: len(server.names) == 2)
+        go(server, loop, "later-1")
+        assert [answer_id(s), answer_id(s)] == [1, 2]
+        assert s.recv(1) == b""                  # then the server closes
+
+
+def test_a_reset_connection_cancels_the_answers_still_to_come(caplog):
+    with serving(Deferring) as (server, loop, address):
+        with caplog.at_level(logging.WARNING, logger="storage.wire"), \
+                socket.create_connection(address, timeout=10) as s:
+            s.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0))     # close = reset
+            s.sendall(api_versions(1, "later-1") + api_versions(2, "later-2"))
+            assert wait_for(lambda: len(server.names) == 2)
+        assert wait_for(lambda: sorted(server.cancelled) == ["later-1", "later-2"]), server.cancelled
+        assert wait_for(lambda: on_loop(loop, lambda: len(server._handlers)) == 0)
+        assert not [r for r in caplog.records if r.levelno >= logging.ERROR]

@@ -31,6 +31,8 @@ def produce(server, loop, value: bytes, acks: int = -1):
                                                 "topic_data": [{"name": "t", "partition_data": [
                                                     {"index": 0, "records": build_batch([value])}]}]})
     answer = loop.run_until_complete(server._dispatch(frame[4:]))
+    if isinstance(answer, asyncio.Future):          # acks=-1 waiting for the high watermark
+        answer = loop.run_until_complete(answer)
     return codec.decode_response(0, 9, answer[4:])[1].responses[0].partition_responses[0]
 
 

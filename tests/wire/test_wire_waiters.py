@@ -405,3 +405,59 @@ def test_a_follower_touches_only_the_partitions_that_moved_per_fetch_answer(tmp_
         finally:
             await _stop_cluster(controller, servers)
     asyncio.run(scenario())
+
+
+# ---- acks=all produces pipelined on one connection (later.py) -------------------------------------
+
+def test_pipelined_acks_all_produces_are_appended_while_the_first_waits_and_answered_in_order(tmp_path):
+    """Three acks=-1 Produce requests sent together on one connection while the followers cannot
+    fetch: all three are appended at once (the connection does not wait for the first one's high
+    watermark before it reads the second: Redpanda's two stages, not Kafka's muted channel), and
+    once the followers fetch again the answers come in request order with consecutive offsets."""
+    from storage.core.records import build_batch
+    from storage.wire import codec
+
+    async def scenario():
+        controller, servers = await _start_cluster(tmp_path)
+        try:
+            assert (await servers[0].node.create_topic("busy", 1, 3))[0] == 0
+            for _ in range(100):
+                leader = next((s for s in servers if s.node.manager.partitions.get(("busy", 0)) is not None
+                               and s.node.manager.partitions[("busy", 0)].leader == s.node.node_id), None)
+                if leader is not None and len(leader.node.manager.partitions[("busy", 0)].isr) == 3:
+                    break
+                await asyncio.sleep(0.05)
+            partition = leader.node.manager.partitions[("busy", 0)]
+            gate, fetch = asyncio.Event(), leader.handlers[1]
+
+            async def held_fetch(header, request):      # the followers' fetches wait for the gate
+                await gate.wait()
+                return await fetch(header, request)
+            leader.handlers[1] = held_fetch
+            await asyncio.sleep(FETCH_MAX_WAIT_S + 0.2)     # the fetches in flight came back
+            start = partition.log.log_end_offset
+            reader, writer = await asyncio.open_connection("127.0.0.1", leader.node.port)
+            frames = [codec.encode_request(0, 9, cid, "c", {
+                "transactional_id": None, "acks": -1, "timeout": 20_000, "topic_data": [
+                    {"name": "busy", "partition_data": [{"index": 0, "records": build_batch([b"r%d" % cid] * 2)}]}]})
+                for cid in (1, 2, 3)]
+            writer.write(b"".join(frames))
+            for _ in range(200):
+                if partition.log.log_end_offset == start + 6:
+                    break
+                await asyncio.sleep(0.02)
+            # Held at the first, the connection would have appended one batch (start + 2).
+            assert partition.log.log_end_offset == start + 6
+            assert partition.log.high_watermark == start
+            gate.set()
+            answers = []
+            for _ in frames:
+                size = int.from_bytes(await asyncio.wait_for(reader.readexactly(4), 20), "big")
+                correlation_id, body = codec.decode_response(0, 9, await reader.readexactly(size))
+                row = body.responses[0].partition_responses[0]
+                answers.append((correlation_id, row.error_code, row.base_offset))
+            assert answers == [(1, 0, start), (2, 0, start + 2), (3, 0, start + 4)]
+            writer.close()
+        finally:
+            await _stop_cluster(controller, servers)
+    asyncio.run(asyncio.wait_for(scenario(), 60))

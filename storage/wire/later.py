@@ -1,0 +1,24 @@
+"""An answer still to come, for requests whose order-bound part runs before their wait.
+
+A Produce with acks=-1 has two parts: its appends, which must run in the connection's order
+(the next request's records go after this one's), and its wait for the high watermark to pass
+them, which need not hold the connection.  Kafka mutes a connection while its request waits in
+the purgatory, so one produce is in flight per connection and an acks=all producer's rate is one
+batch per replication round; Redpanda splits the two stages ("dispatched" and "produced") and
+reads the next request once the first has run.  A handler that returns a `Later` has run its
+first part; `rest` gives its body.  The connection still answers in request order
+(connection.Connection.answer_later), and at most MAX_LATER answers wait per connection.
+"""
+from __future__ import annotations
+
+MAX_LATER = 16      # answers still to come on one connection before the next request waits for the first
+
+
+class Later:
+    """A handler's body still to come: `rest` is an awaitable of the body (a dict, or None for
+    no answer)."""
+
+    __slots__ = ("rest",)
+
+    def __init__(self, rest) -> None:
+        self.rest = rest
