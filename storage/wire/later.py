@@ -4,8 +4,8 @@ A Produce with acks=-1 has two parts: its appends, which must run in the connect
 (the next request's records go after this one's), and its wait for the high watermark to pass
 them, which need not hold the connection.  Kafka mutes a connection while its request waits in
 the purgatory, so one produce is in flight per connection and an acks=all producer's rate is one
-batch per replication round; Redpanda splits the two stages ("dispatched" and "produced") and
-reads the next request once the first has run.  A handler that returns a `Later` has run its
+batch per replication round; Redpanda's two-phase handlers (process_result_stages: a
+"dispatched" future, then the response) read the next request once the first phase has run.  A handler that returns a `Later` has run its
 first part; `rest` gives its body.  The connection still answers in request order
 (connection.Connection.answer_later), and at most MAX_LATER answers wait per connection.
 """
