@@ -5,10 +5,13 @@ Python.  A slice goes by one os.sendfile straight to the socket when the transpo
 nothing unsent, and what the socket did not take by asyncio's loop.sendfile (which waits until
 the transport has sent what was written before, then calls os.sendfile as the socket takes more).
 
+An event loop without a sendfile of its own (uvloop's loop.sendfile raises
+NotImplementedError) still gets the one os.sendfile straight to the socket; what the socket did
+not take of that slice is copied (the rest of the slice's view).
+
 When it copies instead (the slice's view, written as bytes: what the read returned):
   - a TLS connection (writer.get_extra_info("sslcontext") is set: the kernel cannot encrypt),
-    an event loop without native sendfile (uvloop's, a platform without it), or a transport
-    that refuses it;
+    a platform without os.sendfile, or a transport that refuses it;
   - a slice no longer `intact()` before its send starts (its log was cut since the read: the
     file may hold other bytes there, the view still holds the read's).
 A slice cut while it is being sent, or whose file ends before the slice does, cannot be put
@@ -47,24 +50,30 @@ class SliceCutError(ConnectionError):
 
 def native(writer: asyncio.StreamWriter) -> bool:
     """Whether FileSlices may go by os.sendfile on this connection."""
-    if writer.get_extra_info("sslcontext") is not None:
-        return False
-    loop = asyncio.get_running_loop()
-    # uvloop's loop has no sendfile of its own (AbstractEventLoop's raises NotImplementedError).
-    return type(loop).sendfile is not asyncio.AbstractEventLoop.sendfile
+    return writer.get_extra_info("sslcontext") is None and hasattr(os, "sendfile")
+
+
+def loop_sendfile() -> bool:
+    """Whether the running loop sends a file itself as the socket takes it (asyncio's); uvloop's
+    loop.sendfile is AbstractEventLoop's, which raises NotImplementedError."""
+    return type(asyncio.get_running_loop()).sendfile is not asyncio.AbstractEventLoop.sendfile
 
 
 async def send(writer: asyncio.StreamWriter, pieces) -> None:
     """Write `pieces` (fetch_answer.Pieces) to `writer` and drain it; the caller closes them."""
-    zero_copy = native(writer)
+    zero_copy, by_loop = native(writer), loop_sendfile()
     for part in pieces.parts:
         if type(part) is not FileSlice:
             writer.write(part)
             continue
         if zero_copy and part.intact():
-            sent = await _send_slice(writer, part)
+            sent = await _send_slice(writer, part, by_loop)
             if sent is not None:
                 stats["sendfile_bytes"] += sent
+                if not by_loop and sent < part.length and part.intact():
+                    writer.write(part.view[sent:])      # the loop cannot wait for room: the rest copied
+                    stats["copied_bytes"] += part.length - sent
+                    sent = part.length
                 if sent != part.length or not part.intact():
                     stats["cut"] += 1
                     raise SliceCutError(f"{part!r}: the file ended or was cut after {sent} bytes were sent")
@@ -76,13 +85,13 @@ async def send(writer: asyncio.StreamWriter, pieces) -> None:
     await writer.drain()
 
 
-async def _send_slice(writer: asyncio.StreamWriter, part: FileSlice) -> int | None:
+async def _send_slice(writer: asyncio.StreamWriter, part: FileSlice, by_loop: bool = True) -> int | None:
     """Send `part` from its file: the bytes sent, or None when sendfile was refused before any
     was.  First one os.sendfile straight to the socket when the transport holds nothing unsent
     (what it wrote before is on the socket, and it writes nothing itself until it is given
     more): the common answer goes in that one call, without asyncio's sendfile set-up (an
     fstat, a seek, pausing and resuming the reading: ~5 system calls); what the socket did not
-    take goes by loop.sendfile, which waits for room."""
+    take goes by loop.sendfile, which waits for room (`by_loop`), else back to the caller."""
     transport = writer.transport
     if transport.is_closing():
         raise ConnectionResetError("the connection closed before the answer was sent")
@@ -100,6 +109,8 @@ async def _send_slice(writer: asyncio.StreamWriter, part: FileSlice) -> int | No
         stats["sendfile_calls"] += 1
         if sent == part.length:
             return sent
+    if not by_loop:
+        return sent                     # what the socket took at once; the caller copies the rest
     try:
         rest = await asyncio.get_running_loop().sendfile(transport, part, part.position + sent, part.length - sent,
                                                          fallback=False)

@@ -268,19 +268,34 @@ def test_an_event_loop_without_sendfile_copies(embedded, sendfile_calls, monkeyp
     assert error is None and received == expected and sendfile_calls == []
 
 
-def test_uvloop_has_no_sendfile_and_copies(embedded, sendfile_calls):
-    """uvloop's loop.sendfile raises NotImplementedError (AbstractEventLoop's): the slices
-    are copied, the answer is whole (`storage serve --event-loop uvloop` must serve Fetch)."""
+@pytest.mark.parametrize("send_buffer_bytes", [None, 4096], ids=["socket-takes-all", "small-socket-buffer"])
+def test_uvloop_sends_what_the_socket_takes_by_sendfile_and_copies_the_rest(embedded, sendfile_calls,
+                                                                           send_buffer_bytes):
+    """uvloop's loop.sendfile raises NotImplementedError (AbstractEventLoop's), so it cannot wait
+    for room: a slice goes by one os.sendfile straight to the socket, what the socket did not
+    take is copied from the slice's view, and the answer is whole (`storage serve --event-loop
+    uvloop` serves Fetch, zero-copy as far as the socket takes it)."""
     uvloop = pytest.importorskip("uvloop")
     pieces, _ = _answer(embedded)
-    expected = pieces.join()
+    expected, length = pieces.join(), len(pieces.slices()[0])
+    before = dict(sendfile.stats)
     loop = uvloop.new_event_loop()
     try:
-        assert not loop.run_until_complete(_native_here())
-        received, error = loop.run_until_complete(_serve_pieces(pieces))
+        assert loop.run_until_complete(_native_here()) and not loop.run_until_complete(_by_loop_here())
+        received, error = loop.run_until_complete(_serve_pieces(pieces, send_buffer_bytes=send_buffer_bytes))
     finally:
         loop.close()
-    assert error is None and received == expected and sendfile_calls == []
+    assert error is None and received == expected
+    assert len(sendfile_calls) == 1 and sendfile_calls[0][3] > 0
+    by_sendfile = sendfile.stats["sendfile_bytes"] - before.get("sendfile_bytes", 0)
+    copied = sendfile.stats["copied_bytes"] - before.get("copied_bytes", 0)
+    assert by_sendfile == sendfile_calls[0][3] and by_sendfile + copied == length
+    if send_buffer_bytes is not None:
+        assert copied > 0, "a 4 KiB socket buffer took the whole slice at once"
+
+
+async def _by_loop_here() -> bool:
+    return sendfile.loop_sendfile()
 
 
 async def _native_here() -> bool:
