@@ -241,6 +241,8 @@ def _compact(view, at: int, end: int) -> tuple[int, int]:
     byte = view[at]
     if byte < 0x80:
         length, at = byte - 1, at + 1
+    elif view[at + 1] < 0x80:       # two bytes: records of 127 bytes to 16 KiB
+        length, at = (byte & 0x7F | view[at + 1] << 7) - 1, at + 2
     else:
         raw, at = read_uvarint(view, at, end)
         length = raw - 1
