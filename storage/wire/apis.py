@@ -126,7 +126,8 @@ class ClientApis:
     # ---- Produce -----------------------------------------------------------------------------
     async def produce(self, header, request) -> dict | None:
         """Each partition's records (a view of the request frame) appended in one pass, then one
-        wait for the acks=-1 answers still to come (acks 0/1 and refusals answer at once)."""
+        wait for the acks=-1 answers still to come (acks 0/1, refusals and acks=-1 appends the
+        high watermark covered at once -- a partition of one replica -- answer without one)."""
         manager, acks, transactional_id = self.node.manager, request.acks, request.transactional_id
         handle, problem_of = manager.handle_produce, rules.produce_problem
         answers, pending, refused = [], [], {}
@@ -144,6 +145,8 @@ class ClientApis:
                     done = asyncio.get_running_loop().create_future()
                     answer = handle(m.ProduceRequest(topic, index, records, acks),
                                     callback=lambda r, done=done: done.done() or done.set_result(r))
+                    if answer is None and done.done():     # covered already (one replica): no wait
+                        answer = done.result()
                     if answer is None:          # answered when the high watermark passes it
                         pending.append(done)
                     answers.append(answer if answer is not None else done)

@@ -220,3 +220,34 @@ def test_the_broker_answers_a_fast_read_request_as_a_kio_read_one(tmp_path):
     assert [[p["base_offset"] for p in t["partition_responses"]] for t in fourth["responses"]] == [[9, 9], [-1], [-1]]
     assert fourth["responses"][1]["partition_responses"][0]["error_code"] == 17      # INVALID_TOPIC_EXCEPTION
     loop.close()
+
+
+def test_an_acks_all_produce_covered_at_once_is_answered_without_a_wait(tmp_path):
+    """acks=-1 to a partition of one replica: the append moves the high watermark past the batch
+    in the same call, so ClientApis.produce answers without yielding to the event loop (its
+    coroutine ends at the first step; it waited one loop turn in asyncio.gather before)."""
+    import asyncio
+
+    from storage.wire.node import Node
+    from storage.wire.server import BrokerServer
+
+    loop = asyncio.new_event_loop()
+    node = Node(tmp_path / "n", offsets_partitions=1, background=False)
+    server = BrokerServer(node, initial_rebalance_delay_ms=0)
+    try:
+        loop.run_until_complete(node.create_topic("a", 1, 1))
+        frame = codec.encode_request(0, 9, 5, "c", {"transactional_id": None, "acks": -1, "timeout": 1000, "topic_data": [
+            {"name": "a", "partition_data": [{"index": 0, "records": build_batch([b"x"])}]}]})[4:]
+
+        async def first_step():
+            step = server.apis.produce(*codec.parse_request(frame))
+            with pytest.raises(StopIteration) as done:
+                step.send(None)
+            return done.value.value
+
+        answer = loop.run_until_complete(first_step())
+        row = answer["responses"][0]["partition_responses"][0]
+        assert (row["error_code"], row["base_offset"]) == (0, 0)
+    finally:
+        loop.run_until_complete(node.shutdown())
+        loop.close()
