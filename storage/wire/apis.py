@@ -126,35 +126,35 @@ class ClientApis:
 
     # ---- Produce -----------------------------------------------------------------------------
     async def produce(self, header, request) -> dict | Later | None:
-        """Each partition's records (a view of the request frame) appended in one pass; acks 0/1
-        and refusals answer at once, acks=-1 with a Later: one wait for the answers still to come,
-        which the connection does not wait for before it reads its next request."""
+        """Each partition's records (a view of the request frame) appended in one pass; acks 0/1,
+        refusals and acks=-1 appends the high watermark covered at once (a partition of one
+        replica) answer at once, the other acks=-1 ones with a Later: one wait for the answers
+        still to come, which the connection does not wait for before it reads its next request."""
         manager, acks, transactional_id = self.node.manager, request.acks, request.transactional_id
+        handle, problem_of = manager.handle_produce, rules.produce_problem
         answers, pending, refused = [], [], {}
         for t in request.topic_data:
             topic = t.name
             for part in t.partition_data:
                 index, records = part.index, part.records or b""
-                problem = rules.produce_problem(topic, records, transactional_id)
+                problem = problem_of(topic, records, transactional_id)
                 if problem:     # an internal topic, a transactional or a control batch: never appended
                     refused[(topic, index)] = problem[1]
                     answers.append(m.ProduceResponse(topic, index, problem[0], -1))
-                    continue
-                done = None
-                if acks == -1:
-                    done = asyncio.get_running_loop().create_future()
-                    answer = manager.handle_produce(m.ProduceRequest(topic, index, records, acks),
-                                                    callback=lambda r, done=done: done.done() or done.set_result(r))
+                elif acks != -1:
+                    answers.append(handle(m.ProduceRequest(topic, index, records, acks)))
                 else:
-                    answer = manager.handle_produce(m.ProduceRequest(topic, index, records, acks))
-                if answer is None:          # acks=-1: answered when the high watermark passes it
-                    pending.append(done)
-                answers.append(answer if answer is not None else done)
+                    done = asyncio.get_running_loop().create_future()
+                    answer = handle(m.ProduceRequest(topic, index, records, acks),
+                                    callback=lambda r, done=done: done.done() or done.set_result(r))
+                    if answer is None and done.done():     # covered already (one replica): no wait
+                        answer = done.result()
+                    if answer is None:          # answered when the high watermark passes it
+                        pending.append(done)
+                    answers.append(answer if answer is not None else done)
         self.node.pump()        # the appends woke the fetches waiting on them (ReplicaManager.on_append)
-        if pending:
-            if not all(done.done() for done in pending):    # the wait does not hold the connection (later.py)
-                return Later(self._produce_acked(pending, answers, refused))
-            answers = [a.result() if isinstance(a, asyncio.Future) else a for a in answers]    # a leader alone
+        if pending:             # the wait does not hold the connection (later.py)
+            return Later(self._produce_acked(pending, answers, refused))
         if acks == 0:
             return None
         return {"responses": self._produce_rows(answers, refused)}
@@ -167,19 +167,24 @@ class ClientApis:
         return {"responses": self._produce_rows(answers, refused)}
 
     def _produce_rows(self, answers: list, refused: dict) -> list[dict]:
+        """The response's topics, each with its partitions' rows (the keys produce_codec.ROW_KEYS)."""
         partitions = self.node.manager.partitions
         rows: dict[str, list] = {}
         for r in answers:
-            if r.error_code == Errors.NONE and r.base_offset < 0:
-                log.warning("produce to %s-%d answered without an offset", r.topic, r.partition)
-            hosted = partitions.get((r.topic, r.partition))     # no copy of every log
-            row = {"index": r.partition, "error_code": r.error_code, "base_offset": r.base_offset,
+            topic, index, code = r.topic, r.partition, r.error_code
+            if code == Errors.NONE and r.base_offset < 0:
+                log.warning("produce to %s-%d answered without an offset", topic, index)
+            hosted = partitions.get((topic, index))     # no copy of every log
+            row = {"index": index, "error_code": code, "base_offset": r.base_offset,
                    "log_start_offset": hosted.log.log_start_offset if hosted is not None else -1,
                    "record_errors": [{"batch_index": i, "batch_index_error_message": text}
                                      for i, text in r.record_errors] if r.record_errors else [],
-                   "error_message": refused.get((r.topic, r.partition), r.error_message) if refused
-                   else r.error_message}
-            rows.setdefault(r.topic, []).append(row)
+                   "error_message": refused.get((topic, index), r.error_message) if refused else r.error_message}
+            same = rows.get(topic)
+            if same is None:
+                rows[topic] = [row]
+            else:
+                same.append(row)
         return [{"name": t, "partition_responses": parts} for t, parts in rows.items()]
 
     # ---- Fetch -------------------------------------------------------------------------------

@@ -445,9 +445,10 @@ class Broker:
     def pump(self) -> None:
         """Apply again what waited for descriptors, then the manager's AlterPartition requests
         to the controller (and, in-process, what the controller published back)."""
-        undelivered, self._undelivered = self._undelivered, []
-        for message in undelivered:
-            self._deliver(message)
+        if self._undelivered:       # (called after every Produce request: the common case is none)
+            undelivered, self._undelivered = self._undelivered, []
+            for message in undelivered:
+                self._deliver(message)
         if self.manager is not None:
             self.link.pump()
 

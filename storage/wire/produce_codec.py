@@ -9,6 +9,10 @@ a varint longer than 5 bytes, bad UTF-8, a tagged field -- makes it return None,
 caller parses the frame through kio (codec.parse_request), which answers such a frame exactly
 as before: the fast path only ever accepts what kio and bounds.py accept, and reads it alike
 (tests/wire/test_produce_codec.py checks both against kio for every version and many shapes).
+A producer sends the same bytes up to its records in every request of one partition: the last
+few such shapes are remembered (_Known), and a frame that starts as one has only its records
+and what follows them read (the walk's answer, the walk's fallbacks). Flexible versions (v9+,
+librdkafka's) are walked by _read_flexible, one-byte lengths inline.
 
 The response: `encode_response(version, correlation_id, body)` lays out the size-prefixed
 Produce response (v3..v12; v13 names topics by id) for the handler's dict -- the dict codec.encode_response takes --
@@ -16,6 +20,8 @@ with struct packs: per partition the fixed fields in one pack, KIP-467's record_
 error_message from v8, the current_leader tagged field (v10+, written only when it is not
 Kafka's default -1/-1, as kio does) and the node_endpoints tagged field at the top level.
 Byte for byte what codec.encode_response writes (checked over every version, hypothesis).
+The common answer -- one topic, one partition's row as apis.produce writes it, no error text --
+is three pieces: the bytes around the row, laid out once per version and topic, and one pack.
 """
 from __future__ import annotations
 
@@ -89,9 +95,65 @@ class ProduceRequest:
 def read_request(frame) -> tuple[RequestHeader, ProduceRequest] | None:
     """(header, request) of a Produce frame of v3..v12, or None to have kio parse it."""
     try:
+        if frame.__class__ is bytes:
+            for known in _RECENT:
+                if frame.startswith(known.tail, 8) and frame.startswith(known.head):
+                    read = known.read(frame)
+                    if read is not None:
+                        return read
+                    break
         return _read(memoryview(frame), len(frame))
-    except (NotOurs, struct.error, UnicodeDecodeError):
+    except (NotOurs, struct.error, UnicodeDecodeError, IndexError):
         return None
+
+
+class _Known:
+    """A one-topic, one-partition request read in full before: every byte up to its records'
+    length (all but the correlation id) names the same header fields, acks, timeout, topic and
+    partition, so a frame that starts with those bytes needs only its records read.  A
+    producer sends such frames over and over (one per batch): this skips the walk of the
+    fields that never change (~2/3 of the read; the answer is the walk's, byte for byte)."""
+
+    __slots__ = ("head", "tail", "at", "flexible", "version", "client_id", "transactional_id", "acks", "timeout",
+                 "name", "index")
+
+    def __init__(self, frame: bytes, at: int, header: RequestHeader, request: "ProduceRequest"):
+        self.head, self.tail, self.at = frame[:4], frame[8:at], at
+        self.flexible = request.__version__ >= FLEXIBLE_FROM
+        self.version, self.client_id = request.__version__, header.client_id
+        self.transactional_id, self.acks, self.timeout = request.transactional_id, request.acks, request.timeout
+        topic = request.topic_data[0]
+        self.name, self.index = topic.name, topic.partition_data[0].index
+
+    def read(self, frame: bytes):
+        """(header, request) of `frame`, or None when the rest is not the one shape (then the walk
+        reads it)."""
+        end = len(frame)
+        if self.flexible:
+            size, at = _compact(frame, self.at, end)
+        else:
+            size, at = _I32.unpack_from(frame, self.at)[0], self.at + 4
+            if size < -1 or size > end - at:
+                return None
+        records = None
+        if size >= 0:
+            records, at = memoryview(frame)[at:at + size], at + size
+        if self.flexible and (frame[at] or frame[at + 1] or frame[at + 2]):    # the three tagged fields
+            return None
+        return (RequestHeader(PRODUCE_KEY, self.version, _I32.unpack_from(frame, 4)[0], self.client_id),
+                ProduceRequest(self.version, self.transactional_id, self.acks, self.timeout,
+                               (TopicProduceData(self.name, (PartitionProduceData(self.index, records),)),)))
+
+
+_RECENT: list[_Known] = []      # the last few shapes read (most recent first; one a producer, about)
+_RECENT_MAX = 4
+
+
+def _remember(view, at: int, header: RequestHeader, request: "ProduceRequest") -> None:
+    frame = view.obj
+    if frame.__class__ is bytes:
+        _RECENT.insert(0, _Known(frame, at, header, request))
+        del _RECENT[_RECENT_MAX:]
 
 
 def _length(view, at: int, end: int, flexible: bool, wide: bool) -> tuple[int, int]:
@@ -139,7 +201,7 @@ def _read(view, end: int):
         client_id, at = str(view[at:at + client_length], "utf-8"), at + client_length
     flexible = version >= FLEXIBLE_FROM
     if flexible:
-        at = _no_tagged_fields(view, at, end)
+        return _read_flexible(view, end, RequestHeader(PRODUCE_KEY, version, correlation_id, client_id), at)
     transactional_id, at = _string(view, at, end, flexible, True)
     acks, timeout = _ACKS_TIMEOUT.unpack_from(view, at)
     topic_count, at = _length(view, at + 6, end, flexible, True)
@@ -153,8 +215,8 @@ def _read(view, end: int):
             raise NotOurs
         parts = []
         for _ in range(count):
-            index = _I32.unpack_from(view, at)[0]
-            size, at = _length(view, at + 4, end, flexible, True)
+            index, records_at = _I32.unpack_from(view, at)[0], at + 4
+            size, at = _length(view, records_at, end, flexible, True)
             records = None
             if size >= 0:
                 records, at = view[at:at + size], at + size
@@ -167,8 +229,74 @@ def _read(view, end: int):
     if flexible:
         at = _no_tagged_fields(view, at, end)
     # Bytes after the request are ignored, as codec.parse_request does.
-    return (RequestHeader(PRODUCE_KEY, version, correlation_id, client_id),
-            ProduceRequest(version, transactional_id, acks, timeout, tuple(topics)))
+    header = RequestHeader(PRODUCE_KEY, version, correlation_id, client_id)
+    request = ProduceRequest(version, transactional_id, acks, timeout, tuple(topics))
+    if topic_count == 1 and count == 1:
+        _remember(view, records_at, header, request)
+    return header, request
+
+
+def _compact(view, at: int, end: int) -> tuple[int, int]:
+    """_length of a flexible version: (length, -1 for null; position after it)."""
+    byte = view[at]
+    if byte < 0x80:
+        length, at = byte - 1, at + 1
+    elif view[at + 1] < 0x80:       # two bytes: records of 127 bytes to 16 KiB
+        length, at = (byte & 0x7F | view[at + 1] << 7) - 1, at + 2
+    else:
+        raw, at = read_uvarint(view, at, end)
+        length = raw - 1
+    if length < -1 or length > end - at:
+        raise NotOurs
+    return length, at
+
+
+def _read_flexible(view, end: int, header: RequestHeader, at: int):
+    """_read's walk of a flexible version (v9+: compact lengths, tagged fields), with the one-byte
+    lengths read inline (a read past the frame is an IndexError: kio's walk, as any NotOurs)."""
+    if view[at]:
+        raise NotOurs               # tagged fields in the header
+    at += 1
+    length, at = _compact(view, at, end)
+    transactional_id = None
+    if length >= 0:
+        transactional_id, at = str(view[at:at + length], "utf-8"), at + length
+    acks, timeout = _ACKS_TIMEOUT.unpack_from(view, at)
+    at += 6
+    topic_count, at = _compact(view, at, end)
+    if topic_count < 0:
+        raise NotOurs
+    topics = []
+    for _ in range(topic_count):
+        length, at = _compact(view, at, end)
+        if length < 0:
+            raise NotOurs
+        name, at = str(view[at:at + length], "utf-8"), at + length
+        count, at = _compact(view, at, end)
+        if count < 0:
+            raise NotOurs
+        parts = []
+        for _ in range(count):
+            index, records_at = _I32.unpack_from(view, at)[0], at + 4
+            size, at = _compact(view, records_at, end)
+            records = None
+            if size >= 0:
+                records, at = view[at:at + size], at + size
+            if view[at]:
+                raise NotOurs
+            at += 1
+            parts.append(PartitionProduceData(index, records))
+        if view[at]:
+            raise NotOurs
+        at += 1
+        topics.append(TopicProduceData(name, tuple(parts)))
+    if view[at]:
+        raise NotOurs
+    # Bytes after the request are ignored, as codec.parse_request does.
+    request = ProduceRequest(header.request_api_version, transactional_id, acks, timeout, tuple(topics))
+    if topic_count == 1 and count == 1:
+        _remember(view, records_at, header, request)
+    return header, request
 
 
 # ---- the response -------------------------------------------------------------------------------
@@ -197,9 +325,27 @@ def _millis(value) -> int:
     return value
 
 
+# The row apis.produce writes for a partition, and the one whose bytes are laid out ahead of
+# time when it is all a response holds: no record errors, no message, none of the later fields.
+ROW_KEYS = frozenset(("index", "error_code", "base_offset", "log_start_offset", "record_errors", "error_message"))
+_AROUND: dict[tuple[int, str], tuple[bytes, bytes]] = {}
+_ROW_BYTES = 4 + _PARTITION_V5.size      # the correlation id and the fixed fields
+
+
 def encode_response(version: int, correlation_id: int, body: dict) -> bytes:
     """The size-prefixed Produce response of `version` for `body` (codec.encode_response's dict:
     missing fields take the schema's defaults, extra ones are ignored)."""
+    topics = body["responses"]
+    if len(topics) == 1 and len(body) == 1 and version >= 5:
+        topic = topics[0]
+        rows = topic["partition_responses"]
+        if len(rows) == 1:
+            p = rows[0]
+            if p.keys() == ROW_KEYS and not p["record_errors"] and p["error_message"] is None:
+                around = _AROUND.get((version, name := topic["name"])) or _around(version, name)
+                return b"".join((_SIZE_CORRELATION.pack(len(around[0]) + len(around[1]) + _ROW_BYTES, correlation_id),
+                                 around[0], _PARTITION_V5.pack(p["index"], int(p["error_code"]), p["base_offset"], -1,
+                                                               p["log_start_offset"]), around[1]))
     flexible = version >= FLEXIBLE_FROM
     out = bytearray(_SIZE_CORRELATION.pack(0, correlation_id))
     if flexible:
@@ -224,6 +370,28 @@ def encode_response(version: int, correlation_id: int, body: dict) -> bytes:
             out += b"\0"
     _I32.pack_into(out, 0, len(out) - 4)
     return bytes(out)
+
+
+def _around(version: int, name: str) -> tuple[bytes, bytes]:
+    """The bytes of a one-row response (encode_response's shortcut) before its partition's fixed
+    fields (after the correlation id) and after them, for `version` and topic `name`."""
+    flexible = version >= FLEXIBLE_FROM
+    before, after = bytearray(b"\0" if flexible else b""), bytearray()
+    _put_count(before, 1, flexible)
+    _put_string(before, name, flexible)
+    _put_count(before, 1, flexible)
+    if version >= 8:
+        _put_count(after, 0, flexible)          # record_errors
+        _put_string(after, None, flexible)      # error_message
+    if flexible:
+        after += b"\0\0"                        # the partition's and the topic's tagged fields
+    after += _I32.pack(0)                       # throttle_time
+    if flexible:
+        after += b"\0"
+    if len(_AROUND) >= 1024:
+        _AROUND.clear()
+    _AROUND[(version, name)] = around = (bytes(before), bytes(after))
+    return around
 
 
 def _put_partition(out: bytearray, p: dict, version: int, flexible: bool) -> None:

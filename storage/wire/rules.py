@@ -49,6 +49,8 @@ INTERNAL_TOPICS = frozenset({OFFSETS_TOPIC, TRANSACTION_STATE_TOPIC, METADATA_TO
 # attributes (2), whose transactional and control bits are the C core's.
 _LENGTH_AT, _MAGIC_AT, _ATTRIBUTES_AT, _HEADER_BYTES = 8, 16, 21, 23
 _TRANSACTIONAL, _CONTROL = lib.PLOG_ATTR_TRANSACTIONAL, lib.PLOG_ATTR_CONTROL
+assert _TRANSACTIONAL | _CONTROL < 0x100, "produce_problem reads the attributes' low byte"
+_I32 = struct.Struct(">i")
 
 
 def is_internal(topic: str | None) -> bool:
@@ -71,18 +73,17 @@ def delete_problem(name: str) -> tuple[int, str] | None:
 
 
 def produce_problem(topic: str, records, transactional_id: str | None = None) -> tuple[int, str] | None:
-    """(error code, message) when a client may not write `records` (v2 batches as sent) to
-    `topic`; None otherwise.  Reads only batch headers: a malformed buffer is left to the
-    append, which names what is wrong with it."""
-    if is_internal(topic):
+    """(error code, message) when a client may not write `records` (v2 batches as sent: bytes or
+    a view of bytes) to `topic`; None otherwise.  Reads only batch headers: a malformed buffer
+    is left to the append, which names what is wrong with it."""
+    if topic in INTERNAL_TOPICS:
         return Errors.INVALID_TOPIC_EXCEPTION, f"cannot append to internal topic {topic!r}"
-    view = memoryview(records)
-    position = 0
-    while position + _HEADER_BYTES <= len(view):
-        length = struct.unpack_from(">i", view, position + _LENGTH_AT)[0]
-        if view[position + _MAGIC_AT] != 2 or length <= 0:
+    position, size = 0, len(records)
+    while position + _HEADER_BYTES <= size:
+        length = _I32.unpack_from(records, position + _LENGTH_AT)[0]
+        if records[position + _MAGIC_AT] != 2 or length <= 0:
             return None
-        attributes = struct.unpack_from(">h", view, position + _ATTRIBUTES_AT)[0]
+        attributes = records[position + _ATTRIBUTES_AT + 1]     # the low byte holds both bits
         if attributes & _CONTROL:
             return Errors.INVALID_RECORD, f"clients may not write control batches (to {topic!r} at byte {position})"
         if attributes & _TRANSACTIONAL and transactional_id is None:

@@ -122,6 +122,58 @@ def test_a_damaged_frame_is_answered_as_before(version, body, cut, flips, tail):
         _same(got, want)
 
 
+@pytest.mark.parametrize("version", REQUEST_VERSIONS)
+def test_a_request_like_the_last_one_is_read_as_kio_reads_it(version):
+    """A one-partition request is remembered (produce_codec._Known): the next frame with the
+    same bytes up to its records -- another correlation id and records, or records cut short,
+    or a tagged field, or bytes after it -- is read from there, and answered as kio answers it
+    (fails without the read of the tail's lengths and tags: parsed where kio refuses)."""
+    def frame_of(correlation_id, records):
+        body = {"transactional_id": None, "acks": -1, "timeout": 1500,
+                "topic_data": [{"name": "topic-ü", "partition_data": [{"index": 3, "records": records}]}]}
+        return codec.encode_request(0, version, correlation_id, "producer-1", body)[4:]
+
+    produce_codec._RECENT.clear()
+    first = frame_of(1, build_batch([b"a"]))
+    _same(produce_codec.read_request(first), codec.parse_request_kio(first))
+    assert [known.index for known in produce_codec._RECENT] == [3]
+    big = build_batch([b"v" * 300] * 60)           # a length of three varint bytes from v9
+    frames = [frame_of(2, build_batch([b"b", b"c"])), frame_of(3, None), frame_of(4, b""), frame_of(5, big)]
+    whole = frame_of(6, big)
+    frames += [whole[:-5], whole[:-1], whole + b"tail", whole[:-1] + b"\1"]
+    if version >= produce_codec.FLEXIBLE_FROM:
+        frames += [whole[:-3] + b"\1\0\0", whole[:-2] + b"\1\0", whole[:-3]]
+    for frame in frames:
+        assert frame.startswith(produce_codec._RECENT[0].tail, 8)
+        (kind, got), (kind_kio, want) = _answer(codec.parse_request, frame), _answer(codec.parse_request_kio, frame)
+        assert kind == kind_kio, frame[-8:]
+        if kind == "refused":
+            assert got == want
+        else:
+            _same(got, want)
+            assert got[1].topic_data[0].partition_data[0].records is None or \
+                got[1].topic_data[0].partition_data[0].records.obj is frame
+    assert len(produce_codec._RECENT) == 1          # read from the remembered shape, nothing new learnt
+
+
+@pytest.mark.parametrize("version", RESPONSE_VERSIONS)
+def test_the_one_row_answer_is_kios(version):
+    """The answer of one partition's row as apis.produce writes it (the bytes around the row laid
+    out once per version and topic: produce_codec._around) is kio's, for names of one- and
+    two-byte lengths, any error code and offsets; other rows (a message, record errors, extra
+    fields) take the general layout."""
+    from storage.core.errors import Errors
+    for name in ("t", "ü" * 70):
+        for code, base, start in ((0, 41, 0), (Errors.NOT_LEADER_OR_FOLLOWER, -1, -1), (0, 2**62, 2**61)):
+            row = {"index": 7, "error_code": code, "base_offset": base, "log_start_offset": start,
+                   "record_errors": [], "error_message": None}
+            for body in ({"responses": [{"name": name, "partition_responses": [row]}]},
+                         {"responses": [{"name": name, "partition_responses": [{**row, "error_message": "no"}]}]},
+                         {"responses": [{"name": name, "partition_responses": [row]}], "throttle_time": 5}):
+                assert produce_codec.encode_response(version, 9, body) == codec.encode_response_kio(0, version, 9, body)
+    assert ((version, "t") in produce_codec._AROUND) == (version >= 5)
+
+
 @pytest.mark.parametrize("frame_hex", [
     "0000000900000001ffff010000000103e800",           # v9 with a tagged field in the header: kio's
     "00000003000000010000ffff0001000003e8ffffffff",   # v3 with a null topics array: refused
@@ -172,3 +224,34 @@ def test_the_broker_answers_a_fast_read_request_as_a_kio_read_one(tmp_path):
     assert [[p["base_offset"] for p in t["partition_responses"]] for t in fourth["responses"]] == [[9, 9], [-1], [-1]]
     assert fourth["responses"][1]["partition_responses"][0]["error_code"] == 17      # INVALID_TOPIC_EXCEPTION
     loop.close()
+
+
+def test_an_acks_all_produce_covered_at_once_is_answered_without_a_wait(tmp_path):
+    """acks=-1 to a partition of one replica: the append moves the high watermark past the batch
+    in the same call, so ClientApis.produce answers without yielding to the event loop (its
+    coroutine ends at the first step; it waited one loop turn in asyncio.gather before)."""
+    import asyncio
+
+    from storage.wire.node import Node
+    from storage.wire.server import BrokerServer
+
+    loop = asyncio.new_event_loop()
+    node = Node(tmp_path / "n", offsets_partitions=1, background=False)
+    server = BrokerServer(node, initial_rebalance_delay_ms=0)
+    try:
+        loop.run_until_complete(node.create_topic("a", 1, 1))
+        frame = codec.encode_request(0, 9, 5, "c", {"transactional_id": None, "acks": -1, "timeout": 1000, "topic_data": [
+            {"name": "a", "partition_data": [{"index": 0, "records": build_batch([b"x"])}]}]})[4:]
+
+        async def first_step():
+            step = server.apis.produce(*codec.parse_request(frame))
+            with pytest.raises(StopIteration) as done:
+                step.send(None)
+            return done.value.value
+
+        answer = loop.run_until_complete(first_step())
+        row = answer["responses"][0]["partition_responses"][0]
+        assert (row["error_code"], row["base_offset"]) == (0, 0)
+    finally:
+        loop.run_until_complete(node.shutdown())
+        loop.close()
