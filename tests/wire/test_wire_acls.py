@@ -141,11 +141,14 @@ def test_an_acks_all_produce_over_an_allowed_and_a_denied_topic_answers_both(bro
     storage/wire/later.py); the refused topic's row joins that answer (KafkaApis answers the
     unauthorized partitions beside the appended ones)."""
     from storage.core.records import build_batch
-    grant(broker.bootstrap, acl(ResourceType.TOPIC, "mix-ok", AclOperation.ALL),
-          acl(ResourceType.BROKER, "kafka-cluster", AclOperation.CREATE))
-    client = admin(broker.bootstrap)     # kept alive until the futures resolve
-    for future in client.create_topics([NewTopic("mix-ok", 1, 1)]).values():
-        future.result(20)
+    create = acl(ResourceType.BROKER, "kafka-cluster", AclOperation.CREATE)
+    grant(broker.bootstrap, acl(ResourceType.TOPIC, "mix-ok", AclOperation.ALL), create)
+    try:
+        client = admin(broker.bootstrap)     # kept alive until the futures resolve
+        for future in client.create_topics([NewTopic("mix-ok", 1, 1)]).values():
+            future.result(20)
+    finally:
+        revoke(broker.bootstrap, create)     # the other tests of this broker grant their own
     part = [{"index": 0, "records": build_batch([b"x"])}]
     answer = ask(broker, 0, 9, {"transactional_id": None, "acks": -1, "timeout": 10_000, "topic_data": [
         {"name": "mix-ok", "partition_data": part}, {"name": "mix-no", "partition_data": part}]})
