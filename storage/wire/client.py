@@ -36,7 +36,10 @@ class Peer:
         (correlation id, response) reads the answer when given: fetch_response.decode)."""
         async with self._lock:
             try:
-                return await asyncio.wait_for(self._exchange(key, version, body, decode), timeout_s or self.timeout_s)
+                # asyncio.timeout, not wait_for: no task of its own per exchange (a follower makes
+                # one a fetch; wait_for's task and its scheduling were a few % of its CPU).
+                async with asyncio.timeout(timeout_s or self.timeout_s):
+                    return await self._exchange(key, version, body, decode)
             except (OSError, asyncio.IncompleteReadError, TimeoutError, struct.error, ValueError) as exc:
                 self.close()
                 raise PeerError(f"{codec.api_name(key)} to {self.host}:{self.port}: {type(exc).__name__}: {exc}") from None

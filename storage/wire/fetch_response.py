@@ -51,7 +51,7 @@ _CACHED_MAX = 4096
 _KNOWN_ERRORS = frozenset(int(e) for e in ErrorCode)     # kio refuses any other code
 
 
-class _Entity:
+class Entity:
     __slots__ = ()
 
     def __repr__(self) -> str:
@@ -59,28 +59,28 @@ class _Entity:
         return f"{type(self).__name__}({', '.join(fields)})"
 
 
-class EpochEndOffset(_Entity):
+class EpochEndOffset(Entity):
     __slots__ = ("epoch", "end_offset")
 
     def __init__(self, epoch: int = -1, end_offset: int = -1):
         self.epoch, self.end_offset = epoch, end_offset
 
 
-class LeaderIdAndEpoch(_Entity):
+class LeaderIdAndEpoch(Entity):
     __slots__ = ("leader_id", "leader_epoch")
 
     def __init__(self, leader_id: int = -1, leader_epoch: int = -1):
         self.leader_id, self.leader_epoch = leader_id, leader_epoch
 
 
-class SnapshotId(_Entity):
+class SnapshotId(Entity):
     __slots__ = ("end_offset", "epoch")
 
     def __init__(self, end_offset: int = -1, epoch: int = -1):
         self.end_offset, self.epoch = end_offset, epoch
 
 
-class AbortedTransaction(_Entity):
+class AbortedTransaction(Entity):
     __slots__ = ("producer_id", "first_offset")
 
     def __init__(self, producer_id: int, first_offset: int):
@@ -91,17 +91,17 @@ class AbortedTransaction(_Entity):
 NO_DIVERGING, NO_LEADER, NO_SNAPSHOT = EpochEndOffset(), LeaderIdAndEpoch(), SnapshotId()
 
 
-class PartitionData(_Entity):
+class PartitionData(Entity):
     __slots__ = ("partition_index", "error_code", "high_watermark", "last_stable_offset", "log_start_offset",
                  "diverging_epoch", "current_leader", "snapshot_id", "aborted_transactions",
                  "preferred_read_replica", "records")
 
 
-class FetchableTopicResponse(_Entity):
+class FetchableTopicResponse(Entity):
     __slots__ = ("topic", "topic_id", "partitions")     # `topic` up to v12, `topic_id` from v13 (one is unset)
 
 
-class FetchResponse(_Entity):
+class FetchResponse(Entity):
     __slots__ = ("throttle_time", "error_code", "session_id", "responses", "node_endpoints")   # the last from v16
 
     def __init__(self, throttle_time, error_code: int, session_id: int, responses: tuple):

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import dataclasses
 import random
+import struct
 
 import pytest
 
@@ -29,7 +30,7 @@ def plain(value):
     records as bytes, each entity a dict of the attributes it has."""
     if dataclasses.is_dataclass(value):
         return {f.name: plain(getattr(value, f.name)) for f in dataclasses.fields(value)}
-    if isinstance(value, fetch_response._Entity):
+    if isinstance(value, fetch_response.Entity):
         return {k: plain(getattr(value, k)) for cls in type(value).__mro__ for k in getattr(cls, "__slots__", ())
                 if hasattr(value, k)}
     if isinstance(value, tuple):
@@ -157,3 +158,49 @@ def test_real_answers_of_a_broker_read_as_kio_reads_them(tmp_path):
     finally:
         broker.close()
         loop.close()
+
+
+def test_a_peer_exchange_makes_no_task_and_still_times_out():
+    """Peer.call bounds an exchange with asyncio.timeout (no task of its own a call, as
+    wait_for made: a follower calls once a fetch); a peer that never answers is still a
+    PeerError at the timeout, the connection closed."""
+    import asyncio
+
+    from storage.wire.client import Peer, PeerError
+
+    async def main():
+        loop = asyncio.get_running_loop()
+        tasks = []
+
+        def factory(loop, coro):
+            tasks.append(coro)
+            return asyncio.Task(coro, loop=loop)
+
+        async def answer(reader, writer):
+            while True:
+                head = await reader.readexactly(4)
+                frame = await reader.readexactly(struct.unpack(">i", head)[0])
+                if silent:
+                    continue
+                body = codec.encode_response(18, 0, struct.unpack_from(">i", frame, 4)[0],
+                                             {"error_code": 0, "api_keys": []})
+                writer.write(body)
+
+        silent = False
+        server = await asyncio.start_server(answer, "127.0.0.1", 0)
+        port = server.sockets[0].getsockname()[1]
+        peer = Peer("127.0.0.1", port, timeout_s=0.3)
+        await peer.call(18, 0, {})              # connected
+        loop.set_task_factory(factory)
+        try:
+            await peer.call(18, 0, {})
+        finally:
+            loop.set_task_factory(None)
+        assert tasks == []
+        silent = True
+        with pytest.raises(PeerError, match="TimeoutError"):
+            await peer.call(18, 0, {})
+        assert not peer.busy
+        server.close()
+
+    asyncio.run(main())
