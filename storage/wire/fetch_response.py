@@ -37,7 +37,7 @@ FETCH_KEY = 1
 FIRST_VERSION, LAST_VERSION = 12, 16
 _TOPIC_IDS_FROM = 13
 _TOP = struct.Struct(">iBihi")              # correlation id, header tags (0), throttle, error, session
-_PART = struct.Struct(">ihqqq")
+_PART_HEAD = struct.Struct(">ihqqqB")     # ... and the aborted transactions' count's first byte
 _I32 = struct.Struct(">i")
 _ABORTED = struct.Struct(">qqB")            # producer id, first offset, no tagged fields
 _EPOCH_END = struct.Struct(">iqB")          # epoch, end offset, no tagged fields
@@ -46,6 +46,7 @@ _SNAPSHOT = struct.Struct(">qiB")
 # Topic ids and throttle times as kio reads them (immutable: one object serves every answer
 # naming it); a follower is told of the same few on every fetch.
 _IDS: dict[bytes, uuid.UUID | None] = {bytes(16): None}
+_UNSEEN = object()
 _THROTTLES: dict[int, datetime.timedelta] = {}
 _CACHED_MAX = 4096
 _KNOWN_ERRORS = frozenset(int(e) for e in ErrorCode)     # kio refuses any other code
@@ -122,43 +123,47 @@ def read(version: int, frame: bytes):
     """(correlation id, FetchResponse) read by hand; NotOurs for anything unusual (see above)."""
     if not FIRST_VERSION <= version <= LAST_VERSION:
         raise NotOurs
-    view = memoryview(frame)
-    end = len(view)
+    data = frame if type(frame) is bytes else bytes(frame)     # bytes index faster than a view
+    view = memoryview(frame).toreadonly()       # the records' views (of the caller's frame)
+    end = len(data)
     try:
-        correlation_id, header_tags, throttle_ms, error_code, session_id = _TOP.unpack_from(view, 0)
+        correlation_id, header_tags, throttle_ms, error_code, session_id = _TOP.unpack_from(data, 0)
         if header_tags or error_code not in _KNOWN_ERRORS:
             raise NotOurs
-        count, at = read_uvarint(view, _TOP.size, end)
+        at = _TOP.size
+        count = data[at]
+        at = at + 1 if count < 0x80 else read_uvarint(data, at, end)[1]
+        if count >= 0x80:
+            count = read_uvarint(data, _TOP.size, end)[0]
         if not count:
             raise NotOurs
         topics = []
         by_id = version >= _TOPIC_IDS_FROM
         for _ in range(count - 1):
+            topic = FetchableTopicResponse()
             if by_id:
-                raw = bytes(view[at:at + 16])
-                if len(raw) != 16:
-                    raise NotOurs
-                topic_id = _IDS.get(raw)
-                if topic_id is None and raw not in _IDS:
+                raw = data[at:at + 16]
+                topic_id = _IDS.get(raw, _UNSEEN)
+                if topic_id is _UNSEEN:
+                    if len(raw) != 16:
+                        raise NotOurs
                     topic_id = uuid.UUID(bytes=raw)
                     if len(_IDS) < _CACHED_MAX:
                         _IDS[raw] = topic_id
-                topic = FetchableTopicResponse()
                 topic.topic_id, at = topic_id, at + 16
             else:
-                size, at = read_uvarint(view, at, end)
+                size, at = read_uvarint(data, at, end)
                 if not size or at + size - 1 > end:
                     raise NotOurs
-                topic = FetchableTopicResponse()
-                topic.topic, at = str(view[at:at + size - 1], "utf-8"), at + size - 1
-            topic.partitions, at = _partitions(view, at, end)
-            if at >= end or view[at]:           # the topic's tagged fields: none
+                topic.topic, at = str(data[at:at + size - 1], "utf-8"), at + size - 1
+            topic.partitions, at = _partitions(data, view, at, end)
+            if data[at]:            # the topic's tagged fields: none
                 raise NotOurs
             topics.append(topic)
             at += 1
-        if at + 1 != end or view[at]:           # no top-level tagged fields, nothing after
+        if at + 1 != end or data[at]:           # no top-level tagged fields, nothing after
             raise NotOurs
-    except (struct.error, UnicodeDecodeError):
+    except (struct.error, UnicodeDecodeError, IndexError):
         raise NotOurs from None
     throttle = _THROTTLES.get(throttle_ms)
     if throttle is None:
@@ -171,23 +176,25 @@ def read(version: int, frame: bytes):
     return correlation_id, response
 
 
-def _partitions(view, at: int, end: int) -> tuple[tuple, int]:
-    count, at = read_uvarint(view, at, end)
+def _partitions(data: bytes, view, at: int, end: int) -> tuple[tuple, int]:
+    count, at = read_uvarint(data, at, end)
     if not count:
         raise NotOurs
     out = []
-    unpack_part, unpack_i32 = _PART.unpack_from, _I32.unpack_from
+    unpack_head, unpack_i32, known = _PART_HEAD.unpack_from, _I32.unpack_from, _KNOWN_ERRORS
     for _ in range(count - 1):
         p = PartitionData()
-        p.partition_index, p.error_code, p.high_watermark, p.last_stable_offset, p.log_start_offset = \
-            unpack_part(view, at)
-        if p.error_code not in _KNOWN_ERRORS:
+        p.partition_index, p.error_code, p.high_watermark, p.last_stable_offset, p.log_start_offset, aborted = \
+            unpack_head(data, at)
+        if p.error_code not in known:
             raise NotOurs
-        aborted, at = read_uvarint(view, at + _PART.size, end)
+        at += _PART_HEAD.size
+        if aborted >= 0x80:
+            aborted, at = read_uvarint(data, at - 1, end)
         if aborted:
             txns = []
             for _ in range(aborted - 1):
-                producer_id, first_offset, tags = _ABORTED.unpack_from(view, at)
+                producer_id, first_offset, tags = _ABORTED.unpack_from(data, at)
                 if tags:
                     raise NotOurs
                 txns.append(AbortedTransaction(producer_id, first_offset))
@@ -195,8 +202,8 @@ def _partitions(view, at: int, end: int) -> tuple[tuple, int]:
             p.aborted_transactions = tuple(txns)
         else:
             p.aborted_transactions = None
-        p.preferred_read_replica = unpack_i32(view, at)[0]
-        size, at = read_uvarint(view, at + 4, end)
+        p.preferred_read_replica = unpack_i32(data, at)[0]
+        size, at = read_uvarint(data, at + 4, end)
         if size:
             size -= 1
             if at + size > end:
@@ -205,27 +212,36 @@ def _partitions(view, at: int, end: int) -> tuple[tuple, int]:
         else:
             p.records = None
         p.diverging_epoch, p.current_leader, p.snapshot_id = NO_DIVERGING, NO_LEADER, NO_SNAPSHOT
-        tags, at = read_uvarint(view, at, end)
-        last = -1
-        for _ in range(tags):
-            tag, at = read_uvarint(view, at, end)
-            size, at = read_uvarint(view, at, end)
-            if tag <= last or at + size > end:
-                raise NotOurs
-            last = tag
-            if tag == 0 and size == _EPOCH_END.size:
-                epoch, offset, nested = _EPOCH_END.unpack_from(view, at)
-                p.diverging_epoch = EpochEndOffset(epoch, offset)
-            elif tag == 1 and size == _LEADER.size:
-                leader, epoch, nested = _LEADER.unpack_from(view, at)
-                p.current_leader = LeaderIdAndEpoch(leader, epoch)
-            elif tag == 2 and size == _SNAPSHOT.size:
-                offset, epoch, nested = _SNAPSHOT.unpack_from(view, at)
-                p.snapshot_id = SnapshotId(offset, epoch)
-            else:
-                raise NotOurs
-            if nested:
-                raise NotOurs
-            at += size
+        tags = data[at]
+        at += 1
+        if tags:
+            at = _partition_tags(data, p, at - 1, end)
         out.append(p)
     return tuple(out), at
+
+
+def _partition_tags(data: bytes, p: PartitionData, at: int, end: int) -> int:
+    """Read a partition's tagged fields (at its count) into `p`; the position after them."""
+    tags, at = read_uvarint(data, at, end)
+    last = -1
+    for _ in range(tags):
+        tag, at = read_uvarint(data, at, end)
+        size, at = read_uvarint(data, at, end)
+        if tag <= last or at + size > end:
+            raise NotOurs
+        last = tag
+        if tag == 0 and size == _EPOCH_END.size:
+            epoch, offset, nested = _EPOCH_END.unpack_from(data, at)
+            p.diverging_epoch = EpochEndOffset(epoch, offset)
+        elif tag == 1 and size == _LEADER.size:
+            leader, epoch, nested = _LEADER.unpack_from(data, at)
+            p.current_leader = LeaderIdAndEpoch(leader, epoch)
+        elif tag == 2 and size == _SNAPSHOT.size:
+            offset, epoch, nested = _SNAPSHOT.unpack_from(data, at)
+            p.snapshot_id = SnapshotId(offset, epoch)
+        else:
+            raise NotOurs
+        if nested:
+            raise NotOurs
+        at += size
+    return at
