@@ -346,31 +346,40 @@ class PartitionLog(ClosedOnExit):
         if channel.first_failure is not None:
             raise channel.error()
         try:
-            if batches.__class__ is bytes and batches:
-                with self._lock:
-                    state, local = self._follower_append, self._local
-                    if state is not None and not local.closed and self.log_end_offset != self.log_start_offset \
-                            and open_segments.last is local.segments[-1]:
-                        v, length = state.v, len(batches)
-                        rc = _segment_append(local.segments[-1].native, batches, length, self.log_end_offset, -1,
-                                             state.flags | READONLY, -1, v)
-                        out = state.out.tolist()
-                        epoch = out[SOLE_EPOCH]
-                        if rc == 0 and not out[PRODUCER_BATCHES] and \
-                                (epoch == self.epoch_cache.latest_epoch or epoch < 0 and epoch != EPOCH_MIXED):
-                            out[SOLE_EPOCH:] = NOT_DUPLICATE      # appends._written's common case, inline
-                            metrics = state.metrics
-                            metrics.appends += 1
-                            metrics.append_batches += out[4]
-                            metrics.append_records += out[5]
-                            metrics.append_bytes += out[6]
-                            self.log_end_offset = end = out[1] + 1
-                            self.producer_state.last_map_offset = end
-                            return new_append_info(AppendInfo, out)
-                        if rc == 0:
-                            return _written(self, state, ffi.from_buffer(batches), length, None)
-                        if rc not in CALL_AGAIN:
-                            raise _refusal(self, rc, v, ffi.from_buffer(batches), length)
+            kind = batches.__class__
+            if batches and (kind is bytes or kind is memoryview and batches.readonly      # a fetch answer's view
+                            and batches.c_contiguous and batches.itemsize == 1):
+                data = batches if kind is bytes else ffi.from_buffer(batches)
+                try:        # a view's buffer released before anything leaves this frame (as append_as_leader)
+                    with self._lock:
+                        state, local = self._follower_append, self._local
+                        if state is not None and not local.closed and self.log_end_offset != self.log_start_offset \
+                                and open_segments.last is local.segments[-1]:
+                            v, length = state.v, len(batches)
+                            rc = _segment_append(local.segments[-1].native, data, length, self.log_end_offset, -1,
+                                                 state.flags | READONLY, -1, v)
+                            out = state.out.tolist()
+                            epoch = out[SOLE_EPOCH]
+                            if rc == 0 and not out[PRODUCER_BATCHES] and \
+                                    (epoch == self.epoch_cache.latest_epoch or epoch < 0 and epoch != EPOCH_MIXED):
+                                out[SOLE_EPOCH:] = NOT_DUPLICATE      # appends._written's common case, inline
+                                metrics = state.metrics
+                                metrics.appends += 1
+                                metrics.append_batches += out[4]
+                                metrics.append_records += out[5]
+                                metrics.append_bytes += out[6]
+                                self.log_end_offset = end = out[1] + 1
+                                self.producer_state.last_map_offset = end
+                                return new_append_info(AppendInfo, out)
+                            if rc == 0:
+                                return _written(self, state, data if kind is memoryview else ffi.from_buffer(data),
+                                                length, None)
+                            if rc not in CALL_AGAIN:
+                                raise _refusal(self, rc, v, data if kind is memoryview else ffi.from_buffer(data),
+                                               length)
+                finally:
+                    if kind is memoryview:
+                        ffi.release(data)
             return self._follower_chunk(batches, partial_tail=True)
         except OSError as exc:
             failure = failure_for(channel, exc, "append_as_follower")

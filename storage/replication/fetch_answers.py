@@ -118,7 +118,13 @@ class FetchAnswers:
             # watermark would stop and acks=all time out after writing.
             return answer(Errors.NOT_LEADER_OR_FOLLOWER)
         if item.last_fetched_epoch != NO_EPOCH and guards.on("M32"):
-            epoch, end_offset = epoch_end_on_the_wire(log, item.last_fetched_epoch)
+            if item.last_fetched_epoch == log.epoch_cache.latest_epoch:
+                # A follower fetching in the latest epoch (every fetch but the first of an epoch):
+                # the cache's answer for its latest epoch is the log end offset (LeaderEpochCache
+                # .end_offset_for), without the lookup.
+                epoch, end_offset = item.last_fetched_epoch, log.log_end_offset
+            else:
+                epoch, end_offset = epoch_end_on_the_wire(log, item.last_fetched_epoch)
             if epoch == NO_EPOCH or end_offset == -1 or item.fetch_offset < log.log_start_offset:
                 return answer(Errors.OFFSET_OUT_OF_RANGE, high_watermark=log.high_watermark,
                               log_start_offset=log.log_start_offset)

@@ -31,16 +31,20 @@ class Peer:
     def busy(self) -> bool:
         return self._lock.locked()
 
-    async def call(self, key: int, version: int, body: dict, *, timeout_s: float | None = None):
-        """Send a request and return the decoded response entity."""
+    async def call(self, key: int, version: int, body: dict, *, timeout_s: float | None = None, decode=None):
+        """Send a request and return the decoded response entity (`decode(version, frame)` ->
+        (correlation id, response) reads the answer when given: fetch_response.decode)."""
         async with self._lock:
             try:
-                return await asyncio.wait_for(self._exchange(key, version, body), timeout_s or self.timeout_s)
+                # asyncio.timeout, not wait_for: no task of its own per exchange (a follower makes
+                # one a fetch; wait_for's task and its scheduling were a few % of its CPU).
+                async with asyncio.timeout(timeout_s or self.timeout_s):
+                    return await self._exchange(key, version, body, decode)
             except (OSError, asyncio.IncompleteReadError, TimeoutError, struct.error, ValueError) as exc:
                 self.close()
                 raise PeerError(f"{codec.api_name(key)} to {self.host}:{self.port}: {type(exc).__name__}: {exc}") from None
 
-    async def _exchange(self, key: int, version: int, body: dict):
+    async def _exchange(self, key: int, version: int, body: dict, decode=None):
         if self._writer is None:
             self._reader, self._writer = await asyncio.open_connection(
                 self.host, self.port, ssl=self.tls, server_hostname=self.host if self.tls is not None else None)
@@ -48,7 +52,8 @@ class Peer:
         self._writer.write(codec.encode_request(key, version, correlation_id, CLIENT_ID, body))
         await self._writer.drain()
         size = struct.unpack(">i", await self._reader.readexactly(4))[0]
-        got, response = codec.decode_response(key, version, await self._reader.readexactly(size))
+        frame = await self._reader.readexactly(size)
+        got, response = decode(version, frame) if decode is not None else codec.decode_response(key, version, frame)
         if got != correlation_id:
             raise ValueError(f"correlation id {got}, expected {correlation_id}")
         return response

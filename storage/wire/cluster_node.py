@@ -424,7 +424,8 @@ class RemoteController:
                         self._fetching.add(leader)
                     asyncio.get_running_loop().create_task(self._replicate(leader, request))
             try:
-                await asyncio.wait_for(wakeup.wait(), 0.05)
+                async with asyncio.timeout(0.05):       # not wait_for: no task a wakeup (one a fetch)
+                    await wakeup.wait()
             except TimeoutError:
                 pass
 

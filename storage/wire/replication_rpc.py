@@ -6,6 +6,7 @@ from __future__ import annotations
 
 from ..core.errors import Errors
 from ..replication import messages as m
+from . import fetch_response
 from .client import Peer, PeerError
 
 FETCH_VERSION, EPOCH_VERSION, LIST_OFFSETS_VERSION = 16, 4, 7
@@ -41,7 +42,7 @@ async def _fetch(node, peer: Peer, request: m.FetchRequest, session: "FollowerSe
             "session_id": session_id, "session_epoch": epoch, "rack_id": "", "forgotten_topics_data": gone,
             "topics": topics}
     try:
-        answer = await peer.call(1, FETCH_VERSION, body)
+        answer = await peer.call(1, FETCH_VERSION, body, decode=fetch_response.decode)
     except PeerError:
         session.reset()             # the leader may have moved the session's epoch, or not
         raise
@@ -60,7 +61,7 @@ async def _fetch(node, peer: Peer, request: m.FetchRequest, session: "FollowerSe
             if p.diverging_epoch is not None and p.diverging_epoch.epoch != -1:
                 diverging = m.EpochEndOffset(p.diverging_epoch.epoch, p.diverging_epoch.end_offset)
             out.append(m.FetchResponsePartition(name, p.partition_index, int(p.error_code), p.high_watermark,
-                                                p.log_start_offset, diverging, bytes(p.records or b""),
+                                                p.log_start_offset, diverging, b"" if p.records is None else p.records,
                                                 p.last_stable_offset))
     return m.FetchResponse(session.answered(answer.session_id, request.partitions, out))
 
@@ -96,7 +97,9 @@ class FollowerSession:
         self.unchanged: list[tuple[str, int]] = []
         self.session_id, self.epoch = 0, 0
         self.sent: dict[tuple[str, int], tuple | None] = {}     # what the leader's session holds of each
-        self.told: dict[tuple[str, int], m.FetchResponsePartition] = {}    # its last answer of each
+        # What the leader's session told of (the answers themselves are not kept: their records
+        # are views of the answer's frame, which would stay alive with them).
+        self.told: set[tuple[str, int]] = set()
         self.last: list[tuple[str, int]] = []       # the keys of the latest request's items
 
     def next_request(self, items) -> tuple[list, list, int, int]:
@@ -116,7 +119,7 @@ class FollowerSession:
                      if k in self.sent and k not in wanted and k not in self.parked]
         for k in forgotten:
             del self.sent[k]
-            self.told.pop(k, None)
+            self.told.discard(k)
         self.sent.update({(i.topic, i.partition): _position(i) for i in changed})
         return changed, forgotten, self.session_id, self.epoch
 
@@ -134,11 +137,11 @@ class FollowerSession:
         for p in parts:
             key = (p.topic, p.partition)
             if p.error_code:        # the leader answers it again until the error is gone
-                self.told.pop(key, None)
+                self.told.discard(key)
                 if key in self.sent:
                     self.sent[key] = None       # sent again if still fetched, else forgotten
             else:
-                self.told[key] = p
+                self.told.add(key)
         got = {(p.topic, p.partition) for p in parts}
         self.unchanged = []
         for i in items:

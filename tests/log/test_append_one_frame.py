@@ -158,6 +158,25 @@ def test_a_leader_append_of_a_read_only_view_of_bytes_is_one_frame_too(tmp_path)
         assert log.log_end_offset == 2 and log.latest_epoch == 4
 
 
+def test_a_follower_append_of_a_read_only_view_of_bytes_is_one_frame_too(tmp_path):
+    """The broker's case: a fetch answer's records are a view of its frame (wire/fetch_response),
+    appended as they lie, the same log as from bytes."""
+    with PartitionLog.open(tmp_path / "b-0", CONFIG) as b, PartitionLog.open(tmp_path / "a-0", CONFIG) as a:
+        first = follower_batch(0)
+        b.append_as_follower(first)
+        a.append_as_follower(first)      # a's segment the latest opened: the one-frame path's
+        batch = follower_batch(1) + follower_batch(2)
+        frame = b"head" + batch + b"tail"
+        view = memoryview(frame)[4:-4]
+        python, native = frames_and_c_calls(lambda: a.append_as_follower(view))
+        assert python == ["<lambda>", "append_as_follower"]
+        assert native == ["plog_segment_append_chunk"]
+        assert a.log_end_offset == 3 and frame == b"head" + batch + b"tail"
+        b.append_as_follower(batch)
+        assert _state(a) == _state(b)
+        view.release()          # nothing holds the view's buffer (a held export refuses this)
+
+
 def test_a_read_only_view_is_appended_as_it_lies(tmp_path):
     """A produce request's records arrive as a read-only memoryview of its frame: the leader
     appends them as it appends `bytes` (stamped copies of the headers, the view never written)
@@ -199,11 +218,15 @@ for i in range(20):
     seam = FaultyIO()
     with sio.using(seam):
         log = PartitionLog.open(f"{sys.argv[1]}/t{i}-0", LogConfig(segment_bytes=4096, fsync=False))
+        follower = sys.argv[2] == "follower"
         log.append_as_leader(storage.build_batch([b"a"]), 1)
         seam.fail["pwrite"] = (errno.EIO, 0)
-        frame = b"head" + storage.build_batch([b"b"]) + b"tail"
+        frame = b"head" + storage.build_batch([b"b"], base_offset=1) + b"tail"
         try:
-            log.append_as_leader(memoryview(frame)[4:-4], 1)
+            if follower:
+                log.append_as_follower(memoryview(frame)[4:-4])
+            else:
+                log.append_as_leader(memoryview(frame)[4:-4], 1)
         except errors.LogDirOfflineError:
             pass        # kept by the failure channel: its traceback holds append_as_leader's frame
         try:
@@ -216,7 +239,8 @@ print("collected")
 """
 
 
-def test_a_failed_append_of_a_view_leaves_nothing_the_collector_trips_on(tmp_path):
+@pytest.mark.parametrize("role", ["leader", "follower"])
+def test_a_failed_append_of_a_view_leaves_nothing_the_collector_trips_on(tmp_path, role):
     """The failure channel keeps the first failure, whose traceback holds the append's frame: a
     cycle.  A view the frame had exported to C and not released made the collector that clears
     that cycle crash the process (a segfault); run in a child so such a crash fails this test."""
@@ -224,6 +248,6 @@ def test_a_failed_append_of_a_view_leaves_nothing_the_collector_trips_on(tmp_pat
     import subprocess
     tests = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
     env = dict(os.environ, PYTHONPATH=os.pathsep.join(filter(None, [tests, os.environ.get("PYTHONPATH")])))
-    done = subprocess.run([sys.executable, "-c", _VIEW_IN_A_CYCLE, str(tmp_path)], capture_output=True, text=True,
+    done = subprocess.run([sys.executable, "-c", _VIEW_IN_A_CYCLE, str(tmp_path), role], capture_output=True, text=True,
                           timeout=120, env=env)
     assert done.returncode == 0 and "collected" in done.stdout, (done.returncode, done.stderr[-2000:])

@@ -245,3 +245,33 @@ def test_stories_end_the_way_the_kip_says_the_system_heals(tmp_path, name):
     assert len({(b["log_end_offset"], b["high_watermark"]) for b in brokers.values()}) == 1
     assert sorted(report["partition"]["isr"]) == sorted(int(b) for b in brokers)
     assert report["violations"] == []
+
+
+def test_kip320_a_fetch_in_the_latest_epoch_answers_without_the_epoch_lookup(tmp_path, monkeypatch):
+    """A follower's every fetch but an epoch's first names the leader's latest epoch: the
+    leader's KIP-320 check answers it from the log end (what the cache answers for its latest
+    epoch) without asking the cache; a fetch offset past that end still diverges, and an older
+    epoch still asks."""
+    rig = Rig(tmp_path, 2, truncate_on_fetch=True)
+    rig.controller.create_partition("t", 0, [1, 2])
+    rig.publish()
+    rig.produce(1, [b"m0", b"m1"])
+    rig.replicate()
+    leader = rig.nodes[1]
+    log = leader.partitions[("t", 0)].log
+    latest, end = log.latest_epoch, log.log_end_offset
+    assert log.end_offset_for_epoch(latest) == (latest, end)        # what the shortcut stands for
+    asked = []
+    monkeypatch.setattr(type(log), "end_offset_for_epoch", lambda self, epoch: asked.append(epoch) or (latest, end))
+
+    def fetch(offset: int, last_fetched_epoch: int):
+        item = m.FetchPartition("t", 0, offset, current_leader_epoch=latest, last_fetched_epoch=last_fetched_epoch)
+        return leader.handle_fetch(m.FetchRequest(2, rig.epoch(2), [item])).partitions[0]
+
+    at_end = fetch(end, latest)
+    assert (at_end.error_code, at_end.diverging_epoch, at_end.records) == (Errors.NONE, None, b"")
+    past = fetch(end + 3, latest)
+    assert past.diverging_epoch == m.EpochEndOffset(latest, end) and past.records == b""
+    assert asked == []
+    fetch(end, latest + 1)
+    assert asked == [latest + 1]
