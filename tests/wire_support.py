@@ -173,16 +173,21 @@ class Cluster:
         self.brokers = {n: Broker(root / f"broker-{n}", "--node-id", str(n), "--controller", address,
                                   "--replication-factor", "3", "--min-insync-replicas", str(min_isr),
                                   "--replica-lag-time-max-ms", "3000", *broker_args) for n in range(1, brokers + 1)}
-        # All launched, then each waited for: the brokers start side by side (a broker takes
-        # seconds to import and register; one after another that was most of a cluster test's setup).
         try:
-            for b in self.brokers.values():
-                b.launch()
-            for b in self.brokers.values():
-                b.wait_ready()
+            self.start_brokers()
         except BaseException:
             self.kill()
             raise
+
+    def start_brokers(self, brokers=None) -> None:
+        """Start these brokers (all by default) side by side: all launched, then each waited for
+        (a broker takes seconds to import and register; one after another that was most of a
+        cluster test's setup)."""
+        brokers = list(self.brokers.values()) if brokers is None else list(brokers)
+        for b in brokers:
+            b.launch()
+        for b in brokers:
+            b.wait_ready()
 
     @property
     def bootstrap(self) -> str:
