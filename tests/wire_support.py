@@ -39,6 +39,11 @@ class Broker:
         return f"{self.host}:{self.port}"
 
     def start(self, timeout: float = 30.0) -> "Broker":
+        return self.launch().wait_ready(timeout)
+
+    def launch(self) -> "Broker":
+        """Start the process without waiting for it (wait_ready then reads its ready line): a
+        cluster launches all its brokers, then waits for each, so they start side by side."""
         listen = ["--listen", f"127.0.0.1:{self.port}"]    # the same port again after a restart
         if "--listeners" in self.extra:
             listen = []                            # the test names its listeners
@@ -49,6 +54,9 @@ class Broker:
              *options, "--log-level", os.environ.get("STORAGE_WIRE_LOG_LEVEL", "INFO"), *self.extra],
             stdout=subprocess.PIPE, stderr=stderr, text=True, preexec_fn=self.preexec_fn)
         stderr.close()
+        return self
+
+    def wait_ready(self, timeout: float = 30.0) -> "Broker":
         deadline = time.monotonic() + timeout
         line = ""
         while time.monotonic() < deadline:
@@ -165,8 +173,21 @@ class Cluster:
         self.brokers = {n: Broker(root / f"broker-{n}", "--node-id", str(n), "--controller", address,
                                   "--replication-factor", "3", "--min-insync-replicas", str(min_isr),
                                   "--replica-lag-time-max-ms", "3000", *broker_args) for n in range(1, brokers + 1)}
-        for b in self.brokers.values():
-            b.start()
+        try:
+            self.start_brokers()
+        except BaseException:
+            self.kill()
+            raise
+
+    def start_brokers(self, brokers=None) -> None:
+        """Start these brokers (all by default) side by side: all launched, then each waited for
+        (a broker takes seconds to import and register; one after another that was most of a
+        cluster test's setup)."""
+        brokers = list(self.brokers.values()) if brokers is None else list(brokers)
+        for b in brokers:
+            b.launch()
+        for b in brokers:
+            b.wait_ready()
 
     @property
     def bootstrap(self) -> str:

@@ -10,13 +10,14 @@ decode: RecordBatch.records() builds every Record in C; kafka-python's decoder i
 import struct
 
 import pytest
-from hypothesis import given, settings
+from hypothesis import given
 from hypothesis import strategies as st
 
 from storage import Record, build_batch, iter_batches
 from storage.core import errors
 from storage.core import records as records_module
 from storage.core._native import build_listed, decode_records, ffi, lib
+from tests.tiers import tiered
 
 STAMP = 1_700_000_000_000
 
@@ -43,7 +44,7 @@ walked_items = st.one_of(
     st.builds(Record, timestamp=timestamps, key=payloads, value=payloads, headers=header_lists))
 
 
-@settings(max_examples=400, deadline=None)
+@tiered(400, deadline=None)
 @given(items=st.lists(walked_items, min_size=1, max_size=60), codec=st.sampled_from(["none", "zstd", "gzip"]),
        base_offset=st.integers(0, 2**40), epoch=st.integers(-1, 2**31 - 1), producer=st.integers(-1, 2**40),
        transactional=st.booleans(), base_timestamp=st.one_of(st.none(), st.just(STAMP)))
@@ -141,7 +142,7 @@ def test_a_timestamp_delta_past_int64_is_refused_not_wrapped():
             build(items)
 
 
-@settings(max_examples=200, deadline=None)
+@tiered(200, deadline=None)
 @given(records=st.lists(st.builds(Record, offset=st.integers(0, 2**31 - 1), timestamp=st.integers(0, 2**41),
                                   key=st.one_of(st.none(), st.binary(max_size=30)),
                                   value=st.one_of(st.none(), st.binary(max_size=30)),
@@ -179,7 +180,7 @@ full_records = st.lists(st.builds(Record, timestamp=timestamps, key=binaries, va
                                   headers=decoded_headers), min_size=1, max_size=40)
 
 
-@settings(max_examples=300, deadline=None)
+@tiered(300, deadline=None)
 @given(items=full_records, codec=st.sampled_from(["none", "zstd"]), base_offset=st.integers(0, 2**50))
 def test_records_decode_as_kafka_python_decodes_them(items, codec, base_offset):
     default_records = pytest.importorskip("kafka.record.default_records")

@@ -35,7 +35,8 @@ Two library bugs this test found are pinned by the regression tests at the end o
 (test_segment_rebuilt_below_the_recovery_point_keeps_the_epochs,
 test_append_after_the_log_end_went_below_the_active_segment).
 
-CORRUPTION_EXAMPLES=2000 raises the number of examples (default 150).
+CORRUPTION_EXAMPLES=2000 raises the number of examples (default 150; tests/tiers.py: fewer in the
+default tier).
 """
 from __future__ import annotations
 
@@ -58,9 +59,10 @@ from storage.dir.logdir import CLEAN_SHUTDOWN_FILE
 from storage.dir.meta import FILE_NAME as META_FILE
 from storage.dir.meta import MetadataError, MetaStore
 from storage.log.epoch import CHECKPOINT_FILE
+from tests.tiers import examples
 
 CONFIG = LogConfig(segment_bytes=1500, index_interval_bytes=200, segment_index_bytes=1024, fsync=False)
-EXAMPLES = int(os.environ.get("CORRUPTION_EXAMPLES", "150"))
+EXAMPLES = int(os.environ.get("CORRUPTION_EXAMPLES", examples(150)))
 PARTITIONS = {("alpha", 0): [0, 1, 2, 4, 5, 8], ("alpha", 1): [3, 4, 6], ("beta.x_y", 7): [1, 2, 3, 10, 11]}
 EMPTY = ("empty", 0)
 # clean: marker kept (no scan); clean-no-meta: the LMDB store deleted too (offsets unknown);
@@ -649,6 +651,7 @@ def check(pristine: Pristine, damage: Damage, config: LogConfig = CONFIG) -> Non
 
 # ---- the property ---------------------------------------------------------------------------
 
+@pytest.mark.examples
 @settings(max_examples=EXAMPLES, deadline=None, database=None, suppress_health_check=[HealthCheck.too_slow])
 @given(data=st.data())
 def test_damaged_log_dir_reopens_to_a_valid_prefix(pristine, data):

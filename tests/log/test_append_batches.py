@@ -6,13 +6,14 @@ import errno
 
 import pytest
 from faulty_io import FaultyIO
-from hypothesis import given, settings
+from hypothesis import given
 from hypothesis import strategies as st
 
 import storage
 from storage import LogConfig, LogDir, PartitionLog
 from storage.core import errors
 from storage.core import io as sio
+from tests.tiers import tiered
 
 CONFIG = LogConfig(segment_bytes=4096, index_interval_bytes=256, fsync=False)
 
@@ -205,7 +206,7 @@ def outcome(log, pieces, gathered: bool):
     return info, log.log_end_offset, files(log), log.epoch_cache.entries, producers
 
 
-@settings(max_examples=150, deadline=None)
+@tiered(150, deadline=None)
 @given(first=piece_lists(), second=piece_lists())
 def test_pieces_append_as_their_concatenation_would(tmp_path_factory, first, second):
     """The property behind plog_segment_append_pieces: every outcome (AppendInfo or error,

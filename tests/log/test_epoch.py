@@ -5,11 +5,12 @@ import os
 
 import pytest
 from conftest import TESTDATA
-from hypothesis import given, settings
+from hypothesis import given
 from hypothesis import strategies as st
 
 from storage import EpochEntry, LeaderEpochCache
 from storage.core import checkpoint
+from tests.tiers import tiered
 
 
 def cache_with(*entries, path=None):
@@ -341,7 +342,7 @@ operations = st.lists(st.one_of(
 ), max_size=40)
 
 
-@settings(max_examples=300, deadline=None)
+@tiered(300, deadline=None)
 @given(operations=operations, queries=st.lists(st.integers(-1, 14), max_size=10),
        offsets=st.lists(st.integers(0, 70), max_size=10))
 def test_matches_a_literal_reading_of_the_reference(tmp_path_factory, operations, queries, offsets):

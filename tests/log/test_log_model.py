@@ -8,6 +8,7 @@ storage/log/partition.py are checked against the model.
 import shutil
 import tempfile
 
+import pytest
 from hypothesis import HealthCheck, settings
 from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, invariant, rule
@@ -15,6 +16,7 @@ from hypothesis.stateful import RuleBasedStateMachine, invariant, rule
 from storage import LogConfig, PartitionLog, build_batch, iter_batches
 from storage.log import segment as segment_module
 from storage.log.segment import OnDiskSegment
+from tests.tiers import examples
 
 CONFIG = LogConfig(segment_bytes=1500, index_interval_bytes=200, segment_index_bytes=400, fsync=False)
 
@@ -185,5 +187,6 @@ class LogMachine(RuleBasedStateMachine):
 
 
 TestLogModel = LogMachine.TestCase
-TestLogModel.settings = settings(max_examples=int(__import__("os").environ.get("MODEL_EXAMPLES", 100)), stateful_step_count=40, deadline=None,
+TestLogModel.pytestmark = [pytest.mark.examples]
+TestLogModel.settings = settings(max_examples=int(__import__("os").environ.get("MODEL_EXAMPLES", examples(100))), stateful_step_count=40, deadline=None,
                                  suppress_health_check=[HealthCheck.too_slow])

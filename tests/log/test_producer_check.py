@@ -9,6 +9,7 @@ from hypothesis import strategies as st
 from storage import LogConfig, PartitionLog, build_batch
 from storage.core import errors
 from storage.log import producer, producer_check
+from tests.tiers import examples
 
 CONFIG = LogConfig(fsync=False, segment_bytes=4096)
 
@@ -144,6 +145,7 @@ def _apply(log, step, data) -> tuple:
         return (type(exc).__name__,)
 
 
+@pytest.mark.examples
 def test_the_c_check_answers_as_the_python_checks(tmp_path, monkeypatch):
     """Three logs take the same random steps -- appends from up to 40 producers (more than the
     slots), retries, gaps, epoch bumps, transactions, two producers in one chunk, truncations,
@@ -153,7 +155,7 @@ def test_the_c_check_answers_as_the_python_checks(tmp_path, monkeypatch):
     monkeypatch.setattr(storage.log.partition, "_now_ms", lambda: 1_700_000_000_000)    # markers' timestamps alike
     runs = [0]
 
-    @settings(max_examples=80, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+    @settings(max_examples=examples(80), deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
     @given(st.lists(_STEP, min_size=1, max_size=60), st.sampled_from([0, 2**31 - 6]))
     def check(steps, top):
         runs[0] += 1

@@ -79,7 +79,6 @@ def test_an_altered_topic_config_reaches_every_broker_and_survives_a_restart(clu
     _check_every_broker(cluster)
     cluster.stop()
     cluster.controller.start()
-    for b in cluster.brokers.values():
-        b.start()
+    cluster.start_brokers()
     cluster.wait_in_sync("cfg")
     _check_every_broker(cluster)

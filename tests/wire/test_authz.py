@@ -11,7 +11,7 @@ import asyncio
 import pytest
 
 pytest.importorskip("kio", reason="the wire front end needs kio")
-from hypothesis import HealthCheck, given, settings  # noqa: E402
+from hypothesis import HealthCheck, given  # noqa: E402
 
 from storage.core.config import LogConfig  # noqa: E402
 from storage.core.errors import Errors  # noqa: E402
@@ -23,6 +23,7 @@ from storage.wire.authorizer import PatternType as P
 from storage.wire.authorizer import ResourceType as R
 from storage.wire.node import Node  # noqa: E402
 from storage.wire.server import BrokerServer  # noqa: E402
+from tests.tiers import tiered  # noqa: E402
 from tests.wire.test_wire_fuzz import FRAMES, _mutations  # noqa: E402
 
 ANON = "User:ANONYMOUS"
@@ -190,7 +191,7 @@ def test_topic_admin_and_configs(broker):
     assert {t.name: int(t.partitions[0].error_code) for t in answer.topics} == {"a": D, "b": T}
 
 
-@settings(max_examples=400, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@tiered(400, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
 @given(frame=_mutations())
 def test_mutated_frames_under_acls_are_answered_or_refused(broker, frame):
     server, loop = broker
@@ -263,7 +264,7 @@ def _acl_mutations():
     return st.one_of(flipped, cut)
 
 
-@settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@tiered(300, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
 @given(frame=_acl_mutations())
 def test_mutated_acl_frames_are_answered_or_refused(broker, frame):
     # As the broker's own session (everything allowed): the validation and the controller's

@@ -331,8 +331,7 @@ def test_a_cluster_restarts_after_an_accepted_tiny_index_topic(tmp_path):
             producer.flush(30)
         for n, broker in cluster.brokers.items():          # SIGKILL one, SIGTERM the others
             broker.kill() if n == 1 else broker.stop()
-        for broker in cluster.brokers.values():
-            broker.start()
+        cluster.start_brokers()
         cluster.wait_in_sync("tiny-index")
         values = [v for _, v in cluster.read_all("tiny-index")[0]]
         assert values == [f"v{i}".encode() for i in range(5)]

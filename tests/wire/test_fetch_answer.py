@@ -7,13 +7,14 @@ import pytest
 
 pytest.importorskip("kio", reason="the wire front end needs kio (pip install kio)")
 
-from hypothesis import HealthCheck, given, settings  # noqa: E402
+from hypothesis import HealthCheck, given  # noqa: E402
 from hypothesis import strategies as st  # noqa: E402
 from kio.schema.errors import ErrorCode  # noqa: E402
 
 import storage  # noqa: E402
 from storage.log.file_slice import FileSlice  # noqa: E402
 from storage.wire import codec, fetch_answer  # noqa: E402
+from tests.tiers import tiered  # noqa: E402
 
 _, LOWEST, HIGHEST = codec.SUPPORTED[fetch_answer.API_KEY]
 
@@ -68,7 +69,7 @@ def test_the_versions_checked_cover_every_version_served():
     assert set(range(LOWEST, HIGHEST + 1)) <= set(VERSIONS)
 
 
-@settings(max_examples=400, deadline=None, suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large])
+@tiered(400, deadline=None, suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large])
 @given(version=st.sampled_from(VERSIONS), correlation_id=INT32, body=BODY)
 def test_every_version_byte_for_byte_as_the_codec(version, correlation_id, body):
     expected = codec.encode_response(fetch_answer.API_KEY, version, correlation_id, body)

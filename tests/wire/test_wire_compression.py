@@ -22,9 +22,11 @@ SOURCES = ("none", "gzip", "snappy", "lz4", "zstd")
 PER_CODEC = 30
 
 
-@pytest.fixture
-def broker(tmp_path):
-    b = Broker(tmp_path / "data").start()
+@pytest.fixture(scope="module")
+def broker(tmp_path_factory):
+    """One broker for the module: each test makes its own topics (and group ids), so none sees
+    another's state."""
+    b = Broker(tmp_path_factory.mktemp("compression") / "data").start()
     yield b
     b.kill()
 

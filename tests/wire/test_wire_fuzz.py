@@ -12,7 +12,7 @@ import asyncio
 import pytest
 
 pytest.importorskip("kio", reason="the wire front end needs kio")
-from hypothesis import HealthCheck, event, example, given, settings  # noqa: E402
+from hypothesis import HealthCheck, event, example, given  # noqa: E402
 from hypothesis import strategies as st  # noqa: E402
 
 from storage.core.config import LogConfig  # noqa: E402
@@ -20,6 +20,7 @@ from storage.core.records import build_batch  # noqa: E402
 from storage.wire import codec  # noqa: E402
 from storage.wire.node import Node  # noqa: E402
 from storage.wire.server import BrokerServer  # noqa: E402
+from tests.tiers import tiered  # noqa: E402
 
 FETCH_PART = {"partition": 0, "current_leader_epoch": -1, "fetch_offset": 0, "last_fetched_epoch": -1,
               "log_start_offset": -1, "partition_max_bytes": 1 << 20}
@@ -94,7 +95,7 @@ def _mutations():
     return st.one_of(flipped, cut, extended, garbage)
 
 
-@settings(max_examples=1500, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@tiered(1500, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
 @given(frame=_mutations())
 # Found in CI: a Fetch whose max_wait and min_bytes were flipped waits its long poll out.
 @example(frame=b"\x00\x01\x00\x0c\x00\x00\x00\x05\x00\x04fuzz\x00\xff\xff\xff\xff\x01\x00\x00\x00\x00\x00\x00"
