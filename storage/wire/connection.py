@@ -59,6 +59,7 @@ class Connection(asyncio.BufferedProtocol):
         self._pending_bytes = 0
         self._flush_soon = False
         self._later: collections.deque | None = None   # answers in request order behind one still to come
+        self._want = 0              # unread bytes the task waits for before buffer_updated wakes it
         self._deadline = float("inf")
         self._why = ""
         self._timer: asyncio.TimerHandle | None = None
@@ -88,12 +89,14 @@ class Connection(asyncio.BufferedProtocol):
                 self._piece = None
                 if not self._missing:       # whole: nothing more is read until it is taken
                     self._pause()
-            self._wake()
+            if not self._missing:           # the task waits for the whole frame, not for each piece
+                self._wake()
             return
         self._end += nbytes
         if self._end - self._head >= BUFFER_BYTES and self.transport is not None:
             self._pause()
-        self._wake()
+        if self._end - self._head >= self._want:    # not woken for each part of a frame still arriving
+            self._wake()
 
     def eof_received(self):
         self._eof = True
@@ -234,7 +237,11 @@ class Connection(asyncio.BufferedProtocol):
                 raise asyncio.IncompleteReadError(b"", size)
             self.flush()
             self._arm(deadline, why(self._gathered(size)))
-            await self._wait()
+            self._want = 4 + size           # the frame whole in the buffer (a piece-gathered one wakes when whole)
+            try:
+                await self._wait()
+            finally:
+                self._want = 0
 
     def _gathered(self, size: int) -> int:
         if self._pieces is not None:

@@ -141,6 +141,30 @@ def test_a_frame_split_across_many_reads_is_read_whole(name_bytes, piece):
         assert answer_id(s) == 6
 
 
+@pytest.mark.parametrize("name_bytes", [16 * 1024, 3 * BUFFER_BYTES], ids=["in-the-buffer", "in-pieces"])
+def test_a_frame_arriving_in_parts_wakes_the_request_task_when_whole(name_bytes, monkeypatch):
+    """The task waiting for a frame whose size it read is woken when the frame is whole, not
+    for each read of a part of it (a 16 KiB produce request arriving in parts woke it per part)."""
+    from storage.wire.connection import Connection
+    woken, real = [], Connection._wake
+
+    def counting(self):
+        if self._waiter is not None and not self._waiter.done():
+            woken.append(1)
+        real(self)
+    monkeypatch.setattr(Connection, "_wake", counting)
+    frame, parts = api_versions(5, "x" * name_bytes), 12
+    with serving() as (server, _loop, address), socket.create_connection(address, timeout=10) as s:
+        s.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+        step = len(frame) // parts + 1
+        for i in range(0, len(frame), step):
+            s.sendall(frame[i:i + step])
+            time.sleep(0.02)                     # each part a read of its own on the server's side
+        assert answer_id(s) == 5
+        assert server.names == ["x" * name_bytes]
+    assert len(woken) <= 3, f"the task was woken {len(woken)} times for one frame sent in {parts} parts"
+
+
 def test_two_frames_in_one_read_the_second_cut_then_completed():
     first, second, third = api_versions(1, "a"), api_versions(2, "b" * 2 * BUFFER_BYTES), api_versions(3, "c")
     with serving() as (server, _loop, address), socket.create_connection(address, timeout=10) as s:
