@@ -290,10 +290,6 @@ class Connection(asyncio.BufferedProtocol):
         self._later.append(future)
         future.add_done_callback(self._later_done)
 
-    def later_count(self) -> int:
-        """Answers still to come or queued behind one."""
-        return len(self._later) if self._later else 0
-
     async def later_below(self, count: int, idle_s: float, why: str) -> None:
         """Until fewer than `count` answers are still to come or queued behind one."""
         while self._later and len(self._later) >= count:
@@ -311,12 +307,7 @@ class Connection(asyncio.BufferedProtocol):
                 if not head.done():
                     break
                 if head.cancelled() or head.exception() is not None:
-                    for item in later:
-                        if item is not head and type(item) is not bytes:
-                            item.cancel()
-                    later.clear()
-                    if self.transport is not None:
-                        self.transport.close()     # the server logged why (FrameServer._answer_later)
+                    self.close()        # the rest cancelled; the server logged why (FrameServer._answer_later)
                     self._wake()
                     return
                 head = head.result()

@@ -195,8 +195,7 @@ class FrameServer:
                     await connection.drain_within(idle, unread_why)
             elif isinstance(response, asyncio.Future):      # answered later, in this request's turn
                 connection.answer_later(response)
-                if connection.later_count() >= MAX_LATER:
-                    await connection.later_below(MAX_LATER, idle, unread_why)
+                await connection.later_below(MAX_LATER, idle, unread_why)
             else:
                 await connection.later_below(1, idle, unread_why)      # the answers before it go first
                 connection.flush()
@@ -270,9 +269,13 @@ class FrameServer:
                                                                 started))
             return self._answer(body, key, version, correlation_id, started)
         except Exception as exc:
-            if self.observer is not None:
-                self.observer.failed(key, started, exc)
-            return self._error_response(key, version, correlation_id, header, request, exc)
+            return self._failed(exc, key, version, correlation_id, header, request, started)
+
+    def _failed(self, exc: Exception, key: int, version: int, correlation_id: int, header, request,
+                started: float) -> bytes | None:
+        if self.observer is not None:
+            self.observer.failed(key, started, exc)
+        return self._error_response(key, version, correlation_id, header, request, exc)
 
     def _answer(self, body, key: int, version: int, correlation_id: int, started: float) -> bytes | None:
         if self.observer is not None:
@@ -291,9 +294,7 @@ class FrameServer:
             try:
                 return self._answer(await later.rest, key, version, correlation_id, started)
             except Exception as exc:
-                if self.observer is not None:
-                    self.observer.failed(key, started, exc)
-                return self._error_response(key, version, correlation_id, header, request, exc)
+                return self._failed(exc, key, version, correlation_id, header, request, started)
         except Exception:
             log.exception("closing a connection: no answer could be built for %s v%d (correlation id %d)",
                           codec.api_name(key), version, correlation_id)

@@ -355,3 +355,17 @@ def test_a_reset_connection_cancels_the_answers_still_to_come(caplog):
         assert wait_for(lambda: sorted(server.cancelled) == ["later-1", "later-2"]), server.cancelled
         assert wait_for(lambda: on_loop(loop, lambda: len(server._handlers)) == 0)
         assert not [r for r in caplog.records if r.levelno >= logging.ERROR]
+
+
+def test_a_later_answer_that_cannot_be_built_closes_the_connection(caplog, monkeypatch):
+    def unbuildable(self, *args):
+        raise RuntimeError("no answer")
+    with serving(Deferring) as (server, loop, address), socket.create_connection(address, timeout=10) as s:
+        monkeypatch.setattr(Deferring, "_error_response", unbuildable)
+        with caplog.at_level(logging.ERROR, logger="storage.wire"):
+            s.sendall(api_versions(1, "later-fails") + api_versions(2, "later-2"))
+            assert wait_for(lambda: len(server.names) == 2)
+            go(server, loop, "later-fails")
+            assert s.recv(1) == b""                  # closed, nothing answered
+            assert wait_for(lambda: "later-2" in server.cancelled)      # the wait behind it cancelled
+        assert any("no answer could be built" in r.getMessage() for r in caplog.records)
