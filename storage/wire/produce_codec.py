@@ -156,16 +156,10 @@ def _remember(view, at: int, header: RequestHeader, request: "ProduceRequest") -
         del _RECENT[_RECENT_MAX:]
 
 
-def _length(view, at: int, end: int, flexible: bool, wide: bool) -> tuple[int, int]:
-    """(length, -1 for null; position after it) of a string (wide: bytes or an array),
-    refused beyond the bytes left."""
-    if flexible:
-        if at < end and view[at] < 0x80:
-            length, at = view[at] - 1, at + 1
-        else:
-            raw, at = read_uvarint(view, at, end)
-            length = raw - 1
-    elif wide:
+def _length(view, at: int, end: int, wide: bool) -> tuple[int, int]:
+    """(length, -1 for null; position after it) of a classic version's string (wide: bytes or an
+    array), refused beyond the bytes left.  Flexible versions: _compact."""
+    if wide:
         length, at = _I32.unpack_from(view, at)[0], at + 4
     else:
         length, at = _I16.unpack_from(view, at)[0], at + 2
@@ -174,19 +168,13 @@ def _length(view, at: int, end: int, flexible: bool, wide: bool) -> tuple[int, i
     return length, at
 
 
-def _string(view, at: int, end: int, flexible: bool, nullable: bool) -> tuple[str | None, int]:
-    length, at = _length(view, at, end, flexible, False)
+def _string(view, at: int, end: int, nullable: bool) -> tuple[str | None, int]:
+    length, at = _length(view, at, end, False)
     if length < 0:
         if not nullable:
             raise NotOurs
         return None, at
     return str(view[at:at + length], "utf-8"), at + length
-
-
-def _no_tagged_fields(view, at: int, end: int) -> int:
-    if at >= end or view[at] != 0:
-        raise NotOurs              # tagged fields (none is defined for Produce): kio's walk
-    return at + 1
 
 
 def _read(view, end: int):
@@ -199,35 +187,28 @@ def _read(view, end: int):
     client_id = None
     if client_length >= 0:
         client_id, at = str(view[at:at + client_length], "utf-8"), at + client_length
-    flexible = version >= FLEXIBLE_FROM
-    if flexible:
+    if version >= FLEXIBLE_FROM:
         return _read_flexible(view, end, RequestHeader(PRODUCE_KEY, version, correlation_id, client_id), at)
-    transactional_id, at = _string(view, at, end, flexible, True)
+    transactional_id, at = _string(view, at, end, True)
     acks, timeout = _ACKS_TIMEOUT.unpack_from(view, at)
-    topic_count, at = _length(view, at + 6, end, flexible, True)
+    topic_count, at = _length(view, at + 6, end, True)
     if topic_count < 0:
         raise NotOurs
     topics = []
     for _ in range(topic_count):
-        name, at = _string(view, at, end, flexible, False)
-        count, at = _length(view, at, end, flexible, True)
+        name, at = _string(view, at, end, False)
+        count, at = _length(view, at, end, True)
         if count < 0:
             raise NotOurs
         parts = []
         for _ in range(count):
             index, records_at = _I32.unpack_from(view, at)[0], at + 4
-            size, at = _length(view, records_at, end, flexible, True)
+            size, at = _length(view, records_at, end, True)
             records = None
             if size >= 0:
                 records, at = view[at:at + size], at + size
-            if flexible:
-                at = _no_tagged_fields(view, at, end)
             parts.append(PartitionProduceData(index, records))
-        if flexible:
-            at = _no_tagged_fields(view, at, end)
         topics.append(TopicProduceData(name, tuple(parts)))
-    if flexible:
-        at = _no_tagged_fields(view, at, end)
     # Bytes after the request are ignored, as codec.parse_request does.
     header = RequestHeader(PRODUCE_KEY, version, correlation_id, client_id)
     request = ProduceRequest(version, transactional_id, acks, timeout, tuple(topics))
@@ -237,7 +218,8 @@ def _read(view, end: int):
 
 
 def _compact(view, at: int, end: int) -> tuple[int, int]:
-    """_length of a flexible version: (length, -1 for null; position after it)."""
+    """A flexible version's compact length: (length, -1 for null; position after it), refused
+    beyond the bytes left."""
     byte = view[at]
     if byte < 0x80:
         length, at = byte - 1, at + 1
