@@ -17,7 +17,7 @@ import struct
 import uuid
 
 from ..core.varint import uvarint
-from .request_header import NotOurs, RequestHeader, read_uvarint
+from .request_header import Entity, NotOurs, RequestHeader, present, read_uvarint
 
 VERSION = 16
 _HEAD = struct.Struct(">hhi")
@@ -101,34 +101,14 @@ _WAITS: dict[int, datetime.timedelta] = {}
 _CACHED_MAX = 4096
 
 
-class _Entity:
-    """Slots set as kio's entity of the version has them; the unset ones are absent."""
-
-    __slots__ = ()
-
-    def __eq__(self, other) -> bool:
-        return type(other) is type(self) and _present(self) == _present(other)
-
-    __hash__ = None
-
-    def __repr__(self) -> str:
-        return f"{type(self).__name__}({', '.join(f'{k}={v!r}' for k, v in _present(self).items())})"
-
-
-def _present(entity) -> dict:
-    """The attributes an entity has (its set slots)."""
-    return {name: getattr(entity, name) for cls in type(entity).__mro__ for name in getattr(cls, "__slots__", ())
-            if hasattr(entity, name)}
-
-
-class ReplicaState(_Entity):
+class ReplicaState(Entity):
     __slots__ = ("replica_id", "replica_epoch")
 
     def __init__(self, replica_id: int = -1, replica_epoch: int = -1):
         self.replica_id, self.replica_epoch = replica_id, replica_epoch
 
 
-class FetchPartition(_Entity):
+class FetchPartition(Entity):
     __slots__ = ("partition", "current_leader_epoch", "fetch_offset", "last_fetched_epoch", "log_start_offset",
                  "partition_max_bytes")
 
@@ -139,14 +119,14 @@ class FetchPartition(_Entity):
         self.partition_max_bytes = partition_max_bytes
 
 
-class FetchTopic(_Entity):
+class FetchTopic(Entity):
     """`topic` (a name, v4..v12) or `topic_id` (v13+), and `partitions`: FetchPartition (or, in a
     forgotten topic, partition indexes)."""
 
     __slots__ = ("topic", "topic_id", "partitions")
 
 
-class FetchRequest(_Entity):
+class FetchRequest(Entity):
     """A Fetch request as kio's entity of its version presents it to a handler (the class of
     each version, below, carries `__version__`)."""
 
@@ -157,7 +137,7 @@ class FetchRequest(_Entity):
     def replace(self, **changes) -> "FetchRequest":
         """A copy with `changes` (dataclasses.replace for kio's entities; authz splits a request)."""
         out = type(self).__new__(type(self))
-        for name, value in {**_present(self), **changes}.items():
+        for name, value in {**present(self), **changes}.items():
             setattr(out, name, value)
         return out
 

@@ -31,7 +31,7 @@ import uuid
 from kio.schema.errors import ErrorCode
 
 from . import codec
-from .request_header import NotOurs, read_uvarint
+from .request_header import Entity, NotOurs, read_uvarint
 
 FETCH_KEY = 1
 FIRST_VERSION, LAST_VERSION = 12, 16
@@ -50,14 +50,6 @@ _UNSEEN = object()
 _THROTTLES: dict[int, datetime.timedelta] = {}
 _CACHED_MAX = 4096
 _KNOWN_ERRORS = frozenset(int(e) for e in ErrorCode)     # kio refuses any other code
-
-
-class Entity:
-    __slots__ = ()
-
-    def __repr__(self) -> str:
-        fields = (f"{k}={getattr(self, k)!r}" for k in self.__slots__ if hasattr(self, k))
-        return f"{type(self).__name__}({', '.join(fields)})"
 
 
 class EpochEndOffset(Entity):

@@ -1,6 +1,6 @@
-"""What the hand-made request readers (produce_codec, fetch_request) share: the request header
-they give a handler (the fields it reads, with kio's RequestHeader's names), the exception that
-leaves a frame to kio, and the unsigned-varint read."""
+"""What the hand-made readers (produce_codec, fetch_request, fetch_response) share: the request
+header they give a handler (the fields it reads, with kio's RequestHeader's names), the exception
+that leaves a frame to kio, the unsigned-varint read, and the slotted entity their objects are."""
 from __future__ import annotations
 
 VARINT_BYTES_MAX = 5        # an int32's varint
@@ -36,3 +36,24 @@ class RequestHeader:
     def __repr__(self) -> str:
         return (f"RequestHeader(key {self.request_api_key} v{self.request_api_version}, #{self.correlation_id}, "
                 f"{self.client_id!r})")
+
+
+class Entity:
+    """An object read by hand, its slots set as kio's entity of the version has them (the unset
+    ones absent); equal to another of its type with the same slots set alike."""
+
+    __slots__ = ()
+
+    def __eq__(self, other) -> bool:
+        return type(other) is type(self) and present(self) == present(other)
+
+    __hash__ = None
+
+    def __repr__(self) -> str:
+        return f"{type(self).__name__}({', '.join(f'{k}={v!r}' for k, v in present(self).items())})"
+
+
+def present(entity) -> dict:
+    """The attributes an entity has (its set slots)."""
+    return {name: getattr(entity, name) for cls in type(entity).__mro__ for name in getattr(cls, "__slots__", ())
+            if hasattr(entity, name)}
