@@ -460,4 +460,16 @@ def test_pipelined_acks_all_produces_are_appended_while_the_first_waits_and_answ
             writer.close()
         finally:
             await _stop_cluster(controller, servers)
-    asyncio.run(asyncio.wait_for(scenario(), 60))
+        # The cluster starts again with the three batches on every replica.
+        controller, servers = await _start_cluster(tmp_path)
+        try:
+            for _ in range(200):
+                ends = [s.node.manager.partitions[("busy", 0)].log.log_end_offset for s in servers
+                        if ("busy", 0) in s.node.manager.partitions]
+                if ends == [start + 6] * 3:
+                    break
+                await asyncio.sleep(0.05)
+            assert ends == [start + 6] * 3
+        finally:
+            await _stop_cluster(controller, servers)
+    asyncio.run(asyncio.wait_for(scenario(), 90))
