@@ -39,6 +39,12 @@ ROWS = [
 EVENT_LOOP = [("broker on uvloop / asyncio's loop: produce", "produce-uvloop / produce-asyncio"),
               ("broker on uvloop / asyncio's loop: fetch", "fetch-uvloop / fetch-asyncio"),
               ("broker on uvloop / asyncio's loop: latency p50 (t asyncio / t uvloop)", "p50-uvloop / p50-asyncio")]
+# bench_floor.py: server CPU per 16 KiB Produce request, the broker against a bare asyncio server
+# (append + a fixed answer) and the engine in process: whether one core is the limit.
+FLOOR = [("floor: broker CPU a request / bare asyncio server's (append + answer)", "broker / floor"),
+         ("floor: bare asyncio server / engine append, CPU a request (the most one process reaches)", "floor / engine"),
+         ("floor: bare uvloop server / engine append, CPU a request", "floor-uvloop / engine"),
+         ("floor: broker / engine append, CPU a request", "broker / engine")]
 LATENCY_GOALS = {"p50": 200e-6, "p99": 1e-3}
 CPU_GROUPS = ("wire-produce-paired", "wire-produce8-paired", "wire-fetch-paired", "wire-event-loop-paired")
 
@@ -97,6 +103,13 @@ def rows(groups: dict) -> list[list[str]]:
         extra, found = _find(groups, "wire-event-loop-paired", pair, None)
         if found is not None:
             out.append([f"{figure} ({extra.get('client', '?')})", spread(found["ratios"]), "> 1: uvloop pays", "-"])
+    for figure, pair in FLOOR:
+        extra, found = _find(groups, "wire-floor-paired", pair, None)
+        if found is not None:
+            ours, peer = pair.split(" / ")
+            per = extra.get("cpu_per_request_us", {})
+            text = spread(found["ratios"]) + (f"; {per[ours]:,.0f} / {per[peer]:,.0f} us" if ours in per and peer in per else "")
+            out.append([figure, text, "(what bounds the produce rows)", "-"])
     return out
 
 

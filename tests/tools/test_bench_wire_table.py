@@ -142,3 +142,25 @@ def test_main_prints_the_table(tmp_path, capsys):
     assert wire_table.main([str(path)]) == 0
     assert "| produce, 1 partition, acks=1 / engine append (C client) | 0.60x (0.55-0.70, n 3); 90 MB/s" \
         in capsys.readouterr().out
+
+
+def test_floor_pairs_render_with_cpu_per_request():
+    """bench_floor's group (CPU seconds per run, no amount) renders in RESULTS.md and as the
+    floor rows: each ratio with both contenders' CPU per request."""
+    benchlib = _load("benchlib_for_floor", ROOT / "benchmarks" / "benchlib.py")
+    cpu = {"broker": 1.6, "floor": 0.8, "floor-uvloop": 0.6, "engine": 0.4}
+    contenders = [benchlib.Contender(name, name, "ours" if name == "broker" else "peer", lambda t=t: t)
+                  for name, t in cpu.items()]
+    result = benchlib.paired(contenders, [("broker", "floor"), ("floor", "engine"), ("broker", "engine")], 1,
+                             warmup=False, unit="seconds")
+    data = _bench_json()
+    data["benchmarks"].append({"group": "wire-floor-paired", "name": "floor", "stats": {},
+                               "extra_info": {"requests": 10_000, **result,
+                                              "cpu_per_request_us": {n: t / 10_000 * 1e6 for n, t in cpu.items()}}})
+    assert "### wire-floor-paired" in report.render(data)
+    rows = {r[0]: r for r in wire_table.rows(wire_table.groups_of(data))}
+    assert rows["floor: broker CPU a request / bare asyncio server's (append + answer)"][1] == "0.50x (n 1); 160 / 80 us"
+    assert rows["floor: bare asyncio server / engine append, CPU a request (the most one process reaches)"][1] == \
+        "0.50x (n 1); 80 / 40 us"
+    assert rows["floor: broker / engine append, CPU a request"][1] == "0.25x (n 1); 160 / 40 us"
+    assert "floor: bare uvloop server / engine append, CPU a request" not in rows      # not run: no row
