@@ -18,6 +18,7 @@
  * so there is one encoder.
  * decode: every v2 records section, as Record(offset, timestamp, key, value, headers).
  * pieces: the addresses of a tuple of bytes, for PartitionLog.append_batches' vectored write.
+ * appender: PartitionLog's common append in one call (below, "append").
  */
 #define PY_SSIZE_T_CLEAN   /* Py_LIMITED_API 0x030B0000 comes from setup.py */
 #include <Python.h>
@@ -39,6 +40,8 @@ static varint_fn put_varint;
 static records_decode_fn records_decode;
 static headers_decode_fn headers_decode;
 static newfunc tuple_new;          /* tuple.__new__: makes a Record (a tuple subclass) from a tuple */
+typedef int (*append_chunk_fn)(plog_segment *, uint8_t *, size_t, int64_t, int32_t, int, int64_t, plog_validate *);
+static append_chunk_fn segment_append;
 
 /* ---- build ------------------------------------------------------------------------------ */
 
@@ -446,20 +449,198 @@ static PyObject *pieces(PyObject *self, PyObject *args) {
     return out;
 }
 
+/* ---- append ------------------------------------------------------------------------- */
+
+/* PartitionLog's common append (storage/log/partition.py): a chunk of `bytes` (or a read-only
+ * contiguous view) on the open active segment, written by plog_segment_append_chunk; when C's
+ * answer is 0 and the chunk asks nothing more of the log (no new epoch; a follower's: no
+ * producer batch), the log's four append counters are added here and the AppendInfo is made
+ * here, so the append is one Python frame and this one call.  Anything else -- a verdict of C
+ * (nothing written), a refusal, or a write that needs the general bookkeeping -- returns C's
+ * answer as an int: the caller takes its general path, reading the plog_validate struct this
+ * call filled, as it did when it called C itself.
+ *
+ * Counters: the log's LogMetrics fields are Python ints, added through attribute access (the
+ * object is the log's own; readers see plain numbers, as before). */
+
+typedef struct {
+    PyObject_HEAD
+    plog_validate *v;          /* the _AppendState's struct (it outlives this object: the state holds both) */
+    int flags;                 /* the state's flags | PLOG_APPEND_READONLY */
+    int follower;              /* 1: a follower's appends (their epoch and producer rules) */
+    PyObject *metrics;         /* the log's LogMetrics */
+    PyObject *info_type;       /* AppendInfo */
+} Appender;
+
+static PyObject *name_appends, *name_batches, *name_records, *name_bytes;
+
+static int add_to(PyObject *obj, PyObject *name, int64_t amount) {
+    PyObject *old = PyObject_GetAttr(obj, name);
+    if (old == NULL) return -1;
+    PyObject *delta = PyLong_FromLongLong(amount);
+    if (delta == NULL) {
+        Py_DECREF(old);
+        return -1;
+    }
+    PyObject *sum = PyNumber_Add(old, delta);
+    Py_DECREF(old);
+    Py_DECREF(delta);
+    if (sum == NULL) return -1;
+    int rc = PyObject_SetAttr(obj, name, sum);
+    Py_DECREF(sum);
+    return rc;
+}
+
+/* The AppendInfo of a common append: its seven int64 fields from v, duplicate False.  Made as
+ * tuple.__new__ makes an instance of a tuple subclass (its tp_alloc with the length, then the
+ * items), without the argument tuples that call takes: no tuple from the free lists, whose
+ * reuse the collector counts as an allocation, so a discarded AppendInfo adds no GC round. */
+static PyObject *append_info(PyObject *info_type, const plog_validate *v) {
+    const int64_t fields[7] = {v->first_offset, v->last_offset, v->max_timestamp, v->offset_of_max_timestamp,
+                               v->batch_count, v->record_count, v->size_bytes};
+    allocfunc alloc = (allocfunc)PyType_GetSlot((PyTypeObject *)info_type, Py_tp_alloc);
+    PyObject *info = alloc((PyTypeObject *)info_type, 8);
+    if (info == NULL) return NULL;
+    for (int i = 0; i < 7; i++) {
+        PyObject *number = PyLong_FromLongLong(fields[i]);
+        if (number == NULL || PyTuple_SetItem(info, i, number) < 0) {
+            Py_DECREF(info);
+            return NULL;
+        }
+    }
+    Py_INCREF(Py_False);
+    PyTuple_SetItem(info, 7, Py_False);
+    return info;
+}
+
+PyDoc_STRVAR(appender_append_doc,
+"append(segment_address, data, log_end_offset, leader_epoch, latest_epoch) -> AppendInfo or int:\n"
+"plog_segment_append_chunk of data (bytes or a read-only contiguous view) on the segment at\n"
+"segment_address; the AppendInfo (counters added) when the common case holds, else C's answer.");
+
+static PyObject *appender_append(PyObject *self_obj, PyObject *const *args, Py_ssize_t nargs) {
+    Appender *self = (Appender *)self_obj;
+    if (nargs != 5) {
+        PyErr_SetString(PyExc_TypeError, "append takes 5 arguments");
+        return NULL;
+    }
+    uintptr_t address = (uintptr_t)PyLong_AsUnsignedLongLong(args[0]);
+    int64_t next_offset = PyLong_AsLongLong(args[2]);
+    long leader_epoch = PyLong_AsLong(args[3]);
+    if (PyErr_Occurred()) return NULL;
+    if (address == 0) {
+        PyErr_SetString(PyExc_ValueError, "append: the segment is closed");
+        return NULL;
+    }
+    /* The cache's latest epoch, or None (no epoch: no sole_epoch equals it). */
+    int has_latest = args[4] != Py_None;
+    int64_t latest = has_latest ? PyLong_AsLongLong(args[4]) : 0;
+    if (has_latest && latest == -1 && PyErr_Occurred()) return NULL;
+    Py_buffer view;
+    if (PyObject_GetBuffer(args[1], &view, PyBUF_SIMPLE) < 0) return NULL;
+    plog_validate *v = self->v;
+    int rc;
+    Py_BEGIN_ALLOW_THREADS
+    rc = segment_append((plog_segment *)address, (uint8_t *)view.buf, (size_t)view.len, next_offset,
+                        (int32_t)leader_epoch, self->flags, -1, v);
+    Py_END_ALLOW_THREADS
+    PyBuffer_Release(&view);
+    int64_t epoch = v->sole_epoch;
+    int common = rc == 0 && (self->follower
+        ? v->producer_batch_count == 0 && ((has_latest && epoch == latest) || (epoch < 0 && epoch != PLOG_EPOCH_MIXED))
+        : has_latest && epoch == latest);
+    if (!common) return PyLong_FromLong(rc);
+    /* Written: the counters first (appends._written's order), then the answer. */
+    if (add_to(self->metrics, name_appends, 1) < 0 || add_to(self->metrics, name_batches, v->batch_count) < 0 ||
+        add_to(self->metrics, name_records, v->record_count) < 0 || add_to(self->metrics, name_bytes, v->size_bytes) < 0)
+        return NULL;
+    return append_info(self->info_type, v);
+}
+
+static void appender_dealloc(PyObject *self_obj) {
+    Appender *self = (Appender *)self_obj;
+    PyTypeObject *type = Py_TYPE(self_obj);
+    Py_XDECREF(self->metrics);
+    Py_XDECREF(self->info_type);
+    freefunc free_slot = (freefunc)PyType_GetSlot(type, Py_tp_free);
+    free_slot(self_obj);
+    Py_DECREF(type);
+}
+
+static PyMethodDef appender_methods[] = {
+    {"append", (PyCFunction)(void (*)(void))appender_append, METH_FASTCALL, appender_append_doc},
+    {NULL, NULL, 0, NULL},
+};
+
+static PyType_Slot appender_slots[] = {
+    {Py_tp_dealloc, appender_dealloc},
+    {Py_tp_methods, appender_methods},
+    {Py_tp_doc, "The one-call append of one _AppendState (storage/log/appends.py); made by appender()."},
+    {0, NULL},
+};
+
+static PyType_Spec appender_spec = {
+    "storage._pyrecords.Appender", sizeof(Appender), 0, Py_TPFLAGS_DEFAULT, appender_slots,
+};
+
+static PyObject *appender_type;
+
+PyDoc_STRVAR(appender_doc,
+"appender(v_address, flags, follower, metrics, info_type): an Appender over the plog_validate\n"
+"struct at v_address (which must outlive it), calling C with `flags`.");
+
+static PyObject *appender(PyObject *module, PyObject *args) {
+    unsigned long long address;
+    int flags, follower;
+    PyObject *metrics, *info_type;
+    if (!PyArg_ParseTuple(args, "KiiOO", &address, &flags, &follower, &metrics, &info_type)) return NULL;
+    if (address == 0 || segment_append == NULL || tuple_new == NULL) {
+        PyErr_SetString(PyExc_ValueError, "appender: no struct, or the module is not bound");
+        return NULL;
+    }
+    if (!PyType_Check(info_type) || !PyType_IsSubtype((PyTypeObject *)info_type, &PyTuple_Type)) {
+        PyErr_SetString(PyExc_TypeError, "appender: info_type must be a tuple subclass");
+        return NULL;
+    }
+    if (appender_type == NULL) {
+        appender_type = PyType_FromSpec(&appender_spec);
+        if (appender_type == NULL) return NULL;
+    }
+    allocfunc alloc = (allocfunc)PyType_GetSlot((PyTypeObject *)appender_type, Py_tp_alloc);
+    Appender *self = (Appender *)alloc((PyTypeObject *)appender_type, 0);
+    if (self == NULL) return NULL;
+    self->v = (plog_validate *)(uintptr_t)address;
+    self->flags = flags;
+    self->follower = follower != 0;
+    Py_INCREF(metrics);
+    self->metrics = metrics;
+    Py_INCREF(info_type);
+    self->info_type = info_type;
+    return (PyObject *)self;
+}
+
 /* ---- binding ------------------------------------------------------------------------ */
 
 PyDoc_STRVAR(bind_doc,
-"bind(encode_spans, batch_finish, varint_encode, records_decode, headers_decode): the core's\n"
-"functions, as addresses (storage/core/_native.py, once at import).");
+"bind(encode_spans, batch_finish, varint_encode, records_decode, headers_decode, segment_append_chunk):\n"
+"the core's functions, as addresses (storage/core/_native.py, once at import).");
 
 static PyObject *bind(PyObject *self, PyObject *args) {
-    unsigned long long encode, finish, varint, records, headers;
-    if (!PyArg_ParseTuple(args, "KKKKK", &encode, &finish, &varint, &records, &headers)) return NULL;
+    unsigned long long encode, finish, varint, records, headers, append;
+    if (!PyArg_ParseTuple(args, "KKKKKK", &encode, &finish, &varint, &records, &headers, &append)) return NULL;
     encode_spans = (encode_spans_fn)(uintptr_t)encode;
     batch_finish = (finish_fn)(uintptr_t)finish;
     put_varint = (varint_fn)(uintptr_t)varint;
     records_decode = (records_decode_fn)(uintptr_t)records;
     headers_decode = (headers_decode_fn)(uintptr_t)headers;
+    segment_append = (append_chunk_fn)(uintptr_t)append;
+    if (name_appends == NULL) {
+        name_appends = PyUnicode_InternFromString("appends");
+        name_batches = PyUnicode_InternFromString("append_batches");
+        name_records = PyUnicode_InternFromString("append_records");
+        name_bytes = PyUnicode_InternFromString("append_bytes");
+        if (!name_appends || !name_batches || !name_records || !name_bytes) return NULL;
+    }
     tuple_new = (newfunc)PyType_GetSlot(&PyTuple_Type, Py_tp_new);
     Py_RETURN_NONE;
 }
@@ -468,6 +649,7 @@ static PyMethodDef methods[] = {
     {"build", build, METH_VARARGS, build_doc},
     {"decode", decode, METH_VARARGS, decode_doc},
     {"pieces", pieces, METH_VARARGS, pieces_doc},
+    {"appender", appender, METH_VARARGS, appender_doc},
     {"bind", bind, METH_VARARGS, bind_doc},
     {NULL, NULL, 0, NULL},
 };
