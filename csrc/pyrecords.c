@@ -23,7 +23,9 @@
 #define PY_SSIZE_T_CLEAN   /* Py_LIMITED_API 0x030B0000 comes from setup.py */
 #include <Python.h>
 
+#include <stddef.h>
 #include <string.h>
+#include <structmember.h>
 
 #include "plog.h"
 
@@ -460,36 +462,54 @@ static PyObject *pieces(PyObject *self, PyObject *args) {
  * answer as an int: the caller takes its general path, reading the plog_validate struct this
  * call filled, as it did when it called C itself.
  *
- * Counters: the log's LogMetrics fields are Python ints, added through attribute access (the
- * object is the log's own; readers see plain numbers, as before). */
+ * Counters: the log's four append counters live in an AppendCounts (int64 fields, read and
+ * written from Python as attributes: LogMetrics' appends, append_batches, append_records and
+ * append_bytes are views of it), which this call adds to in place. */
+
+typedef struct {
+    PyObject_HEAD
+    long long appends, batches, records, bytes;
+} AppendCounts;
+
+static PyMemberDef counts_members[] = {
+    {"appends", T_LONGLONG, offsetof(AppendCounts, appends), 0, "append calls that wrote something"},
+    {"batches", T_LONGLONG, offsetof(AppendCounts, batches), 0, "batches appended"},
+    {"records", T_LONGLONG, offsetof(AppendCounts, records), 0, "records appended"},
+    {"bytes", T_LONGLONG, offsetof(AppendCounts, bytes), 0, "bytes appended"},
+    {NULL, 0, 0, 0, NULL},
+};
+
+static PyType_Slot counts_slots[] = {
+    {Py_tp_members, counts_members},
+    {Py_tp_doc, "A log's append counters (storage/log/metrics.py's LogMetrics); made by append_counts()."},
+    {0, NULL},
+};
+
+static PyType_Spec counts_spec = {
+    "storage._pyrecords.AppendCounts", sizeof(AppendCounts), 0, Py_TPFLAGS_DEFAULT, counts_slots,
+};
+
+static PyObject *counts_type;
+
+PyDoc_STRVAR(append_counts_doc, "append_counts(): a new AppendCounts, every field 0.");
+
+static PyObject *append_counts(PyObject *module, PyObject *unused) {
+    if (counts_type == NULL) {
+        counts_type = PyType_FromSpec(&counts_spec);
+        if (counts_type == NULL) return NULL;
+    }
+    allocfunc alloc = (allocfunc)PyType_GetSlot((PyTypeObject *)counts_type, Py_tp_alloc);
+    return alloc((PyTypeObject *)counts_type, 0);       /* zeroed */
+}
 
 typedef struct {
     PyObject_HEAD
     plog_validate *v;          /* the _AppendState's struct (it outlives this object: the state holds both) */
     int flags;                 /* the state's flags | PLOG_APPEND_READONLY */
     int follower;              /* 1: a follower's appends (their epoch and producer rules) */
-    PyObject *metrics;         /* the log's LogMetrics */
+    PyObject *counts;          /* the log's AppendCounts */
     PyObject *info_type;       /* AppendInfo */
 } Appender;
-
-static PyObject *name_appends, *name_batches, *name_records, *name_bytes;
-
-static int add_to(PyObject *obj, PyObject *name, int64_t amount) {
-    PyObject *old = PyObject_GetAttr(obj, name);
-    if (old == NULL) return -1;
-    PyObject *delta = PyLong_FromLongLong(amount);
-    if (delta == NULL) {
-        Py_DECREF(old);
-        return -1;
-    }
-    PyObject *sum = PyNumber_Add(old, delta);
-    Py_DECREF(old);
-    Py_DECREF(delta);
-    if (sum == NULL) return -1;
-    int rc = PyObject_SetAttr(obj, name, sum);
-    Py_DECREF(sum);
-    return rc;
-}
 
 /* The AppendInfo of a common append: its seven int64 fields from v, duplicate False.  Made as
  * tuple.__new__ makes an instance of a tuple subclass (its tp_alloc with the length, then the
@@ -550,17 +570,18 @@ static PyObject *appender_append(PyObject *self_obj, PyObject *const *args, Py_s
         ? v->producer_batch_count == 0 && ((has_latest && epoch == latest) || (epoch < 0 && epoch != PLOG_EPOCH_MIXED))
         : has_latest && epoch == latest);
     if (!common) return PyLong_FromLong(rc);
-    /* Written: the counters first (appends._written's order), then the answer. */
-    if (add_to(self->metrics, name_appends, 1) < 0 || add_to(self->metrics, name_batches, v->batch_count) < 0 ||
-        add_to(self->metrics, name_records, v->record_count) < 0 || add_to(self->metrics, name_bytes, v->size_bytes) < 0)
-        return NULL;
+    AppendCounts *counts = (AppendCounts *)self->counts;      /* written: counted (as appends._written) */
+    counts->appends += 1;
+    counts->batches += v->batch_count;
+    counts->records += v->record_count;
+    counts->bytes += v->size_bytes;
     return append_info(self->info_type, v);
 }
 
 static void appender_dealloc(PyObject *self_obj) {
     Appender *self = (Appender *)self_obj;
     PyTypeObject *type = Py_TYPE(self_obj);
-    Py_XDECREF(self->metrics);
+    Py_XDECREF(self->counts);
     Py_XDECREF(self->info_type);
     freefunc free_slot = (freefunc)PyType_GetSlot(type, Py_tp_free);
     free_slot(self_obj);
@@ -586,16 +607,20 @@ static PyType_Spec appender_spec = {
 static PyObject *appender_type;
 
 PyDoc_STRVAR(appender_doc,
-"appender(v_address, flags, follower, metrics, info_type): an Appender over the plog_validate\n"
+"appender(v_address, flags, follower, counts, info_type): an Appender over the plog_validate\n"
 "struct at v_address (which must outlive it), calling C with `flags`.");
 
 static PyObject *appender(PyObject *module, PyObject *args) {
     unsigned long long address;
     int flags, follower;
-    PyObject *metrics, *info_type;
-    if (!PyArg_ParseTuple(args, "KiiOO", &address, &flags, &follower, &metrics, &info_type)) return NULL;
+    PyObject *counts, *info_type;
+    if (!PyArg_ParseTuple(args, "KiiOO", &address, &flags, &follower, &counts, &info_type)) return NULL;
     if (address == 0 || segment_append == NULL || tuple_new == NULL) {
         PyErr_SetString(PyExc_ValueError, "appender: no struct, or the module is not bound");
+        return NULL;
+    }
+    if (counts_type == NULL || !PyObject_TypeCheck(counts, (PyTypeObject *)counts_type)) {
+        PyErr_SetString(PyExc_TypeError, "appender: counts must be an AppendCounts");
         return NULL;
     }
     if (!PyType_Check(info_type) || !PyType_IsSubtype((PyTypeObject *)info_type, &PyTuple_Type)) {
@@ -612,8 +637,8 @@ static PyObject *appender(PyObject *module, PyObject *args) {
     self->v = (plog_validate *)(uintptr_t)address;
     self->flags = flags;
     self->follower = follower != 0;
-    Py_INCREF(metrics);
-    self->metrics = metrics;
+    Py_INCREF(counts);
+    self->counts = counts;
     Py_INCREF(info_type);
     self->info_type = info_type;
     return (PyObject *)self;
@@ -634,13 +659,6 @@ static PyObject *bind(PyObject *self, PyObject *args) {
     records_decode = (records_decode_fn)(uintptr_t)records;
     headers_decode = (headers_decode_fn)(uintptr_t)headers;
     segment_append = (append_chunk_fn)(uintptr_t)append;
-    if (name_appends == NULL) {
-        name_appends = PyUnicode_InternFromString("appends");
-        name_batches = PyUnicode_InternFromString("append_batches");
-        name_records = PyUnicode_InternFromString("append_records");
-        name_bytes = PyUnicode_InternFromString("append_bytes");
-        if (!name_appends || !name_batches || !name_records || !name_bytes) return NULL;
-    }
     tuple_new = (newfunc)PyType_GetSlot(&PyTuple_Type, Py_tp_new);
     Py_RETURN_NONE;
 }
@@ -650,6 +668,7 @@ static PyMethodDef methods[] = {
     {"decode", decode, METH_VARARGS, decode_doc},
     {"pieces", pieces, METH_VARARGS, pieces_doc},
     {"appender", appender, METH_VARARGS, appender_doc},
+    {"append_counts", append_counts, METH_NOARGS, append_counts_doc},
     {"bind", bind, METH_VARARGS, bind_doc},
     {NULL, NULL, 0, NULL},
 };

@@ -59,7 +59,7 @@ def _source_digest(csrc: str) -> str:
 _check()
 
 try:
-    from .._pyrecords import appender  # noqa: F401 -- PartitionLog's one-call append (csrc/pyrecords.c)
+    from .._pyrecords import append_counts, appender  # noqa: F401 -- PartitionLog's one-call append (csrc/pyrecords.c)
     from .._pyrecords import bind as _bind_pyrecords
     from .._pyrecords import build as build_listed  # noqa: F401 -- build_batch's walk over a list (csrc/pyrecords.c)
     from .._pyrecords import decode as decode_records  # noqa: F401 -- RecordBatch.records() (csrc/pyrecords.c)

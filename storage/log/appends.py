@@ -111,14 +111,14 @@ class _AppendState:
         # plog_segment_append_chunk with flags | READONLY into v, and, when C wrote the chunk and
         # it asks nothing more of the log (no new epoch; a follower's: no producer batch), the
         # four counters added and the AppendInfo made; else C's answer (an int), v filled as the
-        # general path reads it.
+        # general path reads it.  The counters are the metrics' C block (LogMetrics.counts).
         self.call = None
 
     def count_into(self, metrics) -> None:
         """Count this state's appends into `metrics` (the log's LogMetrics)."""
         self.metrics = metrics
         self.call = appender(int(ffi.cast("uintptr_t", self.v)), self.flags | _READONLY, self.origin is None,
-                             metrics, AppendInfo).append
+                             metrics.counts, AppendInfo).append
 
 
 # ---- the states of a log, made on its first append of each kind ------------------------------

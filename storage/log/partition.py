@@ -213,7 +213,11 @@ class PartitionLog(ClosedOnExit):
             if self._client_plain and origin == "client" and leader_epoch >= 0 and records_or_batches and (
                     kind is bytes or kind is memoryview and records_or_batches.readonly       # appends.immutable_bytes
                     and records_or_batches.c_contiguous and records_or_batches.itemsize == 1):
-                with self._lock:
+                # acquire/release, not `with`: the with statement's two special-method
+                # lookups and three-argument __exit__ were ~0.4 us of the ~4 us call
+                lock = self._lock
+                lock.acquire()
+                try:
                     state, local = self._leader_append.get("client"), self._local
                     expected = state and state.expected
                     if state is not None and not local.closed and open_segments.last is (active := local.segments[-1]) \
@@ -234,6 +238,8 @@ class PartitionLog(ClosedOnExit):
                                 if info == 0:
                                     return _written(self, state, data, len(records_or_batches), None)
                                 raise _refusal(self, info, state.v, data, len(records_or_batches))
+                finally:
+                    lock.release()
             return self._leader_append_any(records_or_batches, leader_epoch, compression, origin)
         except OSError as exc:
             failure = failure_for(channel, exc, "append_as_leader")
@@ -330,7 +336,9 @@ class PartitionLog(ClosedOnExit):
             kind = batches.__class__
             if batches and (kind is bytes or kind is memoryview and batches.readonly      # a fetch answer's view
                             and batches.c_contiguous and batches.itemsize == 1):
-                with self._lock:
+                lock = self._lock       # acquire/release, not `with` (as append_as_leader)
+                lock.acquire()
+                try:
                     state, local = self._follower_append, self._local
                     if state is not None and not local.closed and self.log_end_offset != self.log_start_offset \
                             and open_segments.last is (active := local.segments[-1]):
@@ -345,6 +353,8 @@ class PartitionLog(ClosedOnExit):
                                 if info == 0:
                                     return _written(self, state, data, len(batches), None)
                                 raise _refusal(self, info, state.v, data, len(batches))
+                finally:
+                    lock.release()
             return self._follower_chunk(batches, partial_tail=True)
         except OSError as exc:
             failure = failure_for(channel, exc, "append_as_follower")
