@@ -548,6 +548,10 @@ static PyObject *appender_append(PyObject *self_obj, PyObject *const *args, Py_s
     int64_t next_offset = PyLong_AsLongLong(args[2]);
     long leader_epoch = PyLong_AsLong(args[3]);
     if (PyErr_Occurred()) return NULL;
+    if (leader_epoch < INT32_MIN || leader_epoch > INT32_MAX) {     /* as cffi refuses an int32_t argument */
+        PyErr_SetString(PyExc_OverflowError, "append: leader_epoch out of range for int32_t");
+        return NULL;
+    }
     if (address == 0) {
         PyErr_SetString(PyExc_ValueError, "append: the segment is closed");
         return NULL;

@@ -83,6 +83,17 @@ def test_the_one_call_answer_is_an_append_info(tmp_path):
         assert (log.metrics.appends, log.metrics.append_batches, log.metrics.append_records) == (3, 4, 4)
 
 
+def test_an_epoch_past_int32_is_refused_on_the_one_call_path_as_before(tmp_path):
+    """C's int32 epoch: the one call refuses a larger one (OverflowError, as cffi's argument
+    check did), nothing written."""
+    with PartitionLog.open(tmp_path / "t-0", CONFIG) as log:
+        log.append_as_leader(storage.build_batch([b"first"]), 4)
+        before = _state(log)
+        with pytest.raises(OverflowError):
+            log.append_as_leader(storage.build_batch([b"second"]), 2**31)
+        assert _state(log) == before
+
+
 def _state(log: PartitionLog):
     return (log.log_start_offset, log.log_end_offset, log.epoch_cache.entries, len(log.segments),
             [open(s.log_path, "rb").read() for s in log.segments],
