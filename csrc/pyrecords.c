@@ -504,7 +504,8 @@ static PyObject *append_counts(PyObject *module, PyObject *unused) {
 
 typedef struct {
     PyObject_HEAD
-    plog_validate *v;          /* the _AppendState's struct (it outlives this object: the state holds both) */
+    plog_validate *v;          /* the struct `owner` (its cffi cdata) holds */
+    PyObject *owner;
     int flags;                 /* the state's flags | PLOG_APPEND_READONLY */
     int follower;              /* 1: a follower's appends (their epoch and producer rules) */
     PyObject *counts;          /* the log's AppendCounts */
@@ -586,6 +587,7 @@ static void appender_dealloc(PyObject *self_obj) {
     Appender *self = (Appender *)self_obj;
     PyTypeObject *type = Py_TYPE(self_obj);
     Py_XDECREF(self->counts);
+    Py_XDECREF(self->owner);
     Py_XDECREF(self->info_type);
     freefunc free_slot = (freefunc)PyType_GetSlot(type, Py_tp_free);
     free_slot(self_obj);
@@ -611,14 +613,14 @@ static PyType_Spec appender_spec = {
 static PyObject *appender_type;
 
 PyDoc_STRVAR(appender_doc,
-"appender(v_address, flags, follower, counts, info_type): an Appender over the plog_validate\n"
-"struct at v_address (which must outlive it), calling C with `flags`.");
+"appender(v, v_address, flags, follower, counts, info_type): an Appender over the plog_validate\n"
+"struct at v_address (v: the cffi object that owns it, kept alive), calling C with `flags`.");
 
 static PyObject *appender(PyObject *module, PyObject *args) {
     unsigned long long address;
     int flags, follower;
-    PyObject *counts, *info_type;
-    if (!PyArg_ParseTuple(args, "KiiOO", &address, &flags, &follower, &counts, &info_type)) return NULL;
+    PyObject *owner, *counts, *info_type;
+    if (!PyArg_ParseTuple(args, "OKiiOO", &owner, &address, &flags, &follower, &counts, &info_type)) return NULL;
     if (address == 0 || segment_append == NULL || tuple_new == NULL) {
         PyErr_SetString(PyExc_ValueError, "appender: no struct, or the module is not bound");
         return NULL;
@@ -643,6 +645,8 @@ static PyObject *appender(PyObject *module, PyObject *args) {
     self->follower = follower != 0;
     Py_INCREF(counts);
     self->counts = counts;
+    Py_INCREF(owner);
+    self->owner = owner;
     Py_INCREF(info_type);
     self->info_type = info_type;
     return (PyObject *)self;

@@ -117,7 +117,7 @@ class _AppendState:
     def count_into(self, metrics) -> None:
         """Count this state's appends into `metrics` (the log's LogMetrics)."""
         self.metrics = metrics
-        self.call = appender(int(ffi.cast("uintptr_t", self.v)), self.flags | _READONLY, self.origin is None,
+        self.call = appender(self.v, int(ffi.cast("uintptr_t", self.v)), self.flags | _READONLY, self.origin is None,
                              metrics.counts, AppendInfo).append
 
 
