@@ -18,11 +18,14 @@
  * so there is one encoder.
  * decode: every v2 records section, as Record(offset, timestamp, key, value, headers).
  * pieces: the addresses of a tuple of bytes, for PartitionLog.append_batches' vectored write.
+ * appender: PartitionLog's common append in one call (below, "append").
  */
 #define PY_SSIZE_T_CLEAN   /* Py_LIMITED_API 0x030B0000 comes from setup.py */
 #include <Python.h>
 
+#include <stddef.h>
 #include <string.h>
+#include <structmember.h>
 
 #include "plog.h"
 
@@ -39,6 +42,8 @@ static varint_fn put_varint;
 static records_decode_fn records_decode;
 static headers_decode_fn headers_decode;
 static newfunc tuple_new;          /* tuple.__new__: makes a Record (a tuple subclass) from a tuple */
+typedef int (*append_chunk_fn)(plog_segment *, uint8_t *, size_t, int64_t, int32_t, int, int64_t, plog_validate *);
+static append_chunk_fn segment_append;
 
 /* ---- build ------------------------------------------------------------------------------ */
 
@@ -446,20 +451,222 @@ static PyObject *pieces(PyObject *self, PyObject *args) {
     return out;
 }
 
+/* ---- append ------------------------------------------------------------------------- */
+
+/* PartitionLog's common append (storage/log/partition.py): a chunk of `bytes` (or a read-only
+ * contiguous view) on the open active segment, written by plog_segment_append_chunk; when C's
+ * answer is 0 and the chunk asks nothing more of the log (no new epoch; a follower's: no
+ * producer batch), the log's four append counters are added here and the AppendInfo is made
+ * here, so the append is one Python frame and this one call.  Anything else -- a verdict of C
+ * (nothing written), a refusal, or a write that needs the general bookkeeping -- returns C's
+ * answer as an int: the caller takes its general path, reading the plog_validate struct this
+ * call filled, as it did when it called C itself.
+ *
+ * Counters: the log's four append counters live in an AppendCounts (int64 fields, read and
+ * written from Python as attributes: LogMetrics' appends, append_batches, append_records and
+ * append_bytes are views of it), which this call adds to in place. */
+
+typedef struct {
+    PyObject_HEAD
+    long long appends, batches, records, bytes;
+} AppendCounts;
+
+static PyMemberDef counts_members[] = {
+    {"appends", T_LONGLONG, offsetof(AppendCounts, appends), 0, "append calls that wrote something"},
+    {"batches", T_LONGLONG, offsetof(AppendCounts, batches), 0, "batches appended"},
+    {"records", T_LONGLONG, offsetof(AppendCounts, records), 0, "records appended"},
+    {"bytes", T_LONGLONG, offsetof(AppendCounts, bytes), 0, "bytes appended"},
+    {NULL, 0, 0, 0, NULL},
+};
+
+static PyType_Slot counts_slots[] = {
+    {Py_tp_members, counts_members},
+    {Py_tp_doc, "A log's append counters (storage/log/metrics.py's LogMetrics); made by append_counts()."},
+    {0, NULL},
+};
+
+static PyType_Spec counts_spec = {
+    "storage._pyrecords.AppendCounts", sizeof(AppendCounts), 0, Py_TPFLAGS_DEFAULT, counts_slots,
+};
+
+static PyObject *counts_type;
+
+PyDoc_STRVAR(append_counts_doc, "append_counts(): a new AppendCounts, every field 0.");
+
+static PyObject *append_counts(PyObject *module, PyObject *unused) {
+    if (counts_type == NULL) {
+        counts_type = PyType_FromSpec(&counts_spec);
+        if (counts_type == NULL) return NULL;
+    }
+    allocfunc alloc = (allocfunc)PyType_GetSlot((PyTypeObject *)counts_type, Py_tp_alloc);
+    return alloc((PyTypeObject *)counts_type, 0);       /* zeroed */
+}
+
+typedef struct {
+    PyObject_HEAD
+    plog_validate *v;          /* the struct `owner` (its cffi cdata) holds */
+    PyObject *owner;
+    int flags;                 /* the state's flags | PLOG_APPEND_READONLY */
+    int follower;              /* 1: a follower's appends (their epoch and producer rules) */
+    PyObject *counts;          /* the log's AppendCounts */
+    PyObject *info_type;       /* AppendInfo */
+} Appender;
+
+/* The AppendInfo of a common append: its seven int64 fields from v, duplicate False.  Made as
+ * tuple.__new__ makes an instance of a tuple subclass (its tp_alloc with the length, then the
+ * items), without the argument tuples that call takes: no tuple from the free lists, whose
+ * reuse the collector counts as an allocation, so a discarded AppendInfo adds no GC round. */
+static PyObject *append_info(PyObject *info_type, const plog_validate *v) {
+    const int64_t fields[7] = {v->first_offset, v->last_offset, v->max_timestamp, v->offset_of_max_timestamp,
+                               v->batch_count, v->record_count, v->size_bytes};
+    allocfunc alloc = (allocfunc)PyType_GetSlot((PyTypeObject *)info_type, Py_tp_alloc);
+    PyObject *info = alloc((PyTypeObject *)info_type, 8);
+    if (info == NULL) return NULL;
+    for (int i = 0; i < 7; i++) {
+        PyObject *number = PyLong_FromLongLong(fields[i]);
+        if (number == NULL || PyTuple_SetItem(info, i, number) < 0) {
+            Py_DECREF(info);
+            return NULL;
+        }
+    }
+    Py_INCREF(Py_False);
+    PyTuple_SetItem(info, 7, Py_False);
+    return info;
+}
+
+PyDoc_STRVAR(appender_append_doc,
+"append(segment_address, data, log_end_offset, leader_epoch, latest_epoch) -> AppendInfo or int:\n"
+"plog_segment_append_chunk of data (bytes or a read-only contiguous view) on the segment at\n"
+"segment_address; the AppendInfo (counters added) when the common case holds, else C's answer.");
+
+static PyObject *appender_append(PyObject *self_obj, PyObject *const *args, Py_ssize_t nargs) {
+    Appender *self = (Appender *)self_obj;
+    if (nargs != 5) {
+        PyErr_SetString(PyExc_TypeError, "append takes 5 arguments");
+        return NULL;
+    }
+    uintptr_t address = (uintptr_t)PyLong_AsUnsignedLongLong(args[0]);
+    int64_t next_offset = PyLong_AsLongLong(args[2]);
+    long leader_epoch = PyLong_AsLong(args[3]);
+    if (PyErr_Occurred()) return NULL;
+    if (leader_epoch < INT32_MIN || leader_epoch > INT32_MAX) {     /* as cffi refuses an int32_t argument */
+        PyErr_SetString(PyExc_OverflowError, "append: leader_epoch out of range for int32_t");
+        return NULL;
+    }
+    if (address == 0) {
+        PyErr_SetString(PyExc_ValueError, "append: the segment is closed");
+        return NULL;
+    }
+    /* The cache's latest epoch, or None (no epoch: no sole_epoch equals it). */
+    int has_latest = args[4] != Py_None;
+    int64_t latest = has_latest ? PyLong_AsLongLong(args[4]) : 0;
+    if (has_latest && latest == -1 && PyErr_Occurred()) return NULL;
+    Py_buffer view;
+    if (PyObject_GetBuffer(args[1], &view, PyBUF_SIMPLE) < 0) return NULL;
+    plog_validate *v = self->v;
+    int rc;
+    Py_BEGIN_ALLOW_THREADS
+    rc = segment_append((plog_segment *)address, (uint8_t *)view.buf, (size_t)view.len, next_offset,
+                        (int32_t)leader_epoch, self->flags, -1, v);
+    Py_END_ALLOW_THREADS
+    PyBuffer_Release(&view);
+    int64_t epoch = v->sole_epoch;
+    int common = rc == 0 && (self->follower
+        ? v->producer_batch_count == 0 && ((has_latest && epoch == latest) || (epoch < 0 && epoch != PLOG_EPOCH_MIXED))
+        : has_latest && epoch == latest);
+    if (!common) return PyLong_FromLong(rc);
+    AppendCounts *counts = (AppendCounts *)self->counts;      /* written: counted (as appends._written) */
+    counts->appends += 1;
+    counts->batches += v->batch_count;
+    counts->records += v->record_count;
+    counts->bytes += v->size_bytes;
+    return append_info(self->info_type, v);
+}
+
+static void appender_dealloc(PyObject *self_obj) {
+    Appender *self = (Appender *)self_obj;
+    PyTypeObject *type = Py_TYPE(self_obj);
+    Py_XDECREF(self->counts);
+    Py_XDECREF(self->owner);
+    Py_XDECREF(self->info_type);
+    freefunc free_slot = (freefunc)PyType_GetSlot(type, Py_tp_free);
+    free_slot(self_obj);
+    Py_DECREF(type);
+}
+
+static PyMethodDef appender_methods[] = {
+    {"append", (PyCFunction)(void (*)(void))appender_append, METH_FASTCALL, appender_append_doc},
+    {NULL, NULL, 0, NULL},
+};
+
+static PyType_Slot appender_slots[] = {
+    {Py_tp_dealloc, appender_dealloc},
+    {Py_tp_methods, appender_methods},
+    {Py_tp_doc, "The one-call append of one _AppendState (storage/log/appends.py); made by appender()."},
+    {0, NULL},
+};
+
+static PyType_Spec appender_spec = {
+    "storage._pyrecords.Appender", sizeof(Appender), 0, Py_TPFLAGS_DEFAULT, appender_slots,
+};
+
+static PyObject *appender_type;
+
+PyDoc_STRVAR(appender_doc,
+"appender(v, v_address, flags, follower, counts, info_type): an Appender over the plog_validate\n"
+"struct at v_address (v: the cffi object that owns it, kept alive), calling C with `flags`.");
+
+static PyObject *appender(PyObject *module, PyObject *args) {
+    unsigned long long address;
+    int flags, follower;
+    PyObject *owner, *counts, *info_type;
+    if (!PyArg_ParseTuple(args, "OKiiOO", &owner, &address, &flags, &follower, &counts, &info_type)) return NULL;
+    if (address == 0 || segment_append == NULL || tuple_new == NULL) {
+        PyErr_SetString(PyExc_ValueError, "appender: no struct, or the module is not bound");
+        return NULL;
+    }
+    if (counts_type == NULL || !PyObject_TypeCheck(counts, (PyTypeObject *)counts_type)) {
+        PyErr_SetString(PyExc_TypeError, "appender: counts must be an AppendCounts");
+        return NULL;
+    }
+    if (!PyType_Check(info_type) || !PyType_IsSubtype((PyTypeObject *)info_type, &PyTuple_Type)) {
+        PyErr_SetString(PyExc_TypeError, "appender: info_type must be a tuple subclass");
+        return NULL;
+    }
+    if (appender_type == NULL) {
+        appender_type = PyType_FromSpec(&appender_spec);
+        if (appender_type == NULL) return NULL;
+    }
+    allocfunc alloc = (allocfunc)PyType_GetSlot((PyTypeObject *)appender_type, Py_tp_alloc);
+    Appender *self = (Appender *)alloc((PyTypeObject *)appender_type, 0);
+    if (self == NULL) return NULL;
+    self->v = (plog_validate *)(uintptr_t)address;
+    self->flags = flags;
+    self->follower = follower != 0;
+    Py_INCREF(counts);
+    self->counts = counts;
+    Py_INCREF(owner);
+    self->owner = owner;
+    Py_INCREF(info_type);
+    self->info_type = info_type;
+    return (PyObject *)self;
+}
+
 /* ---- binding ------------------------------------------------------------------------ */
 
 PyDoc_STRVAR(bind_doc,
-"bind(encode_spans, batch_finish, varint_encode, records_decode, headers_decode): the core's\n"
-"functions, as addresses (storage/core/_native.py, once at import).");
+"bind(encode_spans, batch_finish, varint_encode, records_decode, headers_decode, segment_append_chunk):\n"
+"the core's functions, as addresses (storage/core/_native.py, once at import).");
 
 static PyObject *bind(PyObject *self, PyObject *args) {
-    unsigned long long encode, finish, varint, records, headers;
-    if (!PyArg_ParseTuple(args, "KKKKK", &encode, &finish, &varint, &records, &headers)) return NULL;
+    unsigned long long encode, finish, varint, records, headers, append;
+    if (!PyArg_ParseTuple(args, "KKKKKK", &encode, &finish, &varint, &records, &headers, &append)) return NULL;
     encode_spans = (encode_spans_fn)(uintptr_t)encode;
     batch_finish = (finish_fn)(uintptr_t)finish;
     put_varint = (varint_fn)(uintptr_t)varint;
     records_decode = (records_decode_fn)(uintptr_t)records;
     headers_decode = (headers_decode_fn)(uintptr_t)headers;
+    segment_append = (append_chunk_fn)(uintptr_t)append;
     tuple_new = (newfunc)PyType_GetSlot(&PyTuple_Type, Py_tp_new);
     Py_RETURN_NONE;
 }
@@ -468,6 +675,8 @@ static PyMethodDef methods[] = {
     {"build", build, METH_VARARGS, build_doc},
     {"decode", decode, METH_VARARGS, decode_doc},
     {"pieces", pieces, METH_VARARGS, pieces_doc},
+    {"appender", appender, METH_VARARGS, appender_doc},
+    {"append_counts", append_counts, METH_NOARGS, append_counts_doc},
     {"bind", bind, METH_VARARGS, bind_doc},
     {NULL, NULL, 0, NULL},
 };

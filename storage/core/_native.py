@@ -59,6 +59,7 @@ def _source_digest(csrc: str) -> str:
 _check()
 
 try:
+    from .._pyrecords import append_counts, appender  # noqa: F401 -- PartitionLog's one-call append (csrc/pyrecords.c)
     from .._pyrecords import bind as _bind_pyrecords
     from .._pyrecords import build as build_listed  # noqa: F401 -- build_batch's walk over a list (csrc/pyrecords.c)
     from .._pyrecords import decode as decode_records  # noqa: F401 -- RecordBatch.records() (csrc/pyrecords.c)
@@ -67,7 +68,7 @@ except ImportError as exc:  # pragma: no cover - a partial build
     raise NativeBuildError(f"storage: the native module storage._pyrecords is not built ({exc}); {_REBUILD}") from exc
 _bind_pyrecords(*(int(ffi.cast("uintptr_t", ffi.addressof(lib, name))) for name in (
     "plog_records_encode_spans", "plog_batch_finish", "plog_varint_encode", "plog_records_decode",
-    "plog_headers_decode")))
+    "plog_headers_decode", "plog_segment_append_chunk")))
 
 
 def check(rc: int) -> int:

@@ -29,7 +29,7 @@ from __future__ import annotations
 from typing import NamedTuple
 
 from ..core import errors
-from ..core._native import ffi, iovec_pieces, lib
+from ..core._native import appender, ffi, iovec_pieces, lib
 from ..core.clock import wall_ms as _now_ms
 from ..core.config import LogConfig
 from ..core.files import INT32_MAX
@@ -94,7 +94,7 @@ class _AppendState:
     its leading int64 fields (AppendInfo's, sole_epoch, producer_batch_count), the flags of its C calls, and (a client's leader appends)
     the producers C may check on its own."""
 
-    __slots__ = ("v", "out", "flags", "origin", "expected", "metrics")
+    __slots__ = ("v", "out", "flags", "origin", "expected", "metrics", "call")
 
     def __init__(self, config: LogConfig, flags: int, max_batch_bytes: int, origin: str | None = None):
         self.v = ffi.new("plog_validate *")
@@ -105,7 +105,20 @@ class _AppendState:
         self.flags = flags
         self.origin = origin                # None: a follower's appends
         self.expected: producer_check.ExpectedProducers | None = None
-        self.metrics = None                 # the log's LogMetrics (set by the log that made it)
+        self.metrics = None                 # the log's LogMetrics (set by the log that made it: count_into)
+        # PartitionLog's one-call append (csrc/pyrecords.c's Appender.append, bound by count_into):
+        # call(segment.address, data, log end offset, leader epoch, the cache's latest epoch) is
+        # plog_segment_append_chunk with flags | READONLY into v, and, when C wrote the chunk and
+        # it asks nothing more of the log (no new epoch; a follower's: no producer batch), the
+        # four counters added and the AppendInfo made; else C's answer (an int), v filled as the
+        # general path reads it.  The counters are the metrics' C block (LogMetrics.counts).
+        self.call = None
+
+    def count_into(self, metrics) -> None:
+        """Count this state's appends into `metrics` (the log's LogMetrics)."""
+        self.metrics = metrics
+        self.call = appender(self.v, int(ffi.cast("uintptr_t", self.v)), self.flags | _READONLY, self.origin is None,
+                             metrics.counts, AppendInfo).append
 
 
 # ---- the states of a log, made on its first append of each kind ------------------------------

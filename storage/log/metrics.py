@@ -6,18 +6,26 @@ Invariants:
   - every field only grows (counters), except `fsync_seconds_max`, the largest one fsync took;
   - `fsync_buckets[i]` counts the fsyncs that took at most FSYNC_BUCKETS_SECONDS[i] seconds
     (cumulative, as Prometheus' histogram buckets are), so `fsync_buckets[-1] <= fsyncs`;
-  - the append path pays four integer adds (appends.written), nothing else: the counters are
-    updated under the log's lock by the code that did the work, and read without it (a reader
-    may see one append's counters half added; each number on its own is right).
+  - the append path pays four integer adds, nothing else: the counters are updated under the
+    log's lock by the code that did the work, and read without it (a reader may see one append's
+    counters half added; each number on its own is right).  The four append counters are a C
+    block (`counts`, csrc/pyrecords.c's AppendCounts) that the one-call append adds to in C
+    (appends._AppendState.call); `appends`, `append_batches`, `append_records` and
+    `append_bytes` read and write it.
 """
 from __future__ import annotations
 
 import time
 from dataclasses import dataclass, field, fields
 
+from ..core._native import append_counts
+
 # Upper bounds (seconds) of the fsync latency histogram: 100 us to 10 s, as Kafka's
 # LogFlushRateAndTimeMs timer spans a page-cache flush to a stalled disk.
 FSYNC_BUCKETS_SECONDS = (0.0001, 0.0005, 0.001, 0.005, 0.01, 0.05, 0.1, 0.5, 1.0, 10.0)
+
+
+_APPEND_COUNTERS = ("appends", "append_batches", "append_records", "append_bytes")
 
 
 def _buckets() -> list[int]:
@@ -28,10 +36,9 @@ def _buckets() -> list[int]:
 class LogMetrics:
     """What one partition log did since it was opened (all counters start at 0 at the open)."""
 
-    appends: int = 0                 # append calls that wrote something (leader or follower)
-    append_batches: int = 0
-    append_records: int = 0
-    append_bytes: int = 0
+    # appends (append calls that wrote something, leader or follower), append_batches,
+    # append_records, append_bytes: the properties below, over this block
+    counts: object = field(default_factory=append_counts, repr=False)
     fsyncs: int = 0                  # segment flushes (the .log and its indexes fsync'd)
     fsync_seconds_total: float = 0.0
     fsync_seconds_max: float = 0.0
@@ -43,6 +50,43 @@ class LogMetrics:
     recovered_bytes_cut: int = 0     # bytes those recoveries cut off a torn or corrupt tail
     recovered_segments_deleted: int = 0   # later segments deleted after an invalid batch
     cleaner_rounds: int = 0          # compaction rounds of this log (PartitionLog.compact)
+
+    @property
+    def appends(self) -> int:
+        return self.counts.appends
+
+    @appends.setter
+    def appends(self, value: int) -> None:
+        self.counts.appends = value
+
+    @property
+    def append_batches(self) -> int:
+        return self.counts.batches
+
+    @append_batches.setter
+    def append_batches(self, value: int) -> None:
+        self.counts.batches = value
+
+    @property
+    def append_records(self) -> int:
+        return self.counts.records
+
+    @append_records.setter
+    def append_records(self, value: int) -> None:
+        self.counts.records = value
+
+    @property
+    def append_bytes(self) -> int:
+        return self.counts.bytes
+
+    @append_bytes.setter
+    def append_bytes(self, value: int) -> None:
+        self.counts.bytes = value
+
+    def __repr__(self) -> str:
+        shown = ", ".join(f"{name}={getattr(self, name)!r}" for name in _APPEND_COUNTERS) + ", " + \
+            ", ".join(f"{f.name}={getattr(self, f.name)!r}" for f in fields(self) if f.repr)
+        return f"LogMetrics({shown})"
 
     def fsync_timer(self):
         """The start of a timed fsync: pass it to `fsync_done`."""
@@ -61,8 +105,12 @@ class LogMetrics:
 
     def add(self, other: "LogMetrics") -> None:
         """Add `other`'s counters into these (a dir's sum; the max is the larger max)."""
+        for name in _APPEND_COUNTERS:
+            setattr(self, name, getattr(self, name) + getattr(other, name))
         for f in fields(self):
             name = f.name
+            if name == "counts":
+                continue
             if name == "fsync_buckets":
                 self.fsync_buckets = [a + b for a, b in zip(self.fsync_buckets, other.fsync_buckets)]
             elif name == "fsync_seconds_max":

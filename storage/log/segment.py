@@ -58,7 +58,7 @@ class Segment:
     # Slots, the log's shared fields in its SegmentHome, file paths derived when asked, the
     # transaction index made on first use: a partition holds one of these per sealed segment
     # for as long as it is open (bench_partitions_memory measures it).
-    __slots__ = ("_home", "base_offset", "_suffix", "_txn", "native", "_mapping", "_state", "created_ms")
+    __slots__ = ("_home", "base_offset", "_suffix", "_txn", "native", "address", "_mapping", "_state", "created_ms")
 
     def __init__(self, home: SegmentHome, base_offset: int, *, create: bool, active: bool, suffix: str = ""):
         self._fields(home, base_offset, suffix)
@@ -73,6 +73,7 @@ class Segment:
         self._suffix = suffix
         self._txn: TransactionIndex | None = None
         self.native = None
+        self.address = 0        # native's address, for the one-call append (appends._AppendState.call); 0 closed
         self._mapping: Mapping | None = None
         self._state = _OPEN
         self.created_ms = None
@@ -115,6 +116,7 @@ class Segment:
         self._check(rc, "open")
         c.created_ms = self.created_ms or 0     # what the roll rule measures a segment's age from
         self.native = c
+        self.address = int(ffi.cast("uintptr_t", c))
         open_segments.touch(self)
 
     # ---- descriptors (see _OpenSegments) ----
@@ -166,7 +168,7 @@ class Segment:
         raised (another log's call may be pushing this one out): a sealed segment was flushed
         when it was sealed, and its next open finds any fault on its own."""
         self._drop_mapping()
-        c, self.native = self.native, None
+        c, self.native, self.address = self.native, None, 0
         self.__class__ = OnDiskSegment
         lib.plog_segment_close(c)
 
@@ -561,7 +563,7 @@ class Segment:
         """Close the files and open them again as the active segment's (an index rebuild)."""
         self._drop_mapping()
         open_segments.forget(self)
-        c, self.native = self.native, None
+        c, self.native, self.address = self.native, None, 0
         self._check(lib.plog_segment_close(c), "close")
         self._open_files(create=False, active=True)
 

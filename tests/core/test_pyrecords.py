@@ -253,3 +253,28 @@ def test_a_malformed_record_names_its_byte():
     with pytest.raises(errors.InvalidRecordError, match=f"malformed record at byte {second - lib.PLOG_BATCH_OVERHEAD} "):
         batch.records()
     assert struct.unpack(">i", buf[57:61])[0] == 2
+
+
+def test_an_appender_keeps_its_struct_and_counts_alive(tmp_path):
+    """appender (PartitionLog's one-call append) holds the cffi object that owns its
+    plog_validate struct and the AppendCounts it adds to: a bound `append` that outlives the
+    state that made it still writes into live memory (the sanitizer tier runs this file)."""
+    import gc
+
+    from storage import AppendInfo, LogConfig, PartitionLog
+    from storage.core._native import append_counts, appender
+
+    counts = append_counts()
+    v = ffi.new("plog_validate *")
+    v.segment_bytes, v.segment_ms = 1 << 30, 1 << 62
+    call = appender(v, int(ffi.cast("uintptr_t", v)), lib.PLOG_VALIDATE_REQUIRE_FIRST | lib.PLOG_APPEND_READONLY,
+                    True, counts, AppendInfo).append
+    del v, counts
+    gc.collect()
+    with PartitionLog.open(tmp_path / "t-0", LogConfig(fsync=False)) as log:
+        log.append_as_follower(build_batch([b"a"], base_offset=0))
+        info = call(log.active_segment.address, build_batch([b"b", b"c"], base_offset=1), 1, -1, None)
+        assert type(info) is AppendInfo and (info.first_offset, info.last_offset, info.record_count) == (1, 2, 2)
+        assert call.__self__ is not None
+    with pytest.raises(TypeError):
+        appender(ffi.new("plog_validate *"), 1, 0, True, object(), AppendInfo)    # not an AppendCounts

@@ -19,7 +19,9 @@ CONFIG = LogConfig(segment_bytes=4096, index_interval_bytes=256, fsync=False)
 
 
 def frames_and_c_calls(call) -> tuple[list[str], list[str]]:
-    """(Python functions entered, C functions of the core called) while `call()` runs."""
+    """(Python functions entered, C functions of the core called) while `call()` runs: the
+    cffi module's (plog_*) and the one-call append's (Appender.append, csrc/pyrecords.c, which
+    calls plog_segment_append_chunk)."""
     python, native = [], []
 
     def profile(frame, event, arg):
@@ -27,6 +29,8 @@ def frames_and_c_calls(call) -> tuple[list[str], list[str]]:
             python.append(frame.f_code.co_name)
         elif event == "c_call" and getattr(arg, "__name__", "").startswith("plog_"):
             native.append(arg.__name__)
+        elif event == "c_call" and type(getattr(arg, "__self__", None)).__name__ == "Appender":
+            native.append("Appender." + arg.__name__)
 
     sys.setprofile(profile)
     try:
@@ -46,7 +50,7 @@ def test_a_follower_append_is_one_frame_and_one_c_call(tmp_path):
         batch = follower_batch(1)
         python, native = frames_and_c_calls(lambda: log.append_as_follower(batch))
         assert python == ["<lambda>", "append_as_follower"]
-        assert native == ["plog_segment_append_chunk"]
+        assert native == ["Appender.append"]
         assert log.log_end_offset == 2
 
 
@@ -56,8 +60,38 @@ def test_a_leader_append_is_one_frame_and_one_c_call(tmp_path):
         batch = storage.build_batch([b"second"])
         python, native = frames_and_c_calls(lambda: log.append_as_leader(batch, 4))
         assert python == ["<lambda>", "append_as_leader"]
-        assert native == ["plog_segment_append_chunk"]
+        assert native == ["Appender.append"]
         assert log.log_end_offset == 2 and log.latest_epoch == 4
+
+
+def test_the_one_call_answer_is_an_append_info(tmp_path):
+    """C makes the common append's AppendInfo (csrc/pyrecords.c): the NamedTuple itself, as the
+    general path's -- its type, fields, equality, repr and pickling."""
+    import pickle
+
+    with PartitionLog.open(tmp_path / "t-0", CONFIG) as log:
+        log.append_as_follower(follower_batch(0))
+        batch = follower_batch(1) + follower_batch(2)
+        python, native = frames_and_c_calls(lambda: log.append_as_follower(batch))
+        assert native == ["Appender.append"]
+        info = log.append_as_follower(follower_batch(3))
+        assert type(info) is storage.AppendInfo and len(info) == 8
+        assert info == storage.AppendInfo(3, 3, info.max_timestamp, 3, 1, 1, len(follower_batch(3)), False)
+        assert info.duplicate is False and info._asdict()["first_offset"] == 3
+        assert repr(info).startswith("AppendInfo(first_offset=3, last_offset=3,")
+        assert pickle.loads(pickle.dumps(info)) == info and hash(info) == hash(tuple(info))
+        assert (log.metrics.appends, log.metrics.append_batches, log.metrics.append_records) == (3, 4, 4)
+
+
+def test_an_epoch_past_int32_is_refused_on_the_one_call_path_as_before(tmp_path):
+    """C's int32 epoch: the one call refuses a larger one (OverflowError, as cffi's argument
+    check did), nothing written."""
+    with PartitionLog.open(tmp_path / "t-0", CONFIG) as log:
+        log.append_as_leader(storage.build_batch([b"first"]), 4)
+        before = _state(log)
+        with pytest.raises(OverflowError):
+            log.append_as_leader(storage.build_batch([b"second"]), 2**31)
+        assert _state(log) == before
 
 
 def _state(log: PartitionLog):
@@ -154,7 +188,7 @@ def test_a_leader_append_of_a_read_only_view_of_bytes_is_one_frame_too(tmp_path)
         view = memoryview(frame)[4:-4]
         python, native = frames_and_c_calls(lambda: log.append_as_leader(view, 4))
         assert python == ["<lambda>", "append_as_leader"]
-        assert native == ["plog_segment_append_chunk"]
+        assert native == ["Appender.append"]
         assert log.log_end_offset == 2 and log.latest_epoch == 4
 
 
@@ -170,7 +204,7 @@ def test_a_follower_append_of_a_read_only_view_of_bytes_is_one_frame_too(tmp_pat
         view = memoryview(frame)[4:-4]
         python, native = frames_and_c_calls(lambda: a.append_as_follower(view))
         assert python == ["<lambda>", "append_as_follower"]
-        assert native == ["plog_segment_append_chunk"]
+        assert native == ["Appender.append"]
         assert a.log_end_offset == 3 and frame == b"head" + batch + b"tail"
         b.append_as_follower(batch)
         assert _state(a) == _state(b)

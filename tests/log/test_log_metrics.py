@@ -20,6 +20,21 @@ def test_appends_count_calls_batches_records_and_bytes(tmp_path):
     log.close()
 
 
+def test_a_held_metrics_object_sees_the_one_call_appends(tmp_path):
+    """The one-call append counts in C (LogMetrics.counts): the LogMetrics a reader holds moves
+    with it, as it moves with the general path's appends, and its sums and copies carry them."""
+    log = PartitionLog.open(tmp_path / "t-0", LogConfig())
+    m = log.metrics
+    log.append_as_follower(build_batch([b"a"], base_offset=0))           # the first: the general path
+    second = build_batch([b"b", b"c"], base_offset=1)
+    log.append_as_follower(second)                                       # the one-call path
+    assert (m.appends, m.append_batches, m.append_records) == (2, 2, 3) and m.append_bytes == log.size_bytes
+    copy = m.snapshot()
+    log.append_as_follower(build_batch([b"d"], base_offset=3))
+    assert (copy.appends, m.appends) == (2, 3) and "appends=3, append_batches=3" in repr(m)
+    log.close()
+
+
 def test_flushes_are_timed_into_a_histogram(tmp_path):
     log = PartitionLog.open(tmp_path / "t-0", LogConfig())
     log.append_as_leader([b"x"], leader_epoch=0)
