@@ -107,3 +107,59 @@ def test_unknown_loop_is_refused(tmp_path):
     done = subprocess.run([sys.executable, "-m", "storage", "serve", "--data-dir", str(tmp_path / "d"),
                            "--event-loop", "trio"], capture_output=True, text=True, timeout=60)
     assert done.returncode == 2 and "--event-loop" in done.stderr
+
+
+@pytest.mark.parametrize("loop_kind", ["asyncio", "uvloop"])
+def test_a_client_hello_sent_before_the_loop_accepts_reaches_the_tls_handshake(tmp_path, loop_kind):
+    """The clients' ClientHellos are in the socket before the loop accepts (it is busy): each
+    handshake still completes and the request is answered.  uvloop starts reading a new transport
+    after its protocol's connection_made, so a listener that paused there and upgraded with
+    loop.start_tls lost such a ClientHello to the plain protocol, and the handshake timed out
+    (storage/wire/tls_accept.py)."""
+    import asyncio
+    import socket
+    import ssl
+    import threading
+    import time
+
+    from storage.wire import codec
+    from storage.wire.listeners import Listener
+    from storage.wire.server import FrameServer
+    from storage.wire.tls import TlsSettings
+    from tests.tls_support import make_pki
+
+    factory = serve.loop_factory(loop_kind)
+    pki = make_pki(tmp_path / "pki")
+    keystore = pki.issue("server", [("CN", "localhost")], server=True)
+    clients = 4
+
+    def exchange(port: int, out: list) -> None:
+        context = ssl.create_default_context(cafile=pki.truststore)
+        try:
+            with socket.create_connection(("127.0.0.1", port), timeout=5) as raw:
+                with context.wrap_socket(raw, server_hostname="localhost") as s:
+                    s.sendall(codec.encode_request(18, 0, 7, "t", {}))
+                    out.append(s.recv(4))
+        except (OSError, TimeoutError) as exc:
+            out.append(exc)
+
+    async def main() -> list:
+        server = FrameServer(codec.SUPPORTED)
+        server.tls = TlsSettings(keystore).server_context()
+
+        async def api_versions(header, request):
+            return {"error_code": 0, "api_keys": [], "throttle_time_ms": 0}
+        server.handlers[18] = api_versions
+        port = await server.listen("127.0.0.1", 0, Listener("SECURE", "SSL", "127.0.0.1", 0))
+        out: list = []
+        threads = [threading.Thread(target=exchange, args=(port, out)) for _ in range(clients)]
+        for t in threads:
+            t.start()
+        time.sleep(0.5)             # the loop is busy: the connections and their ClientHellos wait
+        await asyncio.to_thread(lambda: [t.join(15) for t in threads])
+        server.stop_listening()
+        return out
+
+    with asyncio.Runner(loop_factory=factory) as runner:
+        out = runner.run(main())
+    assert out == [b"\x00\x00\x00\x0a"] * clients
