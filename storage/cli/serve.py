@@ -328,9 +328,9 @@ def cmd_serve(args) -> int:
     def ready(server) -> None:
         # One line on stdout for supervisors and tests: the node, its (inter-broker) address and pid;
         # then, with --listeners, one line per listener.
+        log_event_loop("storage.serve")           # logged before the ready line a supervisor waits for
         print(f"node {node.node_id} listening on {node.host}:{node.port} pid {os.getpid()}", flush=True)
         _print_listeners(args, listeners)
-        log_event_loop("storage.serve")
         _start_metrics(args, server)
 
     txn = TxnSettings(args.transaction_partitions, args.transaction_max_timeout_ms, args.transaction_abort_interval_ms)
@@ -360,9 +360,9 @@ def cmd_controller(args) -> int:
         server.listeners, server.tls = listeners, tls_context
 
         def ready(s) -> None:
+            log_event_loop("storage.controller")
             print(f"controller {s.node_id} listening on {s.host}:{s.port} pid {os.getpid()}", flush=True)
             _print_listeners(args, listeners)
-            log_event_loop("storage.controller")
             _start_metrics(args, s)
         await serve(server, ready)
 
