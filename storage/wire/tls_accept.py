@@ -23,23 +23,34 @@ _OUT_OF = (errno.EMFILE, errno.ENFILE, errno.ENOBUFS, errno.ENOMEM)
 
 
 class TlsListener:
-    """A listening socket and the task accepting on it; `accepted(sock, peer)` is called for each
-    new connection (its socket non-blocking, nothing read from it)."""
+    """Listening sockets (one per address the host resolves to, as create_server binds them) and a
+    task accepting on each; `accepted(sock, peer)` is called for each new connection (its socket
+    non-blocking, nothing read from it)."""
 
-    def __init__(self, sock: socket.socket, accepted):
-        self.sockets = [sock]
+    def __init__(self, sockets: list[socket.socket], accepted):
+        self.sockets = sockets
         self._accepted = accepted
-        self._task = asyncio.get_running_loop().create_task(self._accept(sock))
-        self._task.add_done_callback(lambda _: sock.close())     # once the loop has let go of it
+        self._tasks = []
+        for sock in sockets:
+            task = asyncio.get_running_loop().create_task(self._accept(sock))
+            task.add_done_callback(lambda _, sock=sock: sock.close())     # once the loop has let go of it
+            self._tasks.append(task)
 
     @classmethod
     async def open(cls, host: str | None, port: int, backlog: int, accepted) -> "TlsListener":
         loop = asyncio.get_running_loop()
         infos = await loop.getaddrinfo(host or None, port, type=socket.SOCK_STREAM, flags=socket.AI_PASSIVE)
-        family, _, _, _, address = infos[0]
-        sock = socket.create_server(address, family=family, backlog=backlog)
-        sock.setblocking(False)
-        return cls(sock, accepted)
+        sockets: list[socket.socket] = []
+        try:
+            for family, address in dict.fromkeys((info[0], info[4]) for info in infos):
+                sock = socket.create_server(address, family=family, backlog=backlog)    # IPv6 sockets v6-only
+                sock.setblocking(False)
+                sockets.append(sock)
+        except OSError:
+            for sock in sockets:
+                sock.close()
+            raise
+        return cls(sockets, accepted)
 
     async def _accept(self, sock: socket.socket) -> None:
         loop = asyncio.get_running_loop()
@@ -56,4 +67,5 @@ class TlsListener:
             self._accepted(conn, peer)
 
     def close(self) -> None:
-        self._task.cancel()
+        for task in self._tasks:
+            task.cancel()
