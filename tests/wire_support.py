@@ -19,6 +19,15 @@ GUIDE = Path(__file__).resolve().parent.parent / "docs" / "guide-broker.md"
 _READY = re.compile(r"(?:node|controller) (\d+) listening on ([\d.]+):(\d+) pid (\d+)")
 
 
+def event_loop_flag(command: str, extra=()) -> list[str]:
+    """`--event-loop X` for a serve or controller process when STORAGE_TEST_EVENT_LOOP names a loop
+    (auto, asyncio, uvloop: the wire tests run on either) and the test does not choose its own."""
+    loop = os.environ.get("STORAGE_TEST_EVENT_LOOP")
+    if not loop or command not in ("serve", "controller") or "--event-loop" in extra:
+        return []
+    return ["--event-loop", loop]
+
+
 class Broker:
     """One broker process on `data_dir` (`command` "controller": a controller process)."""
 
@@ -49,6 +58,7 @@ class Broker:
             listen = []                            # the test names its listeners
         stderr = open(self.log_path, "ab")
         options = list(self.options) if self.command == "serve" else []
+        options += event_loop_flag(self.command, self.extra)
         self.proc = subprocess.Popen(
             [sys.executable, "-m", "storage", self.command, "--data-dir", self.data_dir, *listen,
              *options, "--log-level", os.environ.get("STORAGE_WIRE_LOG_LEVEL", "INFO"), *self.extra],

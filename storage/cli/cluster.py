@@ -35,7 +35,7 @@ CLUSTER_OWNED = ("node.id", "broker.id", "listeners", "advertised.listeners", "l
                  "controller.listener.names", "listener.security.protocol.map", "inter.broker.listener.name")
 
 
-def add_cluster_parser(sub, ranged) -> None:
+def add_cluster_parser(sub, ranged, event_loop_flag) -> None:
     from ..core.files import INT32_MAX
     p = sub.add_parser("cluster", help="start and supervise a local cluster: a controller and N brokers; "
                                        "`cluster status`: brokers, leaders and ISRs",
@@ -54,6 +54,7 @@ def add_cluster_parser(sub, ranged) -> None:
                    "base+N-1, the controller on base+100 (default: no metrics)")
     p.add_argument("--log-level", default="INFO", help="every process's logging level (default INFO); each "
                    "logs to DIR/controller.log or DIR/broker-N.log")
+    event_loop_flag(p)                  # every process's --event-loop
     p.add_argument("--authorizer", metavar="CLASS", default="", help="every broker's --authorizer: ACLs on")
     p.add_argument("--super-users", metavar="PRINCIPALS", default="", help="every broker's --super-users")
     p.add_argument("--supervise", action="store_true", help="restart a broker or the controller that exits "
@@ -140,9 +141,11 @@ def _metrics(args, offset: int) -> list[str]:
     return [] if base is None else ["--metrics-listen", f"127.0.0.1:{base + offset}"]
 
 
-def _log_level(args) -> list[str]:
+def _process_flags(args) -> list[str]:
+    """Every process's --log-level and --event-loop, as the cluster was given them."""
     level = getattr(args, "log_level", None)
-    return [] if level is None else ["--log-level", level]
+    loop = getattr(args, "event_loop", None)
+    return ([] if level is None else ["--log-level", level]) + ([] if loop is None else ["--event-loop", loop])
 
 
 def cluster_config(path: str) -> dict:
@@ -168,14 +171,14 @@ def plan(args, root: str) -> list[Child]:
     controller_port = args.base_port + 100
     children = [Child("controller", ["controller", "--data-dir", os.path.join(root, "controller-data"), "--listen",
                                      f"127.0.0.1:{controller_port}", "--min-insync-replicas", str(min_isr),
-                                     *_metrics(args, 100), *_log_level(args)], os.path.join(root, "controller.log"))]
+                                     *_metrics(args, 100), *_process_flags(args)], os.path.join(root, "controller.log"))]
     replication = [] if "default.replication.factor" in entries else ["--replication-factor", str(min(3, args.brokers))]
     for n in range(1, args.brokers + 1):
         children.append(Child(f"broker {n}", ["serve", *config, "--data-dir", os.path.join(root, f"broker-{n}"),
                                               "--node-id", str(n), "--listen", f"127.0.0.1:{args.base_port + n - 1}",
                                               "--controller", f"127.0.0.1:{controller_port}", *replication,
                                               "--min-insync-replicas", str(min_isr), *_metrics(args, n - 1),
-                                              *_log_level(args), *_acls(args)], os.path.join(root, f"broker-{n}.log")))
+                                              *_process_flags(args), *_acls(args)], os.path.join(root, f"broker-{n}.log")))
     return children
 
 

@@ -19,19 +19,36 @@ from .cluster import add_cluster_parser
 from .output import UsageError
 from .server_properties import IGNORED, register
 
-EVENT_LOOPS = ("asyncio", "uvloop")
+EVENT_LOOPS = ("auto", "asyncio", "uvloop")
 
 
 def loop_factory(event_loop: str):
     """The new-loop function of the kind asked for: None for asyncio's own, uvloop's
-    new_event_loop for "uvloop" (a usage error when uvloop is not installed)."""
-    if event_loop != "uvloop":
+    new_event_loop for "uvloop" (a usage error when uvloop is not installed) and for "auto"
+    when uvloop imports (else asyncio's: uvloop is a dependency, but a platform without its
+    wheel still runs)."""
+    if event_loop == "asyncio":
         return None
     try:
         import uvloop
     except ImportError:
+        if event_loop == "auto":
+            return None
         raise UsageError("--event-loop uvloop: uvloop is not installed (pip install uvloop)") from None
     return uvloop.new_event_loop
+
+
+def add_event_loop_flag(p) -> None:
+    """--event-loop, for every process that serves Kafka's protocol (serve, controller, cluster)."""
+    p.add_argument("--event-loop", choices=EVENT_LOOPS, default="auto",
+                   help="the network loop: auto (the default: uvloop when it imports, else asyncio's), "
+                        "asyncio or uvloop (docs/performance.md measures both)")
+
+
+def log_event_loop(name: str) -> None:
+    """One line in the log naming the running loop's class (`event loop: uvloop.Loop`)."""
+    loop = type(asyncio.get_running_loop())
+    logging.getLogger(name).info("event loop: %s.%s", loop.__module__, loop.__qualname__)
 
 
 def run_loop(main, factory=None):
@@ -96,9 +113,7 @@ def add_parsers(sub) -> None:
     _log_flags(p)
     _acl_flags(p)
     p.add_argument("--log-level", default="INFO", help="logging level (default INFO)")
-    p.add_argument("--event-loop", choices=EVENT_LOOPS, default="asyncio",
-                   help="the network loop: asyncio's own (the default) or uvloop, when installed "
-                        "(docs/performance.md measures both)")
+    add_event_loop_flag(p)
     _metrics_flag(p)
     _connection_flags(p)
     _sasl_flags(p)
@@ -123,10 +138,11 @@ def add_parsers(sub) -> None:
                    help="elect a replica outside the ISR when no ISR member is left (KIP-704: it leads as "
                         "RECOVERING until its recovery completes; acknowledged records it lacks are lost)")
     p.add_argument("--log-level", default="INFO", help="logging level (default INFO)")
+    add_event_loop_flag(p)
     _metrics_flag(p)
     _connection_flags(p)
 
-    add_cluster_parser(sub, _ranged)
+    add_cluster_parser(sub, _ranged, add_event_loop_flag)
 
 
 def _cleaner_and_transaction_flags(p) -> None:
@@ -312,10 +328,9 @@ def cmd_serve(args) -> int:
     def ready(server) -> None:
         # One line on stdout for supervisors and tests: the node, its (inter-broker) address and pid;
         # then, with --listeners, one line per listener.
+        log_event_loop("storage.serve")           # logged before the ready line a supervisor waits for
         print(f"node {node.node_id} listening on {node.host}:{node.port} pid {os.getpid()}", flush=True)
         _print_listeners(args, listeners)
-        loop = type(asyncio.get_running_loop())
-        logging.getLogger("storage.serve").info("event loop: %s.%s", loop.__module__, loop.__qualname__)
         _start_metrics(args, server)
 
     txn = TxnSettings(args.transaction_partitions, args.transaction_max_timeout_ms, args.transaction_abort_interval_ms)
@@ -332,6 +347,7 @@ def cmd_controller(args) -> int:
         _listen(args.listen)
     listeners, _settings, tls_context = listener_flags.listeners(args)
     limits = _connection_limits(args)
+    factory = loop_factory(args.event_loop)
     data_dir = _data_dir(args)
     _logging(args.log_level)
     _log_ignored(args)
@@ -344,12 +360,13 @@ def cmd_controller(args) -> int:
         server.listeners, server.tls = listeners, tls_context
 
         def ready(s) -> None:
+            log_event_loop("storage.controller")
             print(f"controller {s.node_id} listening on {s.host}:{s.port} pid {os.getpid()}", flush=True)
             _print_listeners(args, listeners)
             _start_metrics(args, s)
         await serve(server, ready)
 
-    asyncio.run(main())
+    run_loop(main, factory)
     return 0
 
 

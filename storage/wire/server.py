@@ -23,6 +23,7 @@ import collections
 import functools
 import logging
 import signal
+import socket
 import ssl
 import time
 
@@ -39,6 +40,7 @@ from .later import MAX_LATER, Later
 from .limits import ACCEPT_BURST, ConnectionGate, ConnectionLimits, ConnectionTimeoutError, RequestMemory
 from .listeners import Listener
 from .scram import ScramApis
+from .tls_accept import TlsListener
 from .topic_admin import TopicAdminApis
 from .txn_admin import TxnAdminApis
 from .txn_coordinator import TxnCoordinator, TxnSettings
@@ -84,8 +86,9 @@ class FrameServer:
 
         loop = asyncio.get_running_loop()
         if template.tls:            # the handshake is the connection handler's first step (_handshake)
-            server = await loop.create_server(lambda: _TlsAccept(self, template), host or None, port,
-                                              backlog=ACCEPT_BURST)
+            def accepted(sock, peer):
+                asyncio.get_running_loop().create_task(self._serve(None, template, sock))     # it joins _handlers
+            server = await TlsListener.open(host, port, ACCEPT_BURST, accepted)
         else:
             def serve(connection: Connection):
                 return self._serve(connection, template)
@@ -114,22 +117,22 @@ class FrameServer:
 
     # ---- connections ----
     async def _serve(self, connection: Connection | None, template: session.Session | None = None,
-                     transport: asyncio.Transport | None = None) -> None:
+                     sock: socket.socket | None = None) -> None:
         """One connection: admitted, its TLS handshake when it came in on a TLS listener (a
-        `transport` not yet read from), then its requests until it ends."""
-        peer = (transport or connection.transport).get_extra_info("peername")
+        socket not yet read from: tls_accept.py), then its requests until it ends."""
+        peer = _peer(sock) if sock is not None else connection.transport.get_extra_info("peername")
         ip = peer[0] if isinstance(peer, tuple) and peer else str(peer)
         refusal = self.gate.admit(ip)
         if refusal is not None:
             self._refuse(peer, refusal)
-            (transport or connection.transport).close()
+            (sock or connection.transport).close()
             return
         handler = asyncio.current_task()
         self._handlers.add(handler)
         try:
             state = self._session(ip, template or self.listener)
-            if transport is not None:
-                connection = await self._handshake(transport, peer)
+            if sock is not None:
+                connection = await self._handshake(sock, peer)
                 if connection is None:
                     return
                 state.principal = tls.principal(connection.get_extra_info("ssl_object"))
@@ -153,7 +156,7 @@ class FrameServer:
                 self._connections.discard(connection)
                 connection.close()
             else:
-                transport.close()
+                sock.close()
 
     async def _requests(self, connection: Connection) -> None:
         """One request at a time, in arrival order: its size (within connections.max.idle.ms of
@@ -221,23 +224,19 @@ class FrameServer:
         return session.Session(listener=template.listener, protocol=template.protocol, client_host=ip,
                                authenticated=not template.sasl)
 
-    async def serve_tls(self, transport: asyncio.Transport, template: session.Session) -> None:
-        """A connection to a TLS listener (its transport unread): handshake, then requests."""
-        await self._serve(None, template, transport)
-
-    async def _handshake(self, transport: asyncio.Transport, peer) -> Connection | None:
-        """The TLS handshake of a connection to an SSL or SASL_SSL listener, within
-        request.timeout.ms: its Connection, or None once a failure is logged in one line (the
-        connection is closed; the broker goes on)."""
+    async def _handshake(self, sock: socket.socket, peer) -> Connection | None:
+        """The TLS handshake of a connection to an SSL or SASL_SSL listener, done by the loop
+        within request.timeout.ms: its Connection, or None once a failure is logged in one line
+        (the connection is closed; the broker goes on)."""
         loop = asyncio.get_running_loop()
         connection = Connection()
         try:
-            secure = await loop.start_tls(transport, connection, self.tls, server_side=True,
-                                          ssl_handshake_timeout=self.limits.request_timeout_ms / 1000)
+            await loop.connect_accepted_socket(lambda: connection, sock, ssl=self.tls,
+                                               ssl_handshake_timeout=self.limits.request_timeout_ms / 1000)
         except (OSError, TimeoutError, EOFError) as exc:
             log.warning("TLS handshake with %s failed: %s", peer, tls.describe(exc))
+            sock.close()
             return None
-        connection.connection_made(secure)
         return connection
 
     def _refuse(self, peer, reason: str) -> None:
@@ -338,17 +337,11 @@ class FrameServer:
         return [t for t in self._handlers if t is not current and not t.done()]
 
 
-class _TlsAccept(asyncio.Protocol):
-    """A TLS listener's new connection, held unread (the ClientHello must reach the TLS layer,
-    not a plain stream's buffer) until its handler starts the handshake."""
-
-    def __init__(self, server: FrameServer, template: session.Session):
-        self.server, self.template = server, template
-        self.handler: asyncio.Task | None = None
-
-    def connection_made(self, transport) -> None:
-        transport.pause_reading()
-        self.handler = asyncio.get_running_loop().create_task(self.server.serve_tls(transport, self.template))
+def _peer(sock: socket.socket):
+    try:
+        return sock.getpeername()
+    except OSError:                 # reset before it was served
+        return "?"
 
 
 class BrokerServer(FrameServer):
