@@ -2,7 +2,7 @@
 per 16 KiB Produce request (acks=1, one partition, v9), the same prebuilt frames sent pipelined by
 one raw-socket client to
 
-  broker         `storage serve` (fsync off), the topic made beforehand;
+  broker         `storage serve` (fsync off, its default loop: uvloop), the topic made beforehand;
   floor          floor_server.py append on asyncio's loop: read each frame, append its batch with
                  PartitionLog.append_as_leader, answer 40 bytes -- no parsing, no checks, no
                  metrics: the least any broker on this loop and engine can spend;
@@ -13,7 +13,7 @@ one raw-socket client to
 
 Every contender's "seconds" is CPU seconds (the server process's utime + stime, /proc/PID/stat;
 the engine's process_time), so a pair's ratio t_peer / t_ours compares CPU per request:
-broker / floor is how far the broker is from the floor, floor / engine is the most a one-process
+broker / floor-uvloop is how far the broker is from the floor on its own loop, floor / engine is the most a one-process
 broker on this loop can reach of the engine's own append (the wire rows' goal is 0.5x).
 Paired and alternated as every *-paired group (benchlib.paired); the client's own CPU is not
 counted (it shares the machine's two cores: the wire rows' MB/s carry it, these do not).
@@ -149,7 +149,7 @@ def test_wire_floor_paired(benchmark, sizes, floor):
                   lambda: floor.bare_run("echo", "asyncio")),
         Contender("engine", "append_as_leader in process", "peer", floor.engine_run, "process CPU time"),
     ]
-    pairs = [("broker", "floor"), ("floor", "engine"), ("floor-uvloop", "engine"), ("broker", "engine"),
+    pairs = [("broker", "floor-uvloop"), ("floor", "engine"), ("floor-uvloop", "engine"), ("broker", "engine"),
              ("echo", "engine")]
     rounds = max(sizes.paired_rounds // 3, 1)
     result = pedantic_paired(benchmark, "wire-floor-paired", paired, contenders, pairs, rounds, warmup=False)

@@ -39,9 +39,10 @@ ROWS = [
 EVENT_LOOP = [("broker on uvloop / asyncio's loop: produce", "produce-uvloop / produce-asyncio"),
               ("broker on uvloop / asyncio's loop: fetch", "fetch-uvloop / fetch-asyncio"),
               ("broker on uvloop / asyncio's loop: latency p50 (t asyncio / t uvloop)", "p50-uvloop / p50-asyncio")]
-# bench_floor.py: server CPU per 16 KiB Produce request, the broker against a bare asyncio server
+# bench_floor.py: server CPU per 16 KiB Produce request, the broker against a bare server
 # (append + a fixed answer) and the engine in process: whether one core is the limit.
-FLOOR = [("floor: broker CPU a request / bare asyncio server's (append + answer)", "broker / floor"),
+FLOOR = [("floor: broker CPU a request / bare server's on the same loop, uvloop (append + answer)",
+          "broker / floor-uvloop"),
          ("floor: bare asyncio server / engine append, CPU a request (the most one process reaches)", "floor / engine"),
          ("floor: bare uvloop server / engine append, CPU a request", "floor-uvloop / engine"),
          ("floor: broker / engine append, CPU a request", "broker / engine")]
