@@ -411,10 +411,10 @@ class RemoteController:
         """Kafka's fetcher threads: one Fetch in flight per leader, carrying every partition this
         broker follows from it that is ready (`_fetching` holds the leaders with one out); the
         next goes the moment the answer is applied (the leader's high watermark, and so every
-        acks=all producer, waits for it), and partitions that join meanwhile go in that one.  The
-        leader holds a Fetch until its log end moves, so idle partitions cost one request per
-        max wait.  OffsetForLeaderEpoch and ListOffsets go as they come; every 50 ms for
-        back-offs."""
+        acks=all producer, waits for it; `_replicate` sends it in the same task), and partitions
+        that join meanwhile go in that one.  The leader holds a Fetch until its log end moves,
+        so idle partitions cost one request per max wait.  OffsetForLeaderEpoch and ListOffsets
+        go as they come; every 50 ms for back-offs."""
         wakeup = self._fetch_wakeup = asyncio.Event()
         while not self._stopping and not self._closing:
             wakeup.clear()
@@ -445,13 +445,46 @@ class RemoteController:
         return peer
 
     async def _replicate(self, leader: int, request) -> None:
-        try:
-            await self._exchange(leader, request)
-        finally:
-            if isinstance(request, m.FetchRequest):
+        """Send `request` to `leader` and apply its answer; a Fetch is followed at once by the
+        next Fetch to that leader, in this task (Kafka's fetcher thread loops on its leader):
+        no task, no wake-up of the fetcher loop and no turn of it per replication round, which
+        were a share of a follower's CPU under acks=all.  The loop is woken when the task ends
+        (nothing to fetch from that leader now, or a failure)."""
+        while True:
+            fetch = isinstance(request, m.FetchRequest)
+            try:
+                await self._exchange(leader, request)
+            except BaseException:
+                if fetch:
+                    self._fetching.discard(leader)
+                self._wake_fetcher()
+                raise
+            if fetch:
                 self._fetching.discard(leader)
-            if self._fetch_wakeup is not None:
-                self._fetch_wakeup.set()
+            request = self._next_fetch(leader) if fetch else None
+            if request is None:
+                self._wake_fetcher()
+                return
+
+    def _wake_fetcher(self) -> None:
+        if self._fetch_wakeup is not None:
+            self._fetch_wakeup.set()
+
+    def _next_fetch(self, leader: int) -> m.FetchRequest | None:
+        """The fetcher loop's poll, right after an answer from `leader` was applied: its Fetch to
+        `leader` (None if none is ready), the other requests sent as their own tasks."""
+        b = self.broker
+        if self._stopping or self._closing or not b.caught_up or b.logdir.offline:
+            return None
+        mine = None
+        for other, request in b.manager.fetcher.poll(self._fetching):
+            if isinstance(request, m.FetchRequest):
+                self._fetching.add(other)
+                if other == leader and mine is None:
+                    mine = request
+                    continue
+            asyncio.get_running_loop().create_task(self._replicate(other, request))
+        return mine
 
     async def _exchange(self, leader: int, request) -> None:
         from .replication_rpc import FollowerSession, exchange
