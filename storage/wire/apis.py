@@ -162,7 +162,10 @@ class ClientApis:
     async def _produce_acked(self, pending: list, answers: list, refused: dict) -> dict:
         """An acks=-1 Produce's body, once the high watermark passed each partition's records (or
         they timed out)."""
-        await asyncio.gather(*pending)
+        if len(pending) == 1:       # the common case: one partition (gather's future and callbacks not needed)
+            await pending[0]
+        else:
+            await asyncio.gather(*pending)
         answers = [a.result() if isinstance(a, asyncio.Future) else a for a in answers]
         return {"responses": self._produce_rows(answers, refused)}
 

@@ -210,7 +210,8 @@ class FrameServer:
         """Send an answer in pieces (a Fetch's records left in their segment files, sent with
         sendfile: wire/sendfile.py) within connections.max.idle.ms; its descriptors go once sent."""
         try:
-            await asyncio.wait_for(sendfile.send(connection, response), idle)
+            async with asyncio.timeout(idle):       # not wait_for: on 3.11 that is a task per answer
+                await sendfile.send(connection, response)
         except TimeoutError:
             raise ConnectionTimeoutError(
                 f"the client read no answer for connections.max.idle.ms={self.limits.connections_max_idle_ms}"
