@@ -28,6 +28,12 @@ FSYNC_BUCKETS_SECONDS = (0.0001, 0.0005, 0.001, 0.005, 0.01, 0.05, 0.1, 0.5, 1.0
 _APPEND_COUNTERS = ("appends", "append_batches", "append_records", "append_bytes")
 
 
+def _counter(slot: str) -> property:
+    """One of the four append counters: a read-write view of its slot in the C block."""
+    return property(lambda self: getattr(self.counts, slot), lambda self, value: setattr(self.counts, slot, value),
+                    doc=f"the append counter {slot!r} of the C block `counts`")
+
+
 def _buckets() -> list[int]:
     return [0] * len(FSYNC_BUCKETS_SECONDS)
 
@@ -51,37 +57,10 @@ class LogMetrics:
     recovered_segments_deleted: int = 0   # later segments deleted after an invalid batch
     cleaner_rounds: int = 0          # compaction rounds of this log (PartitionLog.compact)
 
-    @property
-    def appends(self) -> int:
-        return self.counts.appends
-
-    @appends.setter
-    def appends(self, value: int) -> None:
-        self.counts.appends = value
-
-    @property
-    def append_batches(self) -> int:
-        return self.counts.batches
-
-    @append_batches.setter
-    def append_batches(self, value: int) -> None:
-        self.counts.batches = value
-
-    @property
-    def append_records(self) -> int:
-        return self.counts.records
-
-    @append_records.setter
-    def append_records(self, value: int) -> None:
-        self.counts.records = value
-
-    @property
-    def append_bytes(self) -> int:
-        return self.counts.bytes
-
-    @append_bytes.setter
-    def append_bytes(self, value: int) -> None:
-        self.counts.bytes = value
+    appends = _counter("appends")
+    append_batches = _counter("batches")
+    append_records = _counter("records")
+    append_bytes = _counter("bytes")
 
     def __repr__(self) -> str:
         shown = ", ".join(f"{name}={getattr(self, name)!r}" for name in _APPEND_COUNTERS) + ", " + \
