@@ -20,6 +20,7 @@ log = logging.getLogger("storage.wire")
 
 ACCEPT_RETRY_S = 0.1        # after an accept that failed for want of descriptors (EMFILE, ENFILE, ...)
 _OUT_OF = (errno.EMFILE, errno.ENFILE, errno.ENOBUFS, errno.ENOMEM)
+_CLOSED = (errno.EBADF, errno.EINVAL, errno.ENOTSOCK)
 
 
 class TlsListener:
@@ -58,10 +59,13 @@ class TlsListener:
             try:
                 conn, peer = await loop.sock_accept(sock)
             except OSError as exc:
-                if exc.errno not in _OUT_OF:
+                if exc.errno in _CLOSED:            # the listening socket itself is gone
                     raise
-                log.warning("accepting a TLS connection failed: %s; trying again", exc)
-                await asyncio.sleep(ACCEPT_RETRY_S)
+                if exc.errno in _OUT_OF:
+                    log.warning("accepting a TLS connection failed: %s; trying again", exc)
+                    await asyncio.sleep(ACCEPT_RETRY_S)
+                else:                               # one connection's own failure (reset before the
+                    log.debug("accepting a TLS connection failed: %s", exc)     # accept): the next one
                 continue
             conn.setblocking(False)
             self._accepted(conn, peer)
