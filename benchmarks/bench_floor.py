@@ -137,6 +137,17 @@ def floor(tmp_path_factory, sizes):
     f.close()
 
 
+# (ours, peer): t_peer / t_ours of CPU seconds
+PAIRS = [("broker", "floor-uvloop"), ("floor", "engine"), ("floor-uvloop", "engine"), ("broker", "engine"),
+         ("echo", "engine")]
+
+
+def floor_pairs(contenders: list[Contender], rounds: int) -> dict:
+    """PAIRS of `contenders` paired and alternated; every time is CPU seconds, so the group's unit
+    is "seconds" (no amount: report.py shows the times, not a throughput)."""
+    return paired(contenders, PAIRS, rounds, warmup=False, unit="seconds")
+
+
 def test_wire_floor_paired(benchmark, sizes, floor):
     contenders = [
         Contender("broker", "storage serve, Produce v9 acks=1", "ours", floor.broker_run,
@@ -149,10 +160,7 @@ def test_wire_floor_paired(benchmark, sizes, floor):
                   lambda: floor.bare_run("echo", "asyncio")),
         Contender("engine", "append_as_leader in process", "peer", floor.engine_run, "process CPU time"),
     ]
-    pairs = [("broker", "floor-uvloop"), ("floor", "engine"), ("floor-uvloop", "engine"), ("broker", "engine"),
-             ("echo", "engine")]
-    rounds = max(sizes.paired_rounds // 3, 1)
-    result = pedantic_paired(benchmark, "wire-floor-paired", paired, contenders, pairs, rounds, warmup=False)
+    result = pedantic_paired(benchmark, "wire-floor-paired", floor_pairs, contenders, max(sizes.paired_rounds // 3, 1))
     benchmark.extra_info.update(requests=len(floor.frames), batch_bytes=len(floor.batch),
                                 cpu_per_request_us={name: seconds / len(floor.frames) * 1e6
                                                     for name, seconds in result["median_seconds"].items()},

@@ -300,6 +300,9 @@ GROUP_NOTES = {
                                    "with one segment (1.0: the sealed segments cost the open nothing).",
     "logdir-reopen-threads-paired": "The same reopen on 4 recovery threads against 1 (ratio t(1) / t(4)), with the "
                                     "page cache warm, and dropped before every run (cold; root only).",
+    "wire-floor-paired": "bench_floor.py: each run's time is the server process's CPU seconds (utime + stime) for the "
+                         "same prebuilt 16 KiB Produce requests (the engine's: its process time), so a ratio compares "
+                         "CPU per request; what bounds the produce rows (docs/performance.md, the produce floor).",
     "jvm-append-paired": "Against Kafka's FileRecords.append (kafka-clients, warm JVM, timed inside the JVM) and the "
                          "machine's limits; 16 KiB batches, fsync off, close timed.",
     "jvm-build-paired": "Against Kafka's MemoryRecordsBuilder (warm JVM): uncompressed batches of 100-byte values.",
