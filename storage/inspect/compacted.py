@@ -6,9 +6,13 @@ Comparing batches would call that divergence.  What must agree instead, over the
 replicas cover:
   - a record both hold at one offset is the same record (key and value);
   - every key's latest value is the same in both (a tombstone and no record are the same:
-    the cleaner removes tombstones after delete_retention_ms).  Records of transactional and
-    control batches take part in the first rule only: a cleaner removes aborted records and
-    spent markers on its own schedule.
+    the cleaner removes tombstones after delete_retention_ms), unless a replica holds a record
+    of that key past the end of the other: a follower that lags holds a prefix of the log, and
+    the replica that is ahead may have cleaned away, below the follower's end, every record of
+    a key that a later record beyond it supersedes (Kafka's cleaner cleans up to the last
+    stable offset, not up to the slowest follower's end); the follower gets that record when
+    it catches up.  Records of transactional and control batches take part in the first rule
+    only: a cleaner removes aborted records and spent markers on its own schedule.
 The first divergent offset is the smallest offset of a record that breaks either rule.
 A partition is compacted when its log dir's `cleaner-offset-checkpoint` lists it (Kafka's
 cleaner and ours write it for every log they clean).
@@ -36,9 +40,9 @@ def partition_is_compacted(path: str) -> bool:
     return key is not None and is_compacted(os.path.dirname(os.path.normpath(path)), *key)
 
 
-def _records(path: str) -> dict[int, tuple[bytes | None, bytes | None, bool]]:
-    """offset -> (key, value, plain) of every readable record of a partition dir; plain is False
-    for records of transactional or control batches."""
+def _records(path: str) -> dict[int, tuple[bytes | None, bytes | None, bool, bool]]:
+    """offset -> (key, value, plain, control) of every readable record of a partition dir; plain
+    is False for records of transactional or control batches."""
     out = {}
     logs = sorted(n for n in os.listdir(path) if segment_base(n, LOG_SUFFIX) is not None)
     for name in logs:
@@ -48,7 +52,8 @@ def _records(path: str) -> dict[int, tuple[bytes | None, bytes | None, bool]]:
                     plain = not batch.is_transactional and not batch.is_control
                     for r in batch.records():
                         out[r.offset] = (bytes(r.key) if r.key is not None else None,
-                                         bytes(r.value) if r.value is not None else None, plain)
+                                         bytes(r.value) if r.value is not None else None, plain,
+                                         batch.is_control)
         except errors.StorageError:
             pass                     # the structural scan reports it; compare what was readable
     return out
@@ -70,7 +75,8 @@ def record_conflict(replicas: list[tuple[str, str]]) -> dict | None:
             ra, rb = held[a], held[b]
             bad.update(o for o in ra if low <= o < high and o in rb and ra[o] != rb[o])
             latest_a, latest_b = _latest(ra, low, high), _latest(rb, low, high)
-            for key in set(latest_a) | set(latest_b):
+            beyond = _keys_from(ra, high) | _keys_from(rb, high)     # superseded past the overlap
+            for key in (set(latest_a) | set(latest_b)) - beyond:
                 (oa, va), (ob, vb) = latest_a.get(key, (None, None)), latest_b.get(key, (None, None))
                 if va != vb:
                     bad.add(min(o for o in (oa, ob) if o is not None))
@@ -87,7 +93,14 @@ def _latest(records: dict, low: int, high: int) -> dict:
     None values (the same as no record)."""
     out = {}
     for offset in sorted(o for o in records if low <= o < high):
-        key, value, plain = records[offset]
+        key, value, plain, _control = records[offset]
         if key is not None and plain:
             out[key] = (offset, value)
     return out
+
+
+def _keys_from(records: dict, offset: int) -> set:
+    """The keys of the records at or after `offset` (any batch but a control one: a committed
+    transactional record supersedes older ones too)."""
+    return {key for o, (key, _value, _plain, control) in records.items()
+            if o >= offset and key is not None and not control}

@@ -637,6 +637,56 @@ def test_compacted_replicas_that_disagree_on_a_key_diverge(tmp_path):
     assert results[0]["first_divergent_offset"] == 32
 
 
+def test_a_lagging_replica_and_a_leader_that_cleaned_past_its_end_agree_by_meaning(tmp_path):
+    """Swarm seed 186633 (I23): a follower out of the ISR holds a prefix of the log; the leader
+    cleaned up to its high watermark (Kafka's LogCleanerManager.cleanableOffsets stops at the
+    last stable offset, not at the slowest follower's end) and dropped, below the follower's
+    end, every record of the keys that records past it supersede.  The follower gets those
+    records when it catches up: the replicas agree by meaning."""
+    from storage.inspect.compacted import record_conflict
+    from storage.inspect.compare import local_comparison
+
+    compacted = LogConfig(**{**CONFIG.__dict__, "segment_bytes": 400})
+    for name, count in (("leader", 30), ("follower", 20)):
+        with LogDir.open(tmp_path / name, LogConfig(fsync=False), topic_configs={"c": compacted}) as logdir:
+            log = logdir.partition("c", 0)
+            log.assign_epoch_start_offset(0)
+            log.append_as_leader([Record(key=b"static", value=b"s", timestamp=999)], 0)     # kept by the clean
+            for i in range(count):
+                log.append_as_leader([record(i % 3, i, timestamp=1000 + i)], 0)
+            log.roll()
+            log.update_high_watermark(log.log_end_offset)
+            if name == "leader":
+                logdir.clean_logs(now_ms=0)
+                kept = [(r.offset, r.key) for b in log.batches() for r in b.records()]
+                assert kept[0] == (0, b"static") and kept[1][0] > 20      # keys 0-2 gone below 20
+    assert record_conflict([(name, str(tmp_path / name / "c-0")) for name in ("leader", "follower")]) is None
+    # `inspect compare` still says the follower lacks committed data -- from its end (21: audit a
+    # quiesced fleet), not from a disagreement below it (18 before: keys 0-2's latest records
+    # there, which the leader cleaned).
+    _text, results = local_comparison([str(tmp_path / "leader"), str(tmp_path / "follower")])
+    assert results[0]["first_divergent_offset"] == 21, results[0]
+
+
+def test_a_record_the_leader_lacks_with_nothing_past_the_follower_to_supersede_it_diverges(tmp_path):
+    """The other side of the rule above: a key superseded only inside the overlap, or not at
+    all, is still compared -- a replica that lacks a key's latest record there lost it."""
+    from storage.inspect.compacted import record_conflict
+
+    def replica(name, held):
+        log = PartitionLog.open(tmp_path / name / "c-0", LogConfig(fsync=False))
+        for offset, key, value in held:
+            log.append_as_follower(build_batch([(key, value)], base_offset=offset, partition_leader_epoch=0))
+        log.close()
+        return name, str(tmp_path / name / "c-0")
+
+    follower = replica("follower", [(0, b"k0", b"v0"), (1, b"k1", b"v1"), (2, b"k0", b"v2"), (3, b"k2", b"v3")])
+    ahead = replica("ahead", [(1, b"k1", b"v1"), (3, b"k2", b"v3"), (4, b"k0", b"v4")])     # k0 superseded at 4
+    assert record_conflict([ahead, follower]) is None
+    lost = replica("lost", [(1, b"k1", b"v1"), (3, b"k2", b"v3"), (4, b"k2", b"v4")])     # k0 just gone
+    assert record_conflict([lost, follower])["offset"] == 2
+
+
 # ---- compacted segments: offsets far apart, merging, dump-log ------------------------------------------
 
 def test_over_compacted_log_recovery(tmp_path):
