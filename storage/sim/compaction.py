@@ -12,9 +12,12 @@ Invariants:
   I23  at the end, on the final leader, every key's latest value is the latest acknowledged one
        or one written after it (never older; a tombstone and no record are the same), and the
        replicas agree by meaning (storage.inspect.compacted's rule: same record at the same
-       offset, same latest value per key) -- both only where committed data cannot be lost: an
-       unclean election can truncate a record a replica already compacted with, and then the
-       older record it replaced is gone from that replica for good (in Kafka too).
+       offset, same latest value per key but for keys a replica holds past another's end: a
+       follower may still be catching up at the end, and the leader cleans up to its high
+       watermark, past that follower's end, as Kafka's does; swarm seed 186633) -- both only
+       where committed data cannot be lost: an unclean election can truncate a record a replica
+       already compacted with, and then the older record it replaced is gone from that replica
+       for good (in Kafka too).
 """
 from __future__ import annotations
 
