@@ -64,10 +64,10 @@ def _check_leader_append(leader_epoch: int, origin: str) -> None:
         raise ValueError(f"origin must be one of {_ORIGINS}")
 
 
-EPOCH_MIXED = _EPOCH_MIXED = lib.PLOG_EPOCH_MIXED
+_EPOCH_MIXED = lib.PLOG_EPOCH_MIXED
 # AppendInfo from the seven int64 fields plog_validate leads with (plog.h): what
 # NamedTuple._make does, without its length check (the C layout fixes the length).
-new_append_info = _new_append_info = tuple.__new__
+_new_append_info = tuple.__new__
 # The int64 fields plog_validate leads with: AppendInfo's seven, then sole_epoch and
 # producer_batch_count (at SOLE_EPOCH, PRODUCER_BATCHES of `_AppendState.out.tolist()`); one
 # read of them is all C's answer to a common append costs.  out[7:] = NOT_DUPLICATE turns the
@@ -79,7 +79,7 @@ NOT_DUPLICATE = (False,)
 _ROLL, _RECHECK, _PRODUCER, _PARTIAL = lib.PLOG_EROLL, lib.PLOG_ERECHECK, lib.PLOG_EPRODUCER, lib.PLOG_EPARTIAL
 _CLOCK = lib.PLOG_ECLOCK
 _NO_ROLL, _RECHECKED, _PRODUCERS = lib.PLOG_APPEND_NO_ROLL, lib.PLOG_VALIDATE_RECHECKED, lib.PLOG_VALIDATE_PRODUCERS
-READONLY = _READONLY = lib.PLOG_APPEND_READONLY
+_READONLY = lib.PLOG_APPEND_READONLY
 # C's verdicts: nothing written, the loop below acts and calls again (PartitionLog's one-frame
 # appends hand these to it).
 CALL_AGAIN = frozenset((_ROLL, _RECHECK, _PRODUCER, _PARTIAL, _CLOCK))
