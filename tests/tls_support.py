@@ -68,3 +68,21 @@ def make_pki(root: Path, name: str = "ca") -> Pki:
             .sign(key, hashes.SHA256()))
     (root / f"{name}.pem").write_bytes(cert.public_bytes(serialization.Encoding.PEM))
     return Pki(root, key, cert, name)
+
+
+async def api_versions_server(tls_context, listener, seen=None):
+    """An in-process front end (storage.wire.server.FrameServer) listening on `listener` at
+    127.0.0.1, port 0, with `tls_context` as its TLS, that answers ApiVersions with an empty
+    table; `seen`, when given, is called with each request's session (storage.wire.session).
+    Returns (server, port); the caller stops it with server.stop_listening()."""
+    from storage.wire import codec, session
+    from storage.wire.server import FrameServer
+    server = FrameServer(codec.SUPPORTED)
+    server.tls = tls_context
+
+    async def api_versions(header, request):
+        if seen is not None:
+            seen(session.current())
+        return {"error_code": 0, "api_keys": [], "throttle_time_ms": 0}
+    server.handlers[18] = api_versions
+    return server, await server.listen("127.0.0.1", 0, listener)

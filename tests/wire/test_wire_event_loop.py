@@ -124,9 +124,8 @@ def test_a_client_hello_sent_before_the_loop_accepts_reaches_the_tls_handshake(t
 
     from storage.wire import codec
     from storage.wire.listeners import Listener
-    from storage.wire.server import FrameServer
     from storage.wire.tls import TlsSettings
-    from tests.tls_support import make_pki
+    from tests.tls_support import api_versions_server, make_pki
 
     factory = serve.loop_factory(loop_kind)
     pki = make_pki(tmp_path / "pki")
@@ -144,13 +143,8 @@ def test_a_client_hello_sent_before_the_loop_accepts_reaches_the_tls_handshake(t
             out.append(exc)
 
     async def main() -> list:
-        server = FrameServer(codec.SUPPORTED)
-        server.tls = TlsSettings(keystore).server_context()
-
-        async def api_versions(header, request):
-            return {"error_code": 0, "api_keys": [], "throttle_time_ms": 0}
-        server.handlers[18] = api_versions
-        port = await server.listen("127.0.0.1", 0, Listener("SECURE", "SSL", "127.0.0.1", 0))
+        server, port = await api_versions_server(TlsSettings(keystore).server_context(),
+                                                 Listener("SECURE", "SSL", "127.0.0.1", 0))
         out: list = []
         threads = [threading.Thread(target=exchange, args=(port, out)) for _ in range(clients)]
         for t in threads:

@@ -17,11 +17,10 @@ import pytest
 
 pytest.importorskip("kio", reason="the wire front end needs kio")
 pytest.importorskip("cryptography")
-from storage.wire import codec, session  # noqa: E402
+from storage.wire import codec  # noqa: E402
 from storage.wire.listeners import Listener  # noqa: E402
-from storage.wire.server import FrameServer  # noqa: E402
 from storage.wire.tls import TlsConfigError, TlsSettings, rfc2253  # noqa: E402
-from tests.tls_support import make_pki  # noqa: E402
+from tests.tls_support import api_versions_server, make_pki  # noqa: E402
 from tests.wire_support import Broker, Cluster  # noqa: E402
 
 
@@ -118,15 +117,10 @@ def test_the_session_of_a_tls_connection_carries_the_certificate_s_principal(pki
         return context
 
     async def main(client_auth):
-        server = FrameServer(codec.SUPPORTED)
-        server.tls = TlsSettings(pki.server, truststore=pki.truststore, client_auth=client_auth).server_context()
-
-        async def api_versions(header, request):
-            seen.append((client_auth, session.current().listener, session.current().protocol,
-                         session.current().principal))
-            return {"error_code": 0, "api_keys": [], "throttle_time_ms": 0}
-        server.handlers[18] = api_versions
-        port = await server.listen("127.0.0.1", 0, Listener("SECURE", "SSL", "127.0.0.1", 0))
+        server, port = await api_versions_server(
+            TlsSettings(pki.server, truststore=pki.truststore, client_auth=client_auth).server_context(),
+            Listener("SECURE", "SSL", "127.0.0.1", 0),
+            lambda s: seen.append((client_auth, s.listener, s.protocol, s.principal)))
         answers = [await asyncio.to_thread(_exchange, port, client(keystore)) for keystore in (pki.alice, None)]
         server.stop_listening()
         return answers
@@ -148,15 +142,9 @@ def test_a_sasl_ssl_connection_is_tls_first_and_unauthenticated_until_sasl(pki):
     seen = []
 
     async def main():
-        server = FrameServer(codec.SUPPORTED)
-        server.tls = TlsSettings(pki.server).server_context()
-
-        async def api_versions(header, request):
-            s = session.current()
-            seen.append((s.listener, s.protocol, s.tls, s.sasl, s.authenticated))
-            return {"error_code": 0, "api_keys": [], "throttle_time_ms": 0}
-        server.handlers[18] = api_versions
-        port = await server.listen("127.0.0.1", 0, Listener("CLIENTS", "SASL_SSL", "127.0.0.1", 0))
+        server, port = await api_versions_server(
+            TlsSettings(pki.server).server_context(), Listener("CLIENTS", "SASL_SSL", "127.0.0.1", 0),
+            lambda s: seen.append((s.listener, s.protocol, s.tls, s.sasl, s.authenticated)))
         answers = [await asyncio.to_thread(_exchange, port, ssl.create_default_context(cafile=pki.truststore)),
                    await asyncio.to_thread(_exchange, port, None)]
         server.stop_listening()
@@ -270,13 +258,8 @@ def test_a_node_checks_the_host_name_of_the_tls_listener_it_connects_to_unless_t
     elsewhere = pki.issue("elsewhere", [("CN", "broker.example")])       # no 127.0.0.1 in it
 
     async def main(algorithm: str):
-        server = FrameServer(codec.SUPPORTED)
-        server.tls = TlsSettings(elsewhere).server_context()
-
-        async def api_versions(header, request):
-            return {"error_code": 0, "api_keys": [], "throttle_time_ms": 0}
-        server.handlers[18] = api_versions
-        port = await server.listen("127.0.0.1", 0, Listener("SSL", "SSL", "127.0.0.1", 0))
+        server, port = await api_versions_server(TlsSettings(elsewhere).server_context(),
+                                                 Listener("SSL", "SSL", "127.0.0.1", 0))
         peer = Peer("127.0.0.1", port, timeout_s=10, tls=TlsSettings(
             truststore=pki.truststore, endpoint_identification=algorithm).client_context())
         try:
