@@ -1,8 +1,10 @@
-"""A Fetch answer's records below fetch_answer.SENDFILE_MIN_BYTES leave as a view of the
-segment's mapping, written with the answer's header and the bytes after them in one
-transport.writelines (one writev on uvloop), not by a sendfile between two small writes
-(bench_fetch_floor.py measured the difference).  Unmodified clients read every record of such
-answers on both event loops, and the broker's summary at its stop counts no sendfile call."""
+"""A Fetch answer's records below fetch_answer.SENDFILE_MIN_BYTES are not sent by a sendfile
+between two small writes (bench_fetch_floor.py measured the difference): up to
+fetch_answer.COPY_BYTES of an answer's records are copied into its frame (one bytes object, one
+write), and records beyond that budget leave as views of the segment's mapping, written with the
+bytes around them in one transport.writelines (one writev on uvloop).  Unmodified clients read
+every record of such answers on both event loops, and the broker's summary at its stop counts
+no sendfile call."""
 from __future__ import annotations
 
 import asyncio
@@ -82,8 +84,27 @@ def test_on_tls_each_part_is_written_as_before():
     assert writer.transport.calls == [("write", b"header"), ("write", bytes(records)), ("write", b"\0\0\0")]
 
 
-def test_records_below_the_sendfile_size_stay_views():
-    assert fetch_answer.OWN_PIECE_BYTES < PARTITION_MAX_BYTES < fetch_answer.SENDFILE_MIN_BYTES
+def _body(*records) -> dict:
+    return {"error_code": 0, "session_id": 0, "responses": [{"topic": "t", "topic_id": 1, "partitions": [
+        {"partition_index": i, "error_code": 0, "high_watermark": 1, "aborted_transactions": None, "records": r}
+        for i, r in enumerate(records)]}]}
+
+
+def test_records_within_the_copy_budget_are_copied_into_one_frame():
+    assert PARTITION_MAX_BYTES < fetch_answer.OWN_PIECE_BYTES <= fetch_answer.COPY_BYTES <= fetch_answer.SENDFILE_MIN_BYTES
+    records = memoryview(b"m" * PARTITION_MAX_BYTES)
+    frame = fetch_answer.encode(1, 16, 3, _body(records))
+    assert type(frame) is bytes and bytes(records) in frame
+
+
+def test_records_beyond_the_copy_budget_are_pieces_of_their_own():
+    """Two partitions of ~96 KiB: the first is copied, the second would pass COPY_BYTES and
+    travels as the view it is (the Python copies of one answer stay bounded)."""
+    first, second = memoryview(b"1" * PARTITION_MAX_BYTES), memoryview(b"2" * PARTITION_MAX_BYTES)
+    pieces = fetch_answer.encode(1, 16, 3, _body(first, second))
+    assert type(pieces) is fetch_answer.Pieces
+    assert [p for p in pieces.parts if p is second] == [second]
+    assert not any(p is first for p in pieces.parts) and bytes(first) in bytes(pieces.parts[0])
 
 
 @pytest.fixture(params=["uvloop", "asyncio"])
