@@ -3,8 +3,9 @@ in their segment files (issue 33: Kafka's FetchResponse written with FileRecords
 
 `encode(key, version, correlation_id, body)` takes the dict apis.fetch builds -- the one
 codec.encode_response takes -- and returns the size-prefixed frame: bytes, or a `Pieces` when a
-partition's records are a FileSlice (storage/log/file_slice.py) or a large view, which then
-stand as pieces of their own between the bytes around them, never copied here.
+partition's records are a FileSlice (storage/log/file_slice.py), a large view, or a view past
+the answer's copy budget (COPY_BYTES), which then stand as pieces of their own between the
+bytes around them, never copied here.
 wire/sendfile.py sends a Pieces (os.sendfile for the slices).
 
 The layout (Kafka's FetchResponse.json; which version has what):

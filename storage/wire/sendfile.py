@@ -1,7 +1,7 @@
 """Sending an answer in pieces (fetch_answer.Pieces): its bytes through the connection's
-stream writer, its FileSlices from their segment files with os.sendfile -- Kafka's
-FileRecords.writeTo, whose transferTo is sendfile on Linux.  The records never pass through
-Python.  A slice goes by one os.sendfile straight to the socket when the transport holds
+stream writer (the bytes-like pieces between two slices in one transport.writelines), its
+FileSlices from their segment files with os.sendfile -- Kafka's FileRecords.writeTo, whose
+transferTo is sendfile on Linux.  The records never pass through Python.  A slice goes by one os.sendfile straight to the socket when the transport holds
 nothing unsent, and what the socket did not take by asyncio's loop.sendfile (which waits until
 the transport has sent what was written before, then calls os.sendfile as the socket takes more).
 
@@ -94,8 +94,8 @@ def _write(writer, parts: list, gather: bool) -> None:
     """Write `parts` in order: several in one transport.writelines when `gather` (a plain
     socket: uvloop's transport sends them in one writev, the views as they are -- an answer's
     header, its records from the segment's mapping and the bytes after them in one system call
-    and one pass through the TCP stack, not three), else one write each (TLS: the layer copies
-    each as it encrypts)."""
+    and one pass through the TCP stack, not three; asyncio's joins them, then writes once), else
+    one write each (TLS: the layer copies each as it encrypts)."""
     if not parts:
         return
     if len(parts) == 1 or not gather:
