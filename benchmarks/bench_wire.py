@@ -24,8 +24,10 @@ processes, or confluent-kafka producers in threads), wall time to the last deliv
 engine appending the same batches round robin into 8 fresh logs.
 
 "wire-fetch-paired": a consumer (assigned, no group) reads the workload from offset 1 (after the
-topic's warm-up record) to the end (the C client: its process's wall time, start to exit);
-against PartitionLog.read of the same log's bytes and the loopback limit.
+topic's warm-up record) to the end (the C client: its process's wall time, start to exit), with
+librdkafka's default max bytes (1 MiB a partition, 50 MiB a response: what a user runs);
+against PartitionLog.read of the same log's bytes and the loopback limit.  What the broker itself
+can serve, without a client's cost: bench_fetch_floor.py.
 
 "wire-cluster-paired": confluent-kafka with acks=all against a replication-factor-3 topic
 (min.insync.replicas 2) on three broker processes and a controller process, against acks=all

@@ -303,6 +303,11 @@ GROUP_NOTES = {
     "wire-floor-paired": "bench_floor.py: each run's time is the server process's CPU seconds (utime + stime) for the "
                          "same prebuilt 16 KiB Produce requests (the engine's: its process time), so a ratio compares "
                          "CPU per request; what bounds the produce rows (docs/performance.md, the produce floor).",
+    "wire-fetch-floor-paired": "bench_fetch_floor.py: a raw client fetches a full topic with prebuilt Fetch v16 frames "
+                               "(librdkafka's version and default max bytes, one request in flight) from the broker, "
+                               "and the same answers, recorded, from a bare loopback server (from memory; by "
+                               "os.sendfile); each run keeps the server's CPU seconds: what the broker itself can "
+                               "serve, the client costing about what the loopback reader costs.",
     "jvm-append-paired": "Against Kafka's FileRecords.append (kafka-clients, warm JVM, timed inside the JVM) and the "
                          "machine's limits; 16 KiB batches, fsync off, close timed.",
     "jvm-build-paired": "Against Kafka's MemoryRecordsBuilder (warm JVM): uncompressed batches of 100-byte values.",

@@ -46,8 +46,14 @@ FLOOR = [("floor: broker CPU a request / bare server's on the same loop, uvloop 
          ("floor: bare asyncio server / engine append, CPU a request (the most one process reaches)", "floor / engine"),
          ("floor: bare uvloop server / engine append, CPU a request", "floor-uvloop / engine"),
          ("floor: broker / engine append, CPU a request", "broker / engine")]
+# bench_fetch_floor.py: what the broker itself serves a fetching consumer (a raw Fetch v16 client,
+# the consumer's default max bytes) against its own answers sent back over loopback TCP.
+FETCH_FLOOR = [("fetch floor: broker / loopback TCP of its answers (raw Fetch v16 client, 1 MiB a partition)",
+                "broker / loopback", 0.5),
+               ("fetch floor: broker / the same answers by os.sendfile from a file", "broker / sendfile", None)]
 LATENCY_GOALS = {"p50": 200e-6, "p99": 1e-3}
-CPU_GROUPS = ("wire-produce-paired", "wire-produce8-paired", "wire-fetch-paired", "wire-event-loop-paired")
+CPU_GROUPS = ("wire-produce-paired", "wire-produce8-paired", "wire-fetch-paired", "wire-event-loop-paired",
+              "wire-fetch-floor-paired")
 
 
 def groups_of(data: dict) -> dict[str, list[dict]]:
@@ -111,6 +117,19 @@ def rows(groups: dict) -> list[list[str]]:
             per = extra.get("cpu_per_request_us", {})
             text = spread(found["ratios"]) + (f"; {per[ours]:,.0f} / {per[peer]:,.0f} us" if ours in per and peer in per else "")
             out.append([figure, text, "(what bounds the produce rows)", "-"])
+    for figure, pair, goal in FETCH_FLOOR:
+        extra, found = _find(groups, "wire-fetch-floor-paired", pair, None)
+        if found is not None:
+            ours = found["ours"]
+            rate = extra.get("throughput_MBps", {}).get(ours)
+            cpu = extra.get("server_cpu_s_per_GB", {})
+            text = spread(found["ratios"]) + (f"; {rate:,.0f} MB/s" if rate else "")
+            if ours in cpu and found["peer"] in cpu:
+                text += f"; server CPU {cpu[ours]:.2f} / {cpu[found['peer']]:.2f} s a GB"
+            if goal is None:
+                out.append([figure, text, "(a server that only sends them)", "-"])
+            else:
+                out.append([figure, text, f">= {goal:g}x", "met" if found["median"] >= goal else "not met"])
     return out
 
 
@@ -158,7 +177,7 @@ def section(groups: dict) -> list[str]:
 
 # --- charts --------------------------------------------------------------------------------------
 
-THROUGHPUT_GROUPS = ("wire-produce-paired", "wire-produce8-paired", "wire-fetch-paired", "wire-cluster-paired",
+THROUGHPUT_GROUPS = ("wire-produce-paired", "wire-produce8-paired", "wire-fetch-paired", "wire-fetch-floor-paired", "wire-cluster-paired",
                      "wire-idle-paired")
 COLOURS = {"ours": "tab:blue", "peer": "tab:grey", "limit": "tab:green", "ceiling": "tab:green"}
 

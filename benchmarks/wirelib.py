@@ -24,7 +24,7 @@ ROOT = Path(__file__).resolve().parents[1]
 VALUE = b"v" * KiB
 PRODUCER = {"acks": "1", "batch.size": 16 * KiB, "linger.ms": 5, "compression.type": "none",
             "queue.buffering.max.messages": 1_000_000, "queue.buffering.max.kbytes": 1 << 20}
-CONSUMER_FETCH = {"fetch.max.bytes": 50 * MiB, "max.partition.fetch.bytes": 8 * MiB}
+CONSUMER_FETCH = {"fetch.max.bytes": 50 * MiB, "max.partition.fetch.bytes": 1 * MiB}     # librdkafka's defaults
 SINK = "import socket,sys\ns=socket.socket();s.bind(('127.0.0.1',0));s.listen(1)\n" \
        "print(s.getsockname()[1],flush=True)\nwhile True:\n c,_=s.accept();b=bytearray(1<<20)\n" \
        " while c.recv_into(b):pass\n c.sendall(b'k');c.close()\n"

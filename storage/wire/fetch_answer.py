@@ -3,8 +3,9 @@ in their segment files (issue 33: Kafka's FetchResponse written with FileRecords
 
 `encode(key, version, correlation_id, body)` takes the dict apis.fetch builds -- the one
 codec.encode_response takes -- and returns the size-prefixed frame: bytes, or a `Pieces` when a
-partition's records are a FileSlice (storage/log/file_slice.py) or a large view, which then
-stand as pieces of their own between the bytes around them, never copied here.
+partition's records are a FileSlice (storage/log/file_slice.py), a large view, or a view past
+the answer's copy budget (COPY_BYTES), which then stand as pieces of their own between the
+bytes around them, never copied here.
 wire/sendfile.py sends a Pieces (os.sendfile for the slices).
 
 The layout (Kafka's FetchResponse.json; which version has what):
@@ -42,11 +43,23 @@ from ..log.file_slice import FileSlice
 from . import session
 
 API_KEY = 1
-# Records at least this large travel as a piece of their own (a FileSlice always does): below
-# it one copy into the frame costs less than the extra write.
-OWN_PIECE_BYTES = 16 * 1024
-# Records at least this large are sent from their segment file (a FileSlice), smaller ones copied.
-SENDFILE_MIN_BYTES = OWN_PIECE_BYTES
+# Records at least this large travel as a piece of their own (a FileSlice always does); smaller
+# ones are copied into the frame while the answer's copies stay within COPY_BYTES (the rest are
+# pieces too): an answer without pieces is one bytes object, one write, and none of a pieced
+# answer's sending (sendfile.send, its timeout, its drain).  Copying up to 128 KiB (two copies in
+# Python, ~20 us) cost less: answers of 64 KiB records, 1.16x MB/s and 1.14x less broker CPU than
+# writing them as pieces (10 pairs; docs/performance.md, the fetch floor).
+OWN_PIECE_BYTES = 128 * 1024
+COPY_BYTES = OWN_PIECE_BYTES
+# Records at least this large are sent from their segment file (a FileSlice); smaller ones stay a
+# view of the segment's mapping: copied into the frame (above), or beyond the copy budget written
+# with the bytes around them in one writev (sendfile.send).  A sendfile costs two more system
+# calls and two small packets (the header's before it, the few bytes after it), each a pass
+# through the TCP stack: on loopback, a raw consumer's answers of 64 KiB records cost the broker
+# 1.27x less CPU and came 1.32x faster in one writev than by sendfile (10 pairs;
+# docs/performance.md, the fetch floor).  Above this size the copy a write makes (the kernel's,
+# page cache to socket) is what sendfile saves on a network card that gathers.
+SENDFILE_MIN_BYTES = 128 * 1024
 
 _i32 = struct.Struct(">i")
 _ZERO_UUID = bytes(16)
@@ -202,6 +215,7 @@ def encode(key: int, version: int, correlation_id: int, body: dict) -> bytes | P
     if lay.session:
         out += struct.pack(">hi", body["error_code"], body.get("session_id", 0))
     parts: list = []
+    budget = COPY_BYTES                 # what records may still be copied into the frame
     topics = body["responses"]
     _length(out, flexible, len(topics))
     for t in topics:
@@ -212,7 +226,7 @@ def encode(key: int, version: int, correlation_id: int, body: dict) -> bytes | P
         partitions = t["partitions"]
         _length(out, flexible, len(partitions))
         for p in partitions:
-            out = _partition(out, parts, lay, p)
+            out, budget = _partition(out, parts, lay, p, budget)
         if flexible:
             out.append(0)
     if flexible:
@@ -226,9 +240,10 @@ def encode(key: int, version: int, correlation_id: int, body: dict) -> bytes | P
     return Pieces(parts)
 
 
-def _partition(out: bytearray, parts: list, lay: Layout, p: dict) -> bytearray:
+def _partition(out: bytearray, parts: list, lay: Layout, p: dict, budget: int) -> tuple[bytearray, int]:
     """One partition's fields onto `out`; records of their own go to `parts` (with the bytes
-    before them) and a new bytearray, returned, takes what follows."""
+    before them) and a new bytearray, returned, takes what follows; with it the copy budget
+    (COPY_BYTES) left."""
     flexible = lay.flexible
     if lay.log_start:
         out += lay.partition.pack(p["partition_index"], p["error_code"], p["high_watermark"],
@@ -253,12 +268,13 @@ def _partition(out: bytearray, parts: list, lay: Layout, p: dict) -> bytearray:
     else:
         size = len(records)
         _length(out, flexible, size)
-        if type(records) is FileSlice or size >= OWN_PIECE_BYTES:
+        if type(records) is FileSlice or size >= OWN_PIECE_BYTES or size > budget:
             parts.append(out)
             parts.append(records)
             out = bytearray()
         else:
             out += records
+            budget -= size
     if flexible:
         _tagged(out, _partition_tags(p))
-    return out
+    return out, budget

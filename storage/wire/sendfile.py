@@ -1,7 +1,7 @@
 """Sending an answer in pieces (fetch_answer.Pieces): its bytes through the connection's
-stream writer, its FileSlices from their segment files with os.sendfile -- Kafka's
-FileRecords.writeTo, whose transferTo is sendfile on Linux.  The records never pass through
-Python.  A slice goes by one os.sendfile straight to the socket when the transport holds
+stream writer (the bytes-like pieces between two slices in one transport.writelines), its
+FileSlices from their segment files with os.sendfile -- Kafka's FileRecords.writeTo, whose
+transferTo is sendfile on Linux.  The records never pass through Python.  A slice goes by one os.sendfile straight to the socket when the transport holds
 nothing unsent, and what the socket did not take by asyncio's loop.sendfile (which waits until
 the transport has sent what was written before, then calls os.sendfile as the socket takes more).
 
@@ -60,18 +60,22 @@ def loop_sendfile() -> bool:
 
 
 async def send(writer: asyncio.StreamWriter, pieces) -> None:
-    """Write `pieces` (fetch_answer.Pieces) to `writer` and drain it; the caller closes them."""
+    """Write `pieces` (fetch_answer.Pieces) to `writer` and drain it; the caller closes them.
+    The bytes between two slices (or before the first, after the last) go in one write."""
     zero_copy, by_loop = native(writer), loop_sendfile()
+    run: list = []                      # bytes-like parts not yet written, in order
     for part in pieces.parts:
         if type(part) is not FileSlice:
-            writer.write(part)
+            run.append(part)
             continue
         if zero_copy and part.intact():
+            _write(writer, run, zero_copy)
+            run = []
             sent = await _send_slice(writer, part, by_loop)
             if sent is not None:
                 stats["sendfile_bytes"] += sent
                 if not by_loop and sent < part.length and part.intact():
-                    writer.write(part.view[sent:])      # the loop cannot wait for room: the rest copied
+                    run.append(part.view[sent:])    # the loop cannot wait for room: the rest copied
                     stats["copied_bytes"] += part.length - sent
                     sent = part.length
                 if sent != part.length or not part.intact():
@@ -80,9 +84,28 @@ async def send(writer: asyncio.StreamWriter, pieces) -> None:
                 continue
             zero_copy = False           # refused before a byte was sent: copy this and the rest
             stats["refused"] += 1
-        writer.write(part.view)
+        run.append(part.view)
         stats["copied_bytes"] += part.length
+    _write(writer, run, zero_copy)
     await writer.drain()
+
+
+def _write(writer, parts: list, gather: bool) -> None:
+    """Write `parts` in order: several in one transport.writelines when `gather` (a plain
+    socket: uvloop's transport sends them in one writev, the views as they are -- an answer's
+    header, its records from the segment's mapping and the bytes after them in one system call
+    and one pass through the TCP stack, not three; asyncio's joins them, then writes once), else
+    one write each (TLS: the layer copies each as it encrypts)."""
+    if not parts:
+        return
+    if len(parts) == 1 or not gather:
+        for part in parts:
+            writer.write(part)
+        return
+    flush = getattr(writer, "flush", None)      # a Connection's held answers go first
+    if flush is not None:
+        flush()
+    writer.transport.writelines(parts)
 
 
 async def _send_slice(writer: asyncio.StreamWriter, part: FileSlice, by_loop: bool = True) -> int | None:
