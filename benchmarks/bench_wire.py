@@ -35,8 +35,10 @@ on the single broker and against three engine appends of the same batches.
 topic that nobody uses beside the busy one (created before the run, its replicas in sync or 30 s
 passed -- extra_info's idle_not_in_full_sync counts the partitions that were not -- then a
 second to settle) against none (deleted before the run).  Its pairs are noise-wide on a shared
-machine: BENCH_IDLE_PAIRS=N runs N pairs (default paired_rounds / 3); extra_info's cpu_ms_per_mib
-keeps the median CPU per MiB of the busy partition's leader, its followers and the controller.
+machine (an A/A control, no idle topic in either: 0.65-1.35 a pair), so it runs paired_rounds pairs
+(9; ~11 s a pair), not the paired_rounds / 3 of the other wire rows; BENCH_IDLE_PAIRS=N runs N.
+extra_info's cpu_ms_per_mib keeps the median CPU per MiB of the busy partition's leader, its
+followers and the controller.
 
 "wire-produce-latency": one record at a time (linger.ms 0, acks=1), produce() to its delivery
 report, p50 and p99 -- the round trip a client waits for.
@@ -295,7 +297,7 @@ def test_wire_idle_paired(benchmark, sizes, side, cluster3):
                   lambda: run("idle100", True)),
         Contender("none", "acks=all RF 3, no other partitions", "peer", lambda: run("none", False)),
     ]
-    pairs = int(os.environ.get("BENCH_IDLE_PAIRS", 0)) or _rounds(sizes)
+    pairs = int(os.environ.get("BENCH_IDLE_PAIRS", 0)) or sizes.paired_rounds
     try:
         result = pedantic_paired(benchmark, "wire-idle-paired", paired, contenders, [("idle100", "none")],
                                  pairs, warmup=False, amount=side.bytes)
