@@ -36,7 +36,11 @@ on the single broker and against three engine appends of the same batches.
 "wire-idle-paired": the same acks=all producer on the same cluster, with a 100-partition RF 3
 topic that nobody uses beside the busy one (created before the run, its replicas in sync or 30 s
 passed -- extra_info's idle_not_in_full_sync counts the partitions that were not -- then a
-second to settle) against none (deleted before the run).
+second to settle) against none (deleted before the run).  Its pairs are noise-wide on a shared
+machine (an A/A control, no idle topic in either: 0.65-1.35 a pair), so it runs paired_rounds pairs
+(9; ~11 s a pair), not the paired_rounds / 3 of the other wire rows; BENCH_IDLE_PAIRS=N runs N.
+extra_info's cpu_ms_per_mib keeps the median CPU per MiB of the busy partition's leader, its
+followers and the controller.
 
 "wire-produce-latency": one record at a time (linger.ms 0, acks=1), produce() to its delivery
 report, p50 and p99 -- the round trip a client waits for.
@@ -57,10 +61,20 @@ pytest.importorskip("confluent_kafka", reason="the wire benchmarks need confluen
 pytest.importorskip("kio", reason="the wire front end needs kio")
 
 import os  # noqa: E402
+import statistics  # noqa: E402
 import sys  # noqa: E402
 
 import confluent_kafka as ck  # noqa: E402
-from wirelib import FLUSH_S, PRODUCER, CClient, Side, latency_samples, produce_all, produce_many  # noqa: E402
+from wirelib import (  # noqa: E402
+    FLUSH_S,
+    PRODUCER,
+    CClient,
+    Side,
+    cpu_seconds,
+    latency_samples,
+    produce_all,
+    produce_many,
+)
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
 from tests.wire_support import Broker, Cluster  # noqa: E402
@@ -253,7 +267,8 @@ def test_wire_cluster_paired(benchmark, sizes, side, cluster3):
 
 def test_wire_idle_paired(benchmark, sizes, side, cluster3):
     idle_partitions = 10 if sizes.quick else IDLE_PARTITIONS
-    state = {"idle": None, "n": 0, "short": []}
+    state = {"idle": None, "n": 0, "short": [], "cpu": {"idle100": [], "none": []}}
+    pids = {f"b{n}": b.pid for n, b in cluster3.brokers.items()} | {"controller": cluster3.controller.pid}
 
     def idle(present: bool):
         if present and state["idle"] is None:
@@ -268,21 +283,35 @@ def test_wire_idle_paired(benchmark, sizes, side, cluster3):
             state["idle"] = None
         time.sleep(1.0)           # the brokers settle into the state (follower polls, or none)
 
-    def run(present: bool) -> float:
+    def run(name: str, present: bool) -> float:
         idle(present)
-        return _produce_rf3(cluster3, side, side.topic("busy"))
+        topic = side.topic("busy")
+        before = {k: cpu_seconds(pid) for k, pid in pids.items()}
+        seconds = _produce_rf3(cluster3, side, topic)
+        spent = {k: cpu_seconds(pid) - before[k] for k, pid in pids.items()}
+        leader = f"b{cluster3.partitions(topic)[0].leader}"
+        state["cpu"][name].append({"leader": spent.pop(leader), "controller": spent.pop("controller"),
+                                   "followers": sum(spent.values())})
+        return seconds
 
     contenders = [
-        Contender("idle100", f"acks=all RF 3 beside {idle_partitions} idle RF 3 partitions", "ours", lambda: run(True)),
-        Contender("none", "acks=all RF 3, no other partitions", "peer", lambda: run(False)),
+        Contender("idle100", f"acks=all RF 3 beside {idle_partitions} idle RF 3 partitions", "ours",
+                  lambda: run("idle100", True)),
+        Contender("none", "acks=all RF 3, no other partitions", "peer", lambda: run("none", False)),
     ]
+    pairs = int(os.environ.get("BENCH_IDLE_PAIRS", 0)) or sizes.paired_rounds
     try:
         result = pedantic_paired(benchmark, "wire-idle-paired", paired, contenders, [("idle100", "none")],
-                                 _rounds(sizes), warmup=False, amount=side.bytes)
+                                 pairs, warmup=False, amount=side.bytes)
     finally:
         idle(False)
+    # The processes' CPU per produced MiB (the run's topic creation and warm-up record included),
+    # the median over the runs of each contender: where idle partitions cost, if they do.
+    mib = side.bytes / (1 << 20)
+    cpu = {name: {role: round(statistics.median(r[role] for r in runs) * 1000 / mib, 1)
+                  for role in ("leader", "followers", "controller")} for name, runs in state["cpu"].items() if runs}
     benchmark.extra_info.update(records=side.count, bytes=side.bytes, idle_partitions=idle_partitions,
-                                idle_not_in_full_sync=state["short"], **result)
+                                idle_not_in_full_sync=state["short"], pair_count=pairs, cpu_ms_per_mib=cpu, **result)
 
 
 def _settle(cluster, topic: str, partitions: int, timeout_s: float = 30) -> int:
