@@ -10,12 +10,13 @@ return to the event loop between them, and their answers go out in one write, in
 whole frame is left (or as soon as the handler task waits for anything, so an answer is never
 held behind a slow request).
 
-While the task waits for the next request (wait_size), a whole frame that arrives may be served
-right in the receive callback by the server's `eager` (FrameServer._now: a Produce), in the
-task's context: a one-record request answered one at a time then costs no wake of the task
-(issue 33's latency row: ~13 % of the broker's CPU per request, bench-notes s38).  What `eager`
-leaves wakes the task as before; a client that stops reading, a request `eager` began that still
-waits, or MAX_LATER answers still to come hand the connection back to the task as well.
+While the task waits for the next request (wait_size), a frame that arrives whole, alone in the
+buffer, may be served right in the receive callback by the server's `eager` (FrameServer._now: a
+Produce), in the task's context: a one-record request sent one at a time then costs no wake of
+the task (issue 33's latency row: ~10 % of the broker's CPU per request, bench-notes s38).  What
+`eager` leaves wakes the task as before, and pipelined requests are the task's; a client that
+stops reading, a request `eager` began that still waits, or MAX_LATER answers still to come hand
+the connection back to the task as well.
 
 Limits (limits.py), without a timer made per request: one watchdog timer per connection checks
 the deadline of what the task is waiting for -- connections.max.idle.ms for the next request's
@@ -172,19 +173,21 @@ class Connection(asyncio.BufferedProtocol):
             self._parked = False
 
     def _serve_eagerly(self) -> None:
-        """The whole frames at the buffer's head served now by `eager`, in the task's context,
-        while the task waits for the next request: one-at-a-time requests are answered without a
-        wake of the task (issue 33's latency row).  Stops at the first frame `eager` leaves (the
-        task is woken for it), when the client does not read its answers (the task drains them
-        within connections.max.idle.ms), or when a request it began still runs (the task waits
-        for it before the next)."""
+        """The frame in the buffer served now by `eager`, in the task's context, while the task
+        waits for the next request, when the buffer holds that one whole frame and nothing more:
+        a request sent one at a time is answered without a wake of the task (issue 33's latency
+        row).  Anything else is the task's, as before: bytes of a frame still arriving, requests
+        pipelined (the task serves them without a return to the loop and writes their answers
+        together), a frame `eager` leaves, a client that does not read its answers (the task
+        drains them within connections.max.idle.ms), a request begun here that still runs (the
+        task waits for it before the next), MAX_LATER answers still to come."""
+        size = self.next_size()
+        if (size is None or size < 0 or self._end - self._head != 4 + size or self._writing_paused
+                or self._blocker is not None or (self._later and len(self._later) >= MAX_LATER)):
+            return
         self._parked = False        # not entered again from within
         try:
-            while (self._end - self._head >= 4 and not self._writing_paused and self._blocker is None
-                   and not (self._later and len(self._later) >= MAX_LATER)):
-                size = self.next_size()
-                if size < 0 or self._end - self._head < 4 + size or not self._context.run(self.eager, size):
-                    return
+            if self._context.run(self.eager, size):
                 self._deadline = self._loop.time() + self._idle_s   # not idle: answered now
         finally:
             if self._writing_paused or self._blocker is not None or (self._later and len(self._later) >= MAX_LATER):
