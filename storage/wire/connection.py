@@ -10,6 +10,14 @@ return to the event loop between them, and their answers go out in one write, in
 whole frame is left (or as soon as the handler task waits for anything, so an answer is never
 held behind a slow request).
 
+While the task waits for the next request (wait_size), a frame that arrives whole, alone in the
+buffer, may be served right in the receive callback by the server's `eager` (FrameServer._now: a
+Produce), in the task's context: a one-record request sent one at a time then costs no wake of
+the task (issue 33's latency row: ~10 % of the broker's CPU per request, bench-notes s38).  What
+`eager` leaves wakes the task as before, and pipelined requests are the task's; a client that
+stops reading, a request `eager` began that still waits, or MAX_LATER answers still to come hand
+the connection back to the task as well.
+
 Limits (limits.py), without a timer made per request: one watchdog timer per connection checks
 the deadline of what the task is waiting for -- connections.max.idle.ms for the next request's
 first bytes and for the client to read its answers, request.timeout.ms for the rest of a frame
@@ -23,7 +31,9 @@ from __future__ import annotations
 
 import asyncio
 import collections
+import contextvars
 
+from .later import MAX_LATER
 from .limits import ConnectionTimeoutError
 
 BUFFER_BYTES = 64 * 1024        # the receive buffer: the unread bytes held beyond the frame asked for
@@ -63,12 +73,21 @@ class Connection(asyncio.BufferedProtocol):
         self._deadline = float("inf")
         self._why = ""
         self._timer: asyncio.TimerHandle | None = None
+        # Served from the protocol's callback (FrameServer._now): fn(size) -> whether it served the
+        # whole frame of `size` bytes at the buffer's head, run in the task's context while the
+        # task waits for the next request (wait_size); the task serves what it leaves.
+        self.eager = None
+        self._context: contextvars.Context | None = None    # the task's (a plain connection's)
+        self._parked = False        # the task waits in wait_size for the next request
+        self._idle_s = 0.0          # that wait's connections.max.idle.ms
+        self._blocker: asyncio.Future | None = None     # an eagerly begun request still running
 
     # ---- the protocol side (the event loop calls these) ----
     def connection_made(self, transport) -> None:
         self.transport = transport
         if self._start_task is not None:
-            self.task = self._loop.create_task(self._start_task(self))
+            self._context = contextvars.copy_context()
+            self.task = self._loop.create_task(self._start_task(self), context=self._context)
 
     def get_buffer(self, sizehint: int) -> memoryview:
         if self._pieces is not None:        # never more than the big frame's own bytes
@@ -95,6 +114,10 @@ class Connection(asyncio.BufferedProtocol):
         self._end += nbytes
         if self._end - self._head >= BUFFER_BYTES and self.transport is not None:
             self._pause()
+        if self._parked and self.eager is not None:
+            self._serve_eagerly()
+            if self._end == self._head and self._parked:    # all served, nothing for the task
+                return
         if self._end - self._head >= self._want:    # not woken for each part of a frame still arriving
             self._wake()
 
@@ -147,6 +170,30 @@ class Connection(asyncio.BufferedProtocol):
         waiter = self._waiter
         if waiter is not None and not waiter.done():
             waiter.set_result(None)
+            self._parked = False
+
+    def _serve_eagerly(self) -> None:
+        """The frame in the buffer served now by `eager`, in the task's context, while the task
+        waits for the next request, when the buffer holds that one whole frame and nothing more:
+        a request sent one at a time is answered without a wake of the task (issue 33's latency
+        row).  Anything else is the task's, as before: bytes of a frame still arriving, requests
+        pipelined (the task serves them without a return to the loop and writes their answers
+        together), a frame `eager` leaves, a client that does not read its answers (the task
+        drains them within connections.max.idle.ms), a request begun here that still runs (the
+        task waits for it before the next), MAX_LATER answers still to come."""
+        size = self.next_size()
+        if (size is None or size < 0 or self._end - self._head != 4 + size or self._writing_paused
+                or self._blocker is not None or (self._later and len(self._later) >= MAX_LATER)):
+            return
+        self._parked = False        # not entered again from within
+        try:
+            if self._context.run(self.eager, size):
+                self._deadline = self._loop.time() + self._idle_s   # not idle: answered now
+        finally:
+            if self._writing_paused or self._blocker is not None or (self._later and len(self._later) >= MAX_LATER):
+                self._wake()        # the task drains, waits for the request begun or for answers to go
+            waiter = self._waiter
+            self._parked = waiter is not None and not waiter.done()
 
     # ---- the deadline of a wait (one timer per connection, moved by assignment) ----
     def _arm(self, deadline: float, why: str) -> None:
@@ -186,10 +233,21 @@ class Connection(asyncio.BufferedProtocol):
             return None
         return int.from_bytes(self._view[head:head + 4], "big", signed=True)
 
-    async def wait_size(self, idle_s: float, why: str) -> int | None:
+    async def wait_size(self, idle_s: float, why: str, unread_why: str = "") -> int | None:
         """The next frame's size once its 4 bytes arrive (within `idle_s`); None at the end of
-        the stream between frames.  IncompleteReadError when it ends within a size."""
+        the stream between frames.  IncompleteReadError when it ends within a size.  While it
+        waits, `eager` may serve whole frames (_serve_eagerly): their answers are drained here
+        within `idle_s` (`unread_why`), and a request begun there that still runs is waited for."""
         while True:
+            if self._blocker is not None:       # begun eagerly, still running: the next waits for it
+                blocker = self._blocker
+                while not blocker.done():
+                    await self._wait(read=False)
+                self._blocker = None
+            if self._writing_paused:
+                await self.drain_within(idle_s, unread_why)
+            if self._later and len(self._later) >= MAX_LATER:
+                await self.later_below(MAX_LATER, idle_s, unread_why)
             size = self.next_size()
             if size is not None:
                 return size
@@ -199,7 +257,28 @@ class Connection(asyncio.BufferedProtocol):
                 return None
             self.flush()
             self._arm(self._loop.time() + idle_s, why)
-            await self._wait()
+            self._parked, self._idle_s = self._context is not None, idle_s
+            try:
+                await self._wait()
+            finally:
+                self._parked = False
+
+    def peek(self, size: int) -> memoryview:
+        """The whole frame of `size` bytes at the buffer's head (its size read), not consumed."""
+        head = self._head + 4
+        return self._view[head:head + size]
+
+    def skip(self, size: int) -> None:
+        """Consume the whole frame of `size` bytes at the buffer's head (peek's)."""
+        stop = self._head + 4 + size
+        if stop == self._end:
+            self._head = self._end = 0
+        else:
+            self._head = stop
+
+    def running(self, future: asyncio.Future) -> None:
+        """A request begun by `eager` still runs in `future`: the next request waits for it."""
+        self._blocker = future
 
     def take(self, size: int) -> bytes | None:
         """The frame of `size` bytes whose size was read, consumed, when it is all here; else

@@ -28,7 +28,7 @@ import ssl
 import time
 
 from ..core import errors
-from . import authz, codec, error_answers, fetch_answer, sasl, sendfile, session, tls
+from . import authz, codec, error_answers, fetch_answer, produce_codec, sasl, sendfile, session, tls
 from .acl_control import AclApis
 from .admin_apis import AdminApis
 from .apis import ClientApis, Notifier
@@ -169,10 +169,11 @@ class FrameServer:
         unread_why = f"the client read no answer for connections.max.idle.ms={limits.connections_max_idle_ms}"
         request_s = limits.request_timeout_ms / 1000
         memory = self.memory
+        connection.eager = functools.partial(self._now, connection)
         while True:
             size = connection.next_size()
             if size is None:
-                size = await connection.wait_size(idle, idle_why)
+                size = await connection.wait_size(idle, idle_why, unread_why)
                 if size is None:                            # the client closed between requests:
                     await connection.later_below(1, idle, unread_why)     # the answers still to come go
                     return
@@ -271,6 +272,84 @@ class FrameServer:
         except Exception as exc:
             return self._failed(exc, key, version, correlation_id, header, request, started)
 
+    def _now(self, connection: Connection, size: int) -> bool:
+        """Serve the whole frame of `size` bytes at the head of `connection`'s buffer now, from the
+        protocol's callback while the connection's task waits for its next request (Connection.
+        _serve_eagerly, in the task's context): a Produce the fast reader takes, of a version
+        served, once the node is ready and queued.max.request.bytes has room -- the one-record
+        request answered one at a time pays no wake of the task.  Served as _requests serves it
+        (counted, metrics, logs, error answers, Later); a handler that waits goes on in a task of
+        its own, answered in its turn, and the connection's next request waits for it.  False:
+        left to the task (anything else, or a frame it would refuse: its error path is there)."""
+        view = connection.peek(size)
+        if size < 8 or view[0] or view[1] != produce_codec.PRODUCE_KEY or size > codec.MAX_REQUEST_BYTES:
+            return False
+        key, version = produce_codec.PRODUCE_KEY, view[2] << 8 | view[3]
+        if not (codec.is_supported(key, version, self.supported) and sasl.allowed(key) and self.ready.is_set()):
+            return False
+        parsed = produce_codec.read_request(view.tobytes())
+        if parsed is None or not self.memory.try_reserve(size):
+            return False
+        connection.skip(size)
+        header, request = parsed
+        correlation_id = header.correlation_id
+        self.served[(key, version)] += 1
+        if log.isEnabledFor(logging.DEBUG):
+            log.debug("%s v%d #%d from %s: %s", codec.api_name(key), version, correlation_id, header.client_id,
+                      str(request)[:300])
+        started = time.perf_counter()
+        held = False
+        try:
+            step = self.handlers[key](header, request)
+            try:
+                waited = step.send(None)
+            except StopIteration as stop:
+                body = stop.value
+                if type(body) is Later:
+                    response = asyncio.ensure_future(self._answer_later(body, key, version, correlation_id, header,
+                                                                        request, started))
+                else:
+                    response = self._answer(body, key, version, correlation_id, started)
+            except Exception as exc:
+                response = self._failed(exc, key, version, correlation_id, header, request, started)
+            else:
+                held = True             # the frame's memory is held until its handler ends
+                response = asyncio.ensure_future(self._rest(step, waited, size, key, version, correlation_id,
+                                                            header, request, started))
+                connection.running(response)
+        except Exception:
+            log.exception("closing connection from %s after an internal error", connection.get_extra_info("peername"))
+            connection.close()
+            return False
+        finally:
+            if not held:
+                self.memory.release(size)
+        if response is None:
+            pass
+        elif type(response) is bytes:
+            connection.answer(response)
+        else:
+            connection.answer_later(response)
+        return True
+
+    async def _rest(self, step, waited, size: int, key: int, version: int, correlation_id: int, header, request,
+                    started: float) -> bytes | None:
+        """The answer of a request begun in _now whose handler waited for `waited`."""
+        try:
+            try:
+                body = await _Resumed(step, waited)
+                if type(body) is Later:
+                    body = await body.rest
+                return self._answer(body, key, version, correlation_id, started)
+            except Exception as exc:
+                return self._failed(exc, key, version, correlation_id, header, request, started)
+        except Exception:
+            log.exception("closing a connection: no answer could be built for %s v%d (correlation id %d)",
+                          codec.api_name(key), version, correlation_id)
+            raise
+        finally:
+            self.memory.release(size)
+
     def _failed(self, exc: Exception, key: int, version: int, correlation_id: int, header, request,
                 started: float) -> bytes | None:
         if self.observer is not None:
@@ -288,7 +367,7 @@ class FrameServer:
 
     async def _answer_later(self, later: Later, key: int, version: int, correlation_id: int, header, request,
                             started: float) -> bytes | None:
-        """The answer of a request whose handler returned a Later, as _dispatch's.  An answer that
+        """The answer of a request whose handler returned a Later, as _requests's.  An answer that
         cannot be built at all is logged here; the connection then closes (Connection.answer_later)."""
         try:
             try:
@@ -336,6 +415,32 @@ class FrameServer:
         """The connection handlers still running, but for the calling task."""
         current = asyncio.current_task()
         return [t for t in self._handlers if t is not current and not t.done()]
+
+
+class _Resumed:
+    """Awaited in a task: the rest of a coroutine whose first step ran outside it and waited for
+    `waited` (FrameServer._now); its value is the coroutine's."""
+
+    __slots__ = ("step", "waited")
+
+    def __init__(self, step, waited) -> None:
+        self.step, self.waited = step, waited
+
+    def __await__(self):
+        step, waited = self.step, self.waited
+        while True:
+            try:
+                sent = yield waited
+            except BaseException as exc:        # noqa: BLE001 -- given to the coroutine, as a task does
+                try:
+                    waited = step.throw(exc)
+                except StopIteration as stop:
+                    return stop.value
+            else:
+                try:
+                    waited = step.send(sent)
+                except StopIteration as stop:
+                    return stop.value
 
 
 def _peer(sock: socket.socket):

@@ -1,0 +1,123 @@
+"""The one-record Produce's cost in the front end (issue 33's latency row): a request served one
+at a time over a loopback socket enters few Python frames of the wire layer, and no frame of the
+connection's task.
+
+A one-record Produce (acks=1) answered one at a time pays, per request, what pipelined requests
+share: the wake of the connection's task, the walk from its bytes to the handler and back, the
+answer's write.  Counted with a profile hook on the event loop's thread (every frame entered and
+every coroutine resumed is one "call" event), per request, by module: storage/wire's own frames
+(the server, the connection, the Produce codec and handler) are at most WIRE_FRAMES_MAX; the
+replication layer's and the engine's are not counted here (tests/log/test_append_one_frame.py
+counts the append's).
+"""
+from __future__ import annotations
+
+import asyncio
+import collections
+import contextlib
+import os
+import socket
+import struct
+import sys
+import threading
+
+import pytest
+
+pytest.importorskip("kio", reason="the wire front end needs kio")
+
+from storage.core.records import build_batch  # noqa: E402
+from storage.wire import codec  # noqa: E402
+from tests.wire_support import _read  # noqa: E402
+
+WIRE = os.sep + os.path.join("storage", "wire") + os.sep
+REQUESTS = 200
+# storage/wire frames entered or resumed per one-record Produce served one at a time (acks=1): 50
+# before the small-request pass (session 38), 35 after (the request served where its bytes
+# arrive: no wake of the connection's task, no frame of its wait).
+WIRE_FRAMES_MAX = 38
+
+
+@contextlib.contextmanager
+def broker(tmp_path):
+    """An in-process BrokerServer on 127.0.0.1 (its loop in a thread of its own): (server, loop, port)."""
+    from storage.wire.node import Node
+    from storage.wire.server import BrokerServer
+
+    loop = asyncio.new_event_loop()
+    node = Node(tmp_path / "n", offsets_partitions=1, background=False)
+    server = BrokerServer(node, initial_rebalance_delay_ms=0)
+    loop.run_until_complete(node.create_topic("lat", 1, 1))
+    server.serve_groups()
+    port = loop.run_until_complete(server.listen("127.0.0.1", 0))
+    thread = threading.Thread(target=loop.run_forever, daemon=True)
+    thread.start()
+    try:
+        yield server, loop, port
+    finally:
+        def stop():
+            server.stop_listening()
+            loop.stop()
+        loop.call_soon_threadsafe(stop)
+        thread.join(10)
+        pending = asyncio.all_tasks(loop)
+        for task in pending:
+            task.cancel()
+        if pending:
+            loop.run_until_complete(asyncio.gather(*pending, return_exceptions=True))
+        loop.run_until_complete(node.shutdown())
+        loop.close()
+
+
+def on_loop(loop, fn) -> None:
+    done = threading.Event()
+
+    def run():
+        fn()
+        done.set()
+    loop.call_soon_threadsafe(run)
+    assert done.wait(10)
+
+
+def produce_frame(correlation_id: int, acks: int = 1) -> bytes:
+    return codec.encode_request(0, 9, correlation_id, "c", {"transactional_id": None, "acks": acks, "timeout": 1000,
+                                "topic_data": [{"name": "lat", "partition_data": [
+                                    {"index": 0, "records": build_batch([b"v" * 1024])}]}]})
+
+
+def round_trip(s: socket.socket, frame: bytes) -> tuple[int, int, int]:
+    """(correlation id, error code, base offset) of the answer to `frame`."""
+    s.sendall(frame)
+    head = _read(s, 4)
+    assert head is not None, "the broker closed the connection"
+    correlation_id, body = codec.decode_response(0, 9, _read(s, struct.unpack(">i", head)[0]))
+    row = body.responses[0].partition_responses[0]
+    return correlation_id, int(row.error_code), row.base_offset
+
+
+def frames_per_request(tmp_path, acks: int = 1) -> tuple[collections.Counter, list]:
+    """storage/wire's Python frames entered per request (by function) over REQUESTS one-record
+    Produce requests served one at a time, and the answers."""
+    counts: collections.Counter = collections.Counter()
+
+    def profile(frame, event, arg):
+        if event == "call" and WIRE in frame.f_code.co_filename:
+            counts[frame.f_code.co_name] += 1
+
+    with broker(tmp_path) as (server, loop, port), socket.create_connection(("127.0.0.1", port)) as s:
+        s.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+        answers = [round_trip(s, produce_frame(i, acks)) for i in range(20)]       # warm: the shapes known
+        on_loop(loop, lambda: sys.setprofile(profile))
+        try:
+            answers += [round_trip(s, produce_frame(20 + i, acks)) for i in range(REQUESTS)]
+        finally:
+            on_loop(loop, lambda: sys.setprofile(None))
+    return counts, answers
+
+
+def test_a_one_record_produce_enters_few_wire_frames(tmp_path):
+    counts, answers = frames_per_request(tmp_path)
+    assert answers == [(i, 0, i) for i in range(20 + REQUESTS)]       # in order, each appended after the last
+    per_request = sum(counts.values()) / REQUESTS
+    assert per_request <= WIRE_FRAMES_MAX, f"{per_request:.2f} frames a request: {sorted(counts.items())}"
+    # the connection's task is not woken per request (FrameServer._now serves it from the callback)
+    assert counts["_requests"] + counts["wait_size"] + counts["_dispatch"] <= 3, sorted(counts.items())
