@@ -65,7 +65,7 @@ def test_an_empty_fetch_at_the_log_end_makes_few_calls(embedded):
     _, body = codec.decode_response(1, 16, answer[4:])
     part = body.responses[0].partitions[0]
     assert (part.error_code, part.high_watermark, len(part.records or b"")) == (0, 16, 0)
-    assert calls <= 28, f"{calls} calls in the fetch files (49 before fetchcost)"
+    assert calls <= 16, f"{calls} calls in the fetch files (49 before fetchcost)"
 
 
 def test_a_fetch_of_one_batch_makes_few_calls(embedded):
@@ -76,7 +76,7 @@ def test_a_fetch_of_one_batch_makes_few_calls(embedded):
     _, body = codec.decode_response(1, 16, answer[4:])
     part = body.responses[0].partitions[0]
     assert part.records is not None and len(part.records) > 16 * 1000
-    assert calls <= 28, f"{calls} calls in the fetch files (49 before fetchcost)"
+    assert calls <= 16, f"{calls} calls in the fetch files (49 before fetchcost)"
 
 
 def test_a_partitions_error_stays_in_its_partition(embedded):
