@@ -60,6 +60,10 @@ COPY_BYTES = OWN_PIECE_BYTES
 # docs/performance.md, the fetch floor).  Above this size the copy a write makes (the kernel's,
 # page cache to socket) is what sendfile saves on a network card that gathers.
 SENDFILE_MIN_BYTES = 128 * 1024
+# Records copied into the answer at least this large are joined once with the bytes around them
+# (b"".join) rather than added to the frame's bytearray and copied again into its bytes: 64 KiB
+# of records, encode 10.6 -> 6.3 us; smaller ones are added in place (a join costs more there).
+JOIN_BYTES = 8 * 1024
 
 _i32 = struct.Struct(">i")
 _HEAD = struct.Struct(">ii")
@@ -220,6 +224,7 @@ def encode(key: int, version: int, correlation_id: int, body: dict) -> bytes | P
     if lay.session:
         out += _SESSION.pack(body["error_code"], body.get("session_id", 0))
     parts: list = []
+    copied: list = []                   # where in `parts` the records to be copied lie
     budget = COPY_BYTES                 # what records may still be copied into the frame
     topics = body["responses"]
     if flexible and len(topics) < 0x7F:
@@ -238,7 +243,7 @@ def encode(key: int, version: int, correlation_id: int, body: dict) -> bytes | P
         else:
             _length(out, flexible, len(partitions))
         for p in partitions:
-            out, budget = _partition(out, parts, lay, p, budget)
+            out, budget = _partition(out, parts, lay, p, budget, copied)
         if flexible:
             out.append(0)
     if flexible:
@@ -251,14 +256,33 @@ def encode(key: int, version: int, correlation_id: int, body: dict) -> bytes | P
         _i32.pack_into(out, 0, len(out) - 4)
         return bytes(out)
     parts.append(out)
-    _i32.pack_into(parts[0], 0, sum(len(p) for p in parts) - 4)
-    return Pieces(parts)
+    _i32.pack_into(parts[0], 0, sum(map(len, parts)) - 4)
+    if len(copied) * 2 + 1 == len(parts):
+        return b"".join(parts)          # the records copied once, with the bytes around them
+    return Pieces(_merged(parts, copied))
 
 
-def _partition(out: bytearray, parts: list, lay: Layout, p: dict, budget: int) -> tuple[bytearray, int]:
-    """One partition's fields onto `out`; records of their own go to `parts` (with the bytes
-    before them) and a new bytearray, returned, takes what follows; with it the copy budget
-    (COPY_BYTES) left.  The common lengths (a short array, null, records under 16 KiB) are
+def _merged(parts: list, copied: list) -> list:
+    """`parts` (the bytes between records at even places, records at odd ones) with the records
+    to be copied joined to the bytes around them: bytes, then each piece of its own followed by
+    the bytes after it."""
+    out, merged, copy = [], bytearray(), set(copied)
+    for i, part in enumerate(parts):
+        if i % 2 == 0 or i in copy:
+            merged += part
+        else:
+            out += [merged, part]
+            merged = bytearray()
+    out.append(merged)
+    return out
+
+
+def _partition(out: bytearray, parts: list, lay: Layout, p: dict, budget: int,
+               copied: list) -> tuple[bytearray, int]:
+    """One partition's fields onto `out`; its records go to `parts` (after the bytes before them)
+    and a new bytearray, returned, takes what follows; with it the copy budget (COPY_BYTES) left.
+    Records to be copied (their place in `parts` noted in `copied`) are joined with the bytes
+    around them once, by encode, not added to `out` and copied again into the answer's bytes.  The common lengths (a short array, null, records under 16 KiB) are
     written in place: a consumer's fetch answers are mostly those."""
     flexible = lay.flexible
     if lay.log_start:
@@ -294,8 +318,14 @@ def _partition(out: bytearray, parts: list, lay: Layout, p: dict, budget: int) -
             parts.append(out)
             parts.append(records)
             out = bytearray()
-        else:
+        elif size < JOIN_BYTES:
             out += records
+            budget -= size
+        else:
+            copied.append(len(parts) + 1)   # joined with the bytes around it once (encode)
+            parts.append(out)
+            parts.append(records)
+            out = bytearray()
             budget -= size
     if flexible:
         diverging = p.get("diverging_epoch")
