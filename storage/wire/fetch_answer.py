@@ -46,9 +46,10 @@ API_KEY = 1
 # Records at least this large travel as a piece of their own (a FileSlice always does); smaller
 # ones are copied into the frame while the answer's copies stay within COPY_BYTES (the rest are
 # pieces too): an answer without pieces is one bytes object, one write, and none of a pieced
-# answer's sending (sendfile.send, its timeout, its drain).  Copying up to 128 KiB (two copies in
-# Python, ~20 us) cost less: answers of 64 KiB records, 1.16x MB/s and 1.14x less broker CPU than
-# writing them as pieces (10 pairs; docs/performance.md, the fetch floor).
+# answer's sending (sendfile.send, its timeout, its drain).  Copying up to 128 KiB (then two
+# copies in Python, ~20 us; one since JOIN_BYTES, below) cost less: answers of 64 KiB records,
+# 1.16x MB/s and 1.14x less broker CPU than writing them as pieces (10 pairs; docs/performance.md,
+# the fetch floor).
 OWN_PIECE_BYTES = 128 * 1024
 COPY_BYTES = OWN_PIECE_BYTES
 # Records at least this large are sent from their segment file (a FileSlice); smaller ones stay a
