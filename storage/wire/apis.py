@@ -6,6 +6,7 @@ messages, so a client and a follower meet the same checks (epochs, KIP-320, KIP-
 from __future__ import annotations
 
 import asyncio
+import datetime
 import logging
 
 from ..core import errors
@@ -27,6 +28,9 @@ SESSION = "\0session"       # waiter key (SESSION, id): a still partition of fol
 STILL_MS = 1000             # a session's still partitions are all read again at least this often
 EARLIEST_LOCAL_TIMESTAMP = -4   # ListOffsets v8+ (KIP-405)
 LATEST_TIERED_TIMESTAMP = -5    # ListOffsets v9+ (KIP-1005)
+_ONE_MS = datetime.timedelta(milliseconds=1)
+# A partition answered without a diverging epoch (KIP-320): one dict every answer shares (read only).
+_NO_DIVERGING = {"epoch": -1, "end_offset": -1}
 
 
 def _partition_keys(topics, name_attr: str = "name", parts_attr: str = "partitions", index_attr: str = "partition_index"):
@@ -194,14 +198,18 @@ class ClientApis:
     def _fetch_request(self, request) -> tuple[m.FetchRequest, dict]:
         """The replication layer's FetchRequest, and topic name -> topic id of the request's
         topics (v13+ name topics by id; an id this broker does not know maps to no name)."""
-        state = getattr(request, "replica_state", None)
+        version = type(request).__version__
+        state = request.replica_state if version >= 15 else None
         replica_id = state.replica_id if state is not None else getattr(request, "replica_id", -1)
         if replica_id < 0:          # Kafka's FetchRequest.isConsumer: every negative id (-2, the
             replica_id = m.CONSUMER_REPLICA_ID      # debugging consumer, too) reads as a consumer
         replica_epoch = state.replica_epoch if state is not None else -1
         parts, ids = [], {}
+        by_id = version >= 13
+        every_field = version >= 12     # current_leader_epoch (v9), log_start_offset (v5), last_fetched_epoch (v12)
+        Partition = m.FetchPartition
         for t in request.topics:
-            if getattr(t, "topic", None) is not None:
+            if not by_id:
                 name = t.topic
                 ids[name] = self.node.topic_id(name)
             else:
@@ -210,10 +218,13 @@ class ClientApis:
                 name = (topic_id and self.node.topic_by_id(topic_id)) or f"\0unknown-topic-id-{topic_id}"
                 ids[name] = topic_id
             for p in t.partitions:
-                parts.append(m.FetchPartition(name, p.partition, p.fetch_offset,
-                                              getattr(p, "current_leader_epoch", -1),
-                                              getattr(p, "last_fetched_epoch", -1),
-                                              getattr(p, "log_start_offset", -1), p.partition_max_bytes))
+                if every_field:
+                    parts.append(Partition(name, p.partition, p.fetch_offset, p.current_leader_epoch,
+                                           p.last_fetched_epoch, p.log_start_offset, p.partition_max_bytes))
+                    continue
+                parts.append(Partition(name, p.partition, p.fetch_offset, getattr(p, "current_leader_epoch", -1),
+                                       getattr(p, "last_fetched_epoch", -1), getattr(p, "log_start_offset", -1),
+                                       p.partition_max_bytes))
         return m.FetchRequest(replica_id, replica_epoch, parts, getattr(request, "isolation_level", 0)), ids
 
     def _fetch_context(self, request, internal: m.FetchRequest, ids: dict):
@@ -227,7 +238,8 @@ class ClientApis:
             forgotten += [(name, p) for p in t.partitions] if name is not None else []
         context = self.fetch_sessions.new_context(
             type(request).__version__, getattr(request, "session_id", 0), getattr(request, "session_epoch", -1),
-            internal.replica_id >= 0, internal.partitions, forgotten, ids, self._still_token(internal))
+            internal.replica_id >= 0, internal.partitions, forgotten, ids,
+            self._still_token(internal) if internal.replica_id >= 0 else None)
         internal.partitions = context.partitions
         return context
 
@@ -275,10 +287,13 @@ class ClientApis:
         # have no max_bytes: the broker's cap).
         internal.max_bytes = min(max(getattr(request, "max_bytes", self.node.fetch_max_bytes), 0),
                                  self.node.fetch_max_bytes)
-        keys = {(p.topic, p.partition) for p in internal.partitions}
+        keys = set()
+        for p in internal.partitions:
+            keys.add((p.topic, p.partition))
         session = context.session if context.kind == "incremental" and context.session.still else None
         if session is not None:
             keys.add((SESSION, session.id))         # woken when one of its still partitions moves
+        min_bytes = request.min_bytes
 
         def attempt():
             if session is not None and session.moved:   # still at first, moved since: read now
@@ -295,14 +310,19 @@ class ClientApis:
                     self.node.manager.touch_followers(session.still.values())
                 self.notifier.notify(keys, LOW_WATERMARK)   # its log start (DeleteRecords' low watermark)
                 internal.update_fetch_state = False     # read again when woken, applied once (Kafka's)
-            size = sum(len(p.records) for p in response.partitions)
             # An error or a diverging epoch (KIP-320: the follower must truncate) is answered at once.
-            failed = any(p.error_code or p.diverging_epoch is not None for p in response.partitions)
-            return response, size >= request.min_bytes or failed or not (internal.partitions or session)
+            size = 0
+            for p in response.partitions:
+                if p.error_code or p.diverging_epoch is not None:
+                    return response, True
+                size += len(p.records)
+            return response, size >= min_bytes or not (internal.partitions or session)
 
         # A follower waits for its leader's log end to move, a consumer for the high watermark.
         follower = internal.replica_id >= 0
-        response = await long_poll(self.notifier, min(ms(request.max_wait), MAX_WAIT_MS), attempt, keys,
+        wait = request.max_wait
+        wait_ms = wait // _ONE_MS if type(wait) is datetime.timedelta else ms(wait)
+        response = await long_poll(self.notifier, min(wait_ms, MAX_WAIT_MS), attempt, keys,
                                    END if follower else HIGH_WATERMARK)
         code, session_id, answered = context.answer(response.partitions)
         if follower and session_id and code == Errors.NONE:
@@ -312,24 +332,37 @@ class ClientApis:
                       getattr(request, "session_id", 0), getattr(request, "session_epoch", -1), context.kind,
                       sum(len(t.partitions) for t in request.topics), len(internal.partitions), len(answered),
                       session_id)
-        items = []
+        return self._fetch_answer(code, session_id, answered, ids)
+
+    def _fetch_answer(self, code: int, session_id: int, answered: list, ids: dict) -> dict:
+        """The Fetch response body of the `answered` partitions: its topics in the order their
+        partitions come, one dict a partition (as fetch_answer.encode reads them)."""
+        topics: dict[str, list] = {}
         zero_copy = fetch_answer.zero_copy_here()
+        manager = self.node.manager
         for p in answered:
             aborted = None if p.aborted_transactions is None else \
                 [{"producer_id": a.producer_id, "first_offset": a.first_offset} for a in p.aborted_transactions]
-            diverging = p.diverging_epoch or m.EpochEndOffset()
-            code = Errors.UNKNOWN_TOPIC_ID if p.topic.startswith("\0") else p.error_code
-            items.append((p.topic, {
-                "partition_index": p.partition, "error_code": code, "high_watermark": p.high_watermark,
+            diverging = p.diverging_epoch
+            topic = p.topic
+            parts = topics.get(topic)
+            if parts is None:
+                parts = topics[topic] = []
+            parts.append({
+                "partition_index": p.partition,
+                "error_code": Errors.UNKNOWN_TOPIC_ID if topic.startswith("\0") else p.error_code,
+                "high_watermark": p.high_watermark,
                 "last_stable_offset": p.last_stable_offset, "log_start_offset": p.log_start_offset,
-                "diverging_epoch": {"epoch": diverging.epoch, "end_offset": diverging.end_offset},
+                "diverging_epoch": _NO_DIVERGING if diverging is None else
+                {"epoch": diverging.epoch, "end_offset": diverging.end_offset},
                 "aborted_transactions": aborted, "preferred_read_replica": -1,
                 # Not copied: a view of the segment, or a FileSlice of its file (sent with sendfile).
-                "records": fetch_answer.records_of(self.node.manager, p) if zero_copy else p.records}))
-        topics = _grouped(items, "topic", "partitions")
-        for t in topics:
-            t["topic_id"] = ids[t["topic"]] if t["topic"] in ids else self.node.topic_id(t["topic"])
-        return {"error_code": code, "session_id": session_id, "responses": topics}
+                "records": fetch_answer.records_of(manager, p)
+                if zero_copy and len(p.records) >= fetch_answer.SENDFILE_MIN_BYTES else p.records})
+        responses = []
+        for t, parts in topics.items():
+            responses.append({"topic": t, "topic_id": ids[t] if t in ids else self.node.topic_id(t), "partitions": parts})
+        return {"error_code": code, "session_id": session_id, "responses": responses}
 
     # ---- ListOffsets -------------------------------------------------------------------------
     async def list_offsets(self, header, request) -> dict:

@@ -148,8 +148,13 @@ _REQUEST_CLASSES = {v: type("FetchRequest", (FetchRequest,), {"__slots__": (), "
 
 def read_request(frame) -> tuple[RequestHeader, FetchRequest] | None:
     """(header, request) of a Fetch frame of v4..v16, or None to have kio parse it."""
+    view = memoryview(frame)
     try:
-        return _read(memoryview(frame), len(frame))
+        return _read(view, len(frame), True)
+    except (NotOurs, struct.error, UnicodeDecodeError, ValueError, IndexError):
+        pass            # not the common shape (or not ours at all): the whole walk decides
+    try:
+        return _read(view, len(frame))
     except (NotOurs, struct.error, UnicodeDecodeError, ValueError):
         return None
 
@@ -266,7 +271,79 @@ def _tagged_fields(view, at: int, end: int, version: int, request: FetchRequest)
     return at
 
 
-def _read(view, end: int):
+# ---- the common shape (v13..v16), read in one pass ------------------------------------------
+#
+# A consumer's and a follower's fetch of v13+: topics by id, fewer than 127 topics and 127
+# partitions a topic (one-byte counts), no forgotten topics, an empty rack id, and no tagged fields
+# but the follower's replica state alone.  _common reads that shape with no call a field; anything
+# else raises NotOurs (or runs past the frame: IndexError, struct.error) and read_request walks the
+# frame again with _read's general walk, which decides -- so this accepts nothing that walk would
+# not read alike (tests/wire/test_fetch_request_read.py checks both against kio).
+_TOP_V13 = struct.Struct(">iiiibii")        # replica id, max wait, min/max bytes, isolation, session
+_TOP_V15_SESSION = struct.Struct(">iiibii")
+_PART_SIZE = _PART_V12.size
+_NO_REPLICA_STATE = ReplicaState()           # the default (-1, -1): read only, shared
+
+
+def _common(view, at: int, end: int, version: int, request: FetchRequest) -> None:
+    if version >= _REPLICA_STATE_FROM:
+        max_wait, request.min_bytes, request.max_bytes, request.isolation_level, request.session_id, \
+            request.session_epoch = _TOP_V15_SESSION.unpack_from(view, at)
+        at += _TOP_V15_SESSION.size
+    else:
+        request.replica_id, max_wait, request.min_bytes, request.max_bytes, request.isolation_level, \
+            request.session_id, request.session_epoch = _TOP_V13.unpack_from(view, at)
+        at += _TOP_V13.size
+    wait = _WAITS.get(max_wait)
+    if wait is None:
+        raise NotOurs               # the general walk caches it
+    request.max_wait = wait
+    count = view[at] - 1
+    at += 1
+    if count < 0 or count >= 0x7F:
+        raise NotOurs
+    topics = []
+    new_topic, new_partition = FetchTopic.__new__, FetchPartition.__new__
+    for _ in range(count):
+        raw = bytes(view[at:at + 16])
+        topic_id = _IDS.get(raw)
+        if topic_id is None or raw == _ZERO_ID:
+            raise NotOurs           # the general walk reads (and caches) a new id
+        n = view[at + 16] - 1
+        at += 17
+        stop = at + _PART_SIZE * n
+        if n < 0 or n >= 0x7F or stop >= end or view[stop] != 0:
+            raise NotOurs
+        parts = []
+        for partition, leader_epoch, offset, last_epoch, start, most, tags in _PART_V12.iter_unpack(view[at:stop]):
+            if tags:
+                raise NotOurs
+            p = new_partition(FetchPartition)
+            p.partition, p.current_leader_epoch, p.fetch_offset = partition, leader_epoch, offset
+            p.last_fetched_epoch, p.log_start_offset, p.partition_max_bytes = last_epoch, start, most
+            parts.append(p)
+        topic = new_topic(FetchTopic)
+        topic.topic_id, topic.partitions = topic_id, tuple(parts)
+        topics.append(topic)
+        at = stop + 1
+    request.topics = tuple(topics)
+    if view[at] != 1 or view[at + 1] != 1:
+        raise NotOurs               # forgotten topics, or a rack id
+    request.forgotten_topics_data, request.rack_id, request.cluster_id = (), "", None
+    at += 2
+    if view[at] == 0:
+        if version >= _REPLICA_STATE_FROM:
+            request.replica_state = _NO_REPLICA_STATE
+        return
+    if version < _REPLICA_STATE_FROM or view[at:at + 3] != _STATE_TAG:
+        raise NotOurs
+    replica_id, epoch, tags = _REPLICA_STATE.unpack_from(view, at + 3)
+    if tags:
+        raise NotOurs
+    request.replica_state = ReplicaState(replica_id, epoch)
+
+
+def _read(view, end: int, common: bool = False):
     key, version, correlation_id, client_length = _READ_HEADER.unpack_from(view, 0)
     if key != FETCH_KEY or not FIRST_READ_VERSION <= version <= LAST_READ_VERSION:
         raise NotOurs
@@ -278,8 +355,15 @@ def _read(view, end: int):
         client_id, at = str(view[at:at + client_length], "utf-8"), at + client_length
     flexible = version >= _FLEXIBLE_FROM
     if flexible:
-        at = _no_tags(view, at, end)
+        if at >= end or view[at] != 0:
+            raise NotOurs
+        at += 1
     request = _REQUEST_CLASSES[version].__new__(_REQUEST_CLASSES[version])
+    if common:
+        if version < _TOPIC_IDS_FROM:
+            raise NotOurs
+        _common(view, at, end, version, request)
+        return RequestHeader(FETCH_KEY, version, correlation_id, client_id), request
     if version >= _REPLICA_STATE_FROM:
         request.replica_state = ReplicaState()
         max_wait, request.min_bytes, request.max_bytes, request.isolation_level = _TOP_V15.unpack_from(view, at)

@@ -87,11 +87,17 @@ def _expire(future: asyncio.Future) -> None:
 
 async def long_poll(notifier: Notifier, max_wait_ms: int, attempt, keys=None, kind: str = HIGH_WATERMARK):
     """A long poll: `attempt()` -> (answer, done) now, and again each time `notifier` wakes
-    `keys` of `kind` (None: a broadcast), until done or `max_wait_ms` passed; the last answer."""
-    deadline = asyncio.get_running_loop().time() + max_wait_ms / 1000
+    `keys` of `kind` (None: a broadcast), until done or `max_wait_ms` passed; the last answer.
+    The clock is read once before the first attempt and again only when it is not done."""
+    if max_wait_ms <= 0:
+        return attempt()[0]
+    loop = asyncio.get_running_loop()
+    deadline = loop.time() + max_wait_ms / 1000
     while True:
         answer, done = attempt()
-        remaining = deadline - asyncio.get_running_loop().time()
-        if done or remaining <= 0:
+        if done:
+            return answer
+        remaining = deadline - loop.time()
+        if remaining <= 0:
             return answer
         await notifier.wait(remaining, keys, kind)
