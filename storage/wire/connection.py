@@ -117,6 +117,7 @@ class Connection(asyncio.BufferedProtocol):
         if self._parked and self.eager is not None:
             self._serve_eagerly()
             if self._end == self._head and self._parked:    # all served, nothing for the task
+                self._resume()          # a frame that filled the buffer paused reading above
                 return
         if self._end - self._head >= self._want:    # not woken for each part of a frame still arriving
             self._wake()

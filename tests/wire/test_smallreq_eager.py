@@ -218,3 +218,32 @@ def test_what_the_fast_path_leaves_is_served_or_refused_by_the_task():
         s.settimeout(5)
         assert s.recv(1) == b""
         assert server.served[(0, 9)] == 2 and server.served[(0, 3)] == 1
+
+
+def _produce_framed(correlation_id: int, value: int, total: int) -> bytes:
+    """A one-record Produce frame, its 4-byte size included, of exactly `total` bytes."""
+    pad = total - 200
+    for _ in range(8):
+        frame = codec.encode_request(0, 9, correlation_id, "c", {
+            "transactional_id": None, "acks": 1, "timeout": 1000, "topic_data": [{"name": "t", "partition_data": [
+                {"index": 0, "records": build_batch([b"v" * pad + bytes([value])])}]}]})
+        if len(frame) == total:
+            return frame
+        pad += total - len(frame)
+    raise AssertionError(f"no frame of {total} bytes")
+
+
+def test_a_frame_that_fills_the_receive_buffer_is_served_and_reading_goes_on():
+    """A frame whose bytes fill the receive buffer exactly pauses reading when it arrives; served
+    from the callback, the buffer is empty again and reading must resume (else the connection
+    hangs until connections.max.idle.ms closes it)."""
+    from storage.wire.connection import BUFFER_BYTES
+    with serving() as (server, _loop, address), connect(address) as s:
+        s.sendall(produce(0, 1))
+        assert answer(s) == (0, 0)
+        for i in range(1, 4):
+            s.sendall(_produce_framed(i, 2, BUFFER_BYTES))
+            assert answer(s) == (i, i)
+        s.sendall(produce(4, 3))
+        assert answer(s) == (4, 4)
+        assert server.served[(0, 9)] == 5
