@@ -325,8 +325,18 @@ class Checks:
     # ---- topics and configs ----
     async def create_topics(self, key, header, request, handler):
         if self.ok(O.CREATE, R.CLUSTER):
-            return await handler(header, request)
-        return await self.topics(O.CREATE)(key, header, request, handler)
+            body = await handler(header, request)
+        else:
+            body = await self.topics(O.CREATE)(key, header, request, handler)
+        # A topic made (or validated) for a principal without DESCRIBE_CONFIGS on it is answered
+        # without its configs, partition count and replication factor, and topic_config_error_code
+        # TOPIC_AUTHORIZATION_FAILED (v5+; Kafka's ReplicationControlManager.createTopic).
+        if _version(header) >= 5:
+            for t in body["topics"]:
+                if isinstance(t, dict) and t.get("error_code") == Errors.NONE and \
+                        not self.ok(O.DESCRIBE_CONFIGS, R.TOPIC, t["name"]):
+                    t.update(configs=[], num_partitions=-1, replication_factor=-1, topic_config_error_code=TOPIC_DENIED)
+        return body
 
     async def delete_topics(self, key, header, request, handler):
         if getattr(request, "topic_names", None) is not None:       # before v6

@@ -358,3 +358,21 @@ def test_transactional_and_idempotent_producers(broker):
     idempotent.produce("t", b"once", on_delivery=lambda err, msg: delivered.append(err))
     idempotent.flush(15)
     assert delivered == [None]
+
+
+def test_a_topic_made_without_describe_configs_is_answered_without_its_configs(broker):
+    # Kafka's ControllerApisTest.testCreateTopics ("indescribable"): a topic the principal may
+    # create but not DESCRIBE_CONFIGS is made, answered with no configs, partition count -1,
+    # replication factor -1 and topic_config_error_code TOPIC_AUTHORIZATION_FAILED.
+    grant(broker.bootstrap, acl(ResourceType.TOPIC, "cfg-", AclOperation.CREATE, pattern=ResourcePatternType.PREFIXED),
+          acl(ResourceType.TOPIC, "cfg-seen", AclOperation.DESCRIBE_CONFIGS))
+    answer = ask(broker, 19, 7, {"topics": [
+        {"name": name, "num_partitions": 2, "replication_factor": 1, "assignments": [], "configs": []}
+        for name in ("cfg-seen", "cfg-hidden")], "timeout_ms": 20000, "validate_only": False})
+    rows = {t.name: t for t in answer.topics}
+    seen, hidden = rows["cfg-seen"], rows["cfg-hidden"]
+    assert (seen.error_code, seen.num_partitions, seen.replication_factor, seen.topic_config_error_code) == \
+        (Errors.NONE, 2, 1, Errors.NONE)
+    assert any(c.name == "cleanup.policy" for c in seen.configs)
+    assert (hidden.error_code, hidden.num_partitions, hidden.replication_factor, hidden.topic_config_error_code,
+            tuple(hidden.configs)) == (Errors.NONE, -1, -1, Errors.TOPIC_AUTHORIZATION_FAILED, ())
