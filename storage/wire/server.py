@@ -334,19 +334,11 @@ class FrameServer:
 
     async def _rest(self, step, waited, size: int, key: int, version: int, correlation_id: int, header, request,
                     started: float) -> bytes | None:
-        """The answer of a request begun in _now whose handler waited for `waited`."""
+        """The answer of a request begun in _now whose handler waited for `waited`, built as a
+        Later's (_answer_later); the frame's memory is held until then."""
         try:
-            try:
-                body = await _Resumed(step, waited)
-                if type(body) is Later:
-                    body = await body.rest
-                return self._answer(body, key, version, correlation_id, started)
-            except Exception as exc:
-                return self._failed(exc, key, version, correlation_id, header, request, started)
-        except Exception:
-            log.exception("closing a connection: no answer could be built for %s v%d (correlation id %d)",
-                          codec.api_name(key), version, correlation_id)
-            raise
+            return await self._answer_later(Later(_resumed_body(step, waited)), key, version, correlation_id,
+                                            header, request, started)
         finally:
             self.memory.release(size)
 
@@ -415,6 +407,14 @@ class FrameServer:
         """The connection handlers still running, but for the calling task."""
         current = asyncio.current_task()
         return [t for t in self._handlers if t is not current and not t.done()]
+
+
+async def _resumed_body(step, waited):
+    """The body of a handler whose coroutine `step` waited for `waited` (a Later it returns, awaited)."""
+    body = await _Resumed(step, waited)
+    if type(body) is Later:
+        body = await body.rest
+    return body
 
 
 class _Resumed:
