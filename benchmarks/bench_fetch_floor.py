@@ -23,13 +23,12 @@ from __future__ import annotations
 import os
 import socket
 import struct
-import subprocess
 import sys
 import time
 
 import pytest
 from benchlib import Contender, MiB, paired, pedantic_paired
-from wirelib import FLUSH_S, PRODUCER, produce_all, records
+from wirelib import FLUSH_S, PRODUCER, on_bare_server, produce_all, records
 from wirelib import cpu_seconds as tick_seconds
 
 from storage.wire import codec
@@ -190,15 +189,7 @@ class FetchFloor:
         return self.on(self.broker.port, self.broker.pid)
 
     def bare_run(self, mode: str) -> dict:
-        proc = subprocess.Popen([sys.executable, os.path.join(HERE, "fetch_floor_server.py"), mode, self.answers],
-                                stdout=subprocess.PIPE, text=True)
-        try:
-            _, port, pid = proc.stdout.readline().split()
-            return self.on(int(port), int(pid))
-        finally:
-            proc.kill()
-            proc.wait(30)
-            proc.stdout.close()
+        return on_bare_server([os.path.join(HERE, "fetch_floor_server.py"), mode, self.answers], self.on)
 
     def close(self) -> None:
         self.broker.stop()

@@ -23,14 +23,13 @@ from __future__ import annotations
 import os
 import socket
 import struct
-import subprocess
 import sys
 import threading
 import time
 
 import pytest
 from benchlib import Contender, paired, pedantic_paired
-from wirelib import VALUE, cpu_seconds
+from wirelib import VALUE, cpu_seconds, on_bare_server
 
 import storage
 from storage.wire import codec
@@ -104,15 +103,8 @@ class Floor:
         return self.on(self.broker.port, self.broker.pid)
 
     def bare_run(self, mode: str, loop: str) -> float:
-        proc = subprocess.Popen([sys.executable, os.path.join(HERE, "floor_server.py"), mode, loop,
-                                 str(self.records_at), str(len(self.batch))], stdout=subprocess.PIPE, text=True)
-        try:
-            _, port, pid = proc.stdout.readline().split()
-            return self.on(int(port), int(pid))
-        finally:
-            proc.kill()
-            proc.wait(30)
-            proc.stdout.close()
+        return on_bare_server([os.path.join(HERE, "floor_server.py"), mode, loop, str(self.records_at),
+                               str(len(self.batch))], self.on)
 
     def engine_run(self) -> float:
         self.n += 1

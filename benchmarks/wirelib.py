@@ -39,6 +39,19 @@ def cpu_seconds(pid: int) -> float:
     return (int(fields[11]) + int(fields[12])) / TICKS
 
 
+def on_bare_server(argv: list[str], run):
+    """run(port, pid) against a bare server started as `python ARGV` (a floor bench's server
+    script, which prints "ready PORT PID" once it listens); the server is killed after."""
+    proc = subprocess.Popen([sys.executable, *argv], stdout=subprocess.PIPE, text=True)
+    try:
+        _, port, pid = proc.stdout.readline().split()
+        return run(int(port), int(pid))
+    finally:
+        proc.kill()
+        proc.wait(30)
+        proc.stdout.close()
+
+
 def records(sizes) -> int:
     """1 KiB records per run: 64 MiB (4 MiB with --quick)."""
     return max((64 * MiB if not sizes.quick else 4 * MiB) // len(VALUE), 100)
