@@ -2,6 +2,8 @@
 port chosen by the broker (port 0), bounded waits, and every process stopped by its pid."""
 from __future__ import annotations
 
+import asyncio
+import contextlib
 import os
 import re
 import signal
@@ -9,6 +11,7 @@ import socket
 import struct
 import subprocess
 import sys
+import threading
 import time
 from pathlib import Path
 
@@ -26,6 +29,63 @@ def event_loop_flag(command: str, extra=()) -> list[str]:
     if not loop or command not in ("serve", "controller") or "--event-loop" in extra:
         return []
     return ["--event-loop", loop]
+
+
+@contextlib.contextmanager
+def loop_thread(server, loop: asyncio.AbstractEventLoop, *, closing=None):
+    """An in-process `server` (a FrameServer made for `loop`) listening on 127.0.0.1 while `loop`
+    runs in a thread of its own: yields its port.  At the end the server stops listening, the loop
+    stops, its tasks are cancelled and awaited, `closing()` (a coroutine, if given) runs on it and
+    the loop is closed."""
+    port = loop.run_until_complete(server.listen("127.0.0.1", 0))
+    thread = threading.Thread(target=loop.run_forever, daemon=True)
+    thread.start()
+    try:
+        yield port
+    finally:
+        def stop():
+            server.stop_listening()
+            loop.stop()
+        loop.call_soon_threadsafe(stop)
+        thread.join(10)
+        pending = asyncio.all_tasks(loop)
+        for task in pending:
+            task.cancel()
+        if pending:     # gather() of nothing makes a future on another loop
+            loop.run_until_complete(asyncio.gather(*pending, return_exceptions=True))
+        if closing is not None:
+            loop.run_until_complete(closing())
+        loop.close()
+
+
+def on_loop(loop: asyncio.AbstractEventLoop, fn):
+    """fn() called on a loop_thread's loop (its state is the loop's): its value."""
+    async def call():
+        return fn()
+    return asyncio.run_coroutine_threadsafe(call(), loop).result(10)
+
+
+def send_quietly(s: socket.socket, data: bytes) -> None:
+    """sendall that stops quietly when the server closes the connection."""
+    with contextlib.suppress(OSError):
+        s.sendall(data)
+
+
+def kafka_python_values(bootstrap: str, topic: str, count: int, max_partition_fetch_bytes: int,
+                        deadline_s: float = 60) -> list:
+    """The values kafka-python's consumer reads from partition 0 of `topic` from its start, until
+    `count` (or `deadline_s` passed)."""
+    from kafka import KafkaConsumer, TopicPartition
+    consumer = KafkaConsumer(bootstrap_servers=bootstrap, enable_auto_commit=False,
+                             max_partition_fetch_bytes=max_partition_fetch_bytes, consumer_timeout_ms=3000)
+    consumer.assign([TopicPartition(topic, 0)])
+    consumer.seek_to_beginning()
+    values, deadline = [], time.monotonic() + deadline_s
+    while len(values) < count and time.monotonic() < deadline:
+        for batch in consumer.poll(timeout_ms=500).values():
+            values.extend(r.value for r in batch)
+    consumer.close()
+    return values
 
 
 class Broker:

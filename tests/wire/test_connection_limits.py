@@ -33,7 +33,7 @@ from storage.wire import codec  # noqa: E402
 from storage.wire.apis import ClientApis  # noqa: E402
 from storage.wire.limits import ACCEPT_BURST, ConnectionLimits, default_max_connections, descriptor_budget  # noqa: E402
 from storage.wire.server import FrameServer  # noqa: E402
-from tests.wire_support import Broker, _read  # noqa: E402
+from tests.wire_support import Broker, _read, loop_thread  # noqa: E402
 
 API_VERSIONS = codec.encode_request(18, 3, 7, "t", {"client_software_name": "t", "client_software_version": "1"})
 
@@ -54,23 +54,8 @@ def serving(**limits):
     """A VersionsOnly server on 127.0.0.1 in a thread of its own: (server, address)."""
     loop = asyncio.new_event_loop()
     server = VersionsOnly(ConnectionLimits(**limits))
-    port = loop.run_until_complete(server.listen("127.0.0.1", 0))
-    thread = threading.Thread(target=loop.run_forever, daemon=True)
-    thread.start()
-    try:
+    with loop_thread(server, loop) as port:
         yield server, ("127.0.0.1", port)
-    finally:
-        def stop():
-            server.stop_listening()
-            loop.stop()
-        loop.call_soon_threadsafe(stop)
-        thread.join(10)
-        pending = asyncio.all_tasks(loop)
-        for task in pending:
-            task.cancel()
-        if pending:     # gather() of nothing makes a future on another loop
-            loop.run_until_complete(asyncio.gather(*pending, return_exceptions=True))
-        loop.close()
 
 
 def served(s: socket.socket) -> bool:

@@ -105,7 +105,13 @@ def _answer(parse, frame):
                                                              max_size=3), tail=st.binary(max_size=8))
 def test_a_damaged_frame_is_answered_as_before(version, body, cut, flips, tail):
     """Cut, flipped or grown: codec.parse_request (the fast path first) answers what kio alone does."""
-    frame = bytearray(kio_frame(version, 7, "c", body))
+    answered_alike(kio_frame(version, 7, "c", body), cut, flips, tail)
+
+
+def answered_alike(whole: bytes, cut: int, flips, tail: bytes) -> None:
+    """`whole` with bytes flipped (from byte 8), `cut` bytes cut off its end and `tail` added:
+    codec.parse_request (the fast path first) answers it as kio alone does."""
+    frame = bytearray(whole)
     for at, value in flips:
         if 8 <= at < len(frame):            # the API key and version stay (peek_api's choice)
             frame[at] = value

@@ -13,7 +13,7 @@ import pytest
 pytest.importorskip("kio", reason="the wire front end needs kio (pip install kio)")
 ck = pytest.importorskip("confluent_kafka")
 
-from tests.wire_support import Broker  # noqa: E402
+from tests.wire_support import Broker, kafka_python_values  # noqa: E402
 
 COUNT = 3000                 # 1 KiB values: ~3 MiB, batches of 16 KiB and more
 VALUE = b"%06d" + b"v" * 1018
@@ -65,17 +65,7 @@ def test_confluent_kafka_and_kafka_python_read_what_sendfile_sent(broker):
     assert [v for _, v in got] == [VALUE % i for i in range(COUNT)]
     assert [o for o, _ in got] == list(range(COUNT))
 
-    from kafka import KafkaConsumer, TopicPartition
-    consumer = KafkaConsumer(bootstrap_servers=broker.bootstrap, enable_auto_commit=False,
-                             max_partition_fetch_bytes=256 * 1024, consumer_timeout_ms=3000)
-    consumer.assign([TopicPartition("big", 0)])
-    consumer.seek_to_beginning()
-    values, deadline = [], time.monotonic() + 60
-    while len(values) < COUNT and time.monotonic() < deadline:
-        for batch in consumer.poll(timeout_ms=500).values():
-            values.extend(r.value for r in batch)
-    consumer.close()
-    assert values == [VALUE % i for i in range(COUNT)]
+    assert kafka_python_values(broker.bootstrap, "big", COUNT, 256 * 1024) == [VALUE % i for i in range(COUNT)]
 
     broker.stop()
     by_sendfile, calls, copied = _sent(broker)

@@ -17,7 +17,7 @@ pytest.importorskip("kio", reason="the wire front end needs kio (pip install kio
 ck = pytest.importorskip("confluent_kafka")
 
 from storage.wire import fetch_answer, sendfile  # noqa: E402
-from tests.wire_support import Broker  # noqa: E402
+from tests.wire_support import Broker, kafka_python_values  # noqa: E402
 
 COUNT = 1500                 # 1 KiB values in 16 KiB batches
 VALUE = b"%06d" + b"w" * 1018
@@ -139,17 +139,7 @@ def test_clients_read_answers_written_in_one_writev(broker):
     got = _ck_consume(broker.bootstrap, COUNT)
     assert got == [(i, VALUE % i) for i in range(COUNT)]
 
-    from kafka import KafkaConsumer, TopicPartition
-    consumer = KafkaConsumer(bootstrap_servers=broker.bootstrap, enable_auto_commit=False,
-                             max_partition_fetch_bytes=PARTITION_MAX_BYTES, consumer_timeout_ms=3000)
-    consumer.assign([TopicPartition("mid", 0)])
-    consumer.seek_to_beginning()
-    values, deadline = [], time.monotonic() + 60
-    while len(values) < COUNT and time.monotonic() < deadline:
-        for batch in consumer.poll(timeout_ms=500).values():
-            values.extend(r.value for r in batch)
-    consumer.close()
-    assert values == [VALUE % i for i in range(COUNT)]
+    assert kafka_python_values(broker.bootstrap, "mid", COUNT, PARTITION_MAX_BYTES) == [VALUE % i for i in range(COUNT)]
 
     broker.stop()
     # No answer went by sendfile (a summary is logged only once something did).

@@ -19,7 +19,6 @@ import os
 import socket
 import struct
 import sys
-import threading
 
 import pytest
 
@@ -27,7 +26,7 @@ pytest.importorskip("kio", reason="the wire front end needs kio")
 
 from storage.core.records import build_batch  # noqa: E402
 from storage.wire import codec  # noqa: E402
-from tests.wire_support import _read  # noqa: E402
+from tests.wire_support import _read, loop_thread, on_loop  # noqa: E402
 
 WIRE = os.sep + os.path.join("storage", "wire") + os.sep
 REQUESTS = 200
@@ -48,34 +47,8 @@ def broker(tmp_path):
     server = BrokerServer(node, initial_rebalance_delay_ms=0)
     loop.run_until_complete(node.create_topic("lat", 1, 1))
     server.serve_groups()
-    port = loop.run_until_complete(server.listen("127.0.0.1", 0))
-    thread = threading.Thread(target=loop.run_forever, daemon=True)
-    thread.start()
-    try:
+    with loop_thread(server, loop, closing=node.shutdown) as port:
         yield server, loop, port
-    finally:
-        def stop():
-            server.stop_listening()
-            loop.stop()
-        loop.call_soon_threadsafe(stop)
-        thread.join(10)
-        pending = asyncio.all_tasks(loop)
-        for task in pending:
-            task.cancel()
-        if pending:
-            loop.run_until_complete(asyncio.gather(*pending, return_exceptions=True))
-        loop.run_until_complete(node.shutdown())
-        loop.close()
-
-
-def on_loop(loop, fn) -> None:
-    done = threading.Event()
-
-    def run():
-        fn()
-        done.set()
-    loop.call_soon_threadsafe(run)
-    assert done.wait(10)
 
 
 def produce_frame(correlation_id: int, acks: int = 1) -> bytes:

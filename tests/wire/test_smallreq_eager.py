@@ -32,7 +32,7 @@ from storage.wire import codec  # noqa: E402
 from storage.wire.apis import ClientApis  # noqa: E402
 from storage.wire.limits import ConnectionLimits  # noqa: E402
 from storage.wire.server import FrameServer  # noqa: E402
-from tests.wire_support import _read  # noqa: E402
+from tests.wire_support import _read, loop_thread, on_loop, send_quietly  # noqa: E402
 
 HOLD = 7            # the record value whose handler waits for the test's release
 
@@ -69,23 +69,8 @@ def serving(**limits):
     loop = asyncio.new_event_loop()
     server = Appending(**limits)
     server.release = asyncio.Event()
-    port = loop.run_until_complete(server.listen("127.0.0.1", 0))
-    thread = threading.Thread(target=loop.run_forever, daemon=True)
-    thread.start()
-    try:
+    with loop_thread(server, loop) as port:
         yield server, loop, ("127.0.0.1", port)
-    finally:
-        def stop():
-            server.stop_listening()
-            loop.stop()
-        loop.call_soon_threadsafe(stop)
-        thread.join(10)
-        pending = asyncio.all_tasks(loop)
-        for task in pending:
-            task.cancel()
-        if pending:
-            loop.run_until_complete(asyncio.gather(*pending, return_exceptions=True))
-        loop.close()
 
 
 def produce(correlation_id: int, value: int, version: int = 9) -> bytes:
@@ -171,7 +156,7 @@ def test_a_client_that_does_not_read_stops_the_server_reading_and_is_answered_in
         server.encoders[0] = lambda key, version, cid, body: struct.pack(">ii", 4 + answer_bytes, cid) + \
             b"\0" * answer_bytes
         s.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 64 * 1024)
-        sender = threading.Thread(target=_send_quietly, args=(s, frames), daemon=True)
+        sender = threading.Thread(target=send_quietly, args=(s, frames), daemon=True)
         sender.start()
         served, unsent = -1, []
         while served != server.served[(0, 9)]:      # until the server stops taking requests
@@ -187,17 +172,6 @@ def test_a_client_that_does_not_read_stops_the_server_reading_and_is_answered_in
         assert answers == list(range(count))
         assert server.log == [bytes([1])] * count
         sender.join(30)
-
-
-def on_loop(loop: asyncio.AbstractEventLoop, fn):
-    async def call():
-        return fn()
-    return asyncio.run_coroutine_threadsafe(call(), loop).result(10)
-
-
-def _send_quietly(s: socket.socket, data: bytes) -> None:
-    with contextlib.suppress(OSError):
-        s.sendall(data)
 
 
 def test_what_the_fast_path_leaves_is_served_or_refused_by_the_task():

@@ -36,7 +36,7 @@ from storage.wire.connection import BUFFER_BYTES  # noqa: E402
 from storage.wire.later import MAX_LATER, Later  # noqa: E402
 from storage.wire.limits import ConnectionLimits  # noqa: E402
 from storage.wire.server import FrameServer  # noqa: E402
-from tests.wire_support import _read  # noqa: E402
+from tests.wire_support import _read, loop_thread, on_loop, send_quietly  # noqa: E402
 
 SLOW = 2**31 - 1           # the correlation id whose handler waits for the test's release
 
@@ -71,23 +71,8 @@ def serving(server_class=Recording, **limits):
     loop = asyncio.new_event_loop()
     server = server_class(**limits)
     server.release = asyncio.Event()
-    port = loop.run_until_complete(server.listen("127.0.0.1", 0))
-    thread = threading.Thread(target=loop.run_forever, daemon=True)
-    thread.start()
-    try:
+    with loop_thread(server, loop) as port:
         yield server, loop, ("127.0.0.1", port)
-    finally:
-        def stop():
-            server.stop_listening()
-            loop.stop()
-        loop.call_soon_threadsafe(stop)
-        thread.join(10)
-        pending = asyncio.all_tasks(loop)
-        for task in pending:
-            task.cancel()
-        if pending:
-            loop.run_until_complete(asyncio.gather(*pending, return_exceptions=True))
-        loop.close()
 
 
 def answer_id(s: socket.socket) -> int:
@@ -207,7 +192,7 @@ def test_a_client_that_does_not_read_stops_the_server_reading_and_is_served_in_o
         server.encoders[18] = lambda key, version, cid, body: struct.pack(">ii", 4 + answer_bytes, cid) + \
             b"\0" * answer_bytes
         s.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 64 * 1024)
-        sender = threading.Thread(target=_send_quietly, args=(s, frames), daemon=True)
+        sender = threading.Thread(target=send_quietly, args=(s, frames), daemon=True)
         sender.start()
         served, unsent = -1, []
         while served != server.served[(18, 3)]:     # until the server stops taking requests
@@ -222,18 +207,6 @@ def test_a_client_that_does_not_read_stops_the_server_reading_and_is_served_in_o
             answers.append(struct.unpack(">i", _read(s, size)[:4])[0])
         assert answers == list(range(count))
         sender.join(30)
-
-
-def on_loop(loop: asyncio.AbstractEventLoop, fn):
-    """fn() called on the server's loop (its state is the loop's)."""
-    async def call():
-        return fn()
-    return asyncio.run_coroutine_threadsafe(call(), loop).result(10)
-
-
-def _send_quietly(s: socket.socket, data: bytes) -> None:
-    with contextlib.suppress(OSError):
-        s.sendall(data)
 
 
 # ---- answers still to come (later.py) ------------------------------------------------------------
