@@ -161,7 +161,7 @@ class ClientApis:
             return Later(self._produce_acked(pending, answers, refused))
         if acks == 0:
             return None
-        return {"responses": self._produce_rows(answers, refused)}
+        return {"responses": self.produce_rows(answers, refused)}
 
     async def _produce_acked(self, pending: list, answers: list, refused: dict) -> dict:
         """An acks=-1 Produce's body, once the high watermark passed each partition's records (or
@@ -171,9 +171,9 @@ class ClientApis:
         else:
             await asyncio.gather(*pending)
         answers = [a.result() if isinstance(a, asyncio.Future) else a for a in answers]
-        return {"responses": self._produce_rows(answers, refused)}
+        return {"responses": self.produce_rows(answers, refused)}
 
-    def _produce_rows(self, answers: list, refused: dict) -> list[dict]:
+    def produce_rows(self, answers: list, refused: dict) -> list[dict]:
         """The response's topics, each with its partitions' rows (the keys produce_codec.ROW_KEYS)."""
         partitions = self.node.manager.partitions
         rows: dict[str, list] = {}

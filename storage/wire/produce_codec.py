@@ -95,16 +95,29 @@ class ProduceRequest:
 def read_request(frame) -> tuple[RequestHeader, ProduceRequest] | None:
     """(header, request) of a Produce frame of v3..v12, or None to have kio parse it."""
     try:
-        if frame.__class__ is bytes:
-            for known in _RECENT:
-                if frame.startswith(known.tail, 8) and frame.startswith(known.head):
-                    read = known.read(frame)
-                    if read is not None:
-                        return read
-                    break
+        hit = known_records(frame)
+        if hit is not None:
+            return hit[0].read(frame, hit[1])
         return _read(memoryview(frame), len(frame))
     except (NotOurs, struct.error, UnicodeDecodeError, IndexError):
         return None
+
+
+def known_records(frame) -> tuple["_Known", memoryview | None] | None:
+    """(shape, records) of a Produce frame (`bytes`) that starts as a one-topic, one-partition
+    request read before -- the shape: its version, acks, transactional id, topic and partition;
+    the records a view of `frame`, None when null -- or None (then the walk reads it).  The
+    express path's read (express.py), and read_request's first step."""
+    if frame.__class__ is not bytes:
+        return None
+    try:
+        for known in _RECENT:
+            if frame.startswith(known.tail, 8) and frame.startswith(known.head):
+                records = known.records(frame)
+                return None if records is False else (known, records)
+    except (NotOurs, struct.error, IndexError):
+        pass
+    return None
 
 
 class _Known:
@@ -125,21 +138,25 @@ class _Known:
         topic = request.topic_data[0]
         self.name, self.index = topic.name, topic.partition_data[0].index
 
-    def read(self, frame: bytes):
-        """(header, request) of `frame`, or None when the rest is not the one shape (then the walk
-        reads it)."""
+    def records(self, frame: bytes):
+        """The records of `frame` (a view of it; None: null), or False when the rest is not the one
+        shape (then the walk reads it)."""
         end = len(frame)
         if self.flexible:
             size, at = _compact(frame, self.at, end)
         else:
             size, at = _I32.unpack_from(frame, self.at)[0], self.at + 4
             if size < -1 or size > end - at:
-                return None
+                return False
         records = None
         if size >= 0:
             records, at = memoryview(frame)[at:at + size], at + size
         if self.flexible and (frame[at] or frame[at + 1] or frame[at + 2]):    # the three tagged fields
-            return None
+            return False
+        return records
+
+    def read(self, frame: bytes, records) -> tuple[RequestHeader, "ProduceRequest"]:
+        """(header, request) of `frame`, whose records() are `records`."""
         return (RequestHeader(PRODUCE_KEY, self.version, _I32.unpack_from(frame, 4)[0], self.client_id),
                 ProduceRequest(self.version, self.transactional_id, self.acks, self.timeout,
                                (TopicProduceData(self.name, (PartitionProduceData(self.index, records),)),)))
@@ -324,10 +341,8 @@ def encode_response(version: int, correlation_id: int, body: dict) -> bytes:
         if len(rows) == 1:
             p = rows[0]
             if p.keys() == ROW_KEYS and not p["record_errors"] and p["error_message"] is None:
-                around = _AROUND.get((version, name := topic["name"])) or _around(version, name)
-                return b"".join((_SIZE_CORRELATION.pack(len(around[0]) + len(around[1]) + _ROW_BYTES, correlation_id),
-                                 around[0], _PARTITION_V5.pack(p["index"], int(p["error_code"]), p["base_offset"], -1,
-                                                               p["log_start_offset"]), around[1]))
+                return encode_row(version, correlation_id, topic["name"], p["index"], int(p["error_code"]),
+                                  p["base_offset"], p["log_start_offset"])
     flexible = version >= FLEXIBLE_FROM
     out = bytearray(_SIZE_CORRELATION.pack(0, correlation_id))
     if flexible:
@@ -352,6 +367,15 @@ def encode_response(version: int, correlation_id: int, body: dict) -> bytes:
             out += b"\0"
     _I32.pack_into(out, 0, len(out) - 4)
     return bytes(out)
+
+
+def encode_row(version: int, correlation_id: int, name: str, index: int, error_code: int, base_offset: int,
+               log_start_offset: int) -> bytes:
+    """The size-prefixed Produce response (v5+) of one topic's one partition, no record errors and
+    no message: encode_response's shortcut, for the express path too."""
+    around = _AROUND.get((version, name)) or _around(version, name)
+    return b"".join((_SIZE_CORRELATION.pack(len(around[0]) + len(around[1]) + _ROW_BYTES, correlation_id),
+                     around[0], _PARTITION_V5.pack(index, error_code, base_offset, -1, log_start_offset), around[1]))
 
 
 def _around(version: int, name: str) -> tuple[bytes, bytes]:

@@ -34,6 +34,7 @@ from .admin_apis import AdminApis
 from .apis import ClientApis, Notifier
 from .broker import MetadataSource
 from .connection import Connection
+from .express import NOT_MINE, ProduceExpress
 from .groups import GroupCoordinator
 from .groups_admin import GroupAdmin
 from .later import MAX_LATER, Later
@@ -74,6 +75,7 @@ class FrameServer:
         self.ready = asyncio.Event()
         self.ready.set()
         self.observer = None        # --metrics-listen's request metrics (wire/metrics.py), when on
+        self.express: ProduceExpress | None = None      # a broker's express path of a Produce (express.py)
         self.listener = session.Session()   # listen()'s default listener: its name and protocol
         self.tls: ssl.SSLContext | None = None      # the server side of the SSL and SASL_SSL listeners
 
@@ -170,6 +172,7 @@ class FrameServer:
         request_s = limits.request_timeout_ms / 1000
         memory = self.memory
         connection.eager = functools.partial(self._now, connection)
+        express = self.express.serve if self.express is not None else None
         while True:
             size = connection.next_size()
             if size is None:
@@ -187,7 +190,9 @@ class FrameServer:
                 frame = connection.take(size)
                 if frame is None:
                     frame = await connection.gather(size, request_s, functools.partial(_not_whole, size, limits))
-                response = await self._dispatch(frame)
+                response = express(frame) if express is not None else NOT_MINE
+                if response is NOT_MINE:
+                    response = await self._dispatch(frame)
                 del frame
             finally:
                 memory.release(size)
@@ -268,14 +273,15 @@ class FrameServer:
             if type(body) is Later:     # its order-bound part ran: the connection reads on (later.py)
                 return asyncio.ensure_future(self._answer_later(body, key, version, correlation_id, header, request,
                                                                 started))
-            return self._answer(body, key, version, correlation_id, started)
+            return self.answer_body(body, key, version, correlation_id, started)
         except Exception as exc:
-            return self._failed(exc, key, version, correlation_id, header, request, started)
+            return self.answer_failure(exc, key, version, correlation_id, header, request, started)
 
     def _now(self, connection: Connection, size: int) -> bool:
         """Serve the whole frame of `size` bytes at the head of `connection`'s buffer now, from the
         protocol's callback while the connection's task waits for its next request (Connection.
-        _serve_eagerly, in the task's context): a Produce the fast reader takes, of a version
+        _serve_eagerly, in the task's context): a Produce the express path takes (express.py),
+        else one the fast reader takes, of a version
         served, once the node is ready and queued.max.request.bytes has room -- the one-record
         request answered one at a time pays no wake of the task.  Served as _requests serves it
         (counted, metrics, logs, error answers, Later); a handler that waits goes on in a task of
@@ -284,10 +290,18 @@ class FrameServer:
         view = connection.peek(size)
         if size < 8 or view[0] or view[1] != produce_codec.PRODUCE_KEY or size > codec.MAX_REQUEST_BYTES:
             return False
+        frame = view.tobytes()
+        if self.express is not None:        # it makes the checks below itself
+            response = self.express.serve(frame)
+            if response is not NOT_MINE:
+                connection.skip(size)
+                if response is not None:
+                    connection.answer(response)
+                return True
         key, version = produce_codec.PRODUCE_KEY, view[2] << 8 | view[3]
         if not (codec.is_supported(key, version, self.supported) and sasl.allowed(key) and self.ready.is_set()):
             return False
-        parsed = produce_codec.read_request(view.tobytes())
+        parsed = produce_codec.read_request(frame)
         if parsed is None or not self.memory.try_reserve(size):
             return False
         connection.skip(size)
@@ -309,9 +323,9 @@ class FrameServer:
                     response = asyncio.ensure_future(self._answer_later(body, key, version, correlation_id, header,
                                                                         request, started))
                 else:
-                    response = self._answer(body, key, version, correlation_id, started)
+                    response = self.answer_body(body, key, version, correlation_id, started)
             except Exception as exc:
-                response = self._failed(exc, key, version, correlation_id, header, request, started)
+                response = self.answer_failure(exc, key, version, correlation_id, header, request, started)
             else:
                 held = True             # the frame's memory is held until its handler ends
                 response = asyncio.ensure_future(self._rest(step, waited, size, key, version, correlation_id,
@@ -342,13 +356,15 @@ class FrameServer:
         finally:
             self.memory.release(size)
 
-    def _failed(self, exc: Exception, key: int, version: int, correlation_id: int, header, request,
-                started: float) -> bytes | None:
+    def answer_failure(self, exc: Exception, key: int, version: int, correlation_id: int, header, request,
+                       started: float) -> bytes | None:
+        """The answer to a request whose handler raised `exc` (counted in the request metrics)."""
         if self.observer is not None:
             self.observer.failed(key, started, exc)
         return self._error_response(key, version, correlation_id, header, request, exc)
 
-    def _answer(self, body, key: int, version: int, correlation_id: int, started: float) -> bytes | None:
+    def answer_body(self, body, key: int, version: int, correlation_id: int, started: float) -> bytes | None:
+        """The answer frame of a handler's `body` (None: no answer), counted in the request metrics."""
         if self.observer is not None:
             self.observer.answered(key, started, body)
         if log.isEnabledFor(logging.DEBUG):
@@ -363,9 +379,9 @@ class FrameServer:
         cannot be built at all is logged here; the connection then closes (Connection.answer_later)."""
         try:
             try:
-                return self._answer(await later.rest, key, version, correlation_id, started)
+                return self.answer_body(await later.rest, key, version, correlation_id, started)
             except Exception as exc:
-                return self._failed(exc, key, version, correlation_id, header, request, started)
+                return self.answer_failure(exc, key, version, correlation_id, header, request, started)
         except Exception:
             log.exception("closing a connection: no answer could be built for %s v%d (correlation id %d)",
                           codec.api_name(key), version, correlation_id)
@@ -464,7 +480,9 @@ class BrokerServer(FrameServer):
         self._ticker: asyncio.Task | None = None
         a = self.apis
         self.encoders[fetch_answer.API_KEY] = fetch_answer.encode
-        self.handlers = {0: a.produce, 1: a.fetch, 2: a.list_offsets, 3: a.metadata, 18: a.api_versions,
+        produce = a.produce
+        self.express = ProduceExpress(self, a, produce)
+        self.handlers = {0: produce, 1: a.fetch, 2: a.list_offsets, 3: a.metadata, 18: a.api_versions,
                          19: a.create_topics, 20: a.delete_topics, 22: a.init_producer_id,
                          23: a.offset_for_leader_epoch}
         admin = AdminApis(node)
