@@ -1,7 +1,7 @@
 """The express path of a Produce (issue 33's lean produce path): the common request -- one topic,
-one partition, acks 0 or 1, no transactional id, v5 or later, of a shape read before -- served
-in one call from the connection's loop, without the dispatch, the handler's coroutine, the
-request's and the response's objects and dicts.
+one or several partitions, acks 0 or 1, no transactional id, v5 or later, of a shape read
+before (produce_codec.known_parts) -- served in one call from the connection's loop, without
+the dispatch, the handler's coroutine, the request's and the response's objects and dicts.
 
 What it skips is only what the general path (FrameServer._dispatch -> ClientApis.produce ->
 ReplicaManager.handle_produce -> the Produce encoder) would build and throw away; what it does is
@@ -42,37 +42,53 @@ class ProduceExpress:
                                   if codec.is_supported(produce_codec.PRODUCE_KEY, v, server.supported))
 
     def serve(self, frame: bytes):
-        hit = produce_codec.known_records(frame)
+        hit = produce_codec.known_parts(frame)
         if hit is None:
             return NOT_MINE
-        shape, records = hit
-        server, version, acks = self.server, shape.version, shape.acks
-        if (records is None or acks not in (0, 1) or shape.transactional_id is not None
-                or version not in self.versions or server.handlers[0] is not self.handler
-                or not server.ready.is_set() or not sasl.allowed(produce_codec.PRODUCE_KEY)
-                or log.isEnabledFor(logging.DEBUG) or produce_problem(shape.name, records) is not None):
+        shape, parts = hit
+        server, version, acks, name = self.server, shape.version, shape.acks, shape.name
+        if (acks not in (0, 1) or shape.transactional_id is not None or version not in self.versions
+                or server.handlers[0] is not self.handler or not server.ready.is_set()
+                or not sasl.allowed(produce_codec.PRODUCE_KEY) or log.isEnabledFor(logging.DEBUG)):
             return NOT_MINE
+        for _, records in parts:
+            if records is None or produce_problem(name, records) is not None:
+                return NOT_MINE
         correlation_id = int.from_bytes(frame[4:8], "big", signed=True)
         server.served[(produce_codec.PRODUCE_KEY, version)] += 1
         self.taken += 1
         started = time.perf_counter()
         node = self.apis.node
+        manager = node.manager
         try:
-            answer = node.manager.handle_produce(ProduceRequest(shape.name, shape.index, records, acks))
-            node.pump()         # the append woke the fetches waiting on it (ReplicaManager.on_append)
+            answers = [manager.handle_produce(ProduceRequest(name, index, records, acks)) for index, records in parts]
+            node.pump()         # the appends woke the fetches waiting on them (ReplicaManager.on_append)
             if acks == 0:
                 body = None
-            elif answer.error_code == Errors.NONE and answer.base_offset >= 0 and not answer.record_errors \
-                    and answer.error_message is None:
-                if server.observer is not None:
-                    server.observer.answered(produce_codec.PRODUCE_KEY, started, None)
-                hosted = node.manager.partitions.get((shape.name, shape.index))
-                return produce_codec.encode_row(version, correlation_id, shape.name, shape.index, Errors.NONE,
-                                                answer.base_offset, hosted.log.log_start_offset if hosted else -1)
             else:
-                body = {"responses": self.apis.produce_rows([answer], {})}
+                rows = _rows(answers, manager.partitions)
+                if rows is not None:
+                    if server.observer is not None:
+                        server.observer.answered(produce_codec.PRODUCE_KEY, started, None)
+                    if len(rows) == 1:
+                        return produce_codec.encode_row(version, correlation_id, name, rows[0][0], Errors.NONE,
+                                                        rows[0][1], rows[0][2])
+                    return produce_codec.encode_rows(version, correlation_id, name, rows)
+                body = {"responses": self.apis.produce_rows(answers, {})}
         except Exception as exc:
-            header, request = shape.read(frame, records)
+            header, request = shape.read(frame, parts)
             return server.answer_failure(exc, produce_codec.PRODUCE_KEY, version, correlation_id, header, request,
                                          started)
         return server.answer_body(body, produce_codec.PRODUCE_KEY, version, correlation_id, started)
+
+
+def _rows(answers: list, partitions: dict) -> list[tuple[int, int, int]] | None:
+    """(index, base offset, log start offset) of each answer, or None when one is not a plain
+    success (an error, record errors, a message: the general encoder writes those)."""
+    rows = []
+    for a in answers:
+        if a.error_code != Errors.NONE or a.base_offset < 0 or a.record_errors or a.error_message is not None:
+            return None
+        hosted = partitions.get((a.topic, a.partition))
+        rows.append((a.partition, a.base_offset, hosted.log.log_start_offset if hosted is not None else -1))
+    return rows

@@ -11,7 +11,9 @@ as before: the fast path only ever accepts what kio and bounds.py accept, and re
 (tests/wire/test_produce_codec.py checks both against kio for every version and many shapes).
 A producer sends the same bytes up to its records in every request of one partition: the last
 few such shapes are remembered (_Known), and a frame that starts as one has only its records
-and what follows them read (the walk's answer, the walk's fallbacks). Flexible versions (v9+,
+and what follows them read (the walk's answer, the walk's fallbacks); one writing to several
+partitions of a topic sends the same bytes up to the topic's name (_KnownTopic: its partitions
+are walked). Flexible versions (v9+,
 librdkafka's) are walked by _read_flexible, one-byte lengths inline.
 
 The response: `encode_response(version, correlation_id, body)` lays out the size-prefixed
@@ -95,7 +97,7 @@ class ProduceRequest:
 def read_request(frame) -> tuple[RequestHeader, ProduceRequest] | None:
     """(header, request) of a Produce frame of v3..v12, or None to have kio parse it."""
     try:
-        hit = known_records(frame)
+        hit = known_parts(frame)
         if hit is not None:
             return hit[0].read(frame, hit[1])
         return _read(memoryview(frame), len(frame))
@@ -103,18 +105,19 @@ def read_request(frame) -> tuple[RequestHeader, ProduceRequest] | None:
         return None
 
 
-def known_records(frame) -> tuple["_Known", memoryview | None] | None:
-    """(shape, records) of a Produce frame (`bytes`) that starts as a one-topic, one-partition
-    request read before -- the shape: its version, acks, transactional id, topic and partition;
-    the records a view of `frame`, None when null -- or None (then the walk reads it).  The
-    express path's read (express.py), and read_request's first step."""
+def known_parts(frame) -> tuple["_Known", tuple] | None:
+    """(shape, parts) of a Produce frame (`bytes`) of one topic that starts as a request read
+    before -- the shape: its version, acks, transactional id and topic (and its partition, for a
+    one-partition shape); the parts: (partition index, records) pairs in the frame's order, the
+    records a view of `frame` (None: null) -- or None (then the walk reads it).  The express
+    path's read (express.py), and read_request's first step."""
     if frame.__class__ is not bytes:
         return None
     try:
         for known in _RECENT:
             if frame.startswith(known.tail, 8) and frame.startswith(known.head):
-                records = known.records(frame)
-                return None if records is False else (known, records)
+                parts = known.parts(frame)
+                return None if parts is False else (known, parts)
     except (NotOurs, struct.error, IndexError):
         pass
     return None
@@ -138,9 +141,9 @@ class _Known:
         topic = request.topic_data[0]
         self.name, self.index = topic.name, topic.partition_data[0].index
 
-    def records(self, frame: bytes):
-        """The records of `frame` (a view of it; None: null), or False when the rest is not the one
-        shape (then the walk reads it)."""
+    def parts(self, frame: bytes):
+        """((index, records),) of `frame` (records a view of it; None: null), or False when the rest
+        is not the one shape (then the walk reads it)."""
         end = len(frame)
         if self.flexible:
             size, at = _compact(frame, self.at, end)
@@ -153,24 +156,72 @@ class _Known:
             records, at = memoryview(frame)[at:at + size], at + size
         if self.flexible and (frame[at] or frame[at + 1] or frame[at + 2]):    # the three tagged fields
             return False
-        return records
+        return ((self.index, records),)
 
-    def read(self, frame: bytes, records) -> tuple[RequestHeader, "ProduceRequest"]:
-        """(header, request) of `frame`, whose records() are `records`."""
+    def read(self, frame: bytes, parts) -> tuple[RequestHeader, "ProduceRequest"]:
+        """(header, request) of `frame`, whose parts() are `parts`."""
         return (RequestHeader(PRODUCE_KEY, self.version, _I32.unpack_from(frame, 4)[0], self.client_id),
                 ProduceRequest(self.version, self.transactional_id, self.acks, self.timeout,
-                               (TopicProduceData(self.name, (PartitionProduceData(self.index, records),)),)))
+                               (TopicProduceData(self.name, tuple(PartitionProduceData(i, r) for i, r in parts)),)))
+
+
+class _KnownTopic(_Known):
+    """A one-topic request of several partitions read in full before: every byte up to the end of
+    its topic's name is the same, so a frame that starts with those bytes needs only its
+    partitions read (a producer writing to several partitions of a topic sends such requests,
+    with whichever partitions have a batch ready)."""
+
+    __slots__ = ()
+
+    def __init__(self, frame: bytes, at: int, header: RequestHeader, request: "ProduceRequest"):
+        super().__init__(frame, at, header, request)
+        self.index = -1
+
+    def parts(self, frame: bytes):
+        """The (index, records) pairs of `frame`, or False (as _Known.parts)."""
+        end, flexible, view = len(frame), self.flexible, memoryview(frame)
+        if flexible:
+            count, at = _compact(frame, self.at, end)
+        else:
+            count, at = _length(frame, self.at, end, True)
+        if count < 1 or count > (end - at) // 5:
+            return False
+        parts = []
+        for _ in range(count):
+            index = _I32.unpack_from(frame, at)[0]
+            size, at = _compact(frame, at + 4, end) if flexible else _length(frame, at + 4, end, True)
+            records = None
+            if size >= 0:
+                records, at = view[at:at + size], at + size
+            if flexible:
+                if frame[at]:
+                    return False        # tagged fields of a partition
+                at += 1
+            parts.append((index, records))
+        if flexible and (frame[at] or frame[at + 1]):      # the topic's and the request's tagged fields
+            return False
+        return parts
 
 
 _RECENT: list[_Known] = []      # the last few shapes read (most recent first; one a producer, about)
 _RECENT_MAX = 4
 
 
-def _remember(view, at: int, header: RequestHeader, request: "ProduceRequest") -> None:
+def _remember(view, at: int, header: RequestHeader, request: "ProduceRequest", shape=_Known) -> None:
     frame = view.obj
     if frame.__class__ is bytes:
-        _RECENT.insert(0, _Known(frame, at, header, request))
+        _RECENT.insert(0, shape(frame, at, header, request))
         del _RECENT[_RECENT_MAX:]
+
+
+def _remember_shape(view, count: int, records_at: int, named: int, header: RequestHeader,
+                    request: "ProduceRequest") -> None:
+    """A one-topic request's shape remembered: through its partition (one partition), or through
+    its topic's name (several)."""
+    if count == 1:
+        _remember(view, records_at, header, request)
+    elif count > 1:
+        _remember(view, named, header, request, _KnownTopic)
 
 
 def _length(view, at: int, end: int, wide: bool) -> tuple[int, int]:
@@ -211,9 +262,10 @@ def _read(view, end: int):
     topic_count, at = _length(view, at + 6, end, True)
     if topic_count < 0:
         raise NotOurs
-    topics = []
+    topics, records_at = [], 0
     for _ in range(topic_count):
         name, at = _string(view, at, end, False)
+        named = at
         count, at = _length(view, at, end, True)
         if count < 0:
             raise NotOurs
@@ -229,8 +281,8 @@ def _read(view, end: int):
     # Bytes after the request are ignored, as codec.parse_request does.
     header = RequestHeader(PRODUCE_KEY, version, correlation_id, client_id)
     request = ProduceRequest(version, transactional_id, acks, timeout, tuple(topics))
-    if topic_count == 1 and count == 1:
-        _remember(view, records_at, header, request)
+    if topic_count == 1:
+        _remember_shape(view, count, records_at, named, header, request)
     return header, request
 
 
@@ -265,12 +317,13 @@ def _read_flexible(view, end: int, header: RequestHeader, at: int):
     topic_count, at = _compact(view, at, end)
     if topic_count < 0:
         raise NotOurs
-    topics = []
+    topics, records_at = [], 0
     for _ in range(topic_count):
         length, at = _compact(view, at, end)
         if length < 0:
             raise NotOurs
         name, at = str(view[at:at + length], "utf-8"), at + length
+        named = at
         count, at = _compact(view, at, end)
         if count < 0:
             raise NotOurs
@@ -293,8 +346,8 @@ def _read_flexible(view, end: int, header: RequestHeader, at: int):
         raise NotOurs
     # Bytes after the request are ignored, as codec.parse_request does.
     request = ProduceRequest(header.request_api_version, transactional_id, acks, timeout, tuple(topics))
-    if topic_count == 1 and count == 1:
-        _remember(view, records_at, header, request)
+    if topic_count == 1:
+        _remember_shape(view, count, records_at, named, header, request)
     return header, request
 
 
@@ -327,7 +380,6 @@ def _millis(value) -> int:
 # The row apis.produce writes for a partition, and the one whose bytes are laid out ahead of
 # time when it is all a response holds: no record errors, no message, none of the later fields.
 ROW_KEYS = frozenset(("index", "error_code", "base_offset", "log_start_offset", "record_errors", "error_message"))
-_AROUND: dict[tuple[int, str], tuple[bytes, bytes]] = {}
 _ROW_BYTES = 4 + _PARTITION_V5.size      # the correlation id and the fixed fields
 
 
@@ -373,31 +425,51 @@ def encode_row(version: int, correlation_id: int, name: str, index: int, error_c
                log_start_offset: int) -> bytes:
     """The size-prefixed Produce response (v5+) of one topic's one partition, no record errors and
     no message: encode_response's shortcut, for the express path too."""
-    around = _AROUND.get((version, name)) or _around(version, name)
-    return b"".join((_SIZE_CORRELATION.pack(len(around[0]) + len(around[1]) + _ROW_BYTES, correlation_id),
-                     around[0], _PARTITION_V5.pack(index, error_code, base_offset, -1, log_start_offset), around[1]))
+    head, row_tail, tail = _LAYOUT.get((version, name)) or _layout(version, name)
+    count = b"\2" if version >= FLEXIBLE_FROM else b"\0\0\0\1"
+    return b"".join((_SIZE_CORRELATION.pack(len(head) + len(count) + _ROW_BYTES + len(row_tail) + len(tail),
+                                            correlation_id), head, count,
+                     _PARTITION_V5.pack(index, error_code, base_offset, -1, log_start_offset), row_tail, tail))
 
 
-def _around(version: int, name: str) -> tuple[bytes, bytes]:
-    """The bytes of a one-row response (encode_response's shortcut) before its partition's fixed
-    fields (after the correlation id) and after them, for `version` and topic `name`."""
+def encode_rows(version: int, correlation_id: int, name: str, rows) -> bytes:
+    """The size-prefixed Produce response (v5+) of one topic's partitions, each row (index, base
+    offset, log start offset) without an error, record errors or a message (the express path)."""
+    head, row_tail, tail = _LAYOUT.get((version, name)) or _layout(version, name)
+    out = [b"", head, uvarint(len(rows) + 1) if version >= FLEXIBLE_FROM else _I32.pack(len(rows))]
+    pack = _PARTITION_V5.pack
+    for index, base_offset, log_start_offset in rows:
+        out.append(pack(index, 0, base_offset, -1, log_start_offset))
+        out.append(row_tail)
+    out.append(tail)
+    out[0] = _SIZE_CORRELATION.pack(sum(map(len, out)) + 4, correlation_id)
+    return b"".join(out)
+
+
+_LAYOUT: dict[tuple[int, str], tuple[bytes, bytes, bytes]] = {}
+
+
+def _layout(version: int, name: str) -> tuple[bytes, bytes, bytes]:
+    """The bytes of a one-topic response without errors, for `version` and topic `name`: before
+    its partitions' count (after the correlation id), after each row's fixed fields, and after
+    the rows."""
     flexible = version >= FLEXIBLE_FROM
-    before, after = bytearray(b"\0" if flexible else b""), bytearray()
-    _put_count(before, 1, flexible)
-    _put_string(before, name, flexible)
-    _put_count(before, 1, flexible)
+    head, row_tail, tail = bytearray(b"\0" if flexible else b""), bytearray(), bytearray()
+    _put_count(head, 1, flexible)
+    _put_string(head, name, flexible)
     if version >= 8:
-        _put_count(after, 0, flexible)          # record_errors
-        _put_string(after, None, flexible)      # error_message
+        _put_count(row_tail, 0, flexible)       # record_errors
+        _put_string(row_tail, None, flexible)   # error_message
     if flexible:
-        after += b"\0\0"                        # the partition's and the topic's tagged fields
-    after += _I32.pack(0)                       # throttle_time
+        row_tail += b"\0"                       # the partition's tagged fields
+        tail += b"\0"                           # the topic's
+    tail += _I32.pack(0)                        # throttle_time
     if flexible:
-        after += b"\0"
-    if len(_AROUND) >= 1024:
-        _AROUND.clear()
-    _AROUND[(version, name)] = around = (bytes(before), bytes(after))
-    return around
+        tail += b"\0"
+    if len(_LAYOUT) >= 1024:
+        _LAYOUT.clear()
+    _LAYOUT[(version, name)] = layout = (bytes(head), bytes(row_tail), bytes(tail))
+    return layout
 
 
 def _put_partition(out: bytearray, p: dict, version: int, flexible: bool) -> None:

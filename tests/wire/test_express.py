@@ -62,6 +62,14 @@ def frame(correlation_id: int, version: int = 9, acks: int = 1, partition: int =
         "topic_data": [{"name": topic, "partition_data": [{"index": partition, "records": records}]}]}), acks
 
 
+def frame_of_parts(correlation_id: int, parts: list[int], version: int = 9, acks: int = 1) -> tuple[bytes, int]:
+    """(a Produce frame of one topic's `parts` (partition indexes, in order), its acks)."""
+    records = [build_batch([b"p%d-%d" % (correlation_id, i)] * 2, base_timestamp=1_700_000_000_000) for i in parts]
+    return codec.encode_request(0, version, correlation_id, "express-test", {
+        "transactional_id": None, "acks": acks, "timeout": 1000, "topic_data": [{"name": TOPIC, "partition_data": [
+            {"index": i, "records": r} for i, r in zip(parts, records)]}]}), acks
+
+
 def answers(port: int, frames: list[tuple[bytes, int]], pipelined: bool) -> list[bytes | None]:
     """The answer frames (size included) to `frames` ((frame, acks) pairs), None for a request
     that gets none (acks=0)."""
@@ -150,6 +158,31 @@ def test_errors_and_refusals_answered_as_the_general_path(tmp_path):
         codes = [codec.decode_response(0, 9, general[i][4:])[1].responses[0].partition_responses[0].error_code
                  for i in (0, 1, 3, 4, 6, 7, 24, 25)]
         assert codes == [3, 3, 2, 2, 87, 87, 0, 0]   # UNKNOWN_TOPIC_OR_PARTITION, CORRUPT_MESSAGE, INVALID_RECORD
+
+
+@pytest.mark.parametrize("pipelined", [False, True], ids=["one-at-a-time", "pipelined"])
+def test_requests_of_several_partitions_answered_as_the_general_path(tmp_path, pipelined):
+    """A producer writing to several partitions of a topic: each request names those with a batch
+    ready (one, both, one twice); one naming a partition the topic lacks gets its error row among
+    the others' (the general encoder); v5 to the last version, acks 1 and 0."""
+    shapes = [[0, 1], [1], [0, 1, 0], [1, 0], [0, 7, 1], [0, 1]]
+    frames, cid = [], 0
+    for version in range(5, LAST + 1):
+        for acks in (1, 0):
+            for parts in shapes:
+                cid += 1
+                frames.append(frame_of_parts(cid, parts, version, acks))
+    frames.append(frame_of_parts(cid + 1, [0, 1], LAST))
+    (fast, fast_logs, taken), (general, general_logs, _) = both(tmp_path, frames, pipelined)
+    assert fast == general
+    assert fast_logs == general_logs
+    # each (version, acks): the first request of two partitions teaches the topic's shape (read
+    # through its name); the five after it, [1] too, start as it and go express
+    assert taken == (len(frames) - 1) // len(shapes) * 5 + 1
+    versions = [v for v in range(5, LAST + 1) for _ in range(2 * len(shapes))] + [LAST]
+    codes = [[p.error_code for p in codec.decode_response(0, v, a[4:])[1].responses[0].partition_responses]
+             for a, v in zip(general, versions) if a is not None]
+    assert codes.count([0, 3, 0]) == LAST - 4       # UNKNOWN_TOPIC_OR_PARTITION among the others (acks=1)
 
 
 def test_not_taken_with_acls_on(tmp_path):

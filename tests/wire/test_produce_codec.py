@@ -156,10 +156,46 @@ def test_a_request_like_the_last_one_is_read_as_kio_reads_it(version):
     assert len(produce_codec._RECENT) == 1          # read from the remembered shape, nothing new learnt
 
 
+@pytest.mark.parametrize("version", REQUEST_VERSIONS)
+def test_a_request_to_the_same_topic_is_read_as_kio_reads_it(version):
+    """A one-topic request of several partitions is remembered through its topic's name
+    (produce_codec._KnownTopic): the next frames to that topic -- other partitions, one or many,
+    null or empty records, cut short, a tagged field, bytes after -- have their partitions walked
+    and are answered as kio answers them."""
+    def frame_of(correlation_id, parts):
+        body = {"transactional_id": None, "acks": 1, "timeout": 1500,
+                "topic_data": [{"name": "topic-ü", "partition_data": [{"index": i, "records": r} for i, r in parts]}]}
+        return codec.encode_request(0, version, correlation_id, "producer-1", body)[4:]
+
+    produce_codec._RECENT.clear()
+    first = frame_of(1, [(0, build_batch([b"a"])), (5, build_batch([b"b"]))])
+    _same(produce_codec.read_request(first), codec.parse_request_kio(first))
+    assert [type(known).__name__ for known in produce_codec._RECENT] == ["_KnownTopic"]
+    big = build_batch([b"v" * 300] * 60)
+    frames = [frame_of(2, [(7, build_batch([b"c"]))]), frame_of(3, [(i, build_batch([b"d"] * i)) for i in range(1, 6)]),
+              frame_of(4, [(1, None), (2, b"")]), frame_of(5, [(3, big), (3, big)]), frame_of(6, [])]
+    whole = frame_of(7, [(0, big), (1, build_batch([b"e"]))])
+    frames += [whole[:-5], whole[:-1], whole + b"tail", whole[:-1] + b"\1"]
+    if version >= produce_codec.FLEXIBLE_FROM:
+        frames += [whole[:-2] + b"\1\0", whole[:-3] + b"\1\0\0", whole[:-3]]
+    for frame in frames:
+        assert frame.startswith(produce_codec._RECENT[0].tail, 8)
+        (kind, got), (kind_kio, want) = _answer(codec.parse_request, frame), _answer(codec.parse_request_kio, frame)
+        assert kind == kind_kio, frame[-8:]
+        if kind == "refused":
+            assert got == want
+        else:
+            _same(got, want)
+    assert [type(known).__name__ for known in produce_codec._RECENT] == ["_KnownTopic"]    # nothing new learnt
+    shape, parts = produce_codec.known_parts(frames[1])
+    assert shape is produce_codec._RECENT[0] and [i for i, _ in parts] == [1, 2, 3, 4, 5]
+    assert all(records.obj is frames[1] for _, records in parts)
+
+
 @pytest.mark.parametrize("version", RESPONSE_VERSIONS)
 def test_the_one_row_answer_is_kios(version):
     """The answer of one partition's row as apis.produce writes it (the bytes around the row laid
-    out once per version and topic: produce_codec._around) is kio's, for names of one- and
+    out once per version and topic: produce_codec._layout) is kio's, for names of one- and
     two-byte lengths, any error code and offsets; other rows (a message, record errors, extra
     fields) take the general layout."""
     from storage.core.errors import Errors
@@ -171,7 +207,22 @@ def test_the_one_row_answer_is_kios(version):
                          {"responses": [{"name": name, "partition_responses": [{**row, "error_message": "no"}]}]},
                          {"responses": [{"name": name, "partition_responses": [row]}], "throttle_time": 5}):
                 assert produce_codec.encode_response(version, 9, body) == codec.encode_response_kio(0, version, 9, body)
-    assert ((version, "t") in produce_codec._AROUND) == (version >= 5)
+    assert ((version, "t") in produce_codec._LAYOUT) == (version >= 5)
+
+
+@pytest.mark.parametrize("version", [v for v in RESPONSE_VERSIONS if v >= 5])
+@SETTINGS
+@given(name=names, rows=st.lists(st.tuples(int32, st.integers(0, 2**62), st.integers(0, 2**62)), min_size=1, max_size=70),
+       correlation_id=int32)
+def test_the_answer_of_several_rows_is_kios(version, name, rows, correlation_id):
+    """The express path's answer of one topic's partitions without errors (encode_rows: the
+    layout of encode_row, a row per partition, 1 to 70 of them: a count of one or two varint
+    bytes from v9) is kio's."""
+    body = {"responses": [{"name": name, "partition_responses": [
+        {"index": i, "error_code": 0, "base_offset": base, "log_start_offset": start, "record_errors": [],
+         "error_message": None} for i, base, start in rows]}]}
+    assert produce_codec.encode_rows(version, correlation_id, name, rows) == \
+        codec.encode_response_kio(0, version, correlation_id, body)
 
 
 @pytest.mark.parametrize("frame_hex", [
