@@ -134,8 +134,8 @@ def rows(groups: dict) -> list[list[str]]:
 
 
 def cpu_rows(groups: dict) -> list[list[str]]:
-    """[run, broker CPU ms per MB, share of one core, MB/s] for every wire run that kept the
-    broker's CPU seconds (wirelib.Side.timed)."""
+    """[run, broker CPU ms per MB, its share of one core, the clients' share, MB/s] for every wire
+    run that kept the broker's CPU seconds (wirelib.Side.timed)."""
     out = []
     for group in CPU_GROUPS:
         for b in groups.get(group, []):
@@ -147,9 +147,10 @@ def cpu_rows(groups: dict) -> list[list[str]]:
                     continue
                 cpu = statistics.median(k["broker_cpu_s"] for k in runs)
                 share = statistics.median(k["broker_cpu_s"] / k["wall_s"] for k in runs if k["wall_s"] > 0)
+                clients = [k["client_cpu_s"] / k["wall_s"] for k in runs if "client_cpu_s" in k and k["wall_s"] > 0]
                 rate = extra.get("throughput_MBps", {}).get(name)
                 out.append([f"{group}: {extra['labels'].get(name, name)}", f"{cpu / mb * 1e3:.1f}", f"{share:.2f}",
-                            f"{rate:,.0f}" if rate else "-"])
+                            f"{statistics.median(clients):.2f}" if clients else "-", f"{rate:,.0f}" if rate else "-"])
     return out
 
 
@@ -170,8 +171,9 @@ def section(groups: dict) -> list[str]:
     if cpu:
         out += ["Broker CPU (utime + stime of the broker process over each run): ms of CPU per MB moved, and "
                 "CPU seconds / wall seconds (1.00: the broker used one whole core, its limit while it is one "
-                "Python process).", ""]
-        out += _table(["run", "CPU ms / MB", "share of a core", "MB/s"], cpu) + [""]
+                "Python process); the clients' CPU seconds / wall seconds beside it (the two together near "
+                "2.00: the machine's two cores are the bound).", ""]
+        out += _table(["run", "CPU ms / MB", "broker's share of a core", "clients' share", "MB/s"], cpu) + [""]
     return out
 
 

@@ -5,11 +5,14 @@ and the loopback sink.
 Broker CPU: every wire run reads the broker process's utime + stime (/proc/PID/stat) before and
 after it, so each run keeps `broker_cpu_s` beside its time; report/wire_table.py turns them into
 CPU seconds per MB moved and the share of one core the broker used (1.0: one core is the limit).
+The clients' CPU over the same run (`client_cpu_s`) is kept too: the broker's share and theirs
+together near 2.0 say the machine's two cores, not the broker, bound the run.
 """
 from __future__ import annotations
 
 import importlib.util
 import os
+import resource
 import socket
 import subprocess
 import sys
@@ -161,11 +164,14 @@ class Side:
         return topic
 
     def timed(self, run) -> dict:
-        """run() -> seconds, with the broker's CPU seconds over the same run beside them."""
-        before, wall = cpu_seconds(self.broker.pid), time.perf_counter()
+        """run() -> seconds, with the broker's CPU seconds over the same run beside them, and the
+        clients': this process's (confluent-kafka and its librdkafka threads) and its children's
+        waited for during the run (rdkafka_performance)."""
+        before, client, wall = cpu_seconds(self.broker.pid), client_cpu_seconds(), time.perf_counter()
         seconds = run()
         wall = time.perf_counter() - wall
-        return {"seconds": seconds, "broker_cpu_s": cpu_seconds(self.broker.pid) - before, "wall_s": wall}
+        return {"seconds": seconds, "broker_cpu_s": cpu_seconds(self.broker.pid) - before,
+                "client_cpu_s": client_cpu_seconds() - client, "wall_s": wall}
 
     def produce(self, acks: str, topic: str | None = None, partitions: int = 0) -> float:
         import confluent_kafka as ck
@@ -233,6 +239,12 @@ class Side:
         self.broker.stop()
         self.sink.kill()
         self.sink.wait(10)
+
+
+def client_cpu_seconds() -> float:
+    """utime + stime of this process and of its children waited for so far."""
+    own, children = resource.getrusage(resource.RUSAGE_SELF), resource.getrusage(resource.RUSAGE_CHILDREN)
+    return own.ru_utime + own.ru_stime + children.ru_utime + children.ru_stime
 
 
 def produce_many(c_client: CClient | None, bootstrap: str, topic: str, count: int, producers: int) -> float:

@@ -5,14 +5,15 @@ the dispatch, the handler's coroutine, the request's and the response's objects 
 
 What it skips is only what the general path (FrameServer._dispatch -> ClientApis.produce ->
 ReplicaManager.handle_produce -> the Produce encoder) would build and throw away; what it does is
-the same, in the same order: the version served and the node ready, SASL's gate, the request
-counted, the internal-topic and batch checks (rules.produce_problem), the replica manager's
-handle_produce (every leadership, epoch and storage check, the append, the high watermark), the
-appends' wake of waiting fetches (node.pump), the request metrics, and the answer byte for byte
-(tests/wire/test_express.py compares both paths).  Anything else goes the general way: a frame it
-does not know (the first of a producer's shape, other APIs), the ACL check on (authz wraps the
-handler), DEBUG logging on, a request the rules refuse (the general path writes that answer), an
-answer with an error or a record error (encoded by the general encoder).
+the same, in the same order: the version served and the node ready, SASL's gate, the ACL check
+(authz.produce_passes: WRITE on the topic), the request counted, the internal-topic and batch
+checks (rules.produce_problem), the replica manager's handle_produce (every leadership, epoch and
+storage check, the append, the high watermark), the appends' wake of waiting fetches
+(node.pump), the request metrics, and the answer byte for byte (tests/wire/test_express.py
+compares both paths).  Anything else goes the general way: a frame it does not know (the first
+of a producer's shape, other APIs), a topic the session may not write (the general path refuses
+it), DEBUG logging on, a request the rules refuse, an answer with an error or a record error
+(encoded by the general encoder).
 """
 from __future__ import annotations
 
@@ -21,7 +22,7 @@ import time
 
 from ..core.errors import Errors
 from ..replication.messages import ProduceRequest
-from . import codec, produce_codec, sasl
+from . import authz, codec, produce_codec, sasl
 from .rules import produce_problem
 
 log = logging.getLogger("storage.wire")
@@ -36,7 +37,7 @@ class ProduceExpress:
 
     def __init__(self, server, apis, handler) -> None:
         self.server, self.apis = server, apis
-        self.handler = handler          # the Produce handler as registered: another one (authz) -> not ours
+        self.handler = handler          # ClientApis.produce (authz may guard it: produce_passes)
         self.taken = 0                  # requests served here
         self.versions = frozenset(v for v in range(FIRST_VERSION, produce_codec.LAST_REQUEST_VERSION + 1)
                                   if codec.is_supported(produce_codec.PRODUCE_KEY, v, server.supported))
@@ -48,8 +49,9 @@ class ProduceExpress:
         shape, parts = hit
         server, version, acks, name = self.server, shape.version, shape.acks, shape.name
         if (acks not in (0, 1) or shape.transactional_id is not None or version not in self.versions
-                or server.handlers[0] is not self.handler or not server.ready.is_set()
-                or not sasl.allowed(produce_codec.PRODUCE_KEY) or log.isEnabledFor(logging.DEBUG)):
+                or not server.ready.is_set() or not sasl.allowed(produce_codec.PRODUCE_KEY)
+                or log.isEnabledFor(logging.DEBUG)
+                or not authz.produce_passes(self.apis.node, self.handler, server.handlers[0], name)):
             return NOT_MINE
         for _, records in parts:
             if records is None or produce_problem(name, records) is not None:

@@ -185,15 +185,16 @@ def test_requests_of_several_partitions_answered_as_the_general_path(tmp_path, p
     assert codes.count([0, 3, 0]) == LAST - 4       # UNKNOWN_TOPIC_OR_PARTITION among the others (acks=1)
 
 
-def test_not_taken_with_acls_on(tmp_path):
-    """With an authorizer the Produce handler is authz's check: the express path leaves every
-    request to it (the ACL check must run)."""
+def test_acls_checked_first(tmp_path):
+    """With an authorizer the express path serves only a session that may WRITE the topic
+    (authz.produce_passes); any other is left to the general path, which refuses it."""
     from storage.wire.authorizer import Authorizer
-    with broker(tmp_path / "acl", authorizer=Authorizer(super_users={"User:ANONYMOUS"})) as (server, loop, port):
-        got = answers(port, [frame(i) for i in range(1, 6)], pipelined=False)
-        assert server.express.taken == 0
-    codes = [codec.decode_response(0, 9, a[4:])[1].responses[0].partition_responses[0].error_code for a in got]
-    assert codes == [0] * 5
+    for principals, taken, code in (({"User:ANONYMOUS"}, 4, 0), ((), 0, 29)):     # 29: TOPIC_AUTHORIZATION_FAILED
+        with broker(tmp_path / f"acl-{taken}", authorizer=Authorizer(super_users=principals)) as (server, _, port):
+            got = answers(port, [frame(i) for i in range(1, 6)], pipelined=False)
+            assert server.express.taken == taken
+        codes = [codec.decode_response(0, 9, a[4:])[1].responses[0].partition_responses[0].error_code for a in got]
+        assert codes == [code] * 5
 
 
 def test_not_taken_while_debug_logging(tmp_path, caplog):
