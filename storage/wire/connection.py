@@ -73,9 +73,10 @@ class Connection(asyncio.BufferedProtocol):
         self._deadline = float("inf")
         self._why = ""
         self._timer: asyncio.TimerHandle | None = None
-        # Served from the protocol's callback (FrameServer._now): fn(size) -> whether it served the
-        # whole frame of `size` bytes at the buffer's head, run in the task's context while the
-        # task waits for the next request (wait_size); the task serves what it leaves.
+        # Served from the protocol's callback (FrameServer._now): fn(size, alone) -> whether it
+        # served the whole frame of `size` bytes at the buffer's head (alone: nothing after it),
+        # run in the task's context while the task waits for the next request (wait_size); the
+        # task serves what it leaves.
         self.eager = None
         self._context: contextvars.Context | None = None    # the task's (a plain connection's)
         self._parked = False        # the task waits in wait_size for the next request
@@ -115,9 +116,9 @@ class Connection(asyncio.BufferedProtocol):
         if self._end - self._head >= BUFFER_BYTES and self.transport is not None:
             self._pause()
         if self._parked and self.eager is not None:
-            self._serve_eagerly()
+            if self._serve_eagerly():
+                self._resume()          # room again, if a frame that filled the buffer paused reading above
             if self._end == self._head and self._parked:    # all served, nothing for the task
-                self._resume()          # a frame that filled the buffer paused reading above
                 return
         if self._end - self._head >= self._want:    # not woken for each part of a frame still arriving
             self._wake()
@@ -173,28 +174,35 @@ class Connection(asyncio.BufferedProtocol):
             waiter.set_result(None)
             self._parked = False
 
-    def _serve_eagerly(self) -> None:
-        """The frame in the buffer served now by `eager`, in the task's context, while the task
-        waits for the next request, when the buffer holds that one whole frame and nothing more:
-        a request sent one at a time is answered without a wake of the task (issue 33's latency
-        row).  Anything else is the task's, as before: bytes of a frame still arriving, requests
-        pipelined (the task serves them without a return to the loop and writes their answers
-        together), a frame `eager` leaves, a client that does not read its answers (the task
-        drains them within connections.max.idle.ms), a request begun here that still runs (the
-        task waits for it before the next), MAX_LATER answers still to come."""
-        size = self.next_size()
-        if (size is None or size < 0 or self._end - self._head != 4 + size or self._writing_paused
-                or self._blocker is not None or (self._later and len(self._later) >= MAX_LATER)):
-            return
+    def _serve_eagerly(self) -> bool:
+        """The whole frames at the buffer's head served now by `eager`, in the task's context,
+        while the task waits for the next request: a request sent one at a time is answered
+        without a wake of the task (issue 33's latency row), and pipelined ones the express path
+        takes (eager's `alone` False) without the task's turn, their answers written together.
+        The first frame `eager` leaves, and all after it, are the task's, as are bytes of a
+        frame still arriving, a client that does not read its answers (the task drains them
+        within connections.max.idle.ms), a request begun here that still runs (the task waits
+        for it before the next), MAX_LATER answers still to come.  True when any was served."""
         self._parked = False        # not entered again from within
+        served = False
         try:
-            if self._context.run(self.eager, size):
-                self._deadline = self._loop.time() + self._idle_s   # not idle: answered now
+            while self._end - self._head >= 4:
+                size = self.next_size()
+                held = self._end - self._head
+                if (size < 0 or held < 4 + size or self._writing_paused
+                        or self._blocker is not None or (self._later and len(self._later) >= MAX_LATER)):
+                    break
+                if not self._context.run(self.eager, size, held == 4 + size):
+                    break
+                served = True
         finally:
+            if served:
+                self._deadline = self._loop.time() + self._idle_s   # not idle: answered now
             if self._writing_paused or self._blocker is not None or (self._later and len(self._later) >= MAX_LATER):
                 self._wake()        # the task drains, waits for the request begun or for answers to go
             waiter = self._waiter
             self._parked = waiter is not None and not waiter.done()
+        return served
 
     # ---- the deadline of a wait (one timer per connection, moved by assignment) ----
     def _arm(self, deadline: float, why: str) -> None:

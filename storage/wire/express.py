@@ -51,7 +51,8 @@ class ProduceExpress:
         if (acks not in (0, 1) or shape.transactional_id is not None or version not in self.versions
                 or not server.ready.is_set() or not sasl.allowed(produce_codec.PRODUCE_KEY)
                 or log.isEnabledFor(logging.DEBUG)
-                or not authz.produce_passes(self.apis.node, self.handler, server.handlers[0], name)):
+                or (server.handlers[0] is not self.handler
+                    and not authz.produce_passes(self.apis.node, self.handler, server.handlers[0], name))):
             return NOT_MINE
         for _, records in parts:
             if records is None or produce_problem(name, records) is not None:
@@ -63,7 +64,9 @@ class ProduceExpress:
         node = self.apis.node
         manager = node.manager
         try:
-            answers = [manager.handle_produce(ProduceRequest(name, index, records, acks)) for index, records in parts]
+            answers = []
+            for index, records in parts:
+                answers.append(manager.handle_produce(ProduceRequest(name, index, records, acks)))
             node.pump()         # the appends woke the fetches waiting on them (ReplicaManager.on_append)
             if acks == 0:
                 body = None

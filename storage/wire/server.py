@@ -277,7 +277,7 @@ class FrameServer:
         except Exception as exc:
             return self.answer_failure(exc, key, version, correlation_id, header, request, started)
 
-    def _now(self, connection: Connection, size: int) -> bool:
+    def _now(self, connection: Connection, size: int, alone: bool = True) -> bool:
         """Serve the whole frame of `size` bytes at the head of `connection`'s buffer now, from the
         protocol's callback while the connection's task waits for its next request (Connection.
         _serve_eagerly, in the task's context): a Produce the express path takes (express.py),
@@ -286,7 +286,8 @@ class FrameServer:
         request answered one at a time pays no wake of the task.  Served as _requests serves it
         (counted, metrics, logs, error answers, Later); a handler that waits goes on in a task of
         its own, answered in its turn, and the connection's next request waits for it.  False:
-        left to the task (anything else, or a frame it would refuse: its error path is there)."""
+        left to the task (anything else, or a frame it would refuse: its error path is there).
+        A frame with more after it (not `alone`: pipelined) is served only by the express path."""
         view = connection.peek(size)
         if size < 8 or view[0] or view[1] != produce_codec.PRODUCE_KEY or size > codec.MAX_REQUEST_BYTES:
             return False
@@ -298,6 +299,8 @@ class FrameServer:
                 if response is not None:
                     connection.answer(response)
                 return True
+        if not alone:
+            return False
         key, version = produce_codec.PRODUCE_KEY, view[2] << 8 | view[3]
         if not (codec.is_supported(key, version, self.supported) and sasl.allowed(key) and self.ready.is_set()):
             return False
