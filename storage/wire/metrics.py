@@ -23,7 +23,6 @@ from __future__ import annotations
 
 import asyncio
 import concurrent.futures
-import time
 from bisect import bisect_left
 from time import perf_counter
 
@@ -32,6 +31,7 @@ from prometheus_client import metrics as prometheus_metrics
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, HistogramMetricFamily, Metric
 from prometheus_client.utils import floatToGoString
 
+from ..core.clock import wall_seconds
 from ..core.errors import Errors
 from ..log.metrics import FSYNC_BUCKETS_SECONDS
 from ..replication.messages import NO_LEADER
@@ -102,7 +102,7 @@ class ServerMetrics:
         r = self.registry
         self.counts: dict[int, list] = {}       # API key -> [count per bucket ..., latency sum]
         self.errors: dict[tuple[int, int], int] = {}   # (API key, error code) -> answers that carried it
-        self.created: dict = {}      # an API key or (key, code) -> when its series appeared (time.time())
+        self.created: dict = {}      # an API key or (key, code) -> when its series appeared (wall_seconds)
         r.register(RequestFamilies(self, state.loop))
         ProcessCollector(registry=r)      # process_open_fds, memory, CPU
         r.register(state)
@@ -111,7 +111,7 @@ class ServerMetrics:
 
     def _first(self, key: int) -> list:
         """The counts of API `key`, made at its first request."""
-        self.created[key] = time.time()
+        self.created[key] = wall_seconds()
         counts = self.counts[key] = [0] * _SUM + [0.0]
         return counts
 
@@ -136,7 +136,7 @@ class ServerMetrics:
         if labels in self.errors:
             self.errors[labels] += 1
         else:
-            self.created[labels] = time.time()
+            self.created[labels] = wall_seconds()
             self.errors[labels] = 1
 
     def listen(self, host: str, port: int) -> int:
