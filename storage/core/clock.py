@@ -13,3 +13,8 @@ def wall_ms() -> int:
 
 def monotonic_ms() -> int:
     return time.monotonic_ns() // 1_000_000
+
+
+def wall_seconds() -> float:
+    """Wall-clock seconds, as prometheus_client stamps a series' `_created` (wire/metrics.py)."""
+    return time.time()

@@ -3,7 +3,9 @@ format, through prometheus_client (docs/guide-operations.md lists them with Kafk
 
 Each process has its own registry (never the library's global one: tests run several servers
 in one process).  Requests are counted as they are answered (FrameServer calls `answered` or
-`failed` from its dispatch); everything else is read at scrape time by a Collector from the
+`failed` from its dispatch), in plain numbers per API that RequestFamilies turns into
+Prometheus families at scrape time (a request costs a few list updates, not prometheus_client's
+locked children); everything else is read at scrape time by a Collector from the
 state the broker already keeps -- the replica manager's partitions and topic counters, the log
 dir's engine counters (storage/log/metrics.py), the group coordinator's committed offsets, the
 connection gate, the controller's partitions and brokers.  That state belongs to the event
@@ -20,15 +22,21 @@ Invariants:
 from __future__ import annotations
 
 import asyncio
-import time
+import concurrent.futures
+from bisect import bisect_left
+from time import perf_counter
 
-from prometheus_client import CollectorRegistry, Counter, Histogram, ProcessCollector, start_http_server
-from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, HistogramMetricFamily
+from prometheus_client import CollectorRegistry, ProcessCollector, start_http_server
+from prometheus_client import metrics as prometheus_metrics
+from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, HistogramMetricFamily, Metric
+from prometheus_client.utils import floatToGoString
 
+from ..core.clock import wall_seconds
 from ..core.errors import Errors
 from ..log.metrics import FSYNC_BUCKETS_SECONDS
 from ..replication.messages import NO_LEADER
 from . import codec
+from .produce_codec import PRODUCE_KEY
 
 # Request latency buckets (seconds): a cached metadata answer to a produce waiting for acks=all.
 LATENCY_BUCKETS_SECONDS = (0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0)
@@ -59,48 +67,77 @@ def error_codes(body, out: list) -> list:
     return out
 
 
+def produce_error_codes(body: dict, out: list) -> list:
+    """error_codes of a Produce answer, read where its schema keeps them (ProduceResponse.json:
+    a partition's ErrorCode is its only error field -- record errors, the current leader and the
+    node endpoints carry none), as Kafka's ProduceResponse.errorCounts reads them; the same codes,
+    in the same order, as error_codes' walk of the whole answer finds, at a fifth of its cost."""
+    for topic in body["responses"]:
+        for row in topic["partition_responses"]:
+            if row["error_code"]:
+                out.append(int(row["error_code"]))
+    return out
+
+
+_ERROR_WALKS = {PRODUCE_KEY: produce_error_codes}     # API key -> its answers' error walk (else error_codes)
+# A request's latency is counted in the first bucket whose bound it does not exceed (Prometheus'
+# `le`, prometheus_client's Histogram.observe); the last bound is +Inf.
+_BOUNDS = (*LATENCY_BUCKETS_SECONDS, float("inf"))
+_SUM = len(_BOUNDS)     # an API's counts: one per bucket, then the latency sum
+
+
 class ServerMetrics:
     """The registry of one server process, the request metrics its dispatch feeds, and its
-    scrape-time collector (a `BrokerState` or `ControllerState`)."""
+    scrape-time collector (a `BrokerState` or `ControllerState`).
+
+    A request costs its dispatch a few list and dict updates, no more: per API key one list of
+    plain numbers (a count per latency bucket, the latency sum) and, when an answer carries error
+    codes, a count per (API key, code).  The Prometheus families are built from them at scrape
+    time (RequestFamilies), exactly as prometheus_client's Counter and Histogram children fed per
+    request would show them: the same names, labels, buckets, values and `_created` series, in
+    the order the series first appeared."""
 
     def __init__(self, state):
         self.registry = CollectorRegistry(auto_describe=False)
         r = self.registry
-        self.requests = Counter("kafka_network_requestmetrics_requests", "Requests answered (Kafka's RequestsPerSec)",
-                                ["request"], registry=r)
-        self.latency = Histogram("kafka_network_requestmetrics_totaltime_seconds",
-                                 "Time from a parsed request to its answer (Kafka's TotalTimeMs)", ["request"],
-                                 buckets=LATENCY_BUCKETS_SECONDS, registry=r)
-        self.errors = Counter("kafka_network_requestmetrics_errors", "Error codes in answers (Kafka's ErrorsPerSec)",
-                              ["request", "error"], registry=r)
-        self._children: dict[int, tuple] = {}      # API key -> (its name, its requests and latency children)
+        self.counts: dict[int, list] = {}       # API key -> [count per bucket ..., latency sum]
+        self.errors: dict[tuple[int, int], int] = {}   # (API key, error code) -> answers that carried it
+        self.created: dict = {}      # an API key or (key, code) -> when its series appeared (wall_seconds)
+        r.register(RequestFamilies(self, state.loop))
         ProcessCollector(registry=r)      # process_open_fds, memory, CPU
         r.register(state)
         self.httpd = None
         self.port = 0
 
-    def _labelled(self, key: int) -> tuple:
-        """(name, requests child, latency child) of API `key`, looked up once (labels() takes a
-        lock and builds its key every call)."""
-        children = self._children.get(key)
-        if children is None:
-            name = codec.api_name(key)
-            children = self._children[key] = (name, self.requests.labels(name), self.latency.labels(name))
-        return children
+    def _first(self, key: int) -> list:
+        """The counts of API `key`, made at its first request."""
+        self.created[key] = wall_seconds()
+        counts = self.counts[key] = [0] * _SUM + [0.0]
+        return counts
 
     def answered(self, key: int, started: float, body) -> None:
-        name, requests, latency = self._children.get(key) or self._labelled(key)
-        requests.inc()
-        latency.observe(time.perf_counter() - started)
+        elapsed = perf_counter() - started
+        counts = self.counts.get(key) or self._first(key)
+        counts[bisect_left(_BOUNDS, elapsed)] += 1
+        counts[_SUM] += elapsed
         if body is not None:
-            for code in error_codes(body, []):
-                self.errors.labels(name, _error_name(code)).inc()
+            for code in _ERROR_WALKS.get(key, error_codes)(body, []):
+                self._error(key, code)
 
     def failed(self, key: int, started: float, exc: BaseException) -> None:
-        name, requests, latency = self._children.get(key) or self._labelled(key)
-        requests.inc()
-        latency.observe(time.perf_counter() - started)
-        self.errors.labels(name, _error_name(int(getattr(exc, "error_code", Errors.UNKNOWN_SERVER_ERROR)))).inc()
+        elapsed = perf_counter() - started
+        counts = self.counts.get(key) or self._first(key)
+        counts[bisect_left(_BOUNDS, elapsed)] += 1
+        counts[_SUM] += elapsed
+        self._error(key, int(getattr(exc, "error_code", Errors.UNKNOWN_SERVER_ERROR)))
+
+    def _error(self, key: int, code: int) -> None:
+        labels = (key, code)
+        if labels in self.errors:
+            self.errors[labels] += 1
+        else:
+            self.created[labels] = wall_seconds()
+            self.errors[labels] = 1
 
     def listen(self, host: str, port: int) -> int:
         """Serve the registry over HTTP (a daemon thread); returns the port (0: any free one)."""
@@ -112,6 +149,67 @@ class ServerMetrics:
             self.httpd.shutdown()
             self.httpd.server_close()
             self.httpd = None
+
+
+class RequestFamilies:
+    """A Collector of the request metrics: requests, latency histogram and errors per API, built
+    from a copy of ServerMetrics' numbers.  The copy is taken on the server's event loop, where
+    the dispatch counts, so a bucket, the count and the sum always agree; a loop that is not
+    running counts nothing, and its numbers are copied where the scrape runs."""
+
+    def __init__(self, metrics: ServerMetrics, loop: asyncio.AbstractEventLoop | None):
+        self.metrics = metrics
+        self.loop = loop
+
+    def _copy(self) -> tuple[dict, dict, dict]:
+        m = self.metrics
+
+        def copy() -> tuple[dict, dict, dict]:
+            return {key: list(counts) for key, counts in m.counts.items()}, dict(m.errors), dict(m.created)
+        loop = self.loop
+        if loop is None or not loop.is_running() or _running_loop() is loop:
+            return copy()
+        done: concurrent.futures.Future = concurrent.futures.Future()
+        try:
+            loop.call_soon_threadsafe(lambda: done.set_result(copy()))
+            return done.result(SCRAPE_TIMEOUT_S)
+        except (RuntimeError, TimeoutError):     # the loop closed meanwhile: it counts no more
+            return copy()
+
+    def collect(self) -> list:
+        counts, errors, created = self._copy()
+        with_created = prometheus_metrics._use_created     # prometheus_client.disable_created_metrics()
+        requests = Metric("kafka_network_requestmetrics_requests", "Requests answered (Kafka's RequestsPerSec)",
+                          "counter")
+        latency = Metric("kafka_network_requestmetrics_totaltime_seconds",
+                         "Time from a parsed request to its answer (Kafka's TotalTimeMs)", "histogram")
+        failures = Metric("kafka_network_requestmetrics_errors", "Error codes in answers (Kafka's ErrorsPerSec)",
+                          "counter")
+        for key, numbers in counts.items():
+            labels = {"request": codec.api_name(key)}
+            total = 0.0
+            for bound, count in zip(_BOUNDS, numbers):
+                total += count
+                latency.add_sample(latency.name + "_bucket", {**labels, "le": floatToGoString(bound)}, total)
+            latency.add_sample(latency.name + "_count", labels, total)
+            latency.add_sample(latency.name + "_sum", labels, numbers[_SUM])
+            requests.add_sample(requests.name + "_total", labels, total)
+            if with_created:
+                latency.add_sample(latency.name + "_created", labels, created[key])
+                requests.add_sample(requests.name + "_created", labels, created[key])
+        for (key, code), count in errors.items():
+            labels = {"request": codec.api_name(key), "error": _error_name(code)}
+            failures.add_sample(failures.name + "_total", labels, float(count))
+            if with_created:
+                failures.add_sample(failures.name + "_created", labels, created[(key, code)])
+        return [requests, latency, failures]
+
+
+def _running_loop() -> asyncio.AbstractEventLoop | None:
+    try:
+        return asyncio.get_running_loop()
+    except RuntimeError:
+        return None
 
 
 class _OnLoop:

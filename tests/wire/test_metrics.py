@@ -4,6 +4,8 @@ values move as the run did (docs/guide-operations.md)."""
 from __future__ import annotations
 
 import re
+import socket
+import struct
 import urllib.request
 
 import pytest
@@ -13,6 +15,8 @@ ck = pytest.importorskip("confluent_kafka")
 from confluent_kafka.admin import AdminClient, NewTopic  # noqa: E402
 from prometheus_client.parser import text_string_to_metric_families  # noqa: E402
 
+import storage  # noqa: E402
+from storage.wire import codec  # noqa: E402
 from tests.wire_support import Broker, free_port_base  # noqa: E402
 
 N = 120
@@ -199,3 +203,53 @@ def test_storage_cluster_serves_metrics_and_they_see_a_broker_die(tmp_path):
                 proc.kill()
                 proc.wait(10)
             proc.stdout.close()
+
+
+def test_a_broker_scrape_moves_by_a_known_mix(tmp_path):
+    """A broker with --metrics-listen: a scrape before and after raw Produce requests -- five
+    one at a time (served from the receive callback), five pipelined, one to a topic that does
+    not exist -- moves the Produce series by exactly those, and nothing else changes shape."""
+    broker, url = start_with_metrics(tmp_path / "data", "--no-auto-create-topics")
+    try:
+        admin = AdminClient({"bootstrap.servers": broker.bootstrap})
+        admin.create_topics([NewTopic("k", 1, 1)])["k"].result(30)
+        batch = storage.build_batch([b"v" * 100])
+
+        def frame(i: int, topic: str = "k") -> bytes:
+            return codec.encode_request(0, 9, i, "mix", {
+                "transactional_id": None, "acks": 1, "timeout": 30_000,
+                "topic_data": [{"name": topic, "partition_data": [{"index": 0, "records": batch}]}]})
+        before = scrape(url)
+        with socket.create_connection(("127.0.0.1", broker.port), timeout=30) as sock:
+            for i in range(5):
+                sock.sendall(frame(i))
+                _read_answers(sock, 1)
+            sock.sendall(b"".join(frame(i) for i in range(5, 10)) + frame(10, "nope"))
+            _read_answers(sock, 6)
+        after = scrape(url)
+    finally:
+        broker.kill()
+    moved = {k: after[k] - before.get(k, 0.0) for k in after if not k[0].endswith("_created")}
+    produce = frozenset({("request", "Produce")})
+    assert moved[("kafka_network_requestmetrics_requests_total", produce)] == 11
+    assert moved[("kafka_network_requestmetrics_totaltime_seconds_count", produce)] == 11
+    assert moved[("kafka_network_requestmetrics_totaltime_seconds_bucket", produce | {("le", "+Inf")})] == 11
+    assert moved[("kafka_network_requestmetrics_totaltime_seconds_sum", produce)] > 0
+    assert moved[("kafka_network_requestmetrics_errors_total",
+                  produce | {("error", "UNKNOWN_TOPIC_OR_PARTITION")})] == 1
+    assert {k: v for k, v in moved.items() if k[0].startswith("kafka_network") and v and "Produce" not in str(k)} == {}
+    # Every series before is there after; the new ones are Produce's (its first requests).
+    assert set(before) <= set(after)
+    assert all(("request", "Produce") in labels for name, labels in set(after) - set(before)
+               if name.startswith("kafka_network"))
+
+
+def _read_answers(sock: socket.socket, count: int) -> None:
+    pending = b""
+    while count:
+        while len(pending) < 4 or len(pending) < 4 + struct.unpack_from(">i", pending)[0]:
+            data = sock.recv(1 << 16)
+            assert data, "the broker closed the connection"
+            pending += data
+        pending = pending[4 + struct.unpack_from(">i", pending)[0]:]
+        count -= 1
