@@ -119,7 +119,7 @@ class ReplicaManager(FetchAnswers, OffsetAnswers):
     def __init__(self, broker_id: int, logdir: LogDir, *, broker_epoch: int = -1, min_insync_replicas: int = 1,
                  replica_lag_time_max_ms: int = 30_000, produce_timeout_ms: int = 30_000,
                  clock: Callable[[], int] | None = None, recovery_hook=None, fetcher_options: dict | None = None,
-                 follower_reads: bool = False):
+                 follower_reads: bool = False, isr_check_interval_ms: int = 0):
         from .fetcher import ReplicaFetcher
 
         self.broker_id = broker_id
@@ -128,6 +128,9 @@ class ReplicaManager(FetchAnswers, OffsetAnswers):
         self.min_insync_replicas = min_insync_replicas
         self.topic_min_isr: dict[str, int] = {}     # topic-level min.insync.replicas overrides
         self.replica_lag_time_max_ms = replica_lag_time_max_ms
+        # The ISR scan runs at most this often (0: every tick); a broker uses Kafka's
+        # isr-expiration period, replica.lag.time.max.ms / 2.
+        self.isr_check_interval_ms, self._next_isr_check = isr_check_interval_ms, 0
         self.produce_timeout_ms = produce_timeout_ms
         self.clock = clock or monotonic_ms
         self.recovery_hook = recovery_hook
@@ -403,10 +406,19 @@ class ReplicaManager(FetchAnswers, OffsetAnswers):
         return True
 
     def tick(self) -> None:
-        """Periodic work: shrink the ISR of lagging followers, expire delayed produces."""
+        """Periodic work: shrink the ISR of lagging followers (every isr_check_interval_ms),
+        expire delayed produces."""
         if self._went_offline():
             return
         now = self.clock()
+        if now >= self._next_isr_check:
+            self._next_isr_check = now + self.isr_check_interval_ms
+            self._shrink_isrs(now)
+        for d in self._delayed.take_expired(now):
+            d.callback(ProduceResponse(d.topic, d.partition, Errors.REQUEST_TIMED_OUT, d.base_offset))
+
+    def _shrink_isrs(self, now: int) -> None:
+        """Kafka's maybeShrinkIsr: each led partition's followers out of sync leave its ISR."""
         for p in self.partitions.values():
             if p.leader != self.broker_id or p.inflight is not None or p.recovering:
                 continue
@@ -418,8 +430,6 @@ class ReplicaManager(FetchAnswers, OffsetAnswers):
                               self._lag(p.followers[b], now) for b in out), p.log.high_watermark,
                           p.log.log_end_offset, self.replica_lag_time_max_ms)
                 self._submit_alter_partition(p, [b for b in p.isr if b not in out], p.leader_recovery_state)
-        for d in self._delayed.take_expired(now):
-            d.callback(ProduceResponse(d.topic, d.partition, Errors.REQUEST_TIMED_OUT, d.base_offset))
 
     @staticmethod
     def _lag(f: FollowerState, now: int) -> str:
