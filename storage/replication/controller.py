@@ -15,7 +15,9 @@ Invariants:
     KIP-841/903, M13);
   - fencing a broker removes it from every ISR except where it is the last member, which stays
     in the ISR with no leader (docs/kafka-formats.md 8.3);
-  - every change is committed to the store in one transaction before it is published;
+  - every change is committed to the store in one transaction before it is published, and
+    every commit or stored document bumps `changes`: the metadata publishers
+    (storage/wire/metadata.py, `Publication`) compute records only when it moved;
   - a commit that fails (an I/O error of the store: a full disk, EIO) is the failure state, as a
     failed log-dir write is: the in-memory state goes back to the store's last commit, the
     outbox is dropped (nothing of the change is published), the failure channel goes offline
@@ -86,6 +88,9 @@ class Controller:
         self.next_broker_epoch = 1
         self.controller_epoch = 1
         self._outbox: list[tuple[int, object]] = []
+        # Bumped by every change of the state published as metadata records (each commit, each
+        # document put, whatever the outcome): the publishers compute records only when it moved.
+        self.changes = 0
         self.leader_elections = 0     # leaders set since this process started (metrics)
         self.unclean_elections: list[tuple[str, int, int, int, bool]] = []   # (topic, partition, leader, epoch, RECOVERING)
         # Topics created through create_topic: name -> {"topic_id": hex, "configs": {name: value}}
@@ -117,6 +122,7 @@ class Controller:
 
     def _commit(self, *, brokers=(), partitions=(), topics: bool = False, deleted=(),
                 broker_configs: bool = False) -> None:
+        self.changes += 1
         if self.store is None:
             return
         documents = {"controller": {"next_broker_epoch": self.next_broker_epoch,
@@ -150,6 +156,7 @@ class Controller:
     def put_document(self, name: str, value: dict) -> None:
         """A named document of the process (endpoints, the cluster id) in the store, under the
         same failure rule as a commit."""
+        self.changes += 1
         try:
             self.failure_channel.check()
             self.store.put_document(name, value)

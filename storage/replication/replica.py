@@ -17,7 +17,8 @@ Invariants (each guard carries its catalogue id, storage/core/guards.py):
     registered (KIP-903, M13); the AlterPartition request is built from the same snapshot as
     the check, one change at a time, and a retry keeps the broker epochs (M15);
   - Fetch answers (the KIP-74 budget, M7, M32, KIP-903's stale fetch, follower reads) are
-    FetchAnswers' (storage/replication/fetch_answers.py), a mixin of ReplicaManager;
+    FetchAnswers' (storage/replication/fetch_answers.py), ListOffsets and DeleteRecords
+    OffsetAnswers' (offset_answers.py): mixins of ReplicaManager;
   - the high watermark is the minimum log end offset over the leader and the maximal ISR
     (pending additions included, M11) and caught-up eligible followers; it never moves back
     and does not advance while the ISR is below min.insync.replicas (M19);
@@ -37,11 +38,9 @@ from ..core import errors, guards
 from ..core.clock import monotonic_ms
 from ..core.errors import Errors
 from ..dir.logdir import LogDir
-from ..log.reads import EARLIEST_TIMESTAMP, LATEST_TIMESTAMP, MAX_TIMESTAMP
 from .delayed import DelayedProduce, DelayedProduces
 from .fetch_answers import FetchAnswers, FollowerState
 from .messages import (
-    CONSUMER_REPLICA_ID,
     EPOCH_DURING_DELETE,
     NO_EPOCH,
     NO_LEADER,
@@ -74,6 +73,7 @@ from .messages import (
     WriteTxnMarkersResponse,
     epoch_end_on_the_wire,
 )
+from .offset_answers import OffsetAnswers
 
 _log = logging.getLogger("storage.replica")   # docs/guide-operations.md, Logs
 
@@ -111,7 +111,7 @@ class Partition:
                               list(self.isr), list(self.replicas), self.leader_recovery_state)
 
 
-class ReplicaManager(FetchAnswers):
+class ReplicaManager(FetchAnswers, OffsetAnswers):
     """One broker's replicas.  `recovery_hook(partition)` runs when this broker becomes an
     unclean (RECOVERING) leader; it returns True when recovery is complete, False when the
     caller will call `complete_leader_recovery` later."""
@@ -119,7 +119,7 @@ class ReplicaManager(FetchAnswers):
     def __init__(self, broker_id: int, logdir: LogDir, *, broker_epoch: int = -1, min_insync_replicas: int = 1,
                  replica_lag_time_max_ms: int = 30_000, produce_timeout_ms: int = 30_000,
                  clock: Callable[[], int] | None = None, recovery_hook=None, fetcher_options: dict | None = None,
-                 follower_reads: bool = False):
+                 follower_reads: bool = False, isr_check_interval_ms: int = 0):
         from .fetcher import ReplicaFetcher
 
         self.broker_id = broker_id
@@ -128,6 +128,9 @@ class ReplicaManager(FetchAnswers):
         self.min_insync_replicas = min_insync_replicas
         self.topic_min_isr: dict[str, int] = {}     # topic-level min.insync.replicas overrides
         self.replica_lag_time_max_ms = replica_lag_time_max_ms
+        # The ISR scan runs at most this often (0: every tick); a broker uses Kafka's
+        # isr-expiration period, replica.lag.time.max.ms / 2.
+        self.isr_check_interval_ms, self._next_isr_check = isr_check_interval_ms, 0
         self.produce_timeout_ms = produce_timeout_ms
         self.clock = clock or monotonic_ms
         self.recovery_hook = recovery_hook
@@ -403,10 +406,19 @@ class ReplicaManager(FetchAnswers):
         return True
 
     def tick(self) -> None:
-        """Periodic work: shrink the ISR of lagging followers, expire delayed produces."""
+        """Periodic work: shrink the ISR of lagging followers (every isr_check_interval_ms),
+        expire delayed produces."""
         if self._went_offline():
             return
         now = self.clock()
+        if now >= self._next_isr_check:
+            self._next_isr_check = now + self.isr_check_interval_ms
+            self._shrink_isrs(now)
+        for d in self._delayed.take_expired(now):
+            d.callback(ProduceResponse(d.topic, d.partition, Errors.REQUEST_TIMED_OUT, d.base_offset))
+
+    def _shrink_isrs(self, now: int) -> None:
+        """Kafka's maybeShrinkIsr: each led partition's followers out of sync leave its ISR."""
         for p in self.partitions.values():
             if p.leader != self.broker_id or p.inflight is not None or p.recovering:
                 continue
@@ -418,8 +430,6 @@ class ReplicaManager(FetchAnswers):
                               self._lag(p.followers[b], now) for b in out), p.log.high_watermark,
                           p.log.log_end_offset, self.replica_lag_time_max_ms)
                 self._submit_alter_partition(p, [b for b in p.isr if b not in out], p.leader_recovery_state)
-        for d in self._delayed.take_expired(now):
-            d.callback(ProduceResponse(d.topic, d.partition, Errors.REQUEST_TIMED_OUT, d.base_offset))
 
     @staticmethod
     def _lag(f: FollowerState, now: int) -> str:
@@ -588,53 +598,6 @@ class ReplicaManager(FetchAnswers):
     def _fail_delayed(self, p: Partition, code: int) -> None:
         for d in self._delayed.take_all(p.key):
             d.callback(ProduceResponse(d.topic, d.partition, code, d.base_offset))
-
-    # ---- list offsets, delete records ------------------------------------------------------------
-    def handle_list_offsets(self, request: ListOffsetsRequest) -> ListOffsetsResponse:
-        def answer(code, timestamp=-1, offset=-1, epoch=NO_EPOCH):
-            return ListOffsetsResponse(request.topic, request.partition, code, timestamp, offset, epoch)
-
-        p, code = self.leader_partition(request.topic, request.partition, request.current_leader_epoch)
-        if code:
-            return answer(code)
-        log = p.log
-        consumer = request.replica_id == CONSUMER_REPLICA_ID
-        if consumer and p.leader_epoch_start_offset > log.high_watermark and request.timestamp != EARLIEST_TIMESTAMP:
-            return answer(Errors.OFFSET_NOT_AVAILABLE)      # a new leader's HW has not caught up yet
-        if request.timestamp == LATEST_TIMESTAMP:
-            offset = log.high_watermark if consumer else log.log_end_offset
-            return answer(Errors.NONE, -1, offset, log.epoch_for_offset(offset - 1) if offset > 0 else NO_EPOCH)
-        found = log.offset_for_timestamp(request.timestamp) if request.timestamp in (EARLIEST_TIMESTAMP, MAX_TIMESTAMP) \
-            or request.timestamp >= 0 else None
-        if found is None or (consumer and found.offset >= log.high_watermark and request.timestamp != EARLIEST_TIMESTAMP):
-            return answer(Errors.NONE)
-        epoch = found.leader_epoch if found.leader_epoch is not None else NO_EPOCH
-        return answer(Errors.NONE, found.timestamp, found.offset, epoch)
-
-    def low_watermark(self, topic: str, partition: int) -> int | None:
-        """The lowest log start offset of a led partition's replicas on live brokers (Kafka's
-        Partition.lowWatermarkIfLeader: a follower counts with what its last fetch said, -1
-        before any); None when this broker does not lead it."""
-        p = self.partitions.get((topic, partition))
-        if p is None or p.leader != self.broker_id:
-            return None
-        low = p.log.log_start_offset
-        for b, follower in p.followers.items():
-            info = self.metadata.get(b)
-            if b in p.replicas and info is not None and not info.fenced:
-                low = min(low, follower.log_start_offset)
-        return low
-
-    def handle_delete_records(self, request: DeleteRecordsRequest) -> DeleteRecordsResponse:
-        p, code = self.leader_partition(request.topic, request.partition)
-        if code:
-            return DeleteRecordsResponse(request.topic, request.partition, code)
-        log = p.log
-        offset = log.high_watermark if request.offset == -1 else request.offset
-        if offset < 0 or offset > log.high_watermark:
-            return DeleteRecordsResponse(request.topic, request.partition, Errors.OFFSET_OUT_OF_RANGE)
-        log.increment_log_start_offset(offset)
-        return DeleteRecordsResponse(request.topic, request.partition, Errors.NONE, log.log_start_offset)
 
     # ---- an offline log dir (Kafka's ReplicaManager.handleLogDirFailure) --------------------------
     @property

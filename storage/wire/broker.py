@@ -65,6 +65,7 @@ class MetadataSource(Protocol):
     replication_factor: int
     logdir: LogDir
     manager: ReplicaManager
+    metadata_changes: int            # bumped by every batch of metadata records replayed
 
     @property
     def controller_id(self) -> int: ...
@@ -166,12 +167,16 @@ class Broker:
         self._manager_options = {"min_insync_replicas": min_insync_replicas}
         if replica_lag_time_max_ms is not None:
             self._manager_options["replica_lag_time_max_ms"] = replica_lag_time_max_ms
+        # Kafka's isr-expiration period: the ISR scan every replica.lag.time.max.ms / 2 (the
+        # manager's default, 30 s, when not given), not every 100 ms tick.
+        self._manager_options["isr_check_interval_ms"] = (replica_lag_time_max_ms or 30_000) // 2
         self.link = link
         self.authorizer = authorizer      # loaded with every ACL the metadata records replay
         self.image = MetadataImage()
         self.topic_settings: dict[str, topic_configs.TopicConfig] = {}   # parsed once per change
         self.caught_up = False
         self.metadata_epoch = 0          # the controller epoch of the last batch replayed
+        self.metadata_changes = 0        # batches replayed (and catch_up): what periodic work reads moved
         self.broker_epoch = -1
         self.logdir: LogDir | None = None
         self.manager: ReplicaManager | None = None
@@ -343,6 +348,7 @@ class Broker:
         into the image; once caught up, each change goes to the replica manager.  A topic's
         configs are parsed once per batch that changes them (`topic_configs.TopicConfig`)."""
         self.metadata_epoch = controller_epoch
+        self.metadata_changes += 1
         changes = []
         for value in values:
             api_key, _, fields = mr.decode(value)
@@ -397,6 +403,7 @@ class Broker:
         self.manager.on_append, self.manager.on_high_watermark = self._appended, self._high_watermark_moved
         self._log_overrides()
         self.caught_up = True
+        self.metadata_changes += 1
         self._apply(("broker", None))
         for name in self.image.topic_ids:
             self._apply(("topic", name))

@@ -37,7 +37,7 @@ from .broker import PRODUCER_ID_BLOCK
 from .client import CLIENT_ID as BROKER_CLIENT_ID
 from .codec import ms
 from .listeners import Listener
-from .metadata import MetadataImage, endpoint_list, records_for
+from .metadata import MetadataImage, Publication, endpoint_list
 from .server import FrameServer
 
 log = logging.getLogger("storage.wire")
@@ -63,6 +63,7 @@ class ControllerServer(FrameServer):
         # One failure state for the process: a failed commit of the store, or of the metadata log.
         self.controller.failure_channel = self.logdir.failure_channel
         self.image = MetadataImage()
+        self.publication = Publication(self.image)
         self.acl_control = AclControl(self.controller)
         self.endpoints: dict[int, list] = {      # each broker's listeners, the inter-broker one first
             int(b): endpoint_list(a) for b, a in (self.controller.store.get_document("endpoints") or {}).items()}
@@ -79,12 +80,13 @@ class ControllerServer(FrameServer):
 
     # ---- the metadata log ----
     def sync(self) -> None:
-        """Append what changed as one batch of metadata records, flushed, then wake fetchers.
+        """Append what changed as one batch of metadata records, flushed, then wake fetchers;
+        nothing to compare when the controller's state did not change (metadata.Publication).
         Once the metadata log is offline every call raises (the image already counted the
         records of the failed batch: nothing may look published after the failure)."""
         self.logdir.failure_channel.check()
         self.controller.take_outbox()           # the log replaces the in-process messages
-        values = records_for(self.controller, self.image, self.endpoints, self.acl_control.acls)
+        values = self.publication.records(self.controller, self.endpoints, self.acl_control.acls)
         if not values:
             return
         epoch = max(self.controller.controller_epoch, 0)

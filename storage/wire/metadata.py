@@ -1,10 +1,13 @@
 """The cluster metadata as the metadata log carries it (KRaft-style): the controller turns each
-change of its state into records (`records_for`), and every broker replays the records into a
-`MetadataImage` -- brokers with their addresses and registration state, topics with ids and
-configs, partitions with their full leadership record.
+change of its state into records (`records_for`, through a `Publication`: only when its state
+changed), and every broker replays the records into a `MetadataImage` -- brokers with their
+addresses and registration state, topics with ids and configs, partitions with their full
+leadership record.
 """
 from __future__ import annotations
 
+import logging
+import os
 import uuid
 from dataclasses import dataclass, field
 
@@ -16,6 +19,12 @@ from .scram import Credential
 from .scram import records as scram_records
 
 NO_DIR = bytes(16)          # Kafka's unassigned log directory
+# Tests set this to a directory (tests/conftest.py): a Publication that skips its comparison
+# (nothing counted as changed) runs it anyway, and one that would have written records is a
+# change never counted -- written there as a file and logged; the tests fail on such a file.
+CHECK_ENV = "STORAGE_CHECK_METADATA_SKIPS"
+
+log = logging.getLogger("storage.wire")
 
 
 @dataclass
@@ -228,3 +237,41 @@ def records_for(controller, image: MetadataImage, endpoints: dict[int, list],
         image.apply(*mr.decode(value)[::2])
         values.append(value)
     return values
+
+
+class Publication:
+    """What a controller publishes, change-driven (Kafka writes metadata records when its state
+    changes): `records(...)` is records_for over `image` when the controller's change counter
+    (`Controller.changes`: every commit and stored document) or `extra` (what else the records
+    are made of, e.g. a broker's endpoints) moved since the last call, else nothing -- an idle
+    cluster compares nothing."""
+
+    def __init__(self, image: MetadataImage):
+        self.image = image
+        self.seen = None
+
+    def records(self, controller, endpoints: dict[int, list], acls: dict[bytes, Acl] | None,
+                extra=()) -> list[bytes]:
+        key = (controller.changes, extra)
+        if key == self.seen:
+            check = os.environ.get(CHECK_ENV)
+            if not check:
+                return []
+            values = records_for(controller, self.image, endpoints, acls)
+            if values:
+                _missed(check, values)
+            return values
+        values = records_for(controller, self.image, endpoints, acls)
+        self.seen = key
+        return values
+
+
+def _missed(directory: str, values: list[bytes]) -> None:
+    """A change the counter did not count (the checking mode): said in `directory` and the log."""
+    kinds = sorted({mr.decode(v)[0] for v in values})
+    text = (f"pid {os.getpid()}: {len(values)} metadata records (types {kinds}) would not have been "
+            f"published: a change of the controller's state did not bump Controller.changes")
+    log.critical("%s", text)
+    os.makedirs(directory, exist_ok=True)
+    with open(os.path.join(directory, f"missed-{os.getpid()}-{uuid.uuid4().hex[:8]}.txt"), "w") as f:
+        f.write(text + "\n")

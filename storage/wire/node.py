@@ -30,7 +30,7 @@ from . import configs as topic_configs
 from .acl_control import AclControl
 from .broker import FETCH_MAX_BYTES, PRODUCER_ID_BLOCK, Broker  # noqa: F401  (FETCH_MAX_BYTES: its old home)
 from .configs import topic_name_problem  # noqa: F401  (the name rules' old home)
-from .metadata import MetadataImage, records_for
+from .metadata import MetadataImage, Publication
 from .rules import OFFSETS_TOPIC  # noqa: F401  (its old home)
 
 log = logging.getLogger("storage.wire")
@@ -63,6 +63,7 @@ class LocalController:
         self.acl_control: AclControl | None = None
         self.cluster_id: str | None = None
         self.published = MetadataImage()          # what the broker was handed
+        self.publication = Publication(self.published)
         self.broker: Broker | None = None
         self._last_heartbeat = -10**12
 
@@ -108,10 +109,13 @@ class LocalController:
 
     def publish(self) -> None:
         """Hand the broker the records of what changed (the controller's in-process messages
-        are not used: the records say the same)."""
+        are not used: the records say the same); nothing to compare when neither the controller's
+        state nor the broker's endpoints changed (metadata.Publication)."""
         self.controller.take_outbox()
         b = self.broker
-        values = records_for(self.controller, self.published, {b.node_id: b.endpoints()}, self.acl_control.acls)
+        endpoints = b.endpoints()
+        values = self.publication.records(self.controller, {b.node_id: endpoints}, self.acl_control.acls,
+                                          tuple(endpoints))
         if values:
             b.replay(self.controller.controller_epoch, values)
 

@@ -68,6 +68,7 @@ class TxnCoordinator:
         self._peers: dict[int, Peer] = {}
         self._tasks: set[asyncio.Task] = set()
         self._next_abort_check = 0
+        self._metadata_seen = None      # node.metadata_changes when the tick last loaded
 
     # ---- the partition and its loading -------------------------------------------------------
     def _partition_count(self) -> int:
@@ -154,8 +155,12 @@ class TxnCoordinator:
         return state is not None and state.leader == self.node.node_id
 
     def tick(self) -> None:
-        """Load the partitions this broker took over; abort the transactions past their timeout."""
-        self.load_led_partitions()
+        """Load the partitions this broker took over (looked for only when the metadata moved:
+        nothing else makes one led); abort the transactions past their timeout."""
+        changes = self.node.metadata_changes
+        if changes != self._metadata_seen:
+            self.load_led_partitions()
+            self._metadata_seen = changes
         now = monotonic_ms()
         if now < self._next_abort_check:
             return
