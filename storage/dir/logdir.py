@@ -259,6 +259,7 @@ class LogDir(ClosedOnExit):
         self._logs: dict[tuple[str, int], PartitionLog] = {}
         self._partitions_lock = threading.RLock()
         self._closed = False
+        self.retention_moves = 0        # retention passes that moved log starts (cleanup_logs)
         # Any I/O failure on this dir takes it, and every partition in it, offline (failure.py).
         self.failure_channel = LogDirFailureChannel(self.path)
         self.recovery_report: dict[tuple[str, int], list] = {}
@@ -498,7 +499,8 @@ class LogDir(ClosedOnExit):
         """Kafka's LogManager.cleanupLogs: a retention pass over every partition
         (PartitionLog.delete_old_segments), then the files of deleted segments whose
         file_delete_delay_ms is over; the offsets are committed when anything went.  Returns
-        how many segments went."""
+        how many segments went; `retention_moves` counts the passes that moved log starts (what
+        a broker's fetch sessions watch: storage/wire/apis.py)."""
         self._ensure_open()
         now = wall_ms() if now_ms is None else now_ms
         with self._partitions_lock:
@@ -508,6 +510,7 @@ class LogDir(ClosedOnExit):
             total += log.delete_old_segments(now)
             log.delete_pending_files(now)
         if total:
+            self.retention_moves += 1
             self.checkpoint()
         return total
 

@@ -25,7 +25,6 @@ log = logging.getLogger("storage.wire")
 
 MAX_WAIT_MS = 30_000        # a fetch's wait is capped (a client asking more is waited this long)
 SESSION = "\0session"       # waiter key (SESSION, id): a still partition of follower session id moved
-STILL_MS = 1000             # a session's still partitions are all read again at least this often
 EARLIEST_LOCAL_TIMESTAMP = -4   # ListOffsets v8+ (KIP-405)
 LATEST_TIERED_TIMESTAMP = -5    # ListOffsets v9+ (KIP-1005)
 _ONE_MS = datetime.timedelta(milliseconds=1)
@@ -245,13 +244,14 @@ class ClientApis:
 
     def _still_token(self, internal: m.FetchRequest):
         """What a follower session's still partitions stay still under: no change of the
-        manager's state but appends and high watermark moves, the same follower incarnation,
-        the same STILL_MS period (a log start that retention moved is told within it), the log
-        dir online; None (never still) for a consumer."""
+        manager's state but appends and high watermark moves (DeleteRecords and leadership are
+        counted in `changes`), the same follower incarnation, no retention pass that moved log
+        starts (LogDir.retention_moves: the next fetch reads them again and tells the new log
+        start), the log dir online; None (never still) for a consumer."""
         manager = self.node.manager
         if internal.replica_id < 0 or manager.offline:
             return None
-        return manager.changes, internal.replica_epoch, manager.clock() // STILL_MS
+        return manager.changes, internal.replica_epoch, manager.logdir.retention_moves
 
     def _find_still(self, session_id: int, internal: m.FetchRequest, read: list) -> None:
         """After a follower's fetch is answered: the partitions it read that are now still

@@ -247,15 +247,13 @@ def _count_follower_reads(server, counts: dict) -> None:
     manager.handle_fetch = counting
 
 
-def test_a_leader_reads_only_the_partitions_that_moved_and_idle_followers_stay_caught_up(tmp_path, monkeypatch):
+def test_a_leader_reads_only_the_partitions_that_moved_and_idle_followers_stay_caught_up(tmp_path):
     """100 idle RF 3 partitions beside a busy one: while acks=all records go to the busy one, no
     follower fetch reads an idle partition (each read one: 15-90 us of the leader's Python per
     partition per fetch), yet every idle partition's followers are caught up as of the latest
     fetch (Kafka's lastCaughtUpTimeMs: the ISR must not shrink) and stay in the ISR.  Main read
     every followed partition at every follower fetch: ~66 idle reads per record."""
     ck = pytest.importorskip("confluent_kafka")
-    from storage.wire import apis
-    monkeypatch.setattr(apis, "STILL_MS", 10**12)   # no periodic full read during the test
 
     async def scenario():
         controller, servers = await _start_cluster(tmp_path)
@@ -321,6 +319,47 @@ def test_a_still_partitions_follower_that_stops_fetching_leaves_the_isr_and_the_
                     break
             assert stopped.node.node_id not in partition.isr
             assert going.node.node_id in partition.isr and leader.node.node_id in partition.isr
+        finally:
+            await _stop_cluster(controller, servers)
+    asyncio.run(scenario())
+
+
+def test_a_log_start_that_retention_moved_reaches_the_followers_of_a_still_partition(tmp_path):
+    """A still partition (its followers caught up: no follower fetch reads it) whose log start a
+    retention pass moves on the leader: the followers' next fetches read it again and take the
+    new log start (Kafka's follower follows the leader's logStartOffset) -- told because the pass
+    counts (LogDir.retention_moves), with no timed re-read of every still partition."""
+    ck = pytest.importorskip("confluent_kafka")
+    from storage.core.clock import wall_ms
+
+    async def scenario():
+        controller, servers = await _start_cluster(tmp_path)
+        try:
+            configs = {"segment.bytes": "1024", "retention.ms": "1000"}
+            assert (await servers[0].node.create_topic("aging", 1, 3, configs))[0] == 0
+            leader = next(s for s in servers if s.node.manager.partitions[("aging", 0)].leader == s.node.node_id)
+            producer = ck.Producer({"bootstrap.servers": f"127.0.0.1:{leader.node.port}", "acks": "all",
+                                    "linger.ms": 0})
+            delivered = []
+            for n in range(12):
+                producer.produce("aging", b"x" * 300, on_delivery=lambda err, msg: delivered.append(err))
+                for _ in range(200):
+                    await asyncio.sleep(0.02)
+                    producer.poll(0)
+                    if len(delivered) > n:
+                        break
+            assert delivered == [None] * 12
+            await asyncio.sleep(1.5)                 # every follower caught up: the partition is still
+            logs = {s.node.node_id: s.node.manager.partitions[("aging", 0)].log for s in servers}
+            assert len(logs[leader.node.node_id].segments) > 2
+            assert leader.node.manager.logdir.cleanup_logs(wall_ms() + 60_000) > 0
+            start = logs[leader.node.node_id].log_start_offset
+            assert start > 0
+            for _ in range(50):
+                await asyncio.sleep(0.1)
+                if all(log.log_start_offset == start for log in logs.values()):
+                    break
+            assert {n: log.log_start_offset for n, log in logs.items()} == dict.fromkeys(logs, start)
         finally:
             await _stop_cluster(controller, servers)
     asyncio.run(scenario())
