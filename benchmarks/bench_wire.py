@@ -144,7 +144,7 @@ def test_wire_produce8_paired(benchmark, sizes, side, c_client):
 @pytest.fixture(scope="module")
 def full_topic(side):
     """A one-partition topic holding the warm-up record and then the workload."""
-    topic = side.warm_topic()
+    topic = side.warm_topic(keep=True)
     producer = ck.Producer({"bootstrap.servers": side.bootstrap, **PRODUCER})
     produce_all(producer, topic, side.count)
     assert producer.flush(FLUSH_S) == 0
@@ -196,7 +196,7 @@ def test_wire_event_loop_paired(benchmark, sizes, side, c_client, asyncio_broker
     uv, aio = side, side.on(asyncio_broker)          # the default loop (uvloop) and asyncio's
     uv_topic = full_topic
     producer = ck.Producer({"bootstrap.servers": aio.bootstrap, **PRODUCER})
-    aio_topic = aio.warm_topic()
+    aio_topic = aio.warm_topic(keep=True)
     produce_all(producer, aio_topic, side.count)
     assert producer.flush(FLUSH_S) == 0
     c = c_client if c_client.binary is not None else None

@@ -13,6 +13,7 @@ from __future__ import annotations
 import importlib.util
 import os
 import resource
+import shutil
 import socket
 import subprocess
 import sys
@@ -136,22 +137,26 @@ class Side:
         self.batches = [storage.build_batch([VALUE] * 15) for _ in range(self.count // 15)]
         self.bytes = self.count * len(VALUE)
         self.data = b"".join(self.batches)
+        self.spent: list[str] = []     # topics written by runs before: deleted before the next (reclaim)
 
     def on(self, broker) -> "Side":
         """The same workload and peers against another broker (topics named apart)."""
         other = Side.__new__(Side)
-        other.__dict__.update(self.__dict__, broker=broker, bootstrap=broker.bootstrap, n=1000)
+        other.__dict__.update(self.__dict__, broker=broker, bootstrap=broker.bootstrap, n=1000, spent=[])
         return other
 
     def topic(self, prefix: str = "bench") -> str:
         self.n += 1
         return f"{prefix}-{self.n}"
 
-    def warm_topic(self, partitions: int = 1, prefix: str = "bench") -> str:
-        """A new topic with one record in each partition (created by the broker, not timed)."""
+    def warm_topic(self, partitions: int = 1, prefix: str = "bench", keep: bool = False) -> str:
+        """A new topic with one record in each partition (created by the broker, not timed);
+        deleted before the next timed run unless `keep` (a topic later runs read)."""
         import confluent_kafka as ck
 
         topic = self.topic(prefix)
+        if not keep:
+            self.spent.append(topic)
         if partitions > 1:
             from confluent_kafka.admin import AdminClient, NewTopic
             admin = AdminClient({"bootstrap.servers": self.bootstrap})
@@ -167,6 +172,7 @@ class Side:
         """run() -> seconds, with the broker's CPU seconds over the same run beside them, and the
         clients': this process's (confluent-kafka and its librdkafka threads) and its children's
         waited for during the run (rdkafka_performance)."""
+        self.reclaim()
         before, client, wall = cpu_seconds(self.broker.pid), client_cpu_seconds(), time.perf_counter()
         seconds = run()
         wall = time.perf_counter() - wall
@@ -185,6 +191,19 @@ class Side:
         assert producer.flush(FLUSH_S) == 0 and not failed, failed[:3]
         return time.perf_counter() - start
 
+    def reclaim(self) -> None:
+        """Delete the topics the runs before wrote (outside any run's clocks): each run then
+        writes into a page cache of the same size.  On a VM a page the page cache never held
+        costs a fault on the host: a run after gigabytes of earlier runs' files paid 70 us for
+        a 16 KiB append that costs 12-15 us after their pages were freed (docs/performance.md)."""
+        if not self.spent:
+            return
+        from confluent_kafka.admin import AdminClient
+        admin = AdminClient({"bootstrap.servers": self.bootstrap})
+        for f in admin.delete_topics(self.spent, operation_timeout=30).values():
+            f.result(60)
+        self.spent.clear()
+
     def engine_append(self, partitions: int = 1) -> float:
         """append_as_leader of the workload's batches, round robin over `partitions` fresh logs."""
         logs = [storage.PartitionLog.open(self.tmp / f"engine-{self.topic()}", storage.LogConfig(fsync=False))
@@ -197,6 +216,7 @@ class Side:
         finally:
             for log in logs:
                 log.close()
+                shutil.rmtree(log.path, ignore_errors=True)     # its page cache freed, as reclaim's
 
     def loopback(self) -> float:
         with socket.create_connection(("127.0.0.1", self.sink_port)) as s:
