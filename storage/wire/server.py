@@ -110,6 +110,8 @@ class FrameServer:
         for writer in list(self._connections):
             writer.close()
         log.info("served: %s", self.served_summary())
+        if self.express is not None and self.express.taken:
+            log.info("Produce requests served by the express path: %d", self.express.taken)
         if sendfile.stats:
             log.info("fetch records sent: %s", sendfile.summary())
 

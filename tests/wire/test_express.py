@@ -197,6 +197,16 @@ def test_acls_checked_first(tmp_path):
         assert codes == [code] * 5
 
 
+def test_the_express_count_is_logged_at_the_end(tmp_path, caplog):
+    """An operator reads how many Produce requests the express path served in the broker's last
+    lines, beside the versions served."""
+    caplog.set_level(logging.INFO, logger="storage.wire")
+    with broker(tmp_path / "count") as (server, loop, port):
+        answers(port, [frame(i) for i in range(1, 5)], pipelined=True)
+    assert "Produce requests served by the express path: 3" in caplog.text
+    assert "served: Produce v9 x4" in caplog.text
+
+
 def test_not_taken_while_debug_logging(tmp_path, caplog):
     """DEBUG logging on: every request is logged by the general path, so none goes express."""
     caplog.set_level(logging.DEBUG, logger="storage.wire")
