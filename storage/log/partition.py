@@ -43,6 +43,7 @@ from .appends import (
     _refusal,
     _written,
     append_chunk,
+    flush_after_append,
     immutable_bytes,
     new_follower_state,
     new_leader_state,
@@ -83,6 +84,7 @@ class PartitionLog(ClosedOnExit):
         self._client_flags = _client_flags()        # producer_check.ENABLED, read at the open
         self._follower_append: _AppendState | None = None
         self._client_plain = _plain_client(self.config)
+        self._flush_messages = self.config.flush_messages   # read by the appends' one-frame paths
         self.on_recovery_point_lowered = None   # LogDir persists the lowered recovery point
         self._lock.acquire()    # held while it loads: the open-segment cache leaves its segments alone
         try:
@@ -144,6 +146,7 @@ class PartitionLog(ClosedOnExit):
             self._leader_append.clear()
             self._follower_append = None
             self._client_plain = _plain_client(config)
+            self._flush_messages = config.flush_messages
 
     # ---- state ----
     @property
@@ -229,6 +232,8 @@ class PartitionLog(ClosedOnExit):
                             self.producer_state.last_map_offset = end
                             if expected is not None and state.out[PRODUCER_BATCHES] and state.v.expected_hit >= 0:
                                 expected.commit(state.v.expected_hit, info)
+                            if end - local.recovery_point >= self._flush_messages:     # flush.messages
+                                flush_after_append(self)
                             return info
                         if info == 0 or info not in CALL_AGAIN:
                             # A view's buffer is released before anything leaves this frame (the house's
@@ -347,6 +352,8 @@ class PartitionLog(ClosedOnExit):
                         if info.__class__ is AppendInfo:
                             self.log_end_offset = end = info[1] + 1
                             self.producer_state.last_map_offset = end
+                            if end - local.recovery_point >= self._flush_messages:     # flush.messages
+                                flush_after_append(self)
                             return info
                         if info == 0 or info not in CALL_AGAIN:
                             with ffi.from_buffer(batches) as data:      # released before anything leaves (as above)
