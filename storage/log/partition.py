@@ -43,7 +43,6 @@ from .appends import (
     _refusal,
     _written,
     append_chunk,
-    flush_after_append,
     immutable_bytes,
     new_follower_state,
     new_leader_state,
@@ -59,9 +58,11 @@ from .txnindex import AbortedTxn
 
 def _plain_client(config: LogConfig) -> bool:
     """Whether a producer's batches need no Python pass before C's (_leader_chunk): no keys to
-    require, no timestamp bounds, no recompression."""
+    require, no timestamp bounds, no recompression -- and no flush.messages to count after it
+    (appends._written does; the one-frame path stays free of the check)."""
     return not config.compacts and config.compression_type == "producer" and \
-        min(config.message_timestamp_before_max_ms, config.message_timestamp_after_max_ms) >= INT64_MAX
+        min(config.message_timestamp_before_max_ms, config.message_timestamp_after_max_ms) >= INT64_MAX and \
+        config.flush_messages >= INT64_MAX
 
 
 class PartitionLog(ClosedOnExit):
@@ -83,8 +84,8 @@ class PartitionLog(ClosedOnExit):
         self._leader_append: dict[str, _AppendState] = {}   # each kind's in/out struct, made at its first (appends.py)
         self._client_flags = _client_flags()        # producer_check.ENABLED, read at the open
         self._follower_append: _AppendState | None = None
+        self._follower_fast: _AppendState | None = None    # the one-frame follower path's (None: not taken)
         self._client_plain = _plain_client(self.config)
-        self._flush_messages = self.config.flush_messages   # read by the appends' one-frame paths
         self.on_recovery_point_lowered = None   # LogDir persists the lowered recovery point
         self._lock.acquire()    # held while it loads: the open-segment cache leaves its segments alone
         try:
@@ -144,9 +145,8 @@ class PartitionLog(ClosedOnExit):
             self.config = config
             self._local.reconfigure(config)
             self._leader_append.clear()
-            self._follower_append = None
+            self._follower_append = self._follower_fast = None
             self._client_plain = _plain_client(config)
-            self._flush_messages = config.flush_messages
 
     # ---- state ----
     @property
@@ -232,8 +232,6 @@ class PartitionLog(ClosedOnExit):
                             self.producer_state.last_map_offset = end
                             if expected is not None and state.out[PRODUCER_BATCHES] and state.v.expected_hit >= 0:
                                 expected.commit(state.v.expected_hit, info)
-                            if end - local.recovery_point >= self._flush_messages:     # flush.messages
-                                flush_after_append(self)
                             return info
                         if info == 0 or info not in CALL_AGAIN:
                             # A view's buffer is released before anything leaves this frame (the house's
@@ -315,6 +313,10 @@ class PartitionLog(ClosedOnExit):
         if self._follower_append is None:
             self._follower_append = new_follower_state(self.config)
             self._follower_append.count_into(self._local.metrics)
+            # A flush.messages to count after each append keeps the follower on the general path
+            # (appends._written), as _plain_client keeps the leader.
+            if self.config.flush_messages >= INT64_MAX:
+                self._follower_fast = self._follower_append
         return self._follower_append
 
     @guarded
@@ -344,7 +346,7 @@ class PartitionLog(ClosedOnExit):
                 lock = self._lock       # acquire/release, not `with` (as append_as_leader)
                 lock.acquire()
                 try:
-                    state, local = self._follower_append, self._local
+                    state, local = self._follower_fast, self._local
                     if state is not None and not local.closed and self.log_end_offset != self.log_start_offset \
                             and open_segments.last is (active := local.segments[-1]):
                         info = state.call(active.address, batches, self.log_end_offset, -1,
@@ -352,8 +354,6 @@ class PartitionLog(ClosedOnExit):
                         if info.__class__ is AppendInfo:
                             self.log_end_offset = end = info[1] + 1
                             self.producer_state.last_map_offset = end
-                            if end - local.recovery_point >= self._flush_messages:     # flush.messages
-                                flush_after_append(self)
                             return info
                         if info == 0 or info not in CALL_AGAIN:
                             with ffi.from_buffer(batches) as data:      # released before anything leaves (as above)
