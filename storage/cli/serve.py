@@ -194,6 +194,12 @@ def _log_flags(p) -> None:
                    help="segment.ms of every topic that sets none (default 7 days)")
     p.add_argument("--message-max-bytes", type=_ranged(0, INT32_MAX, "message.max.bytes"),
                    default=LogConfig.max_message_bytes, help="max.message.bytes of every topic that sets none")
+    p.add_argument("--log-flush-interval-messages", type=_ranged(1, INT64_MAX, "log.flush.interval.messages"),
+                   default=LogConfig.flush_messages, help="flush.messages of every topic that sets none: an append "
+                   "leaving this many messages unflushed fsyncs the log (default: never)")
+    p.add_argument("--log-flush-interval-ms", type=_ranged(0, INT64_MAX, "log.flush.interval.ms"),
+                   default=LogConfig.flush_ms, help="flush.ms of every topic that sets none: a log whose last fsync "
+                   "is this old is fsynced, checked every second (default: never)")
 
 
 def _config_flag(p) -> None:
@@ -302,7 +308,8 @@ def cmd_serve(args) -> int:
     log_config = LogConfig(fsync=not args.no_fsync, compression_type=args.compression_type,
                            retention_ms=args.log_retention_ms, retention_bytes=args.log_retention_bytes,
                            segment_bytes=args.log_segment_bytes, segment_ms=args.log_roll_ms,
-                           max_message_bytes=args.message_max_bytes)
+                           max_message_bytes=args.message_max_bytes, flush_messages=args.log_flush_interval_messages,
+                           flush_ms=args.log_flush_interval_ms)
     options = dict(node_id=args.node_id, host=listeners[0].advertised_host or host, port=port, num_partitions=args.num_partitions,
                    replication_factor=args.replication_factor, auto_create_topics=not args.no_auto_create_topics,
                    offsets_partitions=args.offsets_partitions, min_insync_replicas=args.min_insync_replicas,

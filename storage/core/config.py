@@ -39,6 +39,8 @@ RANGES = {
     "dedupe_buffer_bytes": (24, INT64_MAX),            # one key slot (24 bytes) at least
     "message_timestamp_before_max_ms": (0, INT64_MAX),  # LONG, atLeast(0)
     "message_timestamp_after_max_ms": (0, INT64_MAX),   # LONG, atLeast(0)
+    "flush_messages": (1, INT64_MAX),                  # LONG, atLeast(1)
+    "flush_ms": (0, INT64_MAX),                        # LONG, atLeast(0)
 }
 KAFKA_NAMES = {
     "segment_bytes": "segment.bytes", "index_interval_bytes": "index.interval.bytes",
@@ -51,6 +53,7 @@ KAFKA_NAMES = {
     "dedupe_buffer_bytes": "log.cleaner.dedupe.buffer.size",
     "message_timestamp_before_max_ms": "message.timestamp.before.max.ms",
     "message_timestamp_after_max_ms": "message.timestamp.after.max.ms",
+    "flush_messages": "flush.messages", "flush_ms": "flush.ms",
 }
 
 
@@ -110,6 +113,12 @@ class LogConfig:
     # Kafka's message.timestamp.type: only CreateTime is served (the append path refuses a batch
     # with the LogAppendTime bit from a client; stamping it is the C core's to learn).
     message_timestamp_type: str = "CreateTime"
+    # Kafka's flush.messages and flush.ms (defaults: never; replication, not fsync, is Kafka's
+    # durability): an append that leaves flush_messages or more offsets past the recovery point
+    # flushes the log (PartitionLog's appends), and a log whose last flush is flush_ms old is
+    # flushed by its LogDir's background thread (LogDir.flush_dirty_logs).
+    flush_messages: int = INT64_MAX
+    flush_ms: int = INT64_MAX
 
     def __post_init__(self):
         for name, (low, high) in RANGES.items():

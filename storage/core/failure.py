@@ -130,7 +130,7 @@ def out_of_descriptors(exc: BaseException, operation: str, log_dir: str) -> erro
 # several steps that are only made whole by a reopen's recovery: for them running out of
 # descriptors is still the failure state.
 RETRIABLE_WITHOUT_DESCRIPTORS = frozenset({
-    "append_as_leader", "append_batches", "append_as_follower", "append_txn_marker", "roll", "flush",
+    "append_as_leader", "append_batches", "append_as_follower", "append_txn_marker", "roll", "flush", "flush_dirty_logs",
     "update_high_watermark", "end_offset_for_epoch", "assign_epoch_start_offset", "remove_expired_producers",
     "partition", "checkpoint", "read", "collect_aborted_transactions", "offset_for_timestamp"})
 

@@ -5,9 +5,12 @@ flush.  Started by `LogDir.open(..., background=True)`, stopped (and joined) by 
 Each task runs at its own interval, Kafka's defaults: retention every 5 minutes
 (log.retention.check.interval.ms), the checkpoint every minute
 (log.flush.offset.checkpoint.interval.ms), producer-id expiry every 10 minutes
-(producer.id.expiration.check.interval.ms); no periodic flush unless flush_interval_ms is set
-(log.flush.interval.ms is unlimited: replication, not fsync, is Kafka's durability); the
-cleaner only when clean_interval_ms is set.
+(producer.id.expiration.check.interval.ms); each log's flush.ms checked every second
+(flush_check_interval_ms, Kafka's log.flush.scheduler.interval.ms: LogDir.flush_dirty_logs
+flushes the logs whose last flush is flush_ms old; Kafka's broker default checks never, its
+LogManager's own default every second); no periodic flush of every log unless
+flush_interval_ms is set (log.flush.interval.ms is unlimited: replication, not fsync, is
+Kafka's durability); the cleaner only when clean_interval_ms is set.
 
 A task's I/O failure takes the dir offline (every operation of the dir says so from then on)
 and ends the thread; `LogDir.background_error` keeps what ended it.  A task that ran out of
@@ -32,11 +35,13 @@ class BackgroundConfig:
     checkpoint_interval_ms: int = 60_000
     producer_expiration_check_interval_ms: int = 600_000
     flush_interval_ms: int | None = None
+    flush_check_interval_ms: int | None = 1000      # each log's flush.ms (LogDir.flush_dirty_logs)
     clean_interval_ms: int | None = None        # the cleaner (LogDir.clean_logs); Kafka's backoff is 15 s
 
     def __post_init__(self):
         for name in ("retention_check_interval_ms", "checkpoint_interval_ms",
-                     "producer_expiration_check_interval_ms", "flush_interval_ms", "clean_interval_ms"):
+                     "producer_expiration_check_interval_ms", "flush_interval_ms", "flush_check_interval_ms",
+                     "clean_interval_ms"):
             value = getattr(self, name)
             if value is not None and value <= 0:
                 raise ValueError(f"{name} must be > 0")
@@ -54,6 +59,7 @@ class Background(threading.Thread):
                                          logdir.remove_expired_producers),
                  "checkpoint": (config.checkpoint_interval_ms, logdir.checkpoint),
                  "flush": (config.flush_interval_ms, logdir.flush),
+                 "flush_dirty": (config.flush_check_interval_ms, logdir.flush_dirty_logs),
                  "cleaner": (config.clean_interval_ms, logdir.clean_logs)}
         # Due times on the monotonic clock; the tasks that compare with timestamps get the wall clock.
         now = monotonic_ms()

@@ -40,7 +40,7 @@ import uuid
 
 from ..core import checkpoint, errors, guards
 from ..core import io as _io
-from ..core.clock import wall_ms
+from ..core.clock import monotonic_ms, wall_ms
 from ..core.config import LogConfig
 from ..core.failure import ClosedOnExit, LogDirFailureChannel, guarded
 from ..log import cleaner as _cleaner
@@ -574,6 +574,28 @@ class LogDir(ClosedOnExit):
         for log in logs:
             log.flush()
         self.checkpoint()
+
+    @guarded
+    def flush_dirty_logs(self, now_ms: int | None = None) -> int:
+        """Kafka's LogManager.flushDirtyLogs (the background thread's "flush_dirty" task): every
+        log holding data past its recovery point whose last flush is flush_ms or more ago
+        (`now_ms` and LocalLog.last_flush_ms: the monotonic clock) is flushed, as any flush (an
+        I/O failure takes the dir offline; the thread then ends, nothing retried).  The
+        recovery points reach the store with the next checkpoint, as in Kafka.  Returns how
+        many logs were flushed."""
+        self._ensure_open()
+        now = monotonic_ms() if now_ms is None else now_ms
+        with self._partitions_lock:
+            logs = list(self._logs.values())
+        flushed = 0
+        for log in logs:
+            if log.log_end_offset > log.recovery_point and now - log.local.last_flush_ms >= log.config.flush_ms:
+                try:
+                    log.flush()
+                except errors.LogClosedError:
+                    continue        # deleted (or closed) since the list was taken: nothing owed
+                flushed += 1
+        return flushed
 
     def close(self) -> None:
         """Close every log (sealed, flushed), commit the metadata, then write the clean-shutdown

@@ -253,7 +253,22 @@ def _written(log, state: _AppendState, pointer, length: int, plan) -> AppendInfo
             state.expected.learn(_producer.planned_producers(plan), changes)
     elif state.origin is None and v.producer_batch_count:
         log.local.record_completed(_producer.apply_replicated(log.producer_state, ffi.buffer(pointer, length)))
+    if log.log_end_offset - log.local.recovery_point >= log.config.flush_messages:
+        flush_after_append(log)
     return info
+
+
+def flush_after_append(log) -> None:
+    """Kafka's flush.messages (UnifiedLog.append: unflushedMessages >= flushInterval, then
+    flush): the append left flush_messages or more offsets past the recovery point, so the log
+    is flushed now, under its lock, as every flush is (PartitionLog.flush: an I/O error takes
+    the dir offline and the append's caller hears it; never retried into success).  Only for
+    want of a descriptor the flush stays owed and the append stands (it is written): the next
+    append, still past the count, flushes again."""
+    try:
+        log.flush()
+    except errors.OutOfDescriptorsError:
+        pass        # logged once where it was raised (failure.out_of_descriptors); the dir is online
 
 
 def _refusal(log, rc: int, v, pointer, length: int) -> errors.StorageError:

@@ -21,6 +21,7 @@ import threading
 
 from ..core import errors
 from ..core import io as _io
+from ..core.clock import monotonic_ms
 from ..core.config import LogConfig
 from ..core.failure import LogDirFailureChannel
 from ..core.files import CLEANED_SUFFIX, INDEX_SUFFIX, LOG_SUFFIX, SWAP_SUFFIX, TIME_INDEX_SUFFIX, segment_name
@@ -49,6 +50,9 @@ class LocalLog:
         self.pending_deletes: list[tuple[int, list[str]]] = []   # (due ms, *.deleted paths)
         self.truncations = 0                # a cleaner round aborts when this moved
         self.recovery_point = 0
+        # When the recovery point last moved by a flush (monotonic ms; Kafka's lastFlushedTime,
+        # which starts at the open): what flush_ms is measured from (LogDir.flush_dirty_logs).
+        self.last_flush_ms = monotonic_ms()
         self.recovery_report = recovery_report   # (base, bytes cut, why) of what the load repaired
         self.metrics = LogMetrics()         # the engine's counters of this log (storage/log/metrics.py)
         self.segment_home = SegmentHome(path, config, self.lock, recovery_report, failure_channel, self.metrics)
@@ -144,6 +148,7 @@ class LocalLog:
         self.metrics.rolls += 1
         self.flush_dir()
         self.recovery_point = max(self.recovery_point, base_offset)
+        self.last_flush_ms = monotonic_ms()     # Kafka's roll flushes up to the new base (markFlushed)
         return segment
 
     # ---- truncation ----
@@ -276,6 +281,7 @@ class LocalLog:
         if self.dir_dirty:
             self.flush_dir()
         self.recovery_point = log_end_offset
+        self.last_flush_ms = monotonic_ms()
 
     def check_invariants(self, log_end_offset: int) -> None:
         """Raise AssertionError unless the segments are in base-offset order without overlap

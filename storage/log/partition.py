@@ -58,9 +58,11 @@ from .txnindex import AbortedTxn
 
 def _plain_client(config: LogConfig) -> bool:
     """Whether a producer's batches need no Python pass before C's (_leader_chunk): no keys to
-    require, no timestamp bounds, no recompression."""
+    require, no timestamp bounds, no recompression -- and no flush.messages to count after it
+    (appends._written does; the one-frame path stays free of the check)."""
     return not config.compacts and config.compression_type == "producer" and \
-        min(config.message_timestamp_before_max_ms, config.message_timestamp_after_max_ms) >= INT64_MAX
+        min(config.message_timestamp_before_max_ms, config.message_timestamp_after_max_ms) >= INT64_MAX and \
+        config.flush_messages >= INT64_MAX
 
 
 class PartitionLog(ClosedOnExit):
@@ -82,6 +84,7 @@ class PartitionLog(ClosedOnExit):
         self._leader_append: dict[str, _AppendState] = {}   # each kind's in/out struct, made at its first (appends.py)
         self._client_flags = _client_flags()        # producer_check.ENABLED, read at the open
         self._follower_append: _AppendState | None = None
+        self._follower_fast: _AppendState | None = None    # the one-frame follower path's (None: not taken)
         self._client_plain = _plain_client(self.config)
         self.on_recovery_point_lowered = None   # LogDir persists the lowered recovery point
         self._lock.acquire()    # held while it loads: the open-segment cache leaves its segments alone
@@ -142,7 +145,7 @@ class PartitionLog(ClosedOnExit):
             self.config = config
             self._local.reconfigure(config)
             self._leader_append.clear()
-            self._follower_append = None
+            self._follower_append = self._follower_fast = None
             self._client_plain = _plain_client(config)
 
     # ---- state ----
@@ -310,6 +313,10 @@ class PartitionLog(ClosedOnExit):
         if self._follower_append is None:
             self._follower_append = new_follower_state(self.config)
             self._follower_append.count_into(self._local.metrics)
+            # A flush.messages to count after each append keeps the follower on the general path
+            # (appends._written), as _plain_client keeps the leader.
+            if self.config.flush_messages >= INT64_MAX:
+                self._follower_fast = self._follower_append
         return self._follower_append
 
     @guarded
@@ -339,7 +346,7 @@ class PartitionLog(ClosedOnExit):
                 lock = self._lock       # acquire/release, not `with` (as append_as_leader)
                 lock.acquire()
                 try:
-                    state, local = self._follower_append, self._local
+                    state, local = self._follower_fast, self._local
                     if state is not None and not local.closed and self.log_end_offset != self.log_start_offset \
                             and open_segments.last is (active := local.segments[-1]):
                         info = state.call(active.address, batches, self.log_end_offset, -1,

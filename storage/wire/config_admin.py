@@ -51,6 +51,8 @@ BROKER_SYNONYMS: dict[str, str] = {
     "message.timestamp.type": "log.message.timestamp.type",
     "message.timestamp.before.max.ms": "log.message.timestamp.before.max.ms",
     "message.timestamp.after.max.ms": "log.message.timestamp.after.max.ms",
+    "flush.messages": "log.flush.interval.messages",
+    "flush.ms": "log.flush.interval.ms",
 }
 DYNAMIC_BROKER_CONFIGS = {broker: topic for topic, broker in BROKER_SYNONYMS.items()}
 # Static broker configs described read-only (altering one: "Cannot update these configs dynamically").
@@ -85,6 +87,8 @@ DOCS = {
     "message.timestamp.type": "Whether a record's timestamp is the producer's (CreateTime) or the log's.",
     "message.timestamp.before.max.ms": "How far before the broker's clock a CreateTime timestamp may be.",
     "message.timestamp.after.max.ms": "How far after the broker's clock a CreateTime timestamp may be.",
+    "flush.messages": "How many messages past the last flush make an append flush (fsync) the log.",
+    "flush.ms": "How old the last flush of a log with unflushed messages may be before it is flushed (fsync).",
 }
 
 
@@ -155,13 +159,15 @@ def kafka_value_problem(topic_name: str, raw: str, shown: str | None = None) -> 
         if kind == "LIST":
             return f"Invalid value {raw} for configuration {name}: String must be one of: compact, delete"
         return f"Invalid value {raw} for configuration {name}: Not a number of type {kind}"
+    if kind in ("LIST", "STRING"):
+        return None         # parse_value checked its items or its choices (a string has no range)
     low, high = RANGES.get(field, (1, None)) if field is not None else (1, None)
 
     def shown(bound) -> str:          # Kafka's between(0, 1) of the one DOUBLE prints ints
         return format(bound, "g") if isinstance(bound, float) else str(bound)
-    if kind != "LIST" and value < low:
+    if value < low:
         return f"Invalid value {raw} for configuration {name}: Value must be at least {shown(low)}"
-    if kind != "LIST" and high is not None and value > high:
+    if high is not None and value > high:
         return f"Invalid value {raw} for configuration {name}: Value must be no more than {shown(high)}"
     return None
 

@@ -46,6 +46,8 @@ TOPIC_CONFIGS: dict[str, tuple[str | None, str]] = {
     "compression.zstd.level": ("compression_zstd_level", "INT"),
     "message.timestamp.before.max.ms": ("message_timestamp_before_max_ms", "LONG"),
     "message.timestamp.after.max.ms": ("message_timestamp_after_max_ms", "LONG"),
+    "flush.messages": ("flush_messages", "LONG"),
+    "flush.ms": ("flush_ms", "LONG"),
 }
 _BITS = {"INT": 32, "LONG": 64}
 # The STRING configs' values (Kafka's ValidString: exact, case-sensitive).

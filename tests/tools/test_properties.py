@@ -86,6 +86,15 @@ def test_kafka_names_map_onto_the_flags(tmp_path):
                                                                               ["num.io.threads"])
 
 
+def test_the_flush_intervals_are_the_topics_defaults(tmp_path):
+    # Kafka's log.flush.interval.messages / .ms: flush.messages / flush.ms of topics that set none.
+    args = configured(tmp_path, "log.flush.interval.messages=1000\nlog.flush.interval.ms=60000\n"
+                                "log.flush.scheduler.interval.ms=2000\n")
+    assert (args.log_flush_interval_messages, args.log_flush_interval_ms) == (1000, 60000)
+    assert args.config_ignored == ["log.flush.scheduler.interval.ms"]
+    assert configured(tmp_path, "").log_flush_interval_messages == 2**63 - 1
+
+
 def test_retention_ms_over_minutes_over_hours(tmp_path):
     # Kafka's LogConfig: log.retention.ms if given, else .minutes, else .hours.
     assert configured(tmp_path, "log.retention.hours=1\nlog.retention.minutes=3\n").log_retention_ms == 180_000
@@ -204,6 +213,10 @@ def test_the_controller_reads_its_own_names(tmp_path):
     ("broker.id=2\nnode.id=1\n", 1, "differ"),
     ("log.retention.ms=5\nlog.retention.hours=x\n", 2, "not a whole number"),
     ("log.roll.hours=+-1\n", 1, "not a whole number"),
+    # KafkaConfigTest's invalid values of log.flush.interval.messages ("not_a_number", "0") and .ms.
+    ("log.flush.interval.messages=not_a_number\n", 1, "is not an int64 in [1, "),
+    ("log.flush.interval.messages=0\n", 1, "log.flush.interval.messages"),
+    ("log.flush.interval.ms=not_a_number\n", 1, "is not an int64 in [0, "),
     ("offsets.topic.num.partitions=\\u0031\\u0030\\u0030\\u0030\\u0030\\u0030\n", 1, "offsets.topic.num.partitions"),
 ])
 def test_a_refused_property_names_the_file_and_its_line(tmp_path, text, line, words):
