@@ -65,7 +65,8 @@ def _bench_json() -> dict:
                       {"wire1": "ours", "c-wire1": "ours", "engine": "peer"},
                       {"bytes": 64_000_000, "throughput_MBps": {"wire1": 20.0, "c-wire1": 90.0, "engine": 160.0},
                        "median_seconds": {"wire1": 3.2, "c-wire1": 0.7, "engine": 0.4},
-                       "kept": {"wire1": [{"seconds": 3.2, "broker_cpu_s": 1.6, "wall_s": 3.2}] * 3}})
+                       "kept": {"wire1": [{"seconds": 3.2, "broker_cpu_s": 1.6, "client_cpu_s": 2.4,
+                                           "wall_s": 3.2}] * 3}})
     idle = _paired({"idle100 / none": [0.97]}, {"idle100": "idle", "none": "none"},
                    {"idle100": "ours", "none": "peer"},
                    {"idle_partitions": 100, "bytes": 64_000_000, "throughput_MBps": {"idle100": 9.0, "none": 9.3},
@@ -120,8 +121,9 @@ def test_event_loop_pairs_render_in_results_md():
 
 
 def test_broker_cpu_per_mb_and_share_of_a_core():
+    """The broker's CPU per MB and share of a core, and the clients' share beside it."""
     (row,) = wire_table.cpu_rows(wire_table.groups_of(_bench_json()))
-    assert row == ["wire-produce-paired: ck", "25.0", "0.50", "20"]
+    assert row == ["wire-produce-paired: ck", "25.0", "0.50", "0.75", "20"]
 
 
 def test_results_md_carries_the_table():
