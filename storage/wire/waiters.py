@@ -34,13 +34,15 @@ class Notifier:
 
     def notify(self, keys=None, kind: str | None = None) -> None:
         """Wake the waiters on any of `keys` of `kind` (None: of every kind); with no keys,
-        every waiter (a broadcast)."""
+        every waiter (a broadcast).  The observers hear every notify, waiters or not (a follower
+        session's still partition moved by an append while none of its fetches waits must be
+        read at its next fetch: ClientApis._still_moved)."""
         if keys is None:
             groups, self._waiters = list(self._waiters.values()), {}
             groups.append(self._everyone)
             self._everyone = []
         elif not self._waiters:
-            return              # nobody waits on a key (an append with no fetch waiting on it)
+            groups = ()         # nobody waits on a key (an append with no fetch waiting on it)
         else:
             pop = self._waiters.pop
             kinds = KINDS if kind is None else (kind,)

@@ -47,6 +47,16 @@ def test_an_idle_partitions_waiter_is_not_woken_by_another_partitions_append():
     run(scenario())
 
 
+def test_observers_hear_a_notify_when_nobody_waits():
+    """An append with no fetch waiting on it still reaches the observers (the fetch sessions: a
+    still partition it moved is read at the follower's next fetch; without it that partition
+    stayed still, and an acks=-1 produce waited for a high watermark no fetch would move)."""
+    notifier, heard = Notifier(), []
+    notifier.observers.append(lambda keys, kind: heard.append((keys, kind)))
+    notifier.notify((("t", 0),), END)
+    assert heard == [((("t", 0),), END)]
+
+
 def test_each_kind_wakes_its_own_waiters_and_a_broadcast_wakes_all():
     async def scenario():
         n = Notifier()
