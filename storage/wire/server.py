@@ -293,6 +293,8 @@ class FrameServer:
             return False
         frame = view.tobytes()
         if self.express is not None:        # it makes the checks below itself
+            if not self.memory.has_room(size):
+                return False                # the task waits for queued.max.request.bytes in turn
             response = self.express.serve(frame)
             if response is not NOT_MINE:
                 connection.skip(size)

@@ -1,0 +1,87 @@
+"""Adversarial checks of the Produce express path (storage/wire/express.py, FrameServer._now,
+Connection._serve_eagerly) against the general path, with test_express.py's two brokers
+(express on, and server.express = None): what one connection's frames get must not depend on
+which path served them -- the answers, the logs, and the connection's limits."""
+from __future__ import annotations
+
+import socket
+import struct
+
+import pytest
+
+pytest.importorskip("kio", reason="the wire front end needs kio")
+
+from storage.wire.limits import ConnectionLimits  # noqa: E402
+from tests.wire.test_express import broker, frame  # noqa: E402
+from tests.wire_support import _read, on_loop  # noqa: E402
+
+STALL_BYTES = 5000          # a frame another client announces and does not finish: it holds the memory
+
+
+def _answer(s: socket.socket) -> bytes:
+    head = _read(s, 4)
+    assert head is not None, "the broker closed the connection"
+    return head + _read(s, struct.unpack(">i", head)[0])
+
+
+def _until(loop, fn, what: str, rounds: int = 400) -> None:
+    """Poll fn() on the broker's loop until true (bounded: ~10 s)."""
+    import time
+    for _ in range(rounds):
+        if on_loop(loop, fn):
+            return
+        time.sleep(0.025)
+    raise AssertionError(f"never: {what}")
+
+
+def test_queued_max_request_bytes_holds_a_known_produce_as_the_general_path(tmp_path):
+    """queued.max.request.bytes taken by another client's unfinished frame: a Produce of a shape
+    read before waits for memory as any request does (Kafka mutes channels while its memory pool
+    is exhausted) -- it is not answered from the receive callback ahead of the memory's waiters.
+    Once the other frame is whole (and refused), it is served, the same answer either way."""
+    out = []
+    for express in (True, False):
+        limits = ConnectionLimits(queued_max_request_bytes=1000)
+        with broker(tmp_path / f"mem-{express}", express, limits=limits) as (server, loop, port):
+            with socket.create_connection(("127.0.0.1", port), timeout=20) as producer, \
+                    socket.create_connection(("127.0.0.1", port), timeout=20) as staller:
+                first = frame(1)[0]
+                producer.sendall(first)
+                answers = [_answer(producer)]                   # the shape is read (the general path)
+                staller.sendall(struct.pack(">i", STALL_BYTES) + b"\0" * 10)
+                _until(loop, lambda: server.memory.used_bytes == STALL_BYTES, "the stalled frame reserved")
+                taken = server.express.taken if express else 0
+                producer.sendall(frame(2)[0])
+                def served_or_waiting(express=express, taken=taken):
+                    return server.memory._waiters or (express and server.express.taken > taken)
+                _until(loop, served_or_waiting, "the second Produce served or waiting")
+                assert on_loop(loop, lambda: len(server.memory._waiters)) == 1, "served ahead of the memory"
+                staller.sendall(b"\0" * (STALL_BYTES - 10))         # whole: refused (Produce v0), closed
+                answers.append(_answer(producer))
+        out.append(answers)
+    assert out[0] == out[1]
+
+
+def test_has_room_is_try_reserves_test():
+    """RequestMemory.has_room (the express path's test: a request served in one call) says what
+    try_reserve would do, counting nothing: the limit, the overshoot of an empty pool, unlimited,
+    and a waiter ahead."""
+    import asyncio
+
+    from storage.wire.limits import RequestMemory
+
+    async def check():
+        for limit, used, size in ((10, 0, 50), (10, 4, 6), (10, 4, 7), (-1, 1 << 30, 1 << 30), (10, 10, 0)):
+            memory = RequestMemory(limit)
+            memory.used_bytes = used
+            room = memory.has_room(size)
+            assert memory.used_bytes == used
+            assert room == memory.try_reserve(size), (limit, used, size)
+        memory = RequestMemory(10)
+        await memory.reserve(8)
+        waiting = asyncio.create_task(memory.reserve(5))
+        await asyncio.sleep(0)
+        assert not memory.has_room(1) and not memory.try_reserve(1)     # 9 fits, but one waits ahead
+        memory.release(8)
+        await waiting
+    asyncio.run(check())
