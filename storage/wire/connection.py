@@ -456,6 +456,7 @@ class Connection(asyncio.BufferedProtocol):
         return self.transport.get_extra_info(name, default)
 
     def close(self) -> None:
+        self._head = self._end = 0      # the frames not yet served never are: the connection ended
         later, self._later = self._later, None
         for item in later or ():
             if type(item) is not bytes:

@@ -295,7 +295,13 @@ class FrameServer:
         if self.express is not None:        # it makes the checks below itself
             if not self.memory.has_room(size):
                 return False                # the task waits for queued.max.request.bytes in turn
-            response = self.express.serve(frame)
+            try:
+                response = self.express.serve(frame)
+            except Exception:               # not even an error answer could be built: as below
+                connection.skip(size)
+                log.exception("closing connection from %s after an internal error", connection.get_extra_info("peername"))
+                connection.close()
+                return False
             if response is not NOT_MINE:
                 connection.skip(size)
                 if response is not None:

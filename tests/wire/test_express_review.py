@@ -62,6 +62,42 @@ def test_queued_max_request_bytes_holds_a_known_produce_as_the_general_path(tmp_
     assert out[0] == out[1]
 
 
+def test_an_answer_that_cannot_be_built_closes_the_connection_as_the_general_path(tmp_path, monkeypatch, caplog):
+    """The handler raised and even its error answer cannot be built (FrameServer._error_response
+    lets that go on): the request was served once, the connection is closed with the front end's
+    own log line ('after an internal error') and the request pipelined behind it is not served --
+    from the receive callback as from the task.  Without the guard around the express path's
+    serve in FrameServer._now the exception left buffer_updated (asyncio's 'Fatal error:
+    protocol.buffer_updated() call failed'), the frame stayed in the buffer and the task served
+    it again (served twice, appended twice when a partition before the failing one was written),
+    then the one behind it."""
+    import logging
+
+    from storage.replication.replica import ReplicaManager
+    from storage.wire import error_answers
+
+    def broken(*args, **kwargs):
+        raise RuntimeError("injected")
+    for express in (True, False):
+        caplog.clear()
+        with broker(tmp_path / f"unbuilt-{express}", express) as (server, loop, port):
+            with socket.create_connection(("127.0.0.1", port), timeout=20) as s:
+                s.sendall(frame(1)[0])
+                _answer(s)                                      # the shape is read
+                monkeypatch.setattr(ReplicaManager, "handle_produce", broken)
+                monkeypatch.setattr(error_answers, "error_body", broken)
+                with caplog.at_level(logging.ERROR):
+                    s.sendall(frame(2)[0] + frame(3)[0])
+                    assert _read(s, 4) is None                  # closed, no answer
+                monkeypatch.undo()
+            served = on_loop(loop, lambda: dict(server.served))
+            assert served == {(0, 9): 2}, (express, served)     # the first, and the failed one once
+            assert (server.express.taken if express else 1) == 1
+        closing = [r for r in caplog.records if r.name == "storage.wire" and "after an internal error" in r.getMessage()]
+        assert len(closing) == 1, (express, [r.getMessage() for r in caplog.records])
+        assert not [r for r in caplog.records if "buffer_updated" in r.getMessage()]
+
+
 def test_has_room_is_try_reserves_test():
     """RequestMemory.has_room (the express path's test: a request served in one call) says what
     try_reserve would do, counting nothing: the limit, the overshoot of an empty pool, unlimited,
