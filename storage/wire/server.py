@@ -199,7 +199,8 @@ class FrameServer:
             if response is None:
                 pass
             elif type(response) is bytes:
-                connection.answer(response)
+                if connection.answer(response):     # queued behind MAX_LATER answers still to come
+                    await connection.later_below(MAX_LATER, idle, unread_why)
                 if connection.writing_paused:
                     await connection.drain_within(idle, unread_why)
             elif isinstance(response, asyncio.Future):      # answered later, in this request's turn

@@ -121,3 +121,38 @@ def test_has_room_is_try_reserves_test():
         memory.release(8)
         await waiting
     asyncio.run(check())
+
+
+def test_requests_behind_an_answer_still_to_come_wait_alike(tmp_path, monkeypatch):
+    """An acks=-1 Produce whose answer is still to come (its high watermark held), then 200
+    pipelined acks=1 requests of a known shape on the same connection: at most MAX_LATER answers
+    wait per connection (later.py), so each broker serves MAX_LATER - 1 of them (their answers
+    queue behind the one to come) and leaves the rest in its buffer until it comes.  Before, the
+    express path from the receive callback stopped there, while the general path's task served
+    every whole frame already read (a bytes answer queued behind one to come was not counted) and
+    stopped only at the next read -- how many it served depended on how TCP cut the stream."""
+    from storage.replication.replica import ReplicaManager
+    from storage.wire.later import MAX_LATER
+
+    monkeypatch.setattr(ReplicaManager, "_maybe_increment_high_watermark", lambda self, p: False)
+    records = frame(1)[0][-70:]                         # any bytes: one size for every frame
+    count = 200
+    for express in (True, False):
+        with broker(tmp_path / f"later-{express}", express) as (server, loop, port):
+            with socket.create_connection(("127.0.0.1", port), timeout=20) as s:
+                s.sendall(frame(1)[0])
+                _answer(s)                              # the shape is read; answered (acks=1) at once
+                s.sendall(frame(2, acks=-1)[0])
+                _until(loop, lambda: sum(server.served.values()) == 2, "the acks=-1 Produce served")
+                pipelined = [frame(i, records=records)[0] for i in range(3, 3 + count)]
+                size = len(pipelined[0])
+                assert all(len(f) == size for f in pipelined)
+                s.sendall(b"".join(pipelined))
+
+                def settled(server=server, size=size):      # every frame served or whole in the connection's buffer
+                    (connection,) = server._connections
+                    buffered = (connection._end - connection._head) // size
+                    return sum(server.served.values()) - 2 + buffered == count
+                _until(loop, settled, "every frame served or buffered")
+                assert on_loop(loop, lambda: sum(server.served.values())) == 2 + MAX_LATER - 1, express
+                assert on_loop(loop, lambda: len(server.node.manager._delayed)) == 1      # still to come
