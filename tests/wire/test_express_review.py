@@ -12,7 +12,7 @@ import pytest
 pytest.importorskip("kio", reason="the wire front end needs kio")
 
 from storage.wire.limits import ConnectionLimits  # noqa: E402
-from tests.wire.test_express import broker, frame  # noqa: E402
+from tests.wire.test_express import TOPIC, broker, frame, logs  # noqa: E402
 from tests.wire_support import _read, on_loop  # noqa: E402
 
 STALL_BYTES = 5000          # a frame another client announces and does not finish: it holds the memory
@@ -156,3 +156,97 @@ def test_requests_behind_an_answer_still_to_come_wait_alike(tmp_path, monkeypatc
                 _until(loop, settled, "every frame served or buffered")
                 assert on_loop(loop, lambda: sum(server.served.values())) == 2 + MAX_LATER - 1, express
                 assert on_loop(loop, lambda: len(server.node.manager._delayed)) == 1      # still to come
+
+
+class _Observer:
+    """The request metrics a broker's dispatch feeds (ServerMetrics' answered / failed), counted
+    plainly: requests per API, error codes per API, failures per API."""
+
+    def __init__(self) -> None:
+        self.answered_, self.errors, self.failures = {}, {}, {}
+
+    def answered(self, key: int, started: float, body) -> None:
+        from storage.wire.metrics import _ERROR_WALKS, error_codes
+        self.answered_[key] = self.answered_.get(key, 0) + 1
+        if body is not None:
+            for code in _ERROR_WALKS.get(key, error_codes)(body, []):
+                self.errors[(key, code)] = self.errors.get((key, code), 0) + 1
+
+    def failed(self, key: int, started: float, exc: BaseException) -> None:
+        self.failures[key] = self.failures.get(key, 0) + 1
+
+
+def _mixed_frames(seed: int, count: int) -> list[tuple[bytes, int]]:
+    """`count` Produce frames drawn with `seed`: every version served (3..9), acks 0, 1 and -1, one partition or
+    several (an unknown one among them), records good, empty, null, corrupt (CRC), a control batch,
+    two batches, an idempotent producer's in and out of sequence (duplicates too), a transactional
+    id, an internal topic; most of them repeats of a few shapes, as producers send."""
+    import random
+
+    from storage.core.records import build_batch
+    from storage.wire import codec
+
+    rng = random.Random(seed)
+    good = build_batch([b"g"] * 2, base_timestamp=1_700_000_000_000)
+    corrupt = bytearray(good)
+    corrupt[-1] ^= 0xFF
+    control = bytearray(good)
+    control[22] |= 0x20
+    kinds = [good] * 6 + [b"", None, bytes(corrupt), bytes(control), good + good, "idempotent"]
+    sequence = [0]
+
+    def records():
+        kind = rng.choice(kinds)
+        if kind != "idempotent":
+            return kind
+        base = rng.choice([sequence[0], sequence[0], max(0, sequence[0] - 2), sequence[0] + 5])
+        if base == sequence[0]:
+            sequence[0] += 2
+        return build_batch([b"i"] * 2, base_timestamp=1_700_000_000_000, producer_id=7, producer_epoch=0,
+                           base_sequence=base)
+    shapes = [(rng.choice([9, 9, 9, 5, 6, 7, 8, 3, 4]), rng.choice([1, 1, 0, -1]),
+               rng.choice([[0], [1], [0], [0, 1], [1, 0, 7], [7]]), rng.choice([None] * 9 + ["tx"]),
+               rng.choice([TOPIC] * 12 + ["__consumer_offsets"])) for _ in range(8)]
+    frames = []
+    for cid in range(1, count + 1):
+        version, acks, parts, txn, topic = rng.choice(shapes)
+        if rng.random() < 0.1:
+            parts = rng.choice([[0], [1], [1, 0]])
+        body = {"transactional_id": txn, "acks": acks, "timeout": 1000, "topic_data": [
+            {"name": topic, "partition_data": [{"index": i, "records": records()} for i in parts]}]}
+        frames.append((codec.encode_request(0, version, cid, "mixed", body), acks))
+    return frames
+
+
+@pytest.mark.parametrize("seed", [1, 2, 3])
+def test_a_mixed_stream_cut_anywhere_is_answered_counted_and_written_as_the_general_path(tmp_path, seed):
+    """A random mix of Produce requests (_mixed_frames), sent whole, one at a time, and cut in
+    random pieces: the answers, the logs, the requests counted per version and the request metrics
+    (requests, error codes, failures) are the same with the express path as without it."""
+    import random
+    import time
+
+    frames = _mixed_frames(seed, 160)
+    data = b"".join(f for f, _ in frames)
+    out = []
+    for express in (True, False):
+        got = []
+        with broker(tmp_path / f"mixed-{express}", express) as (server, loop, port):
+            observer = server.observer = _Observer()
+            with socket.create_connection(("127.0.0.1", port), timeout=20) as s:
+                s.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+                rng, at = random.Random(seed), 0
+                while at < len(data):               # pieces of 1 byte to 3 frames
+                    step = rng.choice([1, 7, 60, 300, 2000])
+                    s.sendall(data[at:at + step])
+                    at += step
+                    if rng.random() < 0.05:
+                        time.sleep(0.002)
+                got += [_answer(s) for _, acks in frames if acks != 0]
+            written = logs(server, loop)
+            counted = on_loop(loop, lambda: (dict(server.served), dict(server.handler_errors)))
+            taken = server.express.taken if express else None
+        out.append((got, written, counted, (observer.answered_, observer.errors, observer.failures)))
+        if express:
+            assert taken > 0
+    assert out[0] == out[1]
