@@ -250,3 +250,39 @@ def test_a_mixed_stream_cut_anywhere_is_answered_counted_and_written_as_the_gene
         if express:
             assert taken > 0
     assert out[0] == out[1]
+
+
+def test_sasl_gates_a_shape_read_on_another_connection(tmp_path):
+    """The shapes read are process-wide: a Produce frame byte for byte like one read elsewhere,
+    sent on a SASL_PLAINTEXT connection before authentication, closes it unanswered (Kafka's
+    SaslServerAuthenticatorTest.testUnexpectedRequestType), and one pipelined behind a failed PLAIN
+    exchange is never served (the exchange's answers, then the close); nothing is written and the
+    express path takes neither."""
+    pytest.importorskip("confluent_kafka")
+    pytest.importorskip("scramp")
+    from storage.wire import codec, produce_codec
+    from tests.wire.test_wire_sasl import InProcessBroker
+
+    b = InProcessBroker(tmp_path / "sasl")
+    try:
+        b.call(b.node.create_topic(TOPIC, 1, 1))
+        produce_codec._RECENT.clear()
+        assert produce_codec.read_request(frame(1)[0][4:]) is not None        # the shape, read elsewhere
+        with socket.create_connection(("127.0.0.1", b.node.port), timeout=10) as s:
+            s.sendall(frame(2)[0])
+            assert _read(s, 4) is None
+        with socket.create_connection(("127.0.0.1", b.node.port), timeout=10) as s:
+            s.sendall(codec.encode_request(17, 1, 3, "raw", {"mechanism": "PLAIN"})
+                      + codec.encode_request(36, 2, 4, "raw", {"auth_bytes": b"\0alice\0wrong"}) + frame(5)[0])
+            assert codec.decode_response(17, 1, _answer(s)[4:])[1].error_code == 0
+            assert codec.decode_response(36, 2, _answer(s)[4:])[1].error_code != 0
+            assert _read(s, 4) is None
+        assert b.server.express.taken == 0
+        assert b.log_end(TOPIC) == 0
+        assert b.call(_served(b.server)) == {(17, 1): 1, (36, 2): 1}
+    finally:
+        b.close()
+
+
+async def _served(server) -> dict:
+    return dict(server.served)
