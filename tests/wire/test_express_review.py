@@ -286,3 +286,35 @@ def test_sasl_gates_a_shape_read_on_another_connection(tmp_path):
 
 async def _served(server) -> dict:
     return dict(server.served)
+
+
+def test_a_topic_deleted_and_created_again_mid_stream(tmp_path):
+    """A producer's known shape keeps coming while its topic is deleted (UNKNOWN_TOPIC_OR_PARTITION,
+    the general encoder) and created again with fewer partitions (partition 1 unknown, partition 0
+    written from offset 0, log start 0 in the answers): the same answers and logs either way."""
+    import asyncio
+
+    out = []
+    for express in (True, False):
+        with broker(tmp_path / f"recreate-{express}", express) as (server, loop, port):
+            got = []
+            with socket.create_connection(("127.0.0.1", port), timeout=20) as s:
+                def ask(cid, partition, s=s, got=got):
+                    s.sendall(frame(cid, partition=partition)[0])
+                    got.append(_answer(s))
+                for cid in range(1, 4):
+                    ask(cid, cid % 2)
+                asyncio.run_coroutine_threadsafe(server.node.delete_topic(TOPIC), loop).result(10)
+                for cid in range(4, 7):
+                    ask(cid, cid % 2)
+                asyncio.run_coroutine_threadsafe(server.node.create_topic(TOPIC, 1, 1), loop).result(10)
+                for cid in range(7, 12):
+                    ask(cid, cid % 2)
+            out.append((got, logs(server, loop)))
+            taken = server.express.taken if express else 0
+        if express:
+            assert taken >= 6
+    assert out[0] == out[1]
+    from storage.wire import codec
+    codes = [codec.decode_response(0, 9, a[4:])[1].responses[0].partition_responses[0].error_code for a in out[0][0]]
+    assert codes == [0, 0, 0, 3, 3, 3, 3, 0, 3, 0, 3]
