@@ -345,13 +345,15 @@ class Connection(asyncio.BufferedProtocol):
         size = self.next_size()
         return size is not None and self._end - self._head >= 4 + size
 
-    def answer(self, data: bytes) -> None:
+    def answer(self, data: bytes) -> bool:
         """Write an answer: queued behind an answer still to come (answer_later); held while the
         next request is already here whole (so answers to pipelined requests go out in one write;
-        at most HELD_BYTES held), else written now with those held before it."""
+        at most HELD_BYTES held), else written now with those held before it.  True when it was
+        queued and MAX_LATER answers now wait (the next request waits for the first: later_below)."""
         if self._later:
             self._later.append(data)
-        elif self.whole_frame_buffered():
+            return len(self._later) >= MAX_LATER
+        if self.whole_frame_buffered():
             if self._pending is None:
                 self._pending, self._pending_bytes = [data], len(data)
                 if not self._flush_soon:
@@ -368,6 +370,7 @@ class Connection(asyncio.BufferedProtocol):
         else:
             self._pending.append(data)
             self.flush()
+        return False
 
     def answer_later(self, future: asyncio.Future) -> None:
         """An answer still to come (a future of bytes or None: later.py): written in its turn, once
@@ -456,6 +459,7 @@ class Connection(asyncio.BufferedProtocol):
         return self.transport.get_extra_info(name, default)
 
     def close(self) -> None:
+        self._head = self._end = 0      # the frames not yet served never are: the connection ended
         later, self._later = self._later, None
         for item in later or ():
             if type(item) is not bytes:

@@ -162,6 +162,12 @@ class RequestMemory:
         self.used_bytes += size
         return True
 
+    def has_room(self, size: int) -> bool:
+        """Whether try_reserve would count `size` bytes now (nothing counted): the test of a
+        request served whole in one call, which holds no memory past it (the express path's)."""
+        return not self._waiters and (self.limit_bytes < 0 or self.used_bytes == 0
+                                      or self.used_bytes + size <= self.limit_bytes)
+
     async def reserve(self, size: int) -> None:
         """Wait until `size` bytes fit (first come, first served), then count them."""
         while self._waiters or not self._fits(size):

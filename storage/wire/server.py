@@ -201,7 +201,8 @@ class FrameServer:
             if response is None:
                 pass
             elif type(response) is bytes:
-                connection.answer(response)
+                if connection.answer(response):     # queued behind MAX_LATER answers still to come
+                    await connection.later_below(MAX_LATER, idle, unread_why)
                 if connection.writing_paused:
                     await connection.drain_within(idle, unread_why)
             elif isinstance(response, asyncio.Future):      # answered later, in this request's turn
@@ -295,7 +296,15 @@ class FrameServer:
             return False
         frame = view.tobytes()
         if self.express is not None:        # it makes the checks below itself
-            response = self.express.serve(frame)
+            if not self.memory.has_room(size):
+                return False                # the task waits for queued.max.request.bytes in turn
+            try:
+                response = self.express.serve(frame)
+            except Exception:               # not even an error answer could be built: as below
+                connection.skip(size)
+                log.exception("closing connection from %s after an internal error", connection.get_extra_info("peername"))
+                connection.close()
+                return False
             if response is not NOT_MINE:
                 connection.skip(size)
                 if response is not None:

@@ -29,7 +29,7 @@ PARTITIONS = 2
 
 
 @contextlib.contextmanager
-def broker(root, express: bool = True, authorizer=None):
+def broker(root, express: bool = True, authorizer=None, limits=None):
     """An in-process BrokerServer (its loop in a thread): (server, loop, port)."""
     from storage.wire.node import Node
     from storage.wire.server import BrokerServer
@@ -38,7 +38,7 @@ def broker(root, express: bool = True, authorizer=None):
     loop = asyncio.new_event_loop()
     node = Node(root, offsets_partitions=1, background=False, log_config=LogConfig(fsync=False),
                 authorizer=authorizer)
-    server = BrokerServer(node, initial_rebalance_delay_ms=0)
+    server = BrokerServer(node, initial_rebalance_delay_ms=0, limits=limits)
     loop.run_until_complete(node.create_topic(TOPIC, PARTITIONS, 1))
     for key, p in node.manager.partitions.items():      # a log start above 0: the answers carry it
         if key[0] == TOPIC:
