@@ -302,7 +302,8 @@ class FrameServer:
                 response = self.express.serve(frame)
             except Exception:               # not even an error answer could be built: as below
                 connection.skip(size)
-                log.exception("closing connection from %s after an internal error", connection.get_extra_info("peername"))
+                log.exception("closing connection from %s after an internal error",
+                              connection.get_extra_info("peername"))
                 connection.close()
                 return False
             if response is not NOT_MINE:
