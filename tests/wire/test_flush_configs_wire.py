@@ -10,12 +10,9 @@ import asyncio
 import pytest
 
 pytest.importorskip("confluent_kafka")
-from confluent_kafka import KafkaException  # noqa: E402
 from confluent_kafka.admin import (  # noqa: E402
     AdminClient,
     AlterConfigOpType,
-    ConfigEntry,
-    ConfigResource,
     ConfigSource,
     NewTopic,
     ResourceType,
@@ -26,6 +23,7 @@ from storage.core.errors import Errors  # noqa: E402
 from storage.core.records import build_batch  # noqa: E402
 from storage.replication.messages import ProduceRequest  # noqa: E402
 from storage.wire.node import Node  # noqa: E402
+from tests.wire.test_admin_configs import described, incremental, refused  # noqa: E402
 from tests.wire_support import Broker  # noqa: E402
 
 LONG_MAX = str(2**63 - 1)
@@ -37,25 +35,6 @@ def broker(tmp_path):
     b = Broker(tmp_path / "data").start()
     yield b
     b.kill()
-
-
-def _incremental(a: AdminClient, rtype, name: str, *ops):
-    resource = ConfigResource(rtype, name, incremental_configs=[
-        ConfigEntry(n, v, incremental_operation=op) for n, op, v in ops])
-    (future,) = a.incremental_alter_configs([resource]).values()
-    return future
-
-
-def _refused(future) -> tuple[int, str]:
-    with pytest.raises(KafkaException) as info:
-        future.result(10)
-    error = info.value.args[0]
-    return error.code(), error.str()
-
-
-def _described(a: AdminClient, rtype, name: str) -> dict:
-    (future,) = a.describe_configs([ConfigResource(rtype, name)]).values()
-    return future.result(10)
 
 
 def test_alter_configs_then_describe_configs_kafka_python(broker):
@@ -101,15 +80,15 @@ def test_values_outside_kafkas_ranges_are_refused_confluent(broker):
             (ResourceType.TOPIC, "t", "flush.ms", "9223372036854775808", "Not a number of type LONG"),
             (ResourceType.BROKER, "1", "log.flush.interval.messages", "0", "Value must be at least 1"),
             (ResourceType.BROKER, "1", "log.flush.interval.ms", "not_a_number", "Not a number of type LONG")):
-        assert _refused(_incremental(a, rtype, name, (config, SET, value))) == (
+        assert refused(incremental(a, rtype, name, (config, SET, value))) == (
             Errors.INVALID_CONFIG, f"Invalid value {value} for configuration {config}: {problem}"), (config, value)
     # And the edges that are in range.
-    assert _incremental(a, ResourceType.TOPIC, "t", ("flush.messages", SET, "1"), ("flush.ms", SET, "0")).result(10) \
+    assert incremental(a, ResourceType.TOPIC, "t", ("flush.messages", SET, "1"), ("flush.ms", SET, "0")).result(10) \
         is None
-    got = _described(a, ResourceType.TOPIC, "t")
+    got = described(a, ResourceType.TOPIC, "t")
     assert (got["flush.messages"].value, got["flush.ms"].value) == ("1", "0")
-    assert _incremental(a, ResourceType.TOPIC, "t", ("flush.ms", DELETE, None)).result(10) is None
-    got = _described(a, ResourceType.TOPIC, "t")
+    assert incremental(a, ResourceType.TOPIC, "t", ("flush.ms", DELETE, None)).result(10) is None
+    got = described(a, ResourceType.TOPIC, "t")
     assert (got["flush.ms"].value, got["flush.ms"].source) == (LONG_MAX, ConfigSource.DEFAULT_CONFIG.value)
 
 

@@ -122,6 +122,21 @@ def test_a_damaged_frame_is_answered_as_before(version, body, cut, flips, tail):
         _same(got, want)
 
 
+def _read_as_kio(frames):
+    """Each of `frames` (all starting as the last shape remembered) read by codec.parse_request as
+    kio reads it, or refused alike: yields (frame, the fast read or None when refused)."""
+    for frame in frames:
+        assert frame.startswith(produce_codec._RECENT[0].tail, 8)
+        (kind, got), (kind_kio, want) = _answer(codec.parse_request, frame), _answer(codec.parse_request_kio, frame)
+        assert kind == kind_kio, frame[-8:]
+        if kind == "refused":
+            assert got == want
+            yield frame, None
+        else:
+            _same(got, want)
+            yield frame, got
+
+
 @pytest.mark.parametrize("version", REQUEST_VERSIONS)
 def test_a_request_like_the_last_one_is_read_as_kio_reads_it(version):
     """A one-partition request is remembered (produce_codec._Known): the next frame with the
@@ -143,16 +158,9 @@ def test_a_request_like_the_last_one_is_read_as_kio_reads_it(version):
     frames += [whole[:-5], whole[:-1], whole + b"tail", whole[:-1] + b"\1"]
     if version >= produce_codec.FLEXIBLE_FROM:
         frames += [whole[:-3] + b"\1\0\0", whole[:-2] + b"\1\0", whole[:-3]]
-    for frame in frames:
-        assert frame.startswith(produce_codec._RECENT[0].tail, 8)
-        (kind, got), (kind_kio, want) = _answer(codec.parse_request, frame), _answer(codec.parse_request_kio, frame)
-        assert kind == kind_kio, frame[-8:]
-        if kind == "refused":
-            assert got == want
-        else:
-            _same(got, want)
-            assert got[1].topic_data[0].partition_data[0].records is None or \
-                got[1].topic_data[0].partition_data[0].records.obj is frame
+    for frame, got in _read_as_kio(frames):
+        assert got is None or got[1].topic_data[0].partition_data[0].records is None or \
+            got[1].topic_data[0].partition_data[0].records.obj is frame
     assert len(produce_codec._RECENT) == 1          # read from the remembered shape, nothing new learnt
 
 
@@ -178,14 +186,7 @@ def test_a_request_to_the_same_topic_is_read_as_kio_reads_it(version):
     frames += [whole[:-5], whole[:-1], whole + b"tail", whole[:-1] + b"\1"]
     if version >= produce_codec.FLEXIBLE_FROM:
         frames += [whole[:-2] + b"\1\0", whole[:-3] + b"\1\0\0", whole[:-3]]
-    for frame in frames:
-        assert frame.startswith(produce_codec._RECENT[0].tail, 8)
-        (kind, got), (kind_kio, want) = _answer(codec.parse_request, frame), _answer(codec.parse_request_kio, frame)
-        assert kind == kind_kio, frame[-8:]
-        if kind == "refused":
-            assert got == want
-        else:
-            _same(got, want)
+    list(_read_as_kio(frames))
     assert [type(known).__name__ for known in produce_codec._RECENT] == ["_KnownTopic"]    # nothing new learnt
     shape, parts = produce_codec.known_parts(frames[1])
     assert shape is produce_codec._RECENT[0] and [i for i, _ in parts] == [1, 2, 3, 4, 5]
