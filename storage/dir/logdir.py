@@ -418,8 +418,7 @@ class LogDir(ClosedOnExit):
     def metrics(self) -> DirMetrics:
         """The engine's counters of every open partition summed (storage/log/metrics.py), and
         what the dir holds now: partitions, segments, bytes, offline, open segments."""
-        with self._partitions_lock:
-            logs = list(self._logs.values())
+        logs = self._open_logs()
         total = LogMetrics()
         segments = size = 0
         for log in logs:
@@ -456,6 +455,12 @@ class LogDir(ClosedOnExit):
         else:
             _io.current().fsync_dir(self.path, self._sync_flags)
         return log
+
+    def _open_logs(self) -> list[PartitionLog]:
+        """The open logs now (the lock held while copied: the background thread's passes and the
+        metrics walk them while partitions come and go)."""
+        with self._partitions_lock:
+            return list(self._logs.values())
 
     def partitions(self) -> list[tuple[str, int]]:
         return sorted(self._logs)
@@ -503,8 +508,7 @@ class LogDir(ClosedOnExit):
         a broker's fetch sessions watch: storage/wire/apis.py)."""
         self._ensure_open()
         now = wall_ms() if now_ms is None else now_ms
-        with self._partitions_lock:
-            logs = list(self._logs.values())
+        logs = self._open_logs()
         total = 0
         for log in logs:
             total += log.delete_old_segments(now)
@@ -556,8 +560,7 @@ class LogDir(ClosedOnExit):
         """Forget, in every partition, producers idle for producer_id_expiration_ms."""
         self._ensure_open()
         now = wall_ms() if now_ms is None else now_ms
-        with self._partitions_lock:
-            logs = list(self._logs.values())
+        logs = self._open_logs()
         return sum(log.remove_expired_producers(now) for log in logs)
 
     @property
@@ -569,8 +572,7 @@ class LogDir(ClosedOnExit):
     def flush(self) -> None:
         """Flush every log (recovery points move to the log end offsets), then checkpoint."""
         self._ensure_open()
-        with self._partitions_lock:
-            logs = list(self._logs.values())
+        logs = self._open_logs()
         for log in logs:
             log.flush()
         self.checkpoint()
@@ -585,8 +587,7 @@ class LogDir(ClosedOnExit):
         many logs were flushed."""
         self._ensure_open()
         now = monotonic_ms() if now_ms is None else now_ms
-        with self._partitions_lock:
-            logs = list(self._logs.values())
+        logs = self._open_logs()
         flushed = 0
         for log in logs:
             if log.log_end_offset > log.recovery_point and now - log.local.last_flush_ms >= log.config.flush_ms:
