@@ -157,7 +157,7 @@ class RequestMemory:
 
     def try_reserve(self, size: int) -> bool:
         """Count `size` bytes now if they fit and nobody waits (no await: the common case)."""
-        if self._waiters or not self._fits(size):
+        if not self.has_room(size):
             return False
         self.used_bytes += size
         return True
@@ -165,8 +165,7 @@ class RequestMemory:
     def has_room(self, size: int) -> bool:
         """Whether try_reserve would count `size` bytes now (nothing counted): the test of a
         request served whole in one call, which holds no memory past it (the express path's)."""
-        return not self._waiters and (self.limit_bytes < 0 or self.used_bytes == 0
-                                      or self.used_bytes + size <= self.limit_bytes)
+        return not self._waiters and self._fits(size)
 
     async def reserve(self, size: int) -> None:
         """Wait until `size` bytes fit (first come, first served), then count them."""
