@@ -13,8 +13,8 @@ A producer sends the same bytes up to its records in every request of one partit
 few such shapes are remembered (_Known), and a frame that starts as one has only its records
 and what follows them read (the walk's answer, the walk's fallbacks); one writing to several
 partitions of a topic sends the same bytes up to the topic's name (_KnownTopic: its partitions
-are walked). Flexible versions (v9+,
-librdkafka's) are walked by _read_flexible, one-byte lengths inline.
+are walked). Flexible versions (v9+, librdkafka's) are walked by _read_flexible, one-byte
+lengths inline.
 
 The response: `encode_response(version, correlation_id, body)` lays out the size-prefixed
 Produce response (v3..v12; v13 names topics by id) for the handler's dict -- the dict codec.encode_response takes --
