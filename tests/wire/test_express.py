@@ -137,6 +137,26 @@ def test_the_common_requests_answered_and_written_as_the_general_path(tmp_path, 
     assert taken == (len(frames) - 1) * 2 // 3 + 1
 
 
+def test_a_broker_that_served_express_starts_again_with_what_it_wrote(tmp_path):
+    """The express path's appends are the broker's: after it served the common requests and shut
+    down, a broker opened on the same dir holds the same log bytes, log end and high watermark."""
+    from storage.wire.node import Node
+
+    with broker(tmp_path / "b") as (server, loop, port):
+        answers(port, common_frames(), pipelined=True)
+        assert server.express.taken > 0
+        before = logs(server, loop)
+        ends = {k: (p.log.log_end_offset, p.log.high_watermark) for k, p in server.node.manager.partitions.items()
+                if k[0] == TOPIC}
+    node = Node(tmp_path / "b", offsets_partitions=1, background=False, log_config=LogConfig(fsync=False))
+    try:
+        parts = {k: p for k, p in node.manager.partitions.items() if k[0] == TOPIC}
+        assert {k: bytes(p.log.read(p.log.log_start_offset, 1 << 24) or b"") for k, p in parts.items()} == before
+        assert {k: (p.log.log_end_offset, p.log.high_watermark) for k, p in parts.items()} == ends
+    finally:
+        asyncio.run(node.shutdown())
+
+
 def test_errors_and_refusals_answered_as_the_general_path(tmp_path):
     """The answers with an error (a partition the topic lacks, a batch whose CRC is wrong: record
     errors), the requests the rules refuse (a control batch, an internal topic), and the ones it
