@@ -15,6 +15,7 @@ COMPRESSION_TYPES = ("uncompressed", "zstd", "lz4", "snappy", "gzip", "producer"
 # default -1 (Deflater.DEFAULT_COMPRESSION) is outside its range and taken too.
 _INT64_MIN = -2**63
 SEALED_SEGMENT_CHECKS = ("first_use", "open")
+TIMESTAMP_TYPES = ("CreateTime", "LogAppendTime")     # Kafka's message.timestamp.type
 
 # Each number's type and range, Kafka's ConfigDef of the topic config it stands for
 # (storage/src/main/java/org/apache/kafka/storage/internals/log/LogConfig.java, its CONFIG
@@ -110,8 +111,8 @@ class LogConfig:
     # defaults: unbounded); a record outside is refused (INVALID_TIMESTAMP, KIP-467 record errors).
     message_timestamp_before_max_ms: int = INT64_MAX
     message_timestamp_after_max_ms: int = INT64_MAX
-    # Kafka's message.timestamp.type: only CreateTime is served (the append path refuses a batch
-    # with the LogAppendTime bit from a client; stamping it is the C core's to learn).
+    # Kafka's message.timestamp.type: "CreateTime" (a record's timestamp is its producer's) or
+    # "LogAppendTime" (a leader's append stamps every batch with its clock: validator.stamp_log_append_time).
     message_timestamp_type: str = "CreateTime"
     # Kafka's flush.messages and flush.ms (defaults: never; replication, not fsync, is Kafka's
     # durability): an append that leaves flush_messages or more offsets past the recovery point
@@ -131,9 +132,9 @@ class LogConfig:
                              f"max_compaction_lag_ms={self.max_compaction_lag_ms}")
         if self.sealed_segment_check not in SEALED_SEGMENT_CHECKS:
             raise ValueError(f"sealed_segment_check must be one of {SEALED_SEGMENT_CHECKS}")
-        if self.message_timestamp_type != "CreateTime":
-            raise ValueError(f"message_timestamp_type={self.message_timestamp_type!r} is not served: only CreateTime "
-                             f"(Kafka's message.timestamp.type also takes LogAppendTime)")
+        if self.message_timestamp_type not in TIMESTAMP_TYPES:
+            raise ValueError(f"message_timestamp_type must be one of {TIMESTAMP_TYPES}, "
+                             f"not {self.message_timestamp_type!r} (Kafka's message.timestamp.type)")
         if self.compression_type not in COMPRESSION_TYPES:
             raise ValueError(f"compression_type must be one of {COMPRESSION_TYPES}, not {self.compression_type!r}")
         for codec, (low, high, default) in COMPRESSION_LEVELS.items():
@@ -166,6 +167,11 @@ class LogConfig:
         if self.compression_type == "snappy":
             return "snappy", None
         return self.compression_type, getattr(self, f"compression_{self.compression_type}_level")
+
+    @property
+    def log_append_time(self) -> bool:
+        """Whether a leader's appends stamp their batches with the log's clock (LogAppendTime)."""
+        return self.message_timestamp_type == "LogAppendTime"
 
     @property
     def compacts(self) -> bool:

@@ -138,6 +138,10 @@ def new_leader_state(config: LogConfig, producer_state, origin: str, client_flag
     """A new state for leader appends from `origin` ("client": with its expected producers, when
     `client_flags` let C check producers)."""
     flags = client_flags if origin == "client" else _LEADER_FLAGS
+    if config.log_append_time:
+        # The producer's batches were checked by validator.recheck before the stamp set the bit
+        # C's check refuses (validator.stamp_log_append_time).
+        flags &= ~lib.PLOG_VALIDATE_CLIENT
     # Every leader's batch with a producer id is written by C only when it expects it
     # (PLOG_VALIDATE_PRODUCERS); any other comes back to the producer state's check.
     state = _AppendState(config, flags | _PRODUCERS, config.batch_limit_bytes, origin)

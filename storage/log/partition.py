@@ -58,9 +58,10 @@ from .txnindex import AbortedTxn
 
 def _plain_client(config: LogConfig) -> bool:
     """Whether a producer's batches need no Python pass before C's (_leader_chunk): no keys to
-    require, no timestamp bounds, no recompression -- and no flush.messages to count after it
-    (appends._written does; the one-frame path stays free of the check)."""
-    return not config.compacts and config.compression_type == "producer" and \
+    require, no timestamp bounds, no recompression, no LogAppendTime to stamp -- and no
+    flush.messages to count after it (appends._written does; the one-frame path stays free of
+    the check)."""
+    return not config.compacts and config.compression_type == "producer" and not config.log_append_time and \
         min(config.message_timestamp_before_max_ms, config.message_timestamp_after_max_ms) >= INT64_MAX and \
         config.flush_messages >= INT64_MAX
 
@@ -288,11 +289,15 @@ class PartitionLog(ClosedOnExit):
         state = self._leader_append.get(origin) or self._leader_state(origin)
         if origin == "client" and self.config.compacts:
             _cleaner.require_keys(buf, self.path)      # Kafka's LogValidator for compacted topics
-        if origin == "client" and min(self.config.message_timestamp_before_max_ms,
-                                      self.config.message_timestamp_after_max_ms) < INT64_MAX:
+        log_append_time = self.config.log_append_time   # Kafka's validateTimestamp: CreateTime's bounds only
+        if origin == "client" and not log_append_time and min(self.config.message_timestamp_before_max_ms,
+                                                              self.config.message_timestamp_after_max_ms) < INT64_MAX:
             validator.check_timestamps(buf, self.config, _now_ms(), file=self.path)
         if origin == "client" and self.config.compression_type != "producer":
             buf = validator.recompress(buf, self.config.target_codec, file=f"{self.path} (appended data)")
+        if log_append_time:     # every batch stamped with one reading of the clock
+            buf = validator.stamp_log_append_time(buf, _now_ms(), file=f"{self.path} (appended data)",
+                                                  client=origin == "client")
         # Our own builder's batch: its records and max timestamp are right.
         flags = state.flags if prebuilt else state.flags | lib.PLOG_VALIDATE_RECHECKED
         with self._lock:

@@ -19,6 +19,11 @@ Kafka's validateMessagesAndAssignOffsetsCompressed does (inPlaceAssignment false
 records and their timestamps (CreateTime) as they came, the producer id, epoch, base sequence
 and transactional flag kept, the offsets then assigned by the append as for any batch.
 
+`stamp_log_append_time` is LogValidator on a topic whose message.timestamp.type is LogAppendTime:
+the checks above, then every batch's timestamp type and max timestamp set to the append's
+clock, its CRC again (the C pass, which refuses that bit from a producer, does not check such a
+chunk again).  No timestamp range check applies there (Kafka's validateTimestamp is CreateTime's).
+
 `explain` turns the C refusal of a batch into Kafka's reason, naming the record.
 
 Where we differ from Kafka, on purpose: a chunk may hold several batches (Kafka takes one
@@ -38,9 +43,10 @@ from ..core.codecs import CODEC_IDS, decompress
 from ..core.files import INT64_MAX
 from ..core.records import BATCH_OVERHEAD, Record, RecordBatch, build_batch, iter_batches
 
-_CRC_START = 21            # the CRC covers the batch from its attributes on
+_CRC_START = 21            # the CRC covers the batch from its attributes on (attributes: int16 there)
 _POS_CRC = 17
 _POS_MAX_TIMESTAMP = 35
+PRODUCER_LOG_APPEND_TIME = "a producer must not set the LogAppendTime timestamp type"
 
 
 def _parse(pointer, length: int, pos: int):
@@ -87,10 +93,12 @@ def _walk_records(section, count: int, *, file, batch_position: int, base_offset
     return max_delta[0]
 
 
-def recheck(buf: bytearray, *, file) -> None:
+def recheck(buf: bytearray, *, file, log_append_time: int | None = None) -> None:
     """Check every batch of a producer chunk the C pass sent back, in place: CRC first, then
     the records (decompressed when compressed), then set the max timestamp from the records
-    (with a new CRC) where the producer's differs.  Raises the StorageError Kafka would."""
+    (with a new CRC) where the producer's differs.  Raises the StorageError Kafka would.
+    log_append_time (a LogAppendTime topic's append, its clock's one reading): the same checks,
+    a producer's own LogAppendTime bit refused, and every batch stamped (`_stamp`) instead."""
     length = len(buf)
     pos = 0
     with ffi.from_buffer(buf) as pointer:
@@ -105,7 +113,10 @@ def recheck(buf: bytearray, *, file) -> None:
             if problem:
                 raise errors.InvalidRecordError(problem, file=file, position=pos, offset=info.base_offset)
             if info.attributes & lib.PLOG_ATTR_LOG_APPEND_TIME:
-                return          # refused by the C pass (PLOG_ETIMESTAMP)
+                if log_append_time is None:
+                    return      # refused by the C pass (PLOG_ETIMESTAMP)
+                raise errors.InvalidTimestampError(PRODUCER_LOG_APPEND_TIME, file=file, position=pos,
+                                                   offset=info.base_offset)
             codec = info.attributes & lib.PLOG_ATTR_COMPRESSION_MASK
             section = memoryview(buf)[pos + BATCH_OVERHEAD:pos + size]
             try:
@@ -118,6 +129,10 @@ def recheck(buf: bytearray, *, file) -> None:
                                               base_offset=info.base_offset, records_position=pos + BATCH_OVERHEAD)
             finally:
                 section.release()
+            if log_append_time is not None:
+                _stamp(buf, pointer, pos, info, log_append_time)
+                pos += size
+                continue
             newest = info.base_timestamp + max_delta
             if not -2**63 <= newest <= INT64_MAX:
                 raise errors.InvalidTimestampError(
@@ -131,6 +146,44 @@ def recheck(buf: bytearray, *, file) -> None:
             pos += size
 
 
+def _stamp(buf: bytearray, pointer, pos: int, info, now: int) -> None:
+    """Kafka's batch.setMaxTimestamp(LOG_APPEND_TIME, now) on the checked batch at `pos`: the
+    timestamp type bit, the max timestamp, the CRC over the batch again."""
+    struct.pack_into(">H", buf, pos + _CRC_START, (info.attributes | lib.PLOG_ATTR_LOG_APPEND_TIME) & 0xFFFF)
+    struct.pack_into(">q", buf, pos + _POS_MAX_TIMESTAMP, now)
+    struct.pack_into(">I", buf, pos + _POS_CRC, lib.plog_crc32c(0, pointer + pos + _CRC_START,
+                                                                info.size_bytes - _CRC_START))
+
+
+def stamp_log_append_time(buf, now: int, *, file, client: bool) -> bytearray:
+    """Kafka's LogValidator on a LogAppendTime topic (assignOffsetsNonCompressed; in place
+    validateMessagesAndAssignOffsetsCompressed): `buf` (copied when it is not a bytearray the
+    log owns) with every v2 batch given the LogAppendTime timestamp type and max timestamp
+    `now` -- one reading of the clock for the whole append -- and its CRC again.  The records and
+    their timestamp deltas are left as they are: a reader takes the batch's max timestamp for
+    every record.  A producer's chunk (`client`) gets recheck's checks first, C's own
+    (PLOG_VALIDATE_CLIENT) being off for it, since the stamp sets the bit C refuses; the
+    broker's own batches (markers) have their CRC checked before the stamp.  Either way a
+    damaged batch is refused, never signed again; a batch that does not parse stops the stamp
+    and the C pass refuses the chunk, naming it."""
+    if buf.__class__ is not bytearray:
+        buf = bytearray(buf)
+    if client:
+        recheck(buf, file=file, log_append_time=now)
+        return buf
+    length, pos = len(buf), 0
+    with ffi.from_buffer(buf) as pointer:
+        while pos < length:
+            info = _parse(pointer, length, pos)
+            if info is None:
+                break
+            if not lib.plog_batch_crc_ok(pointer + pos, info):
+                raise errors.CorruptRecordError("CRC mismatch", file=file, position=pos, offset=info.base_offset)
+            _stamp(buf, pointer, pos, info, now)
+            pos += info.size_bytes
+    return buf
+
+
 def explain(buf, pos: int, rc: int, *, file) -> errors.StorageError:
     """The error for a producer batch at `pos` that the C pass refused with PLOG_ERECORD or
     PLOG_ETIMESTAMP: Kafka's reason, and for a record-level problem the record's position."""
@@ -140,7 +193,7 @@ def explain(buf, pos: int, rc: int, *, file) -> errors.StorageError:
     offset = info.base_offset
     if rc == lib.PLOG_ETIMESTAMP:
         if info.attributes & lib.PLOG_ATTR_LOG_APPEND_TIME:
-            reason = "a producer must not set the LogAppendTime timestamp type"
+            reason = PRODUCER_LOG_APPEND_TIME
         else:
             reason = "a record timestamp overflows (base timestamp plus delta)"
         return errors.InvalidTimestampError(reason, file=file, position=pos, offset=offset)

@@ -25,6 +25,7 @@ class DelayedProduce:
     callback: Callable[[ProduceResponse], None]
     deadline_ms: int
     seq: int = field(default=0, compare=False)
+    log_append_time: int = -1           # the append's (ProduceResponse.log_append_time)
 
 
 class DelayedProduces:

@@ -297,6 +297,9 @@ class ProduceResponse:
     log_start_offset: int = -1
     record_errors: tuple = ()           # KIP-467: (batch index, message) of each refused record
     error_message: str | None = None
+    # Kafka's LogAppendInfo.logAppendTime: the append's clock on a LogAppendTime topic, a retried
+    # batch's max timestamp (UnifiedLog.append: duplicate.timestamp), else -1.
+    log_append_time: int = -1
 
 
 @dataclass

@@ -415,7 +415,8 @@ class ReplicaManager(FetchAnswers, OffsetAnswers):
             self._next_isr_check = now + self.isr_check_interval_ms
             self._shrink_isrs(now)
         for d in self._delayed.take_expired(now):
-            d.callback(ProduceResponse(d.topic, d.partition, Errors.REQUEST_TIMED_OUT, d.base_offset))
+            d.callback(ProduceResponse(d.topic, d.partition, Errors.REQUEST_TIMED_OUT, d.base_offset,
+                                       log_append_time=d.log_append_time))
 
     def _shrink_isrs(self, now: int) -> None:
         """Kafka's maybeShrinkIsr: each led partition's followers out of sync leave its ISR."""
@@ -488,8 +489,8 @@ class ReplicaManager(FetchAnswers, OffsetAnswers):
                        callback: Callable[[ProduceResponse], None] | None = None) -> ProduceResponse | None:
         """Append as leader.  acks 0/1 answer at once; acks=-1 answers (through `callback`, and
         returns None) when the high watermark passes the batch, or at the timeout."""
-        def answer(code, base_offset=-1, failure=None):
-            response = ProduceResponse(request.topic, request.partition, code, base_offset)
+        def answer(code, base_offset=-1, failure=None, append_time=-1):
+            response = ProduceResponse(request.topic, request.partition, code, base_offset, log_append_time=append_time)
             if failure is not None:
                 response.record_errors, response.error_message = failure.record_errors, failure.produce_message
             if callback is not None:
@@ -517,13 +518,16 @@ class ReplicaManager(FetchAnswers, OffsetAnswers):
         stats = self.topic_stats.get(p.topic) or self.topic_stats.setdefault(p.topic, [0, 0, 0])
         stats[0] += info.size_bytes
         stats[1] += info.record_count
+        # Kafka's logAppendTime: the stamp of a LogAppendTime topic's append (its max timestamp)
+        # or a retried batch's max timestamp; -1 otherwise.
+        append_time = info.max_timestamp if info.duplicate or p.log.config.message_timestamp_type == "LogAppendTime" else -1
         if request.acks != -1:
             self._maybe_increment_high_watermark(p)
-            return answer(Errors.NONE, info.first_offset)
+            return answer(Errors.NONE, info.first_offset, append_time=append_time)
         if callback is None:
             raise ValueError("acks=-1 needs a callback: the answer comes when the high watermark moves")
         self._delayed.add(DelayedProduce(p.topic, p.partition, info.last_offset + 1, info.first_offset, callback,
-                                         self.clock() + self.produce_timeout_ms))
+                                         self.clock() + self.produce_timeout_ms, log_append_time=append_time))
         if not self._maybe_increment_high_watermark(p):
             # Kafka's tryCompleteElseWatch: a retried batch (a duplicate, answered with its first
             # offsets) may already be below the high watermark, which then need not move again.
@@ -593,11 +597,11 @@ class ReplicaManager(FetchAnswers, OffsetAnswers):
         if done:
             code = Errors.NONE if len(p.isr) >= self._min_isr(p.topic) else Errors.NOT_ENOUGH_REPLICAS_AFTER_APPEND
             for d in done:
-                d.callback(ProduceResponse(d.topic, d.partition, code, d.base_offset))
+                d.callback(ProduceResponse(d.topic, d.partition, code, d.base_offset, log_append_time=d.log_append_time))
 
     def _fail_delayed(self, p: Partition, code: int) -> None:
         for d in self._delayed.take_all(p.key):
-            d.callback(ProduceResponse(d.topic, d.partition, code, d.base_offset))
+            d.callback(ProduceResponse(d.topic, d.partition, code, d.base_offset, log_append_time=d.log_append_time))
 
     # ---- an offline log dir (Kafka's ReplicaManager.handleLogDirFailure) --------------------------
     @property

@@ -182,7 +182,7 @@ class ClientApis:
                 log.warning("produce to %s-%d answered without an offset", topic, index)
             hosted = partitions.get((topic, index))     # no copy of every log
             row = {"index": index, "error_code": code, "base_offset": r.base_offset,
-                   "log_start_offset": hosted.log.log_start_offset if hosted is not None else -1,
+                   "log_append_time": r.log_append_time, "log_start_offset": hosted.log.log_start_offset if hosted is not None else -1,
                    "record_errors": [{"batch_index": i, "batch_index_error_message": text}
                                      for i, text in r.record_errors] if r.record_errors else [],
                    "error_message": refused.get((topic, index), r.error_message) if refused else r.error_message}

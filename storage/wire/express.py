@@ -77,7 +77,7 @@ class ProduceExpress:
                         server.observer.answered(produce_codec.PRODUCE_KEY, started, None)
                     if len(rows) == 1:
                         return produce_codec.encode_row(version, correlation_id, name, rows[0][0], Errors.NONE,
-                                                        rows[0][1], rows[0][2])
+                                                        rows[0][1], rows[0][2], rows[0][3])
                     return produce_codec.encode_rows(version, correlation_id, name, rows)
                 body = {"responses": self.apis.produce_rows(answers, {})}
         except Exception as exc:
@@ -87,13 +87,14 @@ class ProduceExpress:
         return server.answer_body(body, produce_codec.PRODUCE_KEY, version, correlation_id, started)
 
 
-def _rows(answers: list, partitions: dict) -> list[tuple[int, int, int]] | None:
-    """(index, base offset, log start offset) of each answer, or None when one is not a plain
-    success (an error, record errors, a message: the general encoder writes those)."""
+def _rows(answers: list, partitions: dict) -> list[tuple[int, int, int, int]] | None:
+    """(index, base offset, log start offset, log append time) of each answer, or None when one
+    is not a plain success (an error, record errors, a message: the general encoder writes those)."""
     rows = []
     for a in answers:
         if a.error_code != Errors.NONE or a.base_offset < 0 or a.record_errors or a.error_message is not None:
             return None
         hosted = partitions.get((a.topic, a.partition))
-        rows.append((a.partition, a.base_offset, hosted.log.log_start_offset if hosted is not None else -1))
+        rows.append((a.partition, a.base_offset, hosted.log.log_start_offset if hosted is not None else -1,
+                     a.log_append_time))
     return rows

@@ -379,7 +379,8 @@ def _millis(value) -> int:
 
 # The row apis.produce writes for a partition, and the one whose bytes are laid out ahead of
 # time when it is all a response holds: no record errors, no message, none of the later fields.
-ROW_KEYS = frozenset(("index", "error_code", "base_offset", "log_start_offset", "record_errors", "error_message"))
+ROW_KEYS = frozenset(("index", "error_code", "base_offset", "log_append_time", "log_start_offset", "record_errors",
+                      "error_message"))
 _ROW_BYTES = 4 + _PARTITION_V5.size      # the correlation id and the fixed fields
 
 
@@ -394,7 +395,7 @@ def encode_response(version: int, correlation_id: int, body: dict) -> bytes:
             p = rows[0]
             if p.keys() == ROW_KEYS and not p["record_errors"] and p["error_message"] is None:
                 return encode_row(version, correlation_id, topic["name"], p["index"], int(p["error_code"]),
-                                  p["base_offset"], p["log_start_offset"])
+                                  p["base_offset"], p["log_start_offset"], p["log_append_time"])
     flexible = version >= FLEXIBLE_FROM
     out = bytearray(_SIZE_CORRELATION.pack(0, correlation_id))
     if flexible:
@@ -422,24 +423,26 @@ def encode_response(version: int, correlation_id: int, body: dict) -> bytes:
 
 
 def encode_row(version: int, correlation_id: int, name: str, index: int, error_code: int, base_offset: int,
-               log_start_offset: int) -> bytes:
+               log_start_offset: int, log_append_time: int = -1) -> bytes:
     """The size-prefixed Produce response (v5+) of one topic's one partition, no record errors and
     no message: encode_response's shortcut, for the express path too."""
     head, row_tail, tail = _LAYOUT.get((version, name)) or _layout(version, name)
     count = b"\2" if version >= FLEXIBLE_FROM else b"\0\0\0\1"
     return b"".join((_SIZE_CORRELATION.pack(len(head) + len(count) + _ROW_BYTES + len(row_tail) + len(tail),
                                             correlation_id), head, count,
-                     _PARTITION_V5.pack(index, error_code, base_offset, -1, log_start_offset), row_tail, tail))
+                     _PARTITION_V5.pack(index, error_code, base_offset, log_append_time, log_start_offset), row_tail,
+                     tail))
 
 
 def encode_rows(version: int, correlation_id: int, name: str, rows) -> bytes:
     """The size-prefixed Produce response (v5+) of one topic's partitions, each row (index, base
-    offset, log start offset) without an error, record errors or a message (the express path)."""
+    offset, log start offset, log append time) without an error, record errors or a message (the
+    express path)."""
     head, row_tail, tail = _LAYOUT.get((version, name)) or _layout(version, name)
     out = [b"", head, uvarint(len(rows) + 1) if version >= FLEXIBLE_FROM else _I32.pack(len(rows))]
     pack = _PARTITION_V5.pack
-    for index, base_offset, log_start_offset in rows:
-        out.append(pack(index, 0, base_offset, -1, log_start_offset))
+    for index, base_offset, log_start_offset, log_append_time in rows:
+        out.append(pack(index, 0, base_offset, log_append_time, log_start_offset))
         out.append(row_tail)
     out.append(tail)
     out[0] = _SIZE_CORRELATION.pack(sum(map(len, out)) + 4, correlation_id)

@@ -67,8 +67,9 @@ class _Refused(Exception):
 def produce_body(*topics, **extra) -> dict:
     """A Produce answer as ClientApis._produce_rows builds it: topics of (name, [(index, code)])."""
     return {"responses": [{"name": name, "partition_responses": [
-        {"index": index, "error_code": code, "base_offset": 7 if not code else -1, "log_start_offset": 0,
-         "record_errors": [], "error_message": None} for index, code in rows]} for name, rows in topics], **extra}
+        {"index": index, "error_code": code, "base_offset": 7 if not code else -1, "log_append_time": -1,
+         "log_start_offset": 0, "record_errors": [], "error_message": None} for index, code in rows]}
+        for name, rows in topics], **extra}
 
 
 def _record_errors() -> dict:

@@ -197,13 +197,14 @@ def test_a_request_to_the_same_topic_is_read_as_kio_reads_it(version):
 def test_the_one_row_answer_is_kios(version):
     """The answer of one partition's row as apis.produce writes it (the bytes around the row laid
     out once per version and topic: produce_codec._layout) is kio's, for names of one- and
-    two-byte lengths, any error code and offsets; other rows (a message, record errors, extra
+    two-byte lengths, any error code, offsets and log append time; other rows (a message, record errors, extra
     fields) take the general layout."""
     from storage.core.errors import Errors
     for name in ("t", "ü" * 70):
-        for code, base, start in ((0, 41, 0), (Errors.NOT_LEADER_OR_FOLLOWER, -1, -1), (0, 2**62, 2**61)):
+        for code, base, start, at in ((0, 41, 0, -1), (Errors.NOT_LEADER_OR_FOLLOWER, -1, -1, -1),
+                                      (0, 2**62, 2**61, 1_795_000_000_000)):
             row = {"index": 7, "error_code": code, "base_offset": base, "log_start_offset": start,
-                   "record_errors": [], "error_message": None}
+                   "log_append_time": at, "record_errors": [], "error_message": None}
             for body in ({"responses": [{"name": name, "partition_responses": [row]}]},
                          {"responses": [{"name": name, "partition_responses": [{**row, "error_message": "no"}]}]},
                          {"responses": [{"name": name, "partition_responses": [row]}], "throttle_time": 5}):
@@ -213,15 +214,16 @@ def test_the_one_row_answer_is_kios(version):
 
 @pytest.mark.parametrize("version", [v for v in RESPONSE_VERSIONS if v >= 5])
 @SETTINGS
-@given(name=names, rows=st.lists(st.tuples(int32, st.integers(0, 2**62), st.integers(0, 2**62)), min_size=1, max_size=70),
+@given(name=names, rows=st.lists(st.tuples(int32, st.integers(0, 2**62), st.integers(0, 2**62),
+                                          st.one_of(st.just(-1), st.integers(0, 2**43))), min_size=1, max_size=70),
        correlation_id=int32)
 def test_the_answer_of_several_rows_is_kios(version, name, rows, correlation_id):
     """The express path's answer of one topic's partitions without errors (encode_rows: the
     layout of encode_row, a row per partition, 1 to 70 of them: a count of one or two varint
-    bytes from v9) is kio's."""
+    bytes from v9; a LogAppendTime topic's log append time, or -1) is kio's."""
     body = {"responses": [{"name": name, "partition_responses": [
-        {"index": i, "error_code": 0, "base_offset": base, "log_start_offset": start, "record_errors": [],
-         "error_message": None} for i, base, start in rows]}]}
+        {"index": i, "error_code": 0, "base_offset": base, "log_start_offset": start, "log_append_time": at,
+         "record_errors": [], "error_message": None} for i, base, start, at in rows]}]}
     assert produce_codec.encode_rows(version, correlation_id, name, rows) == \
         codec.encode_response_kio(0, version, correlation_id, body)
 

@@ -65,8 +65,7 @@ FROM_PROPS_INVALID = {
     # LogConfigTest's compression cases: Kafka's BrokerCompressionType names only ("none" is a
     # producer's name, not a topic's), and each codec's level range (gzip's -1 is its default).
     "compression.type": ["none", "GZIP", "brotli", ""],
-    # LogAppendTime is Kafka's too, but not served here: refused, never accepted and ignored
-    "message.timestamp.type": ["LogAppendTime", "createtime", "", "message.timestamp.type"],
+    "message.timestamp.type": ["createtime", "logappendtime", "", "message.timestamp.type"],
     "compression.gzip.level": ["not_a_number", "0", "10", "-2"],
     "compression.lz4.level": ["not_a_number", "0", "18"],
     "compression.zstd.level": ["not_a_number", "23", "-131073"],
@@ -89,7 +88,7 @@ def test_every_served_config_refuses_kafkas_invalid_values(name):
     ("segment.ms", " 100\t"), ("segment.ms", "+100"), ("min.cleanable.dirty.ratio", ".5"),
     ("min.cleanable.dirty.ratio", "1e0"), ("min.cleanable.dirty.ratio", "0.5d"),
     ("cleanup.policy", " compact , delete "), ("cleanup.policy", "delete,delete"),
-    ("message.timestamp.type", "CreateTime"), ("compression.type", " lz4 "), ("compression.type", "uncompressed"),
+    ("message.timestamp.type", "CreateTime"), ("message.timestamp.type", "LogAppendTime"), ("compression.type", " lz4 "), ("compression.type", "uncompressed"),
     ("compression.gzip.level", "-1"), ("compression.zstd.level", "-131072"), ("compression.lz4.level", "17"),
     ("message.timestamp.before.max.ms", "0"), ("message.timestamp.after.max.ms", str(INT64_MAX)),
 ])
