@@ -11,7 +11,7 @@ import os
 import re
 import sys
 
-from ..core.config import COMPRESSION_TYPES, LogConfig
+from ..core.config import COMPRESSION_TYPES, TIMESTAMP_TYPES, LogConfig
 from ..core.files import INT32_MAX, INT64_MAX
 from ..wire.configs import MAX_PARTITIONS_PER_TOPIC
 from . import listener_flags
@@ -200,6 +200,9 @@ def _log_flags(p) -> None:
     p.add_argument("--log-flush-interval-ms", type=_ranged(0, INT64_MAX, "log.flush.interval.ms"),
                    default=LogConfig.flush_ms, help="flush.ms of every topic that sets none: a log whose last fsync "
                    "is this old is fsynced, checked every second (default: never)")
+    p.add_argument("--log-message-timestamp-type", choices=TIMESTAMP_TYPES, default=LogConfig.message_timestamp_type,
+                   help="message.timestamp.type of every topic that sets none: CreateTime (the producer's timestamps) "
+                        "or LogAppendTime (the leader's clock at the append)")
 
 
 def _config_flag(p) -> None:
@@ -309,7 +312,8 @@ def cmd_serve(args) -> int:
                            retention_ms=args.log_retention_ms, retention_bytes=args.log_retention_bytes,
                            segment_bytes=args.log_segment_bytes, segment_ms=args.log_roll_ms,
                            max_message_bytes=args.message_max_bytes, flush_messages=args.log_flush_interval_messages,
-                           flush_ms=args.log_flush_interval_ms)
+                           flush_ms=args.log_flush_interval_ms,
+                           message_timestamp_type=args.log_message_timestamp_type)
     options = dict(node_id=args.node_id, host=listeners[0].advertised_host or host, port=port, num_partitions=args.num_partitions,
                    replication_factor=args.replication_factor, auto_create_topics=not args.no_auto_create_topics,
                    offsets_partitions=args.offsets_partitions, min_insync_replicas=args.min_insync_replicas,

@@ -57,6 +57,7 @@ FLAGS = {
               "log.segment.bytes": "log_segment_bytes", "message.max.bytes": "message_max_bytes",
               "log.flush.interval.messages": "log_flush_interval_messages",
               "log.flush.interval.ms": "log_flush_interval_ms",
+              "log.message.timestamp.type": "log_message_timestamp_type",
               "log.cleaner.backoff.ms": "log_cleaner_backoff_ms",
               "authorizer.class.name": "authorizer", "super.users": "super_users",
               "sasl.enabled.mechanisms": "sasl_enabled_mechanisms"},

@@ -152,12 +152,15 @@ def offset_for_timestamp(local, timestamp: int, log_start_offset: int, log_end_o
     for segment in local.segments:
         if segment.max_timestamp < timestamp:
             continue
+        # Kafka's LogSegment.findOffsetByTimestamp: the time index's entry says where to start
+        # (its offset is the last of a batch), the search takes any record at or above the log
+        # start from that batch on -- an earlier record of the same batch may be the answer (a
+        # LogAppendTime batch's first; a CreateTime batch's whose later record is older).
         _, offset = segment.time_index_lookup(timestamp)
-        offset = max(offset, log_start_offset)
-        position = segment.find(offset)    # the index hint checked against its batch
+        position = segment.find(max(offset, log_start_offset))    # the index hint checked against its batch
         if position < 0:
             continue
-        found = _first_record_at_or_after(segment, position, timestamp, offset)
+        found = _first_record_at_or_after(segment, position, timestamp, log_start_offset)
         if found is not None:
             return found
     return None
