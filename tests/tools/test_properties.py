@@ -95,6 +95,13 @@ def test_the_flush_intervals_are_the_topics_defaults(tmp_path):
     assert configured(tmp_path, "").log_flush_interval_messages == 2**63 - 1
 
 
+def test_the_message_timestamp_type_is_the_topics_default(tmp_path):
+    # Kafka's log.message.timestamp.type: message.timestamp.type of topics that set none.
+    assert configured(tmp_path, "log.message.timestamp.type=LogAppendTime\n").log_message_timestamp_type == \
+        "LogAppendTime"
+    assert configured(tmp_path, "").log_message_timestamp_type == "CreateTime"
+
+
 def test_retention_ms_over_minutes_over_hours(tmp_path):
     # Kafka's LogConfig: log.retention.ms if given, else .minutes, else .hours.
     assert configured(tmp_path, "log.retention.hours=1\nlog.retention.minutes=3\n").log_retention_ms == 180_000
@@ -217,6 +224,7 @@ def test_the_controller_reads_its_own_names(tmp_path):
     ("log.flush.interval.messages=not_a_number\n", 1, "is not an int64 in [1, "),
     ("log.flush.interval.messages=0\n", 1, "log.flush.interval.messages"),
     ("log.flush.interval.ms=not_a_number\n", 1, "is not an int64 in [0, "),
+    ("log.message.timestamp.type=logappendtime\n", 1, "not one of"),
     ("offsets.topic.num.partitions=\\u0031\\u0030\\u0030\\u0030\\u0030\\u0030\n", 1, "offsets.topic.num.partitions"),
 ])
 def test_a_refused_property_names_the_file_and_its_line(tmp_path, text, line, words):
