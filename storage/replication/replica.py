@@ -78,6 +78,14 @@ from .offset_answers import OffsetAnswers
 _log = logging.getLogger("storage.replica")   # docs/guide-operations.md, Logs
 
 
+def _delayed_answer(d: DelayedProduce, code: int) -> ProduceResponse:
+    """A waiting produce's answer: its first offset and log append time with `code` (Kafka's
+    DelayedProduce keeps the append's PartitionResponse and sets only its error)."""
+    response = ProduceResponse(d.topic, d.partition, code, d.base_offset)
+    response.log_append_time = d.log_append_time
+    return response
+
+
 class Partition:
     """One hosted partition: its log and its replication state on this broker."""
 
@@ -415,8 +423,7 @@ class ReplicaManager(FetchAnswers, OffsetAnswers):
             self._next_isr_check = now + self.isr_check_interval_ms
             self._shrink_isrs(now)
         for d in self._delayed.take_expired(now):
-            d.callback(ProduceResponse(d.topic, d.partition, Errors.REQUEST_TIMED_OUT, d.base_offset,
-                                       log_append_time=d.log_append_time))
+            d.callback(_delayed_answer(d, Errors.REQUEST_TIMED_OUT))
 
     def _shrink_isrs(self, now: int) -> None:
         """Kafka's maybeShrinkIsr: each led partition's followers out of sync leave its ISR."""
@@ -490,7 +497,9 @@ class ReplicaManager(FetchAnswers, OffsetAnswers):
         """Append as leader.  acks 0/1 answer at once; acks=-1 answers (through `callback`, and
         returns None) when the high watermark passes the batch, or at the timeout."""
         def answer(code, base_offset=-1, failure=None, append_time=-1):
-            response = ProduceResponse(request.topic, request.partition, code, base_offset, log_append_time=append_time)
+            response = ProduceResponse(request.topic, request.partition, code, base_offset)
+            if append_time != -1:
+                response.log_append_time = append_time
             if failure is not None:
                 response.record_errors, response.error_message = failure.record_errors, failure.produce_message
             if callback is not None:
@@ -519,11 +528,14 @@ class ReplicaManager(FetchAnswers, OffsetAnswers):
         stats[0] += info.size_bytes
         stats[1] += info.record_count
         # Kafka's logAppendTime: the stamp of a LogAppendTime topic's append (its max timestamp)
-        # or a retried batch's max timestamp; -1 otherwise.
-        append_time = info.max_timestamp if info.duplicate or p.log.config.message_timestamp_type == "LogAppendTime" else -1
+        # or a retried batch's max timestamp; -1 otherwise.  (info[7]: duplicate, info[2]: max
+        # timestamp -- the indexes cost a CreateTime produce less than the names.)
+        append_time = info[2] if info[7] or p.log.config.message_timestamp_type != "CreateTime" else -1
         if request.acks != -1:
             self._maybe_increment_high_watermark(p)
-            return answer(Errors.NONE, info.first_offset, append_time=append_time)
+            if append_time == -1:
+                return answer(Errors.NONE, info.first_offset)
+            return answer(Errors.NONE, info.first_offset, None, append_time)
         if callback is None:
             raise ValueError("acks=-1 needs a callback: the answer comes when the high watermark moves")
         self._delayed.add(DelayedProduce(p.topic, p.partition, info.last_offset + 1, info.first_offset, callback,
@@ -597,11 +609,11 @@ class ReplicaManager(FetchAnswers, OffsetAnswers):
         if done:
             code = Errors.NONE if len(p.isr) >= self._min_isr(p.topic) else Errors.NOT_ENOUGH_REPLICAS_AFTER_APPEND
             for d in done:
-                d.callback(ProduceResponse(d.topic, d.partition, code, d.base_offset, log_append_time=d.log_append_time))
+                d.callback(_delayed_answer(d, code))
 
     def _fail_delayed(self, p: Partition, code: int) -> None:
         for d in self._delayed.take_all(p.key):
-            d.callback(ProduceResponse(d.topic, d.partition, code, d.base_offset, log_append_time=d.log_append_time))
+            d.callback(_delayed_answer(d, code))
 
     # ---- an offline log dir (Kafka's ReplicaManager.handleLogDirFailure) --------------------------
     @property
