@@ -298,10 +298,9 @@ class ProduceResponse:
     record_errors: tuple = ()           # KIP-467: (batch index, message) of each refused record
     error_message: str | None = None
     # Kafka's LogAppendInfo.logAppendTime: the append's clock on a LogAppendTime topic, a retried
-    # batch's max timestamp (UnifiedLog.append: duplicate.timestamp), else -1.  A class attribute,
-    # not a field: set on the few answers that carry one, so the common answer's __init__ (every
-    # CreateTime produce) costs what it did.
-    log_append_time = -1
+    # batch's max timestamp (UnifiedLog.append: duplicate.timestamp), else -1.  Set after the
+    # answer is made, on the answers that carry one (a keyword argument costs every answer).
+    log_append_time: int = -1
 
 
 @dataclass
