@@ -13,7 +13,8 @@ storage check, the append, the high watermark), the appends' wake of waiting fet
 compares both paths).  Anything else goes the general way: a frame it does not know (the first
 of a producer's shape, other APIs), a topic the session may not write (the general path refuses
 it), DEBUG logging on, a request the rules refuse, an answer with an error or a record error
-(encoded by the general encoder).
+(encoded by the general encoder); an acks=0 request that met an error closes the connection
+(later.Close), as on the general path.
 """
 from __future__ import annotations
 
@@ -23,6 +24,7 @@ import time
 from ..core.errors import Errors
 from ..replication.messages import ProduceRequest
 from . import authz, codec, produce_codec, sasl
+from .later import Close
 from .rules import produce_problem
 
 log = logging.getLogger("storage.wire")
@@ -33,7 +35,7 @@ FIRST_VERSION = 5       # the versions whose one-row answer produce_codec.encode
 
 class ProduceExpress:
     """The express path of one broker's server: `serve(frame)` -> the answer (bytes), None (acks=0:
-    none), or NOT_MINE."""
+    none), a later.Close (acks=0 with an error), or NOT_MINE."""
 
     def __init__(self, server, apis, handler) -> None:
         self.server, self.apis = server, apis
@@ -55,7 +57,7 @@ class ProduceExpress:
                     and not authz.produce_passes(self.apis.node, self.handler, server.handlers[0], name))):
             return NOT_MINE
         for _, records in parts:
-            if records is None or produce_problem(name, records) is not None:
+            if records is None or produce_problem(name, records, version) is not None:
                 return NOT_MINE
         correlation_id = int.from_bytes(frame[4:8], "big", signed=True)
         server.served[(produce_codec.PRODUCE_KEY, version)] += 1
@@ -68,8 +70,9 @@ class ProduceExpress:
             for index, records in parts:
                 answers.append(manager.handle_produce(ProduceRequest(name, index, records, acks)))
             node.pump()         # the appends woke the fetches waiting on them (ReplicaManager.on_append)
-            if acks == 0:
-                body = None
+            if acks == 0:       # no answer; an error closes the connection (later.Close)
+                body = None if not any(a.error_code for a in answers) else Close(
+                    {"responses": self.apis.produce_rows(answers, {})})
             else:
                 rows = _rows(answers, manager.partitions)
                 if rows is not None:
