@@ -19,7 +19,7 @@ pytest.importorskip("kio", reason="the wire front end needs kio")
 from storage.core.errors import Errors  # noqa: E402
 from storage.core.records import build_batch  # noqa: E402
 from storage.wire import codec, rules  # noqa: E402
-from tests.wire.test_express import LAST, TOPIC, answers, broker, frame, logs  # noqa: E402
+from tests.wire.test_express import LAST, TOPIC, answers, broker, frame, frame_of_parts, logs  # noqa: E402
 from tests.wire_support import Broker, _read, on_loop  # noqa: E402
 
 T0 = 1_700_000_000_000
@@ -196,8 +196,10 @@ def test_the_other_partitions_of_the_request_go_on(tmp_path):
 
 # ---- acks=0: an error closes the connection ---------------------------------------------------
 
-def _served_until_closed(port: int, frames: list[tuple[bytes, int]], pipelined: bool) -> tuple[list[bytes], bool]:
-    """(the answers read, whether the broker closed the connection) for `frames` on one connection."""
+def _served_until_closed(port: int, frames: list[tuple[bytes, int]], pipelined: bool,
+                         closing_s: float = 1.0) -> tuple[list[bytes], bool]:
+    """(the answers read, whether the broker closed the connection within `closing_s` after
+    them; 0: not looked at) for `frames` on one connection."""
     got = []
     with socket.create_connection(("127.0.0.1", port), timeout=20) as s:
         s.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
@@ -207,13 +209,15 @@ def _served_until_closed(port: int, frames: list[tuple[bytes, int]], pipelined: 
             for f, acks in frames:
                 if not pipelined:
                     s.sendall(f)
-                    time.sleep(0.05)        # the broker's close, if any, before the next frame
+                    time.sleep(0.02)        # the broker's close, if any, before the next frame
                 if acks:
                     head = _read(s, 4)
                     if head is None:
                         return got, True
                     got.append(head + _read(s, struct.unpack(">i", head)[0]))
-            s.settimeout(2)
+            if not closing_s:
+                return got, False
+            s.settimeout(closing_s)
             return got, _read(s, 1) is None
         except (ConnectionResetError, BrokenPipeError):
             return got, True
@@ -221,25 +225,32 @@ def _served_until_closed(port: int, frames: list[tuple[bytes, int]], pipelined: 
             return got, False
 
 
-ACKS0_ERRORS = {"empty records": dict(records=b""), "two batches": dict(records=TWO),
-                "a partition the topic lacks": dict(partition=7), "an internal topic": dict(topic="__consumer_offsets")}
+# kind -> (the acks=0 request with an error, the records it writes to partition 0 before the close)
+ACKS0_ERRORS = {"empty records": (lambda: frame(4, acks=0, records=b""), 0),
+                "two batches": (lambda: frame(4, acks=0, records=TWO), 0),
+                "an internal topic": (lambda: frame(4, acks=0, topic="__consumer_offsets"), 0),
+                "a partition the topic lacks, beside one it has": (lambda: frame_of_parts(4, [0, 7], acks=0), 2)}
 
 
 @pytest.mark.parametrize("pipelined", [False, True], ids=["one-at-a-time", "pipelined"])
 @pytest.mark.parametrize("kind", list(ACKS0_ERRORS))
 def test_an_acks_zero_request_with_an_error_closes_the_connection(tmp_path, kind, pipelined):
     """KafkaApis.handleProduceRequest, acks=0: an error on any partition closes the connection
-    (closeConnection), else no answer (sendNoOpResponseExemptThrottle).  Three good acks=0
-    requests (the express path learns the shape), the bad one, then an acks=1 request: closed,
-    unanswered, and the request after the bad one never served."""
+    (closeConnection), else no answer (sendNoOpResponseExemptThrottle); the other partitions of
+    the request are written first.  Three good acks=0 requests of two partitions (the express
+    path learns the topic's shape: it serves the last kind itself), the bad one, then an acks=1
+    request: closed, unanswered, and the request after the bad one never served."""
+    bad, written = ACKS0_ERRORS[kind]
     for express in (True, False):
         with broker(tmp_path / f"{express}", express) as (server, loop, port):
-            frames = [frame(i, acks=0) for i in (1, 2, 3)] + [frame(4, acks=0, **ACKS0_ERRORS[kind]), frame(5)]
+            frames = [frame_of_parts(i, [0, 1], acks=0) for i in (1, 2, 3)] + [bad(), frame(5)]
             got, closed = _served_until_closed(port, frames, pipelined)
             end = _ends(server, loop)[0]
-            still = _served_until_closed(port, [frame(6)], pipelined)        # the broker goes on
+            taken = server.express.taken if express else 0
+            still = _served_until_closed(port, [frame(6)], pipelined, closing_s=0)      # the broker goes on
         assert (got, closed) == ([], True), (express, kind)
-        assert end == 2 + 3 * 3, (express, kind)      # the three good requests' records, not the fifth's
+        assert end == 2 + 3 * 2 + written, (express, kind)     # never the fifth request's three records
+        assert taken == (2 + (written > 0) if express else 0)
         assert len(still[0]) == 1 and _codes(still[0][0], 9)[0][0] == Errors.NONE
 
 
