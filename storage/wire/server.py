@@ -312,10 +312,8 @@ class FrameServer:
                 return False
             if response is not NOT_MINE:
                 connection.skip(size)
-                if type(response) is Close:
-                    connection.close()      # and the frames after it are never served
-                elif response is not None:
-                    connection.answer(response)
+                if response is not None:    # a Close: the frames after it are never served
+                    connection.answer(response) if type(response) is bytes else connection.close()
                 return True
         if not alone:
             return False
@@ -363,10 +361,8 @@ class FrameServer:
             pass
         elif type(response) is bytes:
             connection.answer(response)
-        elif type(response) is Close:
-            connection.close()
         else:
-            connection.answer_later(response)
+            connection.answer_later(response) if type(response) is not Close else connection.close()
         return True
 
     async def _rest(self, step, waited, size: int, key: int, version: int, correlation_id: int, header, request,
