@@ -71,8 +71,11 @@ class ProduceExpress:
                 answers.append(manager.handle_produce(ProduceRequest(name, index, records, acks)))
             node.pump()         # the appends woke the fetches waiting on them (ReplicaManager.on_append)
             if acks == 0:       # no answer; an error closes the connection (later.Close)
-                body = None if not any(a.error_code for a in answers) else Close(
-                    {"responses": self.apis.produce_rows(answers, {})})
+                body = None
+                for a in answers:       # not any(): its generator costs ~0.2 us a request
+                    if a.error_code:
+                        body = Close({"responses": self.apis.produce_rows(answers, {})})
+                        break
             else:
                 rows = _rows(answers, manager.partitions)
                 if rows is not None:

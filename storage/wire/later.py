@@ -39,3 +39,11 @@ class Close:
 
     def __init__(self, body) -> None:
         self.body = body
+
+    def __eq__(self, other) -> bool:
+        return type(other) is Close and other.body == self.body
+
+    __hash__ = None
+
+    def __repr__(self) -> str:
+        return f"Close({self.body!r})"
