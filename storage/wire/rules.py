@@ -103,8 +103,7 @@ def produce_problem(topic: str, records, version: int, transactional_id: str | N
             return problem
     attributes = records[_ATTRIBUTES_AT + 1]        # the low byte: codec, transactional, control
     if version < ZSTD_FIRST_VERSION and attributes & _CODEC_BITS == _ZSTD:
-        return (Errors.UNSUPPORTED_COMPRESSION_TYPE,
-                f"Produce requests with version {version} are not allowed to use ZStandard compression")
+        return _zstd_refused(version)
     if topic in INTERNAL_TOPICS:
         return Errors.INVALID_TOPIC_EXCEPTION, f"cannot append to internal topic {topic!r}"
     if attributes & _CONTROL:
@@ -117,9 +116,9 @@ def produce_problem(topic: str, records, version: int, transactional_id: str | N
 
 
 def records_problem(records, version: int) -> tuple[int, str] | None:
-    """Kafka's ProduceRequest.validateRecords (v3+) of one partition's records, but the codec's
-    rule (produce_problem's): (error code, Kafka's text) or None.  When it passes, the first
-    batch is whole and of magic 2."""
+    """Kafka's ProduceRequest.validateRecords (v3+) of one partition's records, its rules in its
+    order: (error code, Kafka's text) or None.  When it passes, the first batch is whole and of
+    magic 2."""
     first = _whole_batch(records, 0)
     if type(first) is tuple:
         return first
@@ -129,6 +128,8 @@ def records_problem(records, version: int) -> tuple[int, str] | None:
     if records[_MAGIC_AT] != 2:
         return (Errors.INVALID_RECORD, f"Produce requests with version {version} are only allowed to contain "
                                        f"record batches with magic version 2")
+    if version < ZSTD_FIRST_VERSION and records[_ATTRIBUTES_AT + 1] & _CODEC_BITS == _ZSTD:
+        return _zstd_refused(version)
     second = _whole_batch(records, first)
     if type(second) is tuple:
         return second
@@ -136,6 +137,11 @@ def records_problem(records, version: int) -> tuple[int, str] | None:
         return (Errors.INVALID_RECORD, f"Produce requests with version {version} are only allowed to contain "
                                        f"exactly one record batch per partition")
     return None
+
+
+def _zstd_refused(version: int) -> tuple[int, str]:
+    return (Errors.UNSUPPORTED_COMPRESSION_TYPE,
+            f"Produce requests with version {version} are not allowed to use ZStandard compression")
 
 
 def _whole_batch(records, position: int) -> int | tuple[int, str]:

@@ -85,8 +85,10 @@ def test_v6_and_below_cannot_use_zstd_compression(version):
         assert rules.produce_problem(TOPIC, ZSTD, version) == (
             Errors.UNSUPPORTED_COMPRESSION_TYPE,
             f"Produce requests with version {version} are not allowed to use ZStandard compression")
+        assert code(version, ZSTD + GOOD) == Errors.UNSUPPORTED_COMPRESSION_TYPE     # Kafka's order: before the second
     else:
         assert code(version, ZSTD) == Errors.NONE
+        assert code(version, ZSTD + GOOD) == Errors.INVALID_RECORD
     assert code(version, build_batch([b"a"], compression="gzip", base_timestamp=T0)) == Errors.NONE
 
 
