@@ -53,14 +53,12 @@ KAFKA_VERSION = "4.0.0"
 # (tests/interop/test_librdkafka_suite.py) and by default here; a few minutes in all.
 SUBSET = ("0001", "0002", "0003", "0005", "0007", "0008", "0012", "0013", "0019", "0020", "0021",
           "0029", "0031", "0034", "0035", "0036", "0040", "0042", "0054", "0063", "0082", "0084",
-          "0085", "0090", "0099", "0130", "0140")
+          "0085", "0090", "0099", "0109", "0115", "0119", "0130", "0140")
 
 # Test numbers that cannot apply to this broker, with the reason (decided from each test's
 # source; the runner's own skips -- broker version, a missing KAFKA_PATH -- are reported too).
 NOT_APPLICABLE = {
     "0066": "loads a plugin library built only with the suite's plugin targets",
-    "0115": "needs a broker with ACLs and SASL authentication",
-    "0119": "needs a broker with ACLs and SASL authentication",
     "0126": "needs an OAUTHBEARER/OIDC identity provider (SASL not served)",
     "0142": "SASL re-authentication (SASL not served)",
 }
@@ -215,14 +213,23 @@ def plan(number: str, entries: list[dict], kafka_version: tuple) -> tuple[str, s
 # --- Java clients ------------------------------------------------------------------------------
 
 def java_kafka_path(cache: Path = CACHE, jars: Path = JAR_CACHE) -> str | None:
-    """A stand-in Kafka tree for the tests that run a Java client (tests/java/*Cli.java through
-    test_run_java, e.g. 0098's TransactionProducerCli): bin/kafka-run-class.sh runs `java` on
-    kafka-clients and its codec jars, libs/ holds them; None without java, javac or the jars.
-    Without it such a test runs its Java half against nothing and fails on what it then reads."""
-    if shutil.which("java") is None or shutil.which("javac") is None or not all((jars / j).is_file() for j in JARS):
-        return None
-    home = cache / "kafka-java"
+    """A stand-in Kafka tree (KAFKA_PATH) for the suite: bin/kafka-topics.sh and
+    bin/kafka-acls.sh (tools/kafka_tools_standin.py: what Kafka's scripts do, through the Admin
+    API), and, for the tests that run a Java client (tests/java/*Cli.java through test_run_java,
+    e.g. 0098's TransactionProducerCli), bin/kafka-run-class.sh running `java` on kafka-clients and
+    its codec jars in libs/.  None when the test needs Java and java, javac or the jars are
+    missing: such a test would run its Java half against nothing and fail on what it then reads."""
+    home = cache / "kafka-standin"
     (home / "bin").mkdir(parents=True, exist_ok=True)
+    standin = ROOT / "tools" / "kafka_tools_standin.py"
+    for script, command in (("kafka-topics.sh", "topics"), ("kafka-acls.sh", "acls")):
+        path = home / "bin" / script
+        path.write_text(f'#!/bin/sh\n# a stand-in (tools/kafka_tools_standin.py)\n'
+                        f'exec "{sys.executable}" "{standin}" {command} "$@"\n')
+        path.chmod(0o755)
+    if shutil.which("java") is None or shutil.which("javac") is None or not all((jars / j).is_file() for j in JARS):
+        (home / "bin" / "kafka-run-class.sh").unlink(missing_ok=True)
+        return None
     (home / "libs").mkdir(exist_ok=True)
     for jar in JARS:                  # tests/java/Makefile globs libs/kafka-clients-*.jar
         link = home / "libs" / (jar.replace("kafka-clients", "kafka-clients-3.9.1"))
@@ -254,7 +261,12 @@ KAFKA_DEFAULT_REBALANCE_DELAY = {"0089": 3000, "0113": 3000}
 # everything): 0081 creates, describes and deletes ACLs.
 ACL_FLAGS = ["--authorizer", "org.apache.kafka.metadata.authorizer.StandardAuthorizer", "--super-users",
              "User:ANONYMOUS"]
-WITH_ACLS = {"0081"}
+# Tests that deny a topic to every principal with kafka-acls.sh and expect the client to be
+# refused: ACLs on, no super user, everything allowed where no ACL is found (librdkafka's own
+# harness, trivup, configures its brokers so).
+DENY_ACL_FLAGS = ["--authorizer", "org.apache.kafka.metadata.authorizer.StandardAuthorizer",
+                  "--allow-everyone-if-no-acl-found"]
+WITH_ACLS = {"0081": ACL_FLAGS, "0109": DENY_ACL_FLAGS, "0115": DENY_ACL_FLAGS, "0119": DENY_ACL_FLAGS}
 
 # Test numbers that run longer than any --timeout a full pass gives: seconds they get at least.
 # 0113 runs about 630 s whatever the delay (its six u_ sub-tests follow scripted timelines of
@@ -268,7 +280,7 @@ class Brokers:
     cluster. Each process is stopped by its pid."""
 
     def __init__(self, workdir: Path, *, cluster: bool, auto_create: bool = True, rebalance_delay_ms: int = 0,
-                 acls: bool = False):
+                 acls: list[str] = ()):
         self.workdir, self.cluster, self.auto_create = workdir, cluster, auto_create
         self.acls = acls
         self.rebalance_delay_ms = rebalance_delay_ms
@@ -300,8 +312,7 @@ class Brokers:
                   "--no-fsync"]
         if not self.auto_create:
             common.append("--no-auto-create-topics")
-        if self.acls:
-            common += ACL_FLAGS
+        common += self.acls
         if not self.cluster:
             self.bootstrap = self._spawn(["serve", "--data-dir", str(self.workdir / "data"), "--listen",
                                           "127.0.0.1:0", *common], timeout)
@@ -352,12 +363,13 @@ def run_one(runner: Path, number: str, *, local: bool, bootstrap: str, scenario:
     conf = workdir / "test.conf"
     conf.write_text(f"bootstrap.servers={bootstrap}\n" if bootstrap else "")
     env = dict(os.environ, TESTS=number, RDKAFKA_TEST_CONF=str(conf), TEST_KAFKA_VERSION=kafka_version,
-               LD_LIBRARY_PATH=f"{runner.parent.parent / 'src'}:{runner.parent.parent / 'src-cpp'}")
+               LD_LIBRARY_PATH=f"{runner.parent.parent / 'src'}:{runner.parent.parent / 'src-cpp'}",
+               BROKERS=bootstrap)      # test_kafka_topics passes it as --bootstrap-server
     env.pop("CI", None)          # the runner would lengthen every timeout three-fold
-    if "KAFKA_PATH" not in env and runs_java(runner.parent.parent, number):
-        kafka_path = java_kafka_path(runner.parent.parent.parent)     # only for these: with it, kafka-topics.sh tests would fail, not skip
-        if kafka_path:
-            env["KAFKA_PATH"] = kafka_path
+    if "KAFKA_PATH" not in env:
+        with_java = java_kafka_path(runner.parent.parent.parent)
+        if with_java or not runs_java(runner.parent.parent, number):
+            env["KAFKA_PATH"] = str(runner.parent.parent.parent / "kafka-standin")
     argv = [str(runner), "-p1", "-l" if local else "-L"]
     if scenario != "default":
         argv += ["-s", scenario]
@@ -420,7 +432,7 @@ def _first_failure(output: str) -> str:
 def _once(runner: Path, number: str, scenario: str, *, cluster: bool, place: Path, **how) -> dict:
     place.mkdir()
     brokers = Brokers(place, cluster=cluster, auto_create=scenario != "noautocreate",
-                      rebalance_delay_ms=KAFKA_DEFAULT_REBALANCE_DELAY.get(number, 0), acls=number in WITH_ACLS).start()
+                      rebalance_delay_ms=KAFKA_DEFAULT_REBALANCE_DELAY.get(number, 0), acls=WITH_ACLS.get(number, ())).start()
     try:
         row = run_one(runner, number, local=False, bootstrap=brokers.bootstrap, scenario=scenario,
                       workdir=place, **how)
