@@ -141,6 +141,11 @@ def main(argv: list[str] | None = None) -> int:
     if not argv or argv[0] not in ("topics", "acls"):
         print("usage: kafka_tools_standin.py topics|acls ARGS...", file=sys.stderr)
         return 2
+    try:
+        import confluent_kafka  # noqa: F401
+    except ImportError:
+        print(f"{argv[0]}: needs confluent-kafka (pip install -e '.[tools]')", file=sys.stderr)
+        return 1
     return (topics if argv[0] == "topics" else acls)(argv[1:])
 
 
