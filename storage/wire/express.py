@@ -21,7 +21,7 @@ import logging
 import time
 
 from ..core.errors import Errors
-from ..replication.messages import ProduceRequest
+from ..replication.messages import produce_response
 from . import authz, codec, produce_codec, sasl
 from .rules import produce_problem
 
@@ -62,38 +62,35 @@ class ProduceExpress:
         self.taken += 1
         started = time.perf_counter()
         node = self.apis.node
-        manager = node.manager
+        handle = node.manager.handle_produce     # given (topic, partition, records): a tuple back
         try:
-            answers = []
-            for index, records in parts:
-                answers.append(manager.handle_produce(ProduceRequest(name, index, records, acks)))
-            node.pump()         # the appends woke the fetches waiting on them (ReplicaManager.on_append)
-            if acks == 0:
-                body = None
-            else:
-                rows = _rows(answers, manager.partitions)
-                if rows is not None:
+            if len(parts) == 1:         # the common case: one partition, no list of rows
+                index, records = parts[0]
+                code, base_offset, log_start, failure = handle((name, index, records))
+                node.pump()     # the appends woke the fetches waiting on them (ReplicaManager.on_append)
+                if acks == 0:
+                    return server.answer_body(None, produce_codec.PRODUCE_KEY, version, correlation_id, started)
+                if code == Errors.NONE and base_offset >= 0:
                     if server.observer is not None:
                         server.observer.answered(produce_codec.PRODUCE_KEY, started, None)
-                    if len(rows) == 1:
-                        return produce_codec.encode_row(version, correlation_id, name, rows[0][0], Errors.NONE,
-                                                        rows[0][1], rows[0][2])
-                    return produce_codec.encode_rows(version, correlation_id, name, rows)
-                body = {"responses": self.apis.produce_rows(answers, {})}
+                    return produce_codec.encode_row(version, correlation_id, name, index, Errors.NONE, base_offset,
+                                                    log_start)
+                rows = [(index, code, base_offset, log_start, failure)]
+            else:
+                rows = [(index, *handle((name, index, records))) for index, records in parts]
+                node.pump()
+                if acks == 0:
+                    return server.answer_body(None, produce_codec.PRODUCE_KEY, version, correlation_id, started)
+                if all(row[1] == Errors.NONE and row[2] >= 0 for row in rows):
+                    if server.observer is not None:
+                        server.observer.answered(produce_codec.PRODUCE_KEY, started, None)
+                    return produce_codec.encode_rows(version, correlation_id, name,
+                                                     [(index, base, start) for index, _, base, start, _ in rows])
+            # an error or a record error: the general encoder writes the answer
+            answers = [produce_response(name, index, code, base, failure) for index, code, base, _, failure in rows]
+            body = {"responses": self.apis.produce_rows(answers, {})}
         except Exception as exc:
             header, request = shape.read(frame, parts)
             return server.answer_failure(exc, produce_codec.PRODUCE_KEY, version, correlation_id, header, request,
                                          started)
         return server.answer_body(body, produce_codec.PRODUCE_KEY, version, correlation_id, started)
-
-
-def _rows(answers: list, partitions: dict) -> list[tuple[int, int, int]] | None:
-    """(index, base offset, log start offset) of each answer, or None when one is not a plain
-    success (an error, record errors, a message: the general encoder writes those)."""
-    rows = []
-    for a in answers:
-        if a.error_code != Errors.NONE or a.base_offset < 0 or a.record_errors or a.error_message is not None:
-            return None
-        hosted = partitions.get((a.topic, a.partition))
-        rows.append((a.partition, a.base_offset, hosted.log.log_start_offset if hosted is not None else -1))
-    return rows
