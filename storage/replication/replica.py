@@ -284,6 +284,9 @@ class ReplicaManager(FetchAnswers, OffsetAnswers):
         out, self._alter_outbox = self._alter_outbox, []
         return out
 
+    def alter_partition_requests_waiting(self) -> bool:
+        return bool(self._alter_outbox)
+
     def handle_alter_partition_response(self, request: AlterPartitionRequest, response: AlterPartitionResponse) -> None:
         p = self.partitions.get((response.topic, response.partition))
         if p is None or p.inflight is not request or p.leader != self.broker_id:

@@ -41,15 +41,25 @@ class ProduceExpress:
         self.taken = 0                  # requests served here
         self.versions = frozenset(v for v in range(FIRST_VERSION, produce_codec.LAST_REQUEST_VERSION + 1)
                                   if codec.is_supported(produce_codec.PRODUCE_KEY, v, server.supported))
+        self._fit = None                # the last shape whose own fields _fits passed
+
+    def _fits(self, shape) -> bool:
+        """Whether a request of `shape` may take this path as far as its own fields say: acks 0
+        or 1, no transactional id, a version served here (remembered: a producer sends one shape)."""
+        if shape.acks not in (0, 1) or shape.transactional_id is not None or shape.version not in self.versions:
+            return False
+        self._fit = shape
+        return True
 
     def serve(self, frame: bytes):
         hit = produce_codec.known_parts(frame)
         if hit is None:
             return NOT_MINE
         shape, parts = hit
+        if shape is not self._fit and not self._fits(shape):
+            return NOT_MINE
         server, version, acks, name = self.server, shape.version, shape.acks, shape.name
-        if (acks not in (0, 1) or shape.transactional_id is not None or version not in self.versions
-                or not server.ready.is_set() or not sasl.allowed(produce_codec.PRODUCE_KEY)
+        if (not server.ready.is_set() or not sasl.allowed(produce_codec.PRODUCE_KEY)
                 or log.isEnabledFor(logging.DEBUG)
                 or (server.handlers[0] is not self.handler
                     and not authz.produce_passes(self.apis.node, self.handler, server.handlers[0], name))):
