@@ -391,8 +391,8 @@ class ReplicaManager(FetchAnswers, OffsetAnswers):
         candidate = log.log_end_offset
         if candidate <= log.high_watermark:
             return False            # nothing new to cover: the minimum below cannot exceed it
-        if guards.on("M19") and len(p.isr) < self._min_isr(p.topic):
-            return False
+        if guards.on("M19") and len(p.isr) < self.topic_min_isr.get(p.topic, self.min_insync_replicas):
+            return False        # (_min_isr inline: this runs after every append)
         if p.followers:
             now = self.clock()
             wait_for = p.maximal_isr if guards.on("M11") else p.isr
@@ -404,7 +404,8 @@ class ReplicaManager(FetchAnswers, OffsetAnswers):
             if candidate <= log.high_watermark:
                 return False
         log.update_high_watermark(candidate)
-        self._moved(self.on_high_watermark, p.key)
+        if self.on_high_watermark is not None:
+            self.on_high_watermark(p.key)
         if self._delayed.waiting(p.key):
             self._complete_delayed(p)
         return True
@@ -558,8 +559,7 @@ class ReplicaManager(FetchAnswers, OffsetAnswers):
         return Errors.NONE, info.first_offset, log.log_start_offset, None
 
     def _appended(self, p: Partition, info) -> None:
-        """After an append as leader: its observer (the fetches waiting on the log end) and the
-        topic's stats."""
+        """After an append as leader: its observer (fetches wait on the log end), the topic's stats."""
         if self.on_append is not None:
             self.on_append(p.key)
         stats = self.topic_stats.get(p.topic) or self.topic_stats.setdefault(p.topic, [0, 0, 0])

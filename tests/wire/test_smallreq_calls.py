@@ -34,15 +34,16 @@ REQUESTS = 200
 # before the small-request pass (session 38), 35 after (the request served where its bytes
 # arrive: no wake of the connection's task, no frame of its wait), 24 with the express path
 # (storage/wire/express.py: no dispatch, no handler coroutine, no request or answer objects), 26
-# with its pump and metrics; 24 once Broker.pump left the link alone when no AlterPartition
-# request waits and the rows were no list of answers (session 40).
-WIRE_FRAMES_MAX = 24
+# with its pump and metrics; 22 once Broker.pump left the link alone when no AlterPartition
+# request waits, the rows were no list of answers and Connection.answer read the next frame's
+# size inline (session 40).
+WIRE_FRAMES_MAX = 22
 REPLICATION = os.sep + os.path.join("storage", "replication") + os.sep
 # storage/replication frames a request entered by the express path: 14 (handle_produce, its
 # answer closure, _went_offline, offline x2, _led, _check_epoch, recovering, _moved x2, the high
-# watermark's step, _min_isr, waiting, take_alter_partition_requests), 9 with handle_produce's
+# watermark's step, _min_isr, waiting, take_alter_partition_requests), 7 with handle_produce's
 # tuple form (session 40: the checks inline, no objects, no AlterPartition list taken).
-REPLICATION_FRAMES_MAX = 9
+REPLICATION_FRAMES_MAX = 7
 
 
 @contextlib.contextmanager
