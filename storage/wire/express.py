@@ -74,33 +74,41 @@ class ProduceExpress:
         node = self.apis.node
         handle = node.manager.handle_produce     # given (topic, partition, records): a tuple back
         try:
-            if len(parts) == 1:         # the common case: one partition, no list of rows
+            if len(parts) == 1:         # the common case: one partition
                 index, records = parts[0]
-                code, base_offset, log_start, failure = handle((name, index, records))
-                node.pump()     # the appends woke the fetches waiting on them (ReplicaManager.on_append)
-                if acks == 0:
-                    return server.answer_body(None, produce_codec.PRODUCE_KEY, version, correlation_id, started)
-                if code == Errors.NONE and base_offset >= 0:
-                    if server.observer is not None:
-                        server.observer.answered(produce_codec.PRODUCE_KEY, started, None)
-                    return produce_codec.encode_row(version, correlation_id, name, index, Errors.NONE, base_offset,
-                                                    log_start)
-                rows = [(index, code, base_offset, log_start, failure)]
+                rows = [(index, *handle((name, index, records)))]
             else:
                 rows = [(index, *handle((name, index, records))) for index, records in parts]
-                node.pump()
-                if acks == 0:
-                    return server.answer_body(None, produce_codec.PRODUCE_KEY, version, correlation_id, started)
-                if all(row[1] == Errors.NONE and row[2] >= 0 for row in rows):
-                    if server.observer is not None:
-                        server.observer.answered(produce_codec.PRODUCE_KEY, started, None)
-                    return produce_codec.encode_rows(version, correlation_id, name,
-                                                     [(index, base, start) for index, _, base, start, _ in rows])
-            # an error or a record error: the general encoder writes the answer
-            answers = [produce_response(name, index, code, base, failure) for index, code, base, _, failure in rows]
-            body = {"responses": self.apis.produce_rows(answers, {})}
+            node.pump()         # the appends woke the fetches waiting on them (ReplicaManager.on_append)
+            body = None
+            if acks == 0:
+                pass
+            elif len(rows) == 1 and rows[0][1] == Errors.NONE and rows[0][2] >= 0:
+                if server.observer is not None:
+                    server.observer.answered(produce_codec.PRODUCE_KEY, started, None)
+                index, _, base_offset, log_start, _ = rows[0]
+                return produce_codec.encode_row(version, correlation_id, name, index, Errors.NONE, base_offset,
+                                                log_start)
+            elif len(rows) > 1 and _plain(rows):
+                if server.observer is not None:
+                    server.observer.answered(produce_codec.PRODUCE_KEY, started, None)
+                return produce_codec.encode_rows(version, correlation_id, name,
+                                                 [(index, base, start) for index, _, base, start, _ in rows])
+            else:   # an error or a record error: the general encoder writes the answer
+                answers = [produce_response(name, index, code, base, failure)
+                           for index, code, base, _, failure in rows]
+                body = {"responses": self.apis.produce_rows(answers, {})}
         except Exception as exc:
             header, request = shape.read(frame, parts)
             return server.answer_failure(exc, produce_codec.PRODUCE_KEY, version, correlation_id, header, request,
                                          started)
         return server.answer_body(body, produce_codec.PRODUCE_KEY, version, correlation_id, started)
+
+
+def _plain(rows: list) -> bool:
+    """Whether every row (index, error code, base offset, log start, failure) is a plain success
+    (the general encoder writes the others: an error, record errors, a message)."""
+    for row in rows:
+        if row[1] != Errors.NONE or row[2] < 0:
+            return False
+    return True
