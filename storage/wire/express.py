@@ -7,10 +7,10 @@ What it skips is only what the general path (FrameServer._dispatch -> ClientApis
 ReplicaManager.handle_produce -> the Produce encoder) would build and throw away; what it does is
 the same, in the same order: the version served and the node ready, SASL's gate, the ACL check
 (authz.produce_passes: WRITE on the topic), the request counted, the internal-topic and batch
-checks (rules.produce_problem), the replica manager's handle_produce (every leadership, epoch and
-storage check, the append, the high watermark), the appends' wake of waiting fetches
-(node.pump), the request metrics, and the answer byte for byte (tests/wire/test_express.py
-compares both paths).  Anything else goes the general way: a frame it does not know (the first
+checks (rules.produce_problem), the replica manager's handle_produce in its tuple form, which
+makes no request or answer objects (every leadership, epoch and storage check, the append, the
+high watermark), the appends' wake of waiting fetches (node.pump), the request metrics, and the
+answer byte for byte (tests/wire/test_express.py compares both paths).  Anything else goes the general way: a frame it does not know (the first
 of a producer's shape, other APIs), a topic the session may not write (the general path refuses
 it), DEBUG logging on, a request the rules refuse, an answer with an error or a record error
 (encoded by the general encoder).
