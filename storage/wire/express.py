@@ -10,10 +10,10 @@ the same, in the same order: the version served and the node ready, SASL's gate,
 checks (rules.produce_problem), the replica manager's handle_produce in its tuple form, which
 makes no request or answer objects (every leadership, epoch and storage check, the append, the
 high watermark), the appends' wake of waiting fetches (node.pump), the request metrics, and the
-answer byte for byte (tests/wire/test_express.py compares both paths).  Anything else goes the general way: a frame it does not know (the first
-of a producer's shape, other APIs), a topic the session may not write (the general path refuses
-it), DEBUG logging on, a request the rules refuse, an answer with an error or a record error
-(encoded by the general encoder).
+answer byte for byte (tests/wire/test_express.py compares both paths).  Anything else goes the
+general way: a frame it does not know (the first of a producer's shape, other APIs), a topic the
+session may not write (the general path refuses it), DEBUG logging on, a request the rules
+refuse, an answer with an error or a record error (encoded by the general encoder).
 """
 from __future__ import annotations
 
