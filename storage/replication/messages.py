@@ -299,6 +299,15 @@ class ProduceResponse:
     error_message: str | None = None
 
 
+def produce_response(topic: str, partition: int, code: int, base_offset: int = -1, failure=None) -> ProduceResponse:
+    """A Produce's answer of one partition; `failure` (a StorageError) gives its record errors
+    and message."""
+    response = ProduceResponse(topic, partition, code, base_offset)
+    if failure is not None:
+        response.record_errors, response.error_message = failure.record_errors, failure.produce_message
+    return response
+
+
 @dataclass
 class TxnMarker:
     """One transaction's end, for the partitions it wrote to (Kafka's WritableTxnMarker)."""

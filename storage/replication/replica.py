@@ -72,6 +72,7 @@ from .messages import (
     WriteTxnMarkersRequest,
     WriteTxnMarkersResponse,
     epoch_end_on_the_wire,
+    produce_response,
 )
 from .offset_answers import OffsetAnswers
 
@@ -283,6 +284,9 @@ class ReplicaManager(FetchAnswers, OffsetAnswers):
         out, self._alter_outbox = self._alter_outbox, []
         return out
 
+    def alter_partition_requests_waiting(self) -> bool:
+        return bool(self._alter_outbox)
+
     def handle_alter_partition_response(self, request: AlterPartitionRequest, response: AlterPartitionResponse) -> None:
         p = self.partitions.get((response.topic, response.partition))
         if p is None or p.inflight is not request or p.leader != self.broker_id:
@@ -387,8 +391,8 @@ class ReplicaManager(FetchAnswers, OffsetAnswers):
         candidate = log.log_end_offset
         if candidate <= log.high_watermark:
             return False            # nothing new to cover: the minimum below cannot exceed it
-        if guards.on("M19") and len(p.isr) < self._min_isr(p.topic):
-            return False
+        if guards.on("M19") and len(p.isr) < self.topic_min_isr.get(p.topic, self.min_insync_replicas):
+            return False        # (_min_isr inline: this runs after every append)
         if p.followers:
             now = self.clock()
             wait_for = p.maximal_isr if guards.on("M11") else p.isr
@@ -400,7 +404,8 @@ class ReplicaManager(FetchAnswers, OffsetAnswers):
             if candidate <= log.high_watermark:
                 return False
         log.update_high_watermark(candidate)
-        self._moved(self.on_high_watermark, p.key)
+        if self.on_high_watermark is not None:
+            self.on_high_watermark(p.key)
         if self._delayed.waiting(p.key):
             self._complete_delayed(p)
         return True
@@ -486,17 +491,24 @@ class ReplicaManager(FetchAnswers, OffsetAnswers):
     # ---- produce -------------------------------------------------------------------------------
     def handle_produce(self, request: ProduceRequest,
                        callback: Callable[[ProduceResponse], None] | None = None) -> ProduceResponse | None:
-        """Append as leader.  acks 0/1 answer at once; acks=-1 answers (through `callback`, and
-        returns None) when the high watermark passes the batch, or at the timeout."""
+        """Append as leader.  acks 0/1 answer at once (_produce_now); acks=-1 answers (through
+        `callback`, and returns None) when the high watermark passes the batch, or at the timeout.
+        The wire's express path passes an acks 0 or 1 request as the tuple (topic, partition,
+        records) and gets _produce_now's tuple back: no request or response objects."""
+        if request.__class__ is tuple:
+            return self._produce_now(*request)
+
         def answer(code, base_offset=-1, failure=None):
-            response = ProduceResponse(request.topic, request.partition, code, base_offset)
-            if failure is not None:
-                response.record_errors, response.error_message = failure.record_errors, failure.produce_message
+            response = produce_response(request.topic, request.partition, code, base_offset, failure)
             if callback is not None:
                 callback(response)
             return response
 
-        if request.acks not in (0, 1, -1):
+        if request.acks in (0, 1):
+            code, base_offset, _, failure = self._produce_now(request.topic, request.partition, request.records,
+                                                             request.origin)
+            return answer(code, base_offset, failure)
+        if request.acks != -1:
             return answer(Errors.INVALID_REQUIRED_ACKS)
         if self._went_offline():
             return answer(Errors.KAFKA_STORAGE_ERROR)
@@ -506,20 +518,14 @@ class ReplicaManager(FetchAnswers, OffsetAnswers):
         p, code = self._led(p)      # offline was checked just above
         if code:
             return answer(code)
-        if request.acks == -1 and len(p.isr) < self._min_isr(p.topic):
+        if len(p.isr) < self._min_isr(p.topic):
             return answer(Errors.NOT_ENOUGH_REPLICAS)
         try:
             info = p.log.append_as_leader(request.records, p.leader_epoch, origin=request.origin)
         except errors.StorageError as exc:
             self._went_offline()       # fail what waits, if this append took the dir offline
             return answer(int(exc.error_code), failure=exc)
-        self._moved(self.on_append, p.key)
-        stats = self.topic_stats.get(p.topic) or self.topic_stats.setdefault(p.topic, [0, 0, 0])
-        stats[0] += info.size_bytes
-        stats[1] += info.record_count
-        if request.acks != -1:
-            self._maybe_increment_high_watermark(p)
-            return answer(Errors.NONE, info.first_offset)
+        self._appended(p, info)
         if callback is None:
             raise ValueError("acks=-1 needs a callback: the answer comes when the high watermark moves")
         self._delayed.add(DelayedProduce(p.topic, p.partition, info.last_offset + 1, info.first_offset, callback,
@@ -529,6 +535,36 @@ class ReplicaManager(FetchAnswers, OffsetAnswers):
             # offsets) may already be below the high watermark, which then need not move again.
             self._complete_delayed(p)
         return None
+
+    def _produce_now(self, topic: str, partition: int, records, origin: str = "client"):
+        """handle_produce of acks 0 or 1 without request and response objects: (error code, base
+        offset, log start offset, the StorageError or None), the offsets -1 on an error.  Its
+        checks in its order -- the dir online, the partition hosted, led, not RECOVERING (_led
+        without a current leader epoch) -- the append, its observer and stats, the high watermark."""
+        if self.logdir.failure_channel.first_failure is not None and self._went_offline():
+            return Errors.KAFKA_STORAGE_ERROR, -1, -1, None
+        p = self.partitions.get((topic, partition))
+        if p is None:
+            return Errors.UNKNOWN_TOPIC_OR_PARTITION, -1, -1, None
+        if p.leader != self.broker_id or (p.leader_recovery_state == RECOVERING and guards.on("M17")):
+            return Errors.NOT_LEADER_OR_FOLLOWER, -1, -1, None
+        log = p.log
+        try:
+            info = log.append_as_leader(records, p.leader_epoch, origin=origin)
+        except errors.StorageError as exc:
+            self._went_offline()       # fail what waits, if this append took the dir offline
+            return int(exc.error_code), -1, -1, exc
+        self._appended(p, info)
+        self._maybe_increment_high_watermark(p)
+        return Errors.NONE, info.first_offset, log.log_start_offset, None
+
+    def _appended(self, p: Partition, info) -> None:
+        """After an append as leader: its observer (fetches wait on the log end), the topic's stats."""
+        if self.on_append is not None:
+            self.on_append(p.key)
+        stats = self.topic_stats.get(p.topic) or self.topic_stats.setdefault(p.topic, [0, 0, 0])
+        stats[0] += info.size_bytes
+        stats[1] += info.record_count
 
     # ---- WriteTxnMarkers (from a transaction coordinator) ------------------------------------------
     def handle_write_txn_markers(self, request: WriteTxnMarkersRequest,

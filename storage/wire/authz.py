@@ -218,7 +218,7 @@ class Checks:
                                               _row(row, "topic_id") if _has(row, "topic_id") else None))
             if name is not None and name not in refused and not self.ok(O.READ, R.TOPIC, name):
                 for p in _row(row, "partitions"):
-                    for field, value in (("error_code", TOPIC_DENIED), ("records", None), ("high_watermark", -1),
+                    for field, value in (("error_code", TOPIC_DENIED), ("records", b""), ("high_watermark", -1),
                                          ("last_stable_offset", -1), ("aborted_transactions", None)):
                         _set(p, field, value)
         return body
