@@ -53,14 +53,12 @@ KAFKA_VERSION = "4.0.0"
 # (tests/interop/test_librdkafka_suite.py) and by default here; a few minutes in all.
 SUBSET = ("0001", "0002", "0003", "0005", "0007", "0008", "0012", "0013", "0019", "0020", "0021",
           "0029", "0031", "0034", "0035", "0036", "0040", "0042", "0054", "0063", "0082", "0084",
-          "0085", "0090", "0099", "0130", "0140")
+          "0085", "0090", "0099", "0109", "0115", "0119", "0130", "0140")
 
 # Test numbers that cannot apply to this broker, with the reason (decided from each test's
 # source; the runner's own skips -- broker version, a missing KAFKA_PATH -- are reported too).
 NOT_APPLICABLE = {
     "0066": "loads a plugin library built only with the suite's plugin targets",
-    "0115": "needs a broker with ACLs and SASL authentication",
-    "0119": "needs a broker with ACLs and SASL authentication",
     "0126": "needs an OAUTHBEARER/OIDC identity provider (SASL not served)",
     "0142": "SASL re-authentication (SASL not served)",
 }
@@ -215,14 +213,23 @@ def plan(number: str, entries: list[dict], kafka_version: tuple) -> tuple[str, s
 # --- Java clients ------------------------------------------------------------------------------
 
 def java_kafka_path(cache: Path = CACHE, jars: Path = JAR_CACHE) -> str | None:
-    """A stand-in Kafka tree for the tests that run a Java client (tests/java/*Cli.java through
-    test_run_java, e.g. 0098's TransactionProducerCli): bin/kafka-run-class.sh runs `java` on
-    kafka-clients and its codec jars, libs/ holds them; None without java, javac or the jars.
-    Without it such a test runs its Java half against nothing and fails on what it then reads."""
-    if shutil.which("java") is None or shutil.which("javac") is None or not all((jars / j).is_file() for j in JARS):
-        return None
-    home = cache / "kafka-java"
+    """A stand-in Kafka tree (KAFKA_PATH) for the suite: bin/kafka-topics.sh and
+    bin/kafka-acls.sh (tools/kafka_tools_standin.py: what Kafka's scripts do, through the Admin
+    API), and, for the tests that run a Java client (tests/java/*Cli.java through test_run_java,
+    e.g. 0098's TransactionProducerCli), bin/kafka-run-class.sh running `java` on kafka-clients and
+    its codec jars in libs/.  None when the test needs Java and java, javac or the jars are
+    missing: such a test would run its Java half against nothing and fail on what it then reads."""
+    home = cache / "kafka-standin"
     (home / "bin").mkdir(parents=True, exist_ok=True)
+    standin = ROOT / "tools" / "kafka_tools_standin.py"
+    for script, command in (("kafka-topics.sh", "topics"), ("kafka-acls.sh", "acls")):
+        path = home / "bin" / script
+        path.write_text(f'#!/bin/sh\n# a stand-in (tools/kafka_tools_standin.py)\n'
+                        f'exec "{sys.executable}" "{standin}" {command} "$@"\n')
+        path.chmod(0o755)
+    if shutil.which("java") is None or shutil.which("javac") is None or not all((jars / j).is_file() for j in JARS):
+        (home / "bin" / "kafka-run-class.sh").unlink(missing_ok=True)
+        return None
     (home / "libs").mkdir(exist_ok=True)
     for jar in JARS:                  # tests/java/Makefile globs libs/kafka-clients-*.jar
         link = home / "libs" / (jar.replace("kafka-clients", "kafka-clients-3.9.1"))
@@ -253,13 +260,33 @@ KAFKA_DEFAULT_REBALANCE_DELAY = {"0089": 3000, "0113": 3000}
 # user (librdkafka's own harness runs them against an authorizer with the client allowed
 # everything): 0081 creates, describes and deletes ACLs.
 ACL_FLAGS = ["--authorizer", "org.apache.kafka.metadata.authorizer.StandardAuthorizer", "--super-users",
-             "User:ANONYMOUS"]
-WITH_ACLS = {"0081"}
+             "User:ANONYMOUS;User:rdkafka"]
+# Tests that deny a topic to every principal with kafka-acls.sh and expect the client to be
+# refused: ACLs on, no super user, everything allowed where no ACL is found (librdkafka's own
+# harness, trivup, configures its brokers so).
+DENY_ACL_FLAGS = ["--authorizer", "org.apache.kafka.metadata.authorizer.StandardAuthorizer",
+                  "--allow-everyone-if-no-acl-found"]
+WITH_ACLS = {"0081": ACL_FLAGS, "0109": DENY_ACL_FLAGS, "0115": DENY_ACL_FLAGS, "0119": DENY_ACL_FLAGS}
 
 # Test numbers that run longer than any --timeout a full pass gives: seconds they get at least.
 # 0113 runs about 630 s whatever the delay (its six u_ sub-tests follow scripted timelines of
 # 50-70 s each; 627 s at 3000, 588 s at 1000).
 MIN_TIMEOUT = {"0113": 900}
+
+
+SASL_MECHANISMS = ("PLAIN", "SCRAM-SHA-256", "SCRAM-SHA-512")
+SASL_USER, SASL_PASSWORD = "rdkafka", "rdkafka-suite-secret"
+
+
+def _add_sasl_user(bootstrap: str) -> None:
+    """The suite's SASL user, with a SCRAM-SHA-256 and a SCRAM-SHA-512 credential (PLAIN checks the
+    password against them), made over the PLAINTEXT listener with AlterUserScramCredentials."""
+    from confluent_kafka.admin import AdminClient, ScramCredentialInfo, ScramMechanism, UserScramCredentialUpsertion
+    admin = AdminClient({"bootstrap.servers": bootstrap})
+    for mechanism in (ScramMechanism.SCRAM_SHA_256, ScramMechanism.SCRAM_SHA_512):   # one a request: Kafka's rule
+        upsert = UserScramCredentialUpsertion(SASL_USER, ScramCredentialInfo(mechanism, 4096), SASL_PASSWORD.encode())
+        for future in admin.alter_user_scram_credentials([upsert]).values():
+            future.result(30)
 
 
 class Brokers:
@@ -268,16 +295,20 @@ class Brokers:
     cluster. Each process is stopped by its pid."""
 
     def __init__(self, workdir: Path, *, cluster: bool, auto_create: bool = True, rebalance_delay_ms: int = 0,
-                 acls: bool = False):
+                 acls: list[str] = (), sasl: str | None = None):
         self.workdir, self.cluster, self.auto_create = workdir, cluster, auto_create
         self.acls = acls
         self.rebalance_delay_ms = rebalance_delay_ms
         self.procs: list[subprocess.Popen] = []
         self.bootstrap = ""
+        self.sasl = sasl
+        self.tools_bootstrap = ""       # where the stand-in tools connect: the PLAINTEXT listener
+        self.client_conf = ""           # test.conf lines beside bootstrap.servers (the SASL ones)
         self.log = workdir / "broker.log"
 
-    def _spawn(self, argv: list[str], timeout: float) -> str:
-        """`python -m storage ARGV` started; its HOST:PORT once it said it listens."""
+    def _spawn(self, argv: list[str], timeout: float, listeners: dict | None = None) -> str:
+        """`python -m storage ARGV` started; its HOST:PORT once it said it listens (and, given
+        `listeners`, each listener's HOST:PORT by name, from the lines that follow)."""
         repo = os.environ.get("RDKAFKA_SUITE_REPO", str(ROOT))     # whose `storage` serves (another worktree)
         env = dict(os.environ, PYTHONPATH=repo + os.pathsep + os.environ.get("PYTHONPATH", ""))
         with open(self.log, "ab") as err:
@@ -290,8 +321,13 @@ class Brokers:
             if not line and proc.poll() is not None:
                 break
             found = re.search(r"listening on ([\d.]+:\d+) pid", line)
-            if found:
+            if found and listeners is None:
                 return found.group(1)
+            named = re.match(r"listener (\w+) \w+ on ([\d.]+:\d+)", line)
+            if named and listeners is not None:
+                listeners[named.group(1)] = named.group(2)
+                if len(listeners) == 2:
+                    return listeners["PLAINTEXT"]
         self.stop()
         raise RuntimeError(f"`storage {argv[0]}` did not start; see {self.log}")
 
@@ -300,11 +336,27 @@ class Brokers:
                   "--no-fsync"]
         if not self.auto_create:
             common.append("--no-auto-create-topics")
-        if self.acls:
-            common += ACL_FLAGS
+        common += self.acls
+        if self.sasl and not self.cluster:
+            listeners: dict[str, str] = {}
+            self.tools_bootstrap = self._spawn(
+                ["serve", "--data-dir", str(self.workdir / "data"), "--listeners",
+                 "PLAINTEXT://127.0.0.1:0,SASL_PLAINTEXT://127.0.0.1:0", *common], timeout, listeners)
+            self.bootstrap = listeners["SASL_PLAINTEXT"]
+            try:
+                _add_sasl_user(self.tools_bootstrap)
+            except Exception:
+                self.stop()
+                raise
+            self.client_conf = (f"security.protocol=SASL_PLAINTEXT\nsasl.mechanisms={self.sasl}\n"
+                                f"sasl.username={SASL_USER}\nsasl.password={SASL_PASSWORD}\n")
+            return self
+        if self.sasl:
+            raise ValueError("--sasl runs against one broker (not --cluster)")
         if not self.cluster:
             self.bootstrap = self._spawn(["serve", "--data-dir", str(self.workdir / "data"), "--listen",
                                           "127.0.0.1:0", *common], timeout)
+            self.tools_bootstrap = self.bootstrap
             return self
         controller = self._spawn(["controller", "--data-dir", str(self.workdir / "controller"), "--listen",
                                   "127.0.0.1:0", "--min-insync-replicas", "1"], timeout)
@@ -312,6 +364,7 @@ class Brokers:
             self._spawn(["serve", "--data-dir", str(self.workdir / f"broker-{n}"), "--node-id", str(n), "--listen",
                          "127.0.0.1:0", "--controller", controller, "--replication-factor", "3",
                          "--min-insync-replicas", "1", *common], timeout) for n in (1, 2, 3))
+        self.tools_bootstrap = self.bootstrap
         return self
 
     def alive(self) -> bool:
@@ -347,17 +400,20 @@ def summary(output: str) -> dict[str, tuple[str, str]]:
 
 
 def run_one(runner: Path, number: str, *, local: bool, bootstrap: str, scenario: str, timeout: float,
-            kafka_version: str, workdir: Path) -> dict:
-    """One test number alone; its verdict, reason and seconds (the output kept in workdir)."""
+            kafka_version: str, workdir: Path, client_conf: str = "", tools_bootstrap: str = "") -> dict:
+    """One test number alone; its verdict, reason and seconds (the output kept in workdir).
+    client_conf: more test.conf lines (the SASL ones); tools_bootstrap: where the stand-in
+    kafka-topics.sh connects (a PLAINTEXT listener; default `bootstrap`)."""
     conf = workdir / "test.conf"
-    conf.write_text(f"bootstrap.servers={bootstrap}\n" if bootstrap else "")
+    conf.write_text((f"bootstrap.servers={bootstrap}\n" if bootstrap else "") + client_conf)
     env = dict(os.environ, TESTS=number, RDKAFKA_TEST_CONF=str(conf), TEST_KAFKA_VERSION=kafka_version,
-               LD_LIBRARY_PATH=f"{runner.parent.parent / 'src'}:{runner.parent.parent / 'src-cpp'}")
+               LD_LIBRARY_PATH=f"{runner.parent.parent / 'src'}:{runner.parent.parent / 'src-cpp'}",
+               BROKERS=tools_bootstrap or bootstrap)      # test_kafka_topics passes it as --bootstrap-server
     env.pop("CI", None)          # the runner would lengthen every timeout three-fold
-    if "KAFKA_PATH" not in env and runs_java(runner.parent.parent, number):
-        kafka_path = java_kafka_path(runner.parent.parent.parent)     # only for these: with it, kafka-topics.sh tests would fail, not skip
-        if kafka_path:
-            env["KAFKA_PATH"] = kafka_path
+    if "KAFKA_PATH" not in env:
+        with_java = java_kafka_path(runner.parent.parent.parent)
+        if with_java or not runs_java(runner.parent.parent, number):
+            env["KAFKA_PATH"] = str(runner.parent.parent.parent / "kafka-standin")
     argv = [str(runner), "-p1", "-l" if local else "-L"]
     if scenario != "default":
         argv += ["-s", scenario]
@@ -417,13 +473,15 @@ def _first_failure(output: str) -> str:
     return ""
 
 
-def _once(runner: Path, number: str, scenario: str, *, cluster: bool, place: Path, **how) -> dict:
+def _once(runner: Path, number: str, scenario: str, *, cluster: bool, place: Path, sasl: str | None = None,
+          **how) -> dict:
     place.mkdir()
     brokers = Brokers(place, cluster=cluster, auto_create=scenario != "noautocreate",
-                      rebalance_delay_ms=KAFKA_DEFAULT_REBALANCE_DELAY.get(number, 0), acls=number in WITH_ACLS).start()
+                      rebalance_delay_ms=KAFKA_DEFAULT_REBALANCE_DELAY.get(number, 0), acls=WITH_ACLS.get(number, ()),
+                      sasl=sasl).start()
     try:
         row = run_one(runner, number, local=False, bootstrap=brokers.bootstrap, scenario=scenario,
-                      workdir=place, **how)
+                      workdir=place, client_conf=brokers.client_conf, tools_bootstrap=brokers.tools_bootstrap, **how)
         if not brokers.alive():
             row.update(verdict="failed", reason=f"a broker exited; {row['reason']}")
     finally:
@@ -437,7 +495,7 @@ def _against_brokers(runner: Path, number: str, scenarios: list[str], *, cluster
     rows = []
     for scenario in scenarios:
         row = _once(runner, number, scenario, cluster=cluster, place=workdir / scenario, **how)
-        if not cluster and row["verdict"] == "failed" and "replication factor" in row["reason"]:
+        if not cluster and not how.get("sasl") and row["verdict"] == "failed" and "replication factor" in row["reason"]:
             # The suite's own setup is three brokers; a test that creates topics of replication
             # factor 3 runs against a cluster.
             row = _once(runner, number, scenario, cluster=True, place=workdir / f"{scenario}-cluster", **how)
@@ -451,7 +509,9 @@ def _against_brokers(runner: Path, number: str, scenarios: list[str], *, cluster
 
 
 def run(numbers: list[str], *, cluster: bool, timeout: float, kafka_version: str, run_local: bool,
-        cache: Path = CACHE, keep: Path | None = None) -> list[dict]:
+        cache: Path = CACHE, keep: Path | None = None, sasl: str | None = None) -> list[dict]:
+    """Each test number against fresh brokers (`sasl`: a mechanism of SASL_MECHANISMS, the
+    clients on a SASL_PLAINTEXT listener as the suite's user); their rows, printed as they come."""
     runner = build(cache)
     tests = catalogue(runner.parent.parent)
     version = tuple(int(v) for v in (kafka_version.split(".") + ["0"] * 4)[:4])
@@ -477,7 +537,7 @@ def run(numbers: list[str], *, cluster: bool, timeout: float, kafka_version: str
             else:
                 row.update(_against_brokers(runner, number, detail.split(","), cluster=cluster,
                                             timeout=max(timeout, MIN_TIMEOUT.get(number, 0)),
-                                            kafka_version=kafka_version, workdir=workdir))
+                                            kafka_version=kafka_version, workdir=workdir, sasl=sasl))
             results.append(row)
             print(_format(row), flush=True)
     finally:
@@ -499,6 +559,8 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--local", action="store_true", help="also run the tests that need no broker (mock cluster)")
     p.add_argument("--timeout", type=float, default=300, help="seconds per test number (default 300)")
     p.add_argument("--cluster", action="store_true", help="run against a controller and 3 brokers")
+    p.add_argument("--sasl", choices=SASL_MECHANISMS,
+                   help="the clients authenticate with this mechanism on a SASL_PLAINTEXT listener (one broker)")
     p.add_argument("--kafka-version", default=KAFKA_VERSION, help=f"TEST_KAFKA_VERSION (default {KAFKA_VERSION})")
     p.add_argument("--json", help="also write the results to this JSON file")
     p.add_argument("--keep", help="keep each test's output and broker log under this directory")
@@ -515,7 +577,7 @@ def main(argv: list[str] | None = None) -> int:
         numbers = list(SUBSET)
     print(f"| test {'':<32} | verdict | {'s':>6} | reason")
     results = run(numbers, cluster=args.cluster, timeout=args.timeout, kafka_version=args.kafka_version,
-                  run_local=args.local, keep=Path(args.keep) if args.keep else None)
+                  run_local=args.local, keep=Path(args.keep) if args.keep else None, sasl=args.sasl)
     counts = {v: sum(r["verdict"] == v for r in results) for v in ("passed", "failed", "n/a", "local")}
     print(" ".join(f"{v}: {n}" for v, n in counts.items()))
     if args.json:

@@ -159,6 +159,12 @@ def _cleaner_and_transaction_flags(p) -> None:
                    type=_ranged(1, INT32_MAX, "transaction.abort.timed.out.transaction.cleanup.interval.ms"),
                    default=10_000, help="how often transactions past their timeout are looked for and aborted "
                                         "(default 10000)")
+    p.add_argument("--transactional-id-expiration-ms", type=_ranged(1, INT32_MAX, "transactional.id.expiration.ms"),
+                   default=604_800_000, help="a transactional id idle this long (no transaction open) is forgotten "
+                                             "(default 604800000: 7 days)")
+    p.add_argument("--transaction-remove-expired-interval-ms",
+                   type=_ranged(1, INT32_MAX, "transaction.remove.expired.transaction.cleanup.interval.ms"),
+                   default=3_600_000, help="how often idle transactional ids are looked for (default 3600000)")
 
 
 def _acl_flags(p) -> None:
@@ -344,7 +350,8 @@ def cmd_serve(args) -> int:
         _print_listeners(args, listeners)
         _start_metrics(args, server)
 
-    txn = TxnSettings(args.transaction_partitions, args.transaction_max_timeout_ms, args.transaction_abort_interval_ms)
+    txn = TxnSettings(args.transaction_partitions, args.transaction_max_timeout_ms, args.transaction_abort_interval_ms,
+                      args.transactional_id_expiration_ms, args.transaction_remove_expired_interval_ms)
     run_loop(lambda: run(node, initial_rebalance_delay_ms=args.group_initial_rebalance_delay_ms, ready=ready,
                          limits=limits, txn=txn, tls=tls_context), factory)
     return 0

@@ -52,6 +52,8 @@ FLAGS = {
               "transaction.state.log.num.partitions": "transaction_partitions",
               "transaction.max.timeout.ms": "transaction_max_timeout_ms",
               "transaction.abort.timed.out.transaction.cleanup.interval.ms": "transaction_abort_interval_ms",
+              "transactional.id.expiration.ms": "transactional_id_expiration_ms",
+              "transaction.remove.expired.transaction.cleanup.interval.ms": "transaction_remove_expired_interval_ms",
               "max.incremental.fetch.session.cache.slots": "max_incremental_fetch_session_cache_slots",
               "compression.type": "compression_type", "log.retention.bytes": "log_retention_bytes",
               "log.segment.bytes": "log_segment_bytes", "message.max.bytes": "message_max_bytes",

@@ -24,8 +24,22 @@ class DelayedProduce:
     base_offset: int
     callback: Callable[[ProduceResponse], None]
     deadline_ms: int
-    seq: int = field(default=0, compare=False)
     log_append_time: int = -1           # the append's (ProduceResponse.log_append_time)
+    seq: int = field(default=0, compare=False)
+
+    def answer(self, code: int) -> ProduceResponse:
+        """Its answer: its first offset and log append time with `code` (Kafka's DelayedProduce
+        keeps the append's PartitionResponse and sets only its error)."""
+        response = ProduceResponse(self.topic, self.partition, code, self.base_offset)
+        response.log_append_time = self.log_append_time
+        return response
+
+
+def log_append_time(log, info) -> int:
+    """Kafka's LogAppendInfo.logAppendTime of an append's AppendInfo: a LogAppendTime topic's
+    stamp (its max timestamp) or a retried batch's max timestamp (duplicate.timestamp); -1
+    otherwise.  (info[7]: duplicate, info[2]: max timestamp -- cheaper than the names.)"""
+    return info[2] if info[7] or log.config.message_timestamp_type != "CreateTime" else -1
 
 
 class DelayedProduces:

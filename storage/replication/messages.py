@@ -303,6 +303,18 @@ class ProduceResponse:
     log_append_time: int = -1
 
 
+def produce_response(topic: str, partition: int, code: int, base_offset: int = -1, failure=None,
+                     append_time: int = -1) -> ProduceResponse:
+    """A Produce's answer of one partition; `failure` (a StorageError) gives its record errors
+    and message, `append_time` its log append time."""
+    response = ProduceResponse(topic, partition, code, base_offset)
+    if append_time != -1:
+        response.log_append_time = append_time
+    if failure is not None:
+        response.record_errors, response.error_message = failure.record_errors, failure.produce_message
+    return response
+
+
 @dataclass
 class TxnMarker:
     """One transaction's end, for the partitions it wrote to (Kafka's WritableTxnMarker)."""

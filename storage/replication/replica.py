@@ -38,7 +38,7 @@ from ..core import errors, guards
 from ..core.clock import monotonic_ms
 from ..core.errors import Errors
 from ..dir.logdir import LogDir
-from .delayed import DelayedProduce, DelayedProduces
+from .delayed import DelayedProduce, DelayedProduces, log_append_time
 from .fetch_answers import FetchAnswers, FollowerState
 from .messages import (
     EPOCH_DURING_DELETE,
@@ -72,18 +72,11 @@ from .messages import (
     WriteTxnMarkersRequest,
     WriteTxnMarkersResponse,
     epoch_end_on_the_wire,
+    produce_response,
 )
 from .offset_answers import OffsetAnswers
 
 _log = logging.getLogger("storage.replica")   # docs/guide-operations.md, Logs
-
-
-def _delayed_answer(d: DelayedProduce, code: int) -> ProduceResponse:
-    """A waiting produce's answer: its first offset and log append time with `code` (Kafka's
-    DelayedProduce keeps the append's PartitionResponse and sets only its error)."""
-    response = ProduceResponse(d.topic, d.partition, code, d.base_offset)
-    response.log_append_time = d.log_append_time
-    return response
 
 
 class Partition:
@@ -291,6 +284,9 @@ class ReplicaManager(FetchAnswers, OffsetAnswers):
         out, self._alter_outbox = self._alter_outbox, []
         return out
 
+    def alter_partition_requests_waiting(self) -> bool:
+        return bool(self._alter_outbox)
+
     def handle_alter_partition_response(self, request: AlterPartitionRequest, response: AlterPartitionResponse) -> None:
         p = self.partitions.get((response.topic, response.partition))
         if p is None or p.inflight is not request or p.leader != self.broker_id:
@@ -395,8 +391,8 @@ class ReplicaManager(FetchAnswers, OffsetAnswers):
         candidate = log.log_end_offset
         if candidate <= log.high_watermark:
             return False            # nothing new to cover: the minimum below cannot exceed it
-        if guards.on("M19") and len(p.isr) < self._min_isr(p.topic):
-            return False
+        if guards.on("M19") and len(p.isr) < self.topic_min_isr.get(p.topic, self.min_insync_replicas):
+            return False        # (_min_isr inline: this runs after every append)
         if p.followers:
             now = self.clock()
             wait_for = p.maximal_isr if guards.on("M11") else p.isr
@@ -408,7 +404,8 @@ class ReplicaManager(FetchAnswers, OffsetAnswers):
             if candidate <= log.high_watermark:
                 return False
         log.update_high_watermark(candidate)
-        self._moved(self.on_high_watermark, p.key)
+        if self.on_high_watermark is not None:
+            self.on_high_watermark(p.key)
         if self._delayed.waiting(p.key):
             self._complete_delayed(p)
         return True
@@ -423,7 +420,7 @@ class ReplicaManager(FetchAnswers, OffsetAnswers):
             self._next_isr_check = now + self.isr_check_interval_ms
             self._shrink_isrs(now)
         for d in self._delayed.take_expired(now):
-            d.callback(_delayed_answer(d, Errors.REQUEST_TIMED_OUT))
+            d.callback(d.answer(Errors.REQUEST_TIMED_OUT))
 
     def _shrink_isrs(self, now: int) -> None:
         """Kafka's maybeShrinkIsr: each led partition's followers out of sync leave its ISR."""
@@ -494,19 +491,24 @@ class ReplicaManager(FetchAnswers, OffsetAnswers):
     # ---- produce -------------------------------------------------------------------------------
     def handle_produce(self, request: ProduceRequest,
                        callback: Callable[[ProduceResponse], None] | None = None) -> ProduceResponse | None:
-        """Append as leader.  acks 0/1 answer at once; acks=-1 answers (through `callback`, and
-        returns None) when the high watermark passes the batch, or at the timeout."""
+        """Append as leader.  acks 0/1 answer at once (_produce_now); acks=-1 answers (through
+        `callback`, and returns None) when the high watermark passes the batch, or at the timeout.
+        The wire's express path passes an acks 0 or 1 request as the tuple (topic, partition,
+        records) and gets _produce_now's tuple back: no request or response objects."""
+        if request.__class__ is tuple:
+            return self._produce_now(*request)
+
         def answer(code, base_offset=-1, failure=None, append_time=-1):
-            response = ProduceResponse(request.topic, request.partition, code, base_offset)
-            if append_time != -1:
-                response.log_append_time = append_time
-            if failure is not None:
-                response.record_errors, response.error_message = failure.record_errors, failure.produce_message
+            response = produce_response(request.topic, request.partition, code, base_offset, failure, append_time)
             if callback is not None:
                 callback(response)
             return response
 
-        if request.acks not in (0, 1, -1):
+        if request.acks in (0, 1):
+            code, base_offset, _, failure, append_time = self._produce_now(request.topic, request.partition,
+                                                                          request.records, request.origin)
+            return answer(code, base_offset, failure, append_time)
+        if request.acks != -1:
             return answer(Errors.INVALID_REQUIRED_ACKS)
         if self._went_offline():
             return answer(Errors.KAFKA_STORAGE_ERROR)
@@ -516,35 +518,55 @@ class ReplicaManager(FetchAnswers, OffsetAnswers):
         p, code = self._led(p)      # offline was checked just above
         if code:
             return answer(code)
-        if request.acks == -1 and len(p.isr) < self._min_isr(p.topic):
+        if len(p.isr) < self._min_isr(p.topic):
             return answer(Errors.NOT_ENOUGH_REPLICAS)
         try:
             info = p.log.append_as_leader(request.records, p.leader_epoch, origin=request.origin)
         except errors.StorageError as exc:
             self._went_offline()       # fail what waits, if this append took the dir offline
             return answer(int(exc.error_code), failure=exc)
-        self._moved(self.on_append, p.key)
-        stats = self.topic_stats.get(p.topic) or self.topic_stats.setdefault(p.topic, [0, 0, 0])
-        stats[0] += info.size_bytes
-        stats[1] += info.record_count
-        # Kafka's logAppendTime: the stamp of a LogAppendTime topic's append (its max timestamp)
-        # or a retried batch's max timestamp; -1 otherwise.  (info[7]: duplicate, info[2]: max
-        # timestamp -- the indexes cost a CreateTime produce less than the names.)
-        append_time = info[2] if info[7] or p.log.config.message_timestamp_type != "CreateTime" else -1
-        if request.acks != -1:
-            self._maybe_increment_high_watermark(p)
-            if append_time == -1:
-                return answer(Errors.NONE, info.first_offset)
-            return answer(Errors.NONE, info.first_offset, None, append_time)
+        self._appended(p, info)
         if callback is None:
             raise ValueError("acks=-1 needs a callback: the answer comes when the high watermark moves")
         self._delayed.add(DelayedProduce(p.topic, p.partition, info.last_offset + 1, info.first_offset, callback,
-                                         self.clock() + self.produce_timeout_ms, log_append_time=append_time))
+                                         self.clock() + self.produce_timeout_ms, log_append_time(p.log, info)))
         if not self._maybe_increment_high_watermark(p):
             # Kafka's tryCompleteElseWatch: a retried batch (a duplicate, answered with its first
             # offsets) may already be below the high watermark, which then need not move again.
             self._complete_delayed(p)
         return None
+
+    def _produce_now(self, topic: str, partition: int, records, origin: str = "client"):
+        """handle_produce of acks 0 or 1 without request and response objects: (error code, base
+        offset, log start offset, the StorageError or None, log append time), the offsets and the
+        time -1 on an error.  Its
+        checks in its order -- the dir online, the partition hosted, led, not RECOVERING (_led
+        without a current leader epoch) -- the append, its observer and stats, the high watermark."""
+        if self.logdir.failure_channel.first_failure is not None and self._went_offline():
+            return Errors.KAFKA_STORAGE_ERROR, -1, -1, None, -1
+        p = self.partitions.get((topic, partition))
+        if p is None:
+            return Errors.UNKNOWN_TOPIC_OR_PARTITION, -1, -1, None, -1
+        if p.leader != self.broker_id or (p.leader_recovery_state == RECOVERING and guards.on("M17")):
+            return Errors.NOT_LEADER_OR_FOLLOWER, -1, -1, None, -1
+        log = p.log
+        try:
+            info = log.append_as_leader(records, p.leader_epoch, origin=origin)
+        except errors.StorageError as exc:
+            self._went_offline()       # fail what waits, if this append took the dir offline
+            return int(exc.error_code), -1, -1, exc, -1
+        self._appended(p, info)
+        self._maybe_increment_high_watermark(p)
+        return Errors.NONE, info.first_offset, log.log_start_offset, None, \
+            info[2] if info[7] or log.config.message_timestamp_type != "CreateTime" else -1  # log_append_time inline
+
+    def _appended(self, p: Partition, info) -> None:
+        """After an append as leader: its observer (fetches wait on the log end), the topic's stats."""
+        if self.on_append is not None:
+            self.on_append(p.key)
+        stats = self.topic_stats.get(p.topic) or self.topic_stats.setdefault(p.topic, [0, 0, 0])
+        stats[0] += info.size_bytes
+        stats[1] += info.record_count
 
     # ---- WriteTxnMarkers (from a transaction coordinator) ------------------------------------------
     def handle_write_txn_markers(self, request: WriteTxnMarkersRequest,
@@ -609,11 +631,11 @@ class ReplicaManager(FetchAnswers, OffsetAnswers):
         if done:
             code = Errors.NONE if len(p.isr) >= self._min_isr(p.topic) else Errors.NOT_ENOUGH_REPLICAS_AFTER_APPEND
             for d in done:
-                d.callback(_delayed_answer(d, code))
+                d.callback(d.answer(code))
 
     def _fail_delayed(self, p: Partition, code: int) -> None:
         for d in self._delayed.take_all(p.key):
-            d.callback(_delayed_answer(d, code))
+            d.callback(d.answer(code))
 
     # ---- an offline log dir (Kafka's ReplicaManager.handleLogDirFailure) --------------------------
     @property

@@ -18,7 +18,7 @@ from .admin_apis import CLUSTER_OPERATIONS, TOPIC_OPERATIONS, operations
 from .broker import MetadataSource
 from .codec import SUPPORTED, InvalidRequestError, ms
 from .fetch_sessions import FetchManager, FetchSessionCache
-from .later import Later
+from .later import Close, Later
 from .waiters import END, HIGH_WATERMARK, LOW_WATERMARK, Notifier, long_poll
 
 log = logging.getLogger("storage.wire")
@@ -134,16 +134,15 @@ class ClientApis:
         replica) answer at once, the other acks=-1 ones with a Later: one wait for the answers
         still to come, which the connection does not wait for before it reads its next request."""
         manager, acks, transactional_id = self.node.manager, request.acks, request.transactional_id
-        handle, problem_of = manager.handle_produce, rules.produce_problem
+        handle, problem_of, version = manager.handle_produce, rules.produce_problem, request.__version__
         answers, pending, refused = [], [], {}
         for t in request.topic_data:
             topic = t.name
             for part in t.partition_data:
-                index, records = part.index, part.records or b""
-                problem = problem_of(topic, records, transactional_id)
-                if problem:     # an internal topic, a transactional or a control batch: never appended
-                    refused[(topic, index)] = problem[1]
-                    answers.append(m.ProduceResponse(topic, index, problem[0], -1))
+                index, records = part.index, part.records or b""    # null: no batch, as empty
+                problem = problem_of(topic, records, version, transactional_id)
+                if problem:     # records Kafka refuses, an internal topic, a transactional or a control batch
+                    answers.append(self._refused(topic, index, problem, refused))
                 elif acks != -1:
                     answers.append(handle(m.ProduceRequest(topic, index, records, acks)))
                 else:
@@ -158,9 +157,19 @@ class ClientApis:
         self.node.pump()        # the appends woke the fetches waiting on them (ReplicaManager.on_append)
         if pending:             # the wait does not hold the connection (later.py)
             return Later(self._produce_acked(pending, answers, refused))
-        if acks == 0:
-            return None
+        if acks == 0:       # no answer; an error anywhere closes the connection (later.Close)
+            return None if not any(a.error_code for a in answers) else Close(
+                {"responses": self.produce_rows(answers, refused)})
         return {"responses": self.produce_rows(answers, refused)}
+
+    def _refused(self, topic: str, index: int, problem: tuple[int, str], refused: dict) -> m.ProduceResponse:
+        """The answer of a partition whose records the rules refuse: UNKNOWN_TOPIC_OR_PARTITION
+        first when the cluster has no such partition (Kafka's KafkaApis looks it up before it
+        validates the records), but for an internal topic (the topic rule comes first here)."""
+        if problem[0] != Errors.INVALID_TOPIC_EXCEPTION and self.node.partition_state(topic, index) is None:
+            return m.ProduceResponse(topic, index, Errors.UNKNOWN_TOPIC_OR_PARTITION, -1)
+        refused[(topic, index)] = problem[1]
+        return m.ProduceResponse(topic, index, problem[0], -1)
 
     async def _produce_acked(self, pending: list, answers: list, refused: dict) -> dict:
         """An acks=-1 Produce's body, once the high watermark passed each partition's records (or

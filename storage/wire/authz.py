@@ -25,7 +25,7 @@ from . import codec, error_answers, session
 from .authorizer import CLUSTER_NAME
 from .authorizer import Operation as O
 from .authorizer import ResourceType as R
-from .later import Later
+from .later import Close, Later
 
 TOPIC_DENIED = Errors.TOPIC_AUTHORIZATION_FAILED
 GROUP_DENIED = Errors.GROUP_AUTHORIZATION_FAILED
@@ -146,8 +146,10 @@ class Checks:
             for code in dict.fromkeys(refused.values())]
         if kept or call_empty:
             body = await handler(header, _replace(request, **{field: kept}))
-            if body is None:            # a Produce of acks=0: no answer
-                return None
+            if body is None or type(body) is Close:
+                # A Produce of acks=0: no answer, but a refused topic is an error, which closes
+                # the connection (later.Close), counted with the handler's own errors.
+                return Close(_merged(answers.pop(0) if body is None else body.body, answers))
             if type(body) is Later:     # an acks=-1 Produce: the refusals join its answer when it comes
                 return Later(_merged_later(body, answers))
         else:
@@ -180,9 +182,12 @@ class Checks:
     async def produce(self, key, header, request, handler):
         txn = request.transactional_id
         if txn is not None and not self.ok(O.WRITE, R.TRANSACTIONAL_ID, txn):
-            return None if request.acks == 0 else _refusal(key, header, request, TXN_DENIED)
-        body = await self.topics(O.WRITE, field="topic_data")(key, header, request, handler)
-        return None if request.acks == 0 else body         # acks=0: no answer, refused or not
+            body = _refusal(key, header, request, TXN_DENIED)
+        else:
+            body = await self.topics(O.WRITE, field="topic_data")(key, header, request, handler)
+        if request.acks == 0 and type(body) is dict:    # acks=0, refused: no answer, the connection closes
+            return Close(body)
+        return body
 
     def _topic_name_of(self, t) -> str | None:
         name = getattr(t, "topic", None)
@@ -213,7 +218,7 @@ class Checks:
                                               _row(row, "topic_id") if _has(row, "topic_id") else None))
             if name is not None and name not in refused and not self.ok(O.READ, R.TOPIC, name):
                 for p in _row(row, "partitions"):
-                    for field, value in (("error_code", TOPIC_DENIED), ("records", None), ("high_watermark", -1),
+                    for field, value in (("error_code", TOPIC_DENIED), ("records", b""), ("high_watermark", -1),
                                          ("last_stable_offset", -1), ("aborted_transactions", None)):
                         _set(p, field, value)
         return body

@@ -456,8 +456,8 @@ class Broker:
             undelivered, self._undelivered = self._undelivered, []
             for message in undelivered:
                 self._deliver(message)
-        if self.manager is not None:
-            self.link.pump()
+        if self.manager is not None and self.manager.alter_partition_requests_waiting():
+            self.link.pump()        # (a link's pump sends those requests: none, nothing to do)
 
     # ---- life cycle ---------------------------------------------------------------------------
     async def start(self, notifier) -> None:

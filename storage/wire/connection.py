@@ -353,7 +353,8 @@ class Connection(asyncio.BufferedProtocol):
         if self._later:
             self._later.append(data)
             return len(self._later) >= MAX_LATER
-        if self.whole_frame_buffered():
+        head, held = self._head, self._end - self._head     # whole_frame_buffered, inline (per answer)
+        if held >= 4 and held >= 4 + int.from_bytes(self._view[head:head + 4], "big", signed=True):
             if self._pending is None:
                 self._pending, self._pending_bytes = [data], len(data)
                 if not self._flush_soon:

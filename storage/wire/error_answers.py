@@ -35,7 +35,7 @@ def _produce(request, code):
 def _fetch(request, code):
     return {"error_code": code, "session_id": 0, "responses": [
         {"topic": getattr(t, "topic", ""), "topic_id": getattr(t, "topic_id", 0),
-         "partitions": [dict(p, high_watermark=-1, last_stable_offset=-1, log_start_offset=-1, records=None,
+         "partitions": [dict(p, high_watermark=-1, last_stable_offset=-1, log_start_offset=-1, records=b"",
                              aborted_transactions=None, preferred_read_replica=-1)
                         for p in _partitions(t.partitions, code)]}
         for t in request.topics]}

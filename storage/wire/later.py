@@ -8,6 +8,11 @@ batch per replication round; Redpanda's two-phase handlers (process_result_stage
 "dispatched" future, then the response) read the next request once the first phase has run.  A handler that returns a `Later` has run its
 first part; `rest` gives its body.  The connection still answers in request order
 (connection.Connection.answer_later), and at most MAX_LATER answers wait per connection.
+
+A handler may also answer with a `Close`: no answer, and the connection closes once the answers
+before it are written -- Kafka's RequestChannel.closeConnection, for a Produce of acks=0 that met
+an error on any partition, or failed as a whole (KafkaApis.handleProduceRequest: the producer,
+which reads no answer, learns from the closed connection that something went wrong).
 """
 from __future__ import annotations
 
@@ -23,3 +28,22 @@ class Later:
 
     def __init__(self, rest) -> None:
         self.rest = rest
+
+
+class Close:
+    """A handler's answer that closes the connection instead (a Produce of acks=0 with an error):
+    `body` is the response it would have been (None: the request failed as a whole), counted in
+    the request metrics as Kafka's closeConnection counts its errors."""
+
+    __slots__ = ("body",)
+
+    def __init__(self, body) -> None:
+        self.body = body
+
+    def __eq__(self, other) -> bool:
+        return type(other) is Close and other.body == self.body
+
+    __hash__ = None
+
+    def __repr__(self) -> str:
+        return f"Close({self.body!r})"

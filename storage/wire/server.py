@@ -9,7 +9,8 @@ this broker does not know gets Kafka's answer, UNSUPPORTED_VERSION with the supp
 ApiVersions v0 (KIP-511).  A handler's own failure is answered as Kafka's getErrorResponse does
 (error_answers: the exception's code, UNKNOWN_SERVER_ERROR unless it carries one, at the top
 level or on every topic and partition asked for), logged once with its traceback, and the
-connection stays open.
+connection stays open -- but for a Produce of acks=0, whose failure or error on any partition
+closes the connection, as Kafka's does (later.Close): its producer reads no answer.
 
 Connections and memory are bounded (limits.py, Kafka's settings): beyond max.connections or
 max.connections.per.ip the newest connection is closed; one silent for connections.max.idle.ms
@@ -37,7 +38,7 @@ from .connection import Connection
 from .express import NOT_MINE, ProduceExpress
 from .groups import GroupCoordinator
 from .groups_admin import GroupAdmin
-from .later import MAX_LATER, Later
+from .later import MAX_LATER, Close, Later
 from .limits import ACCEPT_BURST, ConnectionGate, ConnectionLimits, ConnectionTimeoutError, RequestMemory
 from .listeners import Listener
 from .scram import ScramApis
@@ -208,6 +209,9 @@ class FrameServer:
             elif isinstance(response, asyncio.Future):      # answered later, in this request's turn
                 connection.answer_later(response)
                 await connection.later_below(MAX_LATER, idle, unread_why)
+            elif type(response) is Close:                   # the answers before it go, then the connection
+                await connection.later_below(1, idle, unread_why)
+                return
             else:
                 await connection.later_below(1, idle, unread_why)      # the answers before it go first
                 connection.flush()
@@ -308,8 +312,8 @@ class FrameServer:
                 return False
             if response is not NOT_MINE:
                 connection.skip(size)
-                if response is not None:
-                    connection.answer(response)
+                if response is not None:    # a Close: the frames after it are never served
+                    connection.answer(response) if type(response) is bytes else connection.close()
                 return True
         if not alone:
             return False
@@ -358,7 +362,7 @@ class FrameServer:
         elif type(response) is bytes:
             connection.answer(response)
         else:
-            connection.answer_later(response)
+            connection.answer_later(response) if type(response) is not Close else connection.close()
         return True
 
     async def _rest(self, step, waited, size: int, key: int, version: int, correlation_id: int, header, request,
@@ -378,8 +382,11 @@ class FrameServer:
             self.observer.failed(key, started, exc)
         return self._error_response(key, version, correlation_id, header, request, exc)
 
-    def answer_body(self, body, key: int, version: int, correlation_id: int, started: float) -> bytes | None:
-        """The answer frame of a handler's `body` (None: no answer), counted in the request metrics."""
+    def answer_body(self, body, key: int, version: int, correlation_id: int, started: float) -> bytes | Close | None:
+        """The answer frame of a handler's `body` (None: no answer; a Close: none, and the
+        connection closes), counted in the request metrics."""
+        if type(body) is Close:
+            return self._closing(body, key, correlation_id, started)
         if self.observer is not None:
             self.observer.answered(key, started, body)
         if log.isEnabledFor(logging.DEBUG):
@@ -387,6 +394,16 @@ class FrameServer:
         if body is None:
             return None
         return self.encoders.get(key, codec.encode_response)(key, version, correlation_id, body)
+
+    def _closing(self, close: Close, key: int, correlation_id: int, started: float) -> Close:
+        """A handler's Close (an acks=0 Produce that met an error), counted and logged as Kafka's
+        KafkaApis does ("Closing connection due to error during produce request ...")."""
+        if self.observer is not None:
+            self.observer.answered(key, started, close.body)
+        seen = [f"{t['name']}-{p['index']}: {_error_name(p['error_code'])}"
+                for t in close.body["responses"] for p in t["partition_responses"] if p["error_code"]]
+        log.info("closing the connection: Produce #%d with acks=0 met an error (%s)", correlation_id, ", ".join(seen))
+        return close
 
     async def _answer_later(self, later: Later, key: int, version: int, correlation_id: int, header, request,
                             started: float) -> bytes | None:
@@ -420,6 +437,8 @@ class FrameServer:
         else:
             self.handler_errors[(key, version)] += 1
             log.error("answering %s with error code %d: the handler raised", what, code, exc_info=exc)
+        if key == produce_codec.PRODUCE_KEY and getattr(request, "acks", None) == 0:
+            return Close(None)      # Kafka's getErrorResponse is null for acks=0: the connection closes
         try:
             if key == codec.API_VERSIONS_KEY:
                 return codec.encode_response(key, version, correlation_id,
@@ -438,6 +457,13 @@ class FrameServer:
         """The connection handlers still running, but for the calling task."""
         current = asyncio.current_task()
         return [t for t in self._handlers if t is not current and not t.done()]
+
+
+def _error_name(code: int) -> str:
+    try:
+        return errors.Errors(code).name
+    except ValueError:
+        return str(code)
 
 
 async def _resumed_body(step, waited):

@@ -17,6 +17,14 @@ WriteTxnMarkers v1), retried until each is written, and Complete* is written las
 the transactional id answers CONCURRENT_TRANSACTIONS.  An Ongoing transaction past its
 transaction.timeout.ms is aborted by the periodic check with the producer's epoch bumped (the
 producer is fenced), as Kafka's abortTimedOutTransactions.
+
+A transactional id left idle (Empty, CompleteCommit or CompleteAbort, nothing in flight) for
+transactional.id.expiration.ms is forgotten, as Kafka's removeExpiredTransactionalIds: a check
+every transaction.remove.expired.transaction.cleanup.interval.ms writes a tombstone for it
+(acks=all, batches within the partition's max.message.bytes) and drops it from memory once the
+tombstone is acknowledged by the same coordinator epoch; until then the id answers
+CONCURRENT_TRANSACTIONS, and a failed write leaves it as it was.  The next InitProducerId for
+it starts afresh with a new producer id.
 """
 from __future__ import annotations
 
@@ -51,6 +59,29 @@ class TxnSettings:
     partitions: int = 50                    # transaction.state.log.num.partitions
     max_timeout_ms: int = 900_000           # transaction.max.timeout.ms
     abort_interval_ms: int = 10_000         # transaction.abort.timed.out.transaction.cleanup.interval.ms
+    id_expiration_ms: int = 604_800_000     # transactional.id.expiration.ms (7 days)
+    remove_interval_ms: int = 3_600_000     # transaction.remove.expired.transaction.cleanup.interval.ms
+
+
+# Kafka's TransactionState.isExpirationAllowed: the states an idle id may be forgotten in.
+_EXPIRABLE = (ts.EMPTY, ts.COMPLETE_COMMIT, ts.COMPLETE_ABORT)
+_TOMBSTONE_BYTES = 24           # a tombstone record's bytes besides its key (length, attributes, deltas)
+_BATCH_HEADER_BYTES = 61
+
+
+def _chunks(metas: list, limit: int):
+    """`metas` in runs whose tombstone batch stays within `limit` bytes (max.message.bytes);
+    a run holds at least one id (Kafka attempts the append of even a batch too large)."""
+    run, size = [], _BATCH_HEADER_BYTES
+    for meta in metas:
+        need = len(ts.record_key(meta.transactional_id)) + _TOMBSTONE_BYTES
+        if run and size + need > limit:
+            yield run
+            run, size = [], _BATCH_HEADER_BYTES
+        run.append(meta)
+        size += need
+    if run:
+        yield run
 
 
 def _fenced(code: int, version: int, first_with_fenced: int) -> int:
@@ -68,6 +99,7 @@ class TxnCoordinator:
         self._peers: dict[int, Peer] = {}
         self._tasks: set[asyncio.Task] = set()
         self._next_abort_check = 0
+        self._next_expiry_check = None  # monotonic ms; the first check one interval after the first tick
         self._metadata_seen = None      # node.metadata_changes when the tick last loaded
 
     # ---- the partition and its loading -------------------------------------------------------
@@ -156,12 +188,18 @@ class TxnCoordinator:
 
     def tick(self) -> None:
         """Load the partitions this broker took over (looked for only when the metadata moved:
-        nothing else makes one led); abort the transactions past their timeout."""
+        nothing else makes one led); abort the transactions past their timeout; forget the ids
+        idle past transactional.id.expiration.ms."""
         changes = self.node.metadata_changes
         if changes != self._metadata_seen:
             self.load_led_partitions()
             self._metadata_seen = changes
         now = monotonic_ms()
+        if self._next_expiry_check is None:
+            self._next_expiry_check = now + self.settings.remove_interval_ms
+        elif now >= self._next_expiry_check:
+            self._next_expiry_check = now + self.settings.remove_interval_ms
+            self.expire_idle_ids()
         if now < self._next_abort_check:
             return
         self._next_abort_check = now + self.settings.abort_interval_ms
@@ -173,6 +211,59 @@ class TxnCoordinator:
                          "%d ms: aborting it", meta.transactional_id, meta.producer_id, meta.producer_epoch,
                          meta.timeout_ms)
                 self._spawn(self._fence_and_abort(meta.transactional_id))
+
+    # ---- transactional id expiry ---------------------------------------------------------------
+    def expire_idle_ids(self) -> int:
+        """Start forgetting the ids idle past transactional.id.expiration.ms on the partitions
+        this broker leads (Kafka's removeExpiredTransactionalIds); the number found."""
+        deadline = wall_ms() - self.settings.id_expiration_ms
+        by_partition: dict[int, list[ts.TxnMetadata]] = {}
+        for tid, meta in self.txns.items():
+            if meta.pending is None and meta.state in _EXPIRABLE and meta.update_ms <= deadline:
+                by_partition.setdefault(self.partition_for(tid), []).append(meta)
+        found = 0
+        for partition, metas in by_partition.items():
+            state = self.node.partition_state(TRANSACTION_STATE_TOPIC, partition)
+            if state is None or state.leader != self.node.node_id or self._loaded.get(partition) != state.leader_epoch:
+                continue
+            try:
+                limit = self.node.logdir.partition(TRANSACTION_STATE_TOPIC, partition).config.max_message_bytes
+            except StorageError as exc:     # Kafka: no log config (offline), this partition waits
+                log.warning("transactional id expiry skips %s-%d: %s", TRANSACTION_STATE_TOPIC, partition, exc)
+                continue
+            for chunk in _chunks(metas, limit):
+                for meta in chunk:
+                    meta.pending = ts.DEAD
+                found += len(chunk)
+                self._spawn(self._write_tombstones(partition, state.leader_epoch, chunk))
+        return found
+
+    async def _write_tombstones(self, partition: int, epoch: int, metas: list[ts.TxnMetadata]) -> None:
+        """One batch of tombstones (acks=all); each id forgotten once it is acknowledged and the
+        coordinator epoch has not moved, else left as it was (Kafka's removeFromCacheCallback)."""
+        batch = build_batch([(ts.record_key(meta.transactional_id), None) for meta in metas])
+        done = asyncio.get_running_loop().create_future()
+        self.node.manager.handle_produce(m.ProduceRequest(TRANSACTION_STATE_TOPIC, partition, batch, -1),
+                                         callback=lambda r: done.done() or done.set_result(r))
+        self.node.pump()
+        try:
+            code = (await done).error_code
+        finally:
+            for meta in metas:
+                if meta.pending == ts.DEAD:
+                    meta.pending = None
+        state = self.node.partition_state(TRANSACTION_STATE_TOPIC, partition)
+        still = state is not None and state.leader == self.node.node_id and state.leader_epoch == epoch
+        for meta in metas:
+            tid = meta.transactional_id
+            if code == Errors.NONE and still and self.txns.get(tid) is meta:
+                del self.txns[tid]
+            else:
+                log.warning("transactional id %s not forgotten: its tombstone's write answered error %d%s", tid, code,
+                            "" if still else " (the coordinator moved)")
+        if code == Errors.NONE and still:
+            log.info("forgot %d transactional ids idle for %d ms or more (%s-%d)", len(metas),
+                     self.settings.id_expiration_ms, TRANSACTION_STATE_TOPIC, partition)
 
     def _spawn(self, coroutine) -> None:
         task = asyncio.get_running_loop().create_task(coroutine)

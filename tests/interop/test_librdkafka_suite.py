@@ -62,6 +62,16 @@ def test_the_known_passing_subset_passes(runner):
     assert failed == {}
 
 
+@pytest.mark.parametrize("mechanism", ["PLAIN", "SCRAM-SHA-512"])
+def test_a_sample_passes_over_sasl(runner, mechanism):
+    # The clients authenticate as the suite's user on a SASL_PLAINTEXT listener (`--sasl`): a
+    # producer and consumer test and the idempotent producer's.
+    pytest.importorskip("confluent_kafka", reason="the harness makes the SASL user with confluent-kafka")
+    results = suite.run(["0001", "0090"], cluster=False, timeout=240, kafka_version=suite.KAFKA_VERSION,
+                        run_local=False, sasl=mechanism)
+    assert [(r["test"], r["verdict"], r["reason"]) for r in results] == [("0001", "passed", ""), ("0090", "passed", "")]
+
+
 def test_consumer_txn_0098_runs_its_java_producer_too(runner):
     # 0098 consumer_txn produces with Kafka's Java producer (tests/java/TransactionProducerCli) and
     # then with librdkafka's, and reads read_committed / read_uncommitted; its topics need

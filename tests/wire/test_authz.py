@@ -21,6 +21,7 @@ from storage.wire.authorizer import Acl, Authorizer, Permission  # noqa: E402  #
 from storage.wire.authorizer import Operation as O
 from storage.wire.authorizer import PatternType as P
 from storage.wire.authorizer import ResourceType as R
+from storage.wire.later import Close  # noqa: E402
 from storage.wire.node import Node  # noqa: E402
 from storage.wire.server import BrokerServer  # noqa: E402
 from tests.tiers import tiered  # noqa: E402
@@ -88,11 +89,21 @@ def test_produce_writes_only_the_allowed_topic(broker):
     answer = ask(broker, 0, 9, {"transactional_id": "tb", "acks": 1, "timeout": 1000, "topic_data": [
         {"name": "a", "partition_data": [{"index": 0, "records": build_batch([b"x"])}]}]})
     assert int(answer.responses[0].partition_responses[0].error_code) == X
-    server, loop = broker                 # acks=0: a refused produce gets no answer either
-    frame = codec.encode_request(0, 9, 3, "authz", {"transactional_id": None, "acks": 0, "timeout": 1000,
-                                                   "topic_data": [{"name": "b", "partition_data": [
-                                                       {"index": 0, "records": build_batch([b"x"])}]}]})[4:]
-    assert anonymous(server, loop, frame) is None
+    # acks=0: a refusal is an error in the response Kafka does not send: it closes the connection
+    # (later.Close, with the response counted), whether all topics are refused or some, and the
+    # allowed ones are written first (KafkaApis.handleProduceRequest).
+    server, loop = broker
+    for names, txn in (("b", None), ("ab", None), ("a", "tb")):
+        frame = codec.encode_request(0, 9, 3, "authz", {"transactional_id": txn, "acks": 0, "timeout": 1000,
+                                                       "topic_data": [{"name": t, "partition_data": [
+                                                           {"index": 0, "records": build_batch([b"x"])}]}
+                                                           for t in names]})[4:]
+        closed = anonymous(server, loop, frame)
+        assert type(closed) is Close, names
+        if txn is None:
+            got = {r["name"]: r["partition_responses"][0]["error_code"] for r in closed.body["responses"]}
+            assert got["b"] == T and got.get("a", D) == D, closed.body
+    assert server.node.logdir.partition("a", 0).log_end_offset == ends["a"] + 2
     assert server.node.logdir.partition("b", 0).log_end_offset == ends["b"]
 
 
@@ -104,8 +115,12 @@ def test_fetch_of_a_consumer_and_of_a_follower(broker):
             "topics": [{"topic": t, "partitions": [part]} for t in "ab"]}
     answer = ask(broker, 1, 12, body)
     assert {r.topic: int(r.partitions[0].error_code) for r in answer.responses} == {"a": D, "b": T}
+    # A refused partition's records are empty, not null: librdkafka reads a null records field as
+    # a protocol error ("invalid MessageSetSize -1"), never as the partition's error (its 0119).
+    assert [r.partitions[0].records for r in answer.responses if r.topic == "b"] == [b""]
     answer = ask(broker, 1, 12, dict(body, replica_id=2))            # a follower needs CLUSTER_ACTION
     assert {int(r.partitions[0].error_code) for r in answer.responses} == {T}
+    assert [r.partitions[0].records for r in answer.responses] == [b"", b""]
 
 
 def test_metadata_of_every_topic_lists_only_described_ones(broker):
@@ -231,7 +246,7 @@ def test_an_incremental_fetch_checks_the_partitions_its_session_holds(broker):
     try:
         answer = ask(broker, 1, 12, dict(body, session_id=opened.session_id, session_epoch=1, topics=[]))
         rows = [(r.topic, int(p.error_code), p.records) for r in answer.responses for p in r.partitions]
-        assert rows and all(code == T and not records for _, code, records in rows), rows
+        assert rows and all(code == T and records == b"" for _, code, records in rows), rows
     finally:
         server.node.authorizer.load(saved)
 

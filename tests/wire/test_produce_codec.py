@@ -242,10 +242,11 @@ def test_frames_it_leaves_to_kio(frame_hex):
 def test_the_broker_answers_a_fast_read_request_as_a_kio_read_one(tmp_path):
     """Through ClientApis.produce on two embedded nodes: a request of three partitions over two
     topics (one refused: an internal topic) and acks 1, -1 and 0 gets the same answer from the
-    produce_codec request as from kio's, with the same offsets; acks=0 answers nothing."""
+    produce_codec request as from kio's, with the same offsets; acks=0 answers nothing, and its
+    errors close the connection (later.Close, with the same rows)."""
     import asyncio
 
-    from storage.wire.later import Later
+    from storage.wire.later import Close, Later
     from storage.wire.node import Node
     from storage.wire.server import BrokerServer
 
@@ -273,8 +274,9 @@ def test_the_broker_answers_a_fast_read_request_as_a_kio_read_one(tmp_path):
         finally:
             loop.run_until_complete(node.shutdown())
     assert answers["fast"] == answers["kio"]
-    first, second, none, fourth = answers["fast"]
-    assert none is None
+    first, second, closed, fourth = answers["fast"]
+    assert type(closed) is Close        # acks=0 with errors (the internal topic, null records): no answer, a close
+    assert closed.body["responses"][1:] == fourth["responses"][1:]      # the same refusals as acks=1
     assert [[p["base_offset"] for p in t["partition_responses"]] for t in fourth["responses"]] == [[9, 9], [-1], [-1]]
     assert fourth["responses"][1]["partition_responses"][0]["error_code"] == 17      # INVALID_TOPIC_EXCEPTION
     loop.close()

@@ -8,7 +8,7 @@ answer's write.  Counted with a profile hook on the event loop's thread (every f
 every coroutine resumed is one "call" event), per request, by module: storage/wire's own frames
 (the server, the connection, the Produce codec and handler) are at most WIRE_FRAMES_MAX; the
 replication layer's and the engine's are not counted here (tests/log/test_append_one_frame.py
-counts the append's).
+counts the append's), but for handle_produce's few (test_the_express_path_makes_no_produce_objects).
 """
 from __future__ import annotations
 
@@ -33,8 +33,17 @@ REQUESTS = 200
 # storage/wire frames entered or resumed per one-record Produce served one at a time (acks=1): 50
 # before the small-request pass (session 38), 35 after (the request served where its bytes
 # arrive: no wake of the connection's task, no frame of its wait), 24 with the express path
-# (storage/wire/express.py: no dispatch, no handler coroutine, no request or answer objects).
-WIRE_FRAMES_MAX = 26
+# (storage/wire/express.py: no dispatch, no handler coroutine, no request or answer objects), 26
+# with its pump and metrics; 22 once Broker.pump left the link alone when no AlterPartition
+# request waits, the rows were no list of answers and Connection.answer read the next frame's
+# size inline (session 40).
+WIRE_FRAMES_MAX = 22
+REPLICATION = os.sep + os.path.join("storage", "replication") + os.sep
+# storage/replication frames a request entered by the express path: 14 (handle_produce, its
+# answer closure, _went_offline, offline x2, _led, _check_epoch, recovering, _moved x2, the high
+# watermark's step, _min_isr, waiting, take_alter_partition_requests), 7 with handle_produce's
+# tuple form (session 40: the checks inline, no objects, no AlterPartition list taken).
+REPLICATION_FRAMES_MAX = 7
 
 
 @contextlib.contextmanager
@@ -68,13 +77,14 @@ def round_trip(s: socket.socket, frame: bytes) -> tuple[int, int, int]:
     return correlation_id, int(row.error_code), row.base_offset
 
 
-def frames_per_request(tmp_path, acks: int = 1) -> tuple[collections.Counter, list]:
-    """storage/wire's Python frames entered per request (by function) over REQUESTS one-record
-    Produce requests served one at a time, and the answers."""
+def frames_per_request(tmp_path, acks: int = 1, counted=lambda code: WIRE in code.co_filename
+                       ) -> tuple[collections.Counter, list]:
+    """The Python frames entered (of code objects `counted`: storage/wire's) per request, by
+    function, over REQUESTS one-record Produce requests served one at a time, and the answers."""
     counts: collections.Counter = collections.Counter()
 
     def profile(frame, event, arg):
-        if event == "call" and WIRE in frame.f_code.co_filename:
+        if event == "call" and counted(frame.f_code):
             counts[frame.f_code.co_name] += 1
 
     with broker(tmp_path) as (server, loop, port), socket.create_connection(("127.0.0.1", port)) as s:
@@ -95,3 +105,17 @@ def test_a_one_record_produce_enters_few_wire_frames(tmp_path):
     assert per_request <= WIRE_FRAMES_MAX, f"{per_request:.2f} frames a request: {sorted(counts.items())}"
     # the connection's task is not woken per request (FrameServer._now serves it from the callback)
     assert counts["_requests"] + counts["wait_size"] + counts["_dispatch"] <= 3, sorted(counts.items())
+
+
+def test_the_express_path_makes_no_produce_objects(tmp_path):
+    """The express path hands ReplicaManager.handle_produce the tuple (topic, partition, records)
+    and gets a tuple back: per request no ProduceRequest or ProduceResponse is made, and the
+    replication layer enters at most REPLICATION_FRAMES_MAX frames (its checks are the general
+    path's, inline; the answers are the same: test_express.py compares both paths)."""
+    from storage.replication.messages import ProduceRequest, ProduceResponse
+    made = {ProduceRequest.__init__.__code__: "ProduceRequest", ProduceResponse.__init__.__code__: "ProduceResponse"}
+    counts, answers = frames_per_request(tmp_path, counted=lambda code: code in made or REPLICATION in code.co_filename)
+    assert answers == [(i, 0, i) for i in range(20 + REQUESTS)]
+    assert counts["__init__"] == 0, sorted(counts.items())      # the only __init__ counted: those two
+    per_request = sum(counts.values()) / REQUESTS
+    assert per_request <= REPLICATION_FRAMES_MAX, f"{per_request:.2f} frames a request: {sorted(counts.items())}"

@@ -342,3 +342,52 @@ def test_add_partitions_v4_batched_and_verify_only(broker):
     assert ask(("t-v4-b", b.producer_id, b.producer_epoch, True)) == {"t-v4-b": [Errors.NONE]}
     assert ask(("t-v4-b", b.producer_id, b.producer_epoch + 1, True)) == {"t-v4-b": [Errors.PRODUCER_FENCED]}
     assert _end(broker, "t-v4-b", b.producer_id, b.producer_epoch, False) == 0
+
+
+def _listed(broker) -> list[str]:
+    listed = _ask(broker, 66, 1, {"state_filters": [], "producer_id_filters": [], "duration_filter": -1})
+    return [t.transactional_id for t in listed.transaction_states]
+
+
+def _wait_forgotten(broker, *tids, timeout_s=15.0) -> None:
+    """Until ListTransactions names none of `tids` (DescribeTransactions of an Empty id carries
+    a start time of -1, as Kafka's, which kio's reader refuses)."""
+    deadline = time.monotonic() + timeout_s
+    while set(tids) & set(listed := _listed(broker)):
+        assert time.monotonic() < deadline, f"{tids} were never forgotten: {listed}"
+        time.sleep(0.1)
+
+
+def test_idle_transactional_ids_expire_and_stay_forgotten_after_a_restart(tmp_path):
+    """transactional.id.expiration.ms (Kafka's removeExpiredTransactionalIds, through the wire):
+    an id left Empty and one left CompleteCommit are forgotten once idle past it -- gone from
+    DescribeTransactions and ListTransactions, their tombstones in __transaction_state, so a
+    restarted broker does not bring them back -- while an Ongoing transaction's id stays; the
+    next InitProducerId of a forgotten id starts afresh with a new producer id."""
+    options = (*OPTIONS, "--transactional-id-expiration-ms", "1000", "--transaction-remove-expired-interval-ms", "100")
+    b = Broker(tmp_path / "data", *options).start()
+    try:
+        _ask(b, 3, 12, {"topics": [{"name": "data", "topic_id": 0}], "allow_auto_topic_creation": True,
+                        "include_topic_authorized_operations": False})
+        idle = _init(b, "t-idle")
+        done = _init(b, "t-done")
+        assert _add(b, "t-done", done.producer_id, done.producer_epoch) == {("data", 0): Errors.NONE}
+        assert _end(b, "t-done", done.producer_id, done.producer_epoch, True) == Errors.NONE
+        _wait_state(b, "t-done", "CompleteCommit")
+        opened = _init(b, "t-open")
+        assert _add(b, "t-open", opened.producer_id, opened.producer_epoch) == {("data", 0): Errors.NONE}
+        _wait_forgotten(b, "t-idle", "t-done")
+        assert _describe(b, "t-done").error_code == Errors.TRANSACTIONAL_ID_NOT_FOUND
+        assert _describe(b, "t-open").transaction_state == "Ongoing"
+        assert _listed(b) == ["t-open"]
+        again = _init(b, "t-idle")
+        assert again.error_code == 0 and again.producer_id != idle.producer_id and again.producer_epoch == 0
+    finally:
+        b.stop()
+    b.start()
+    try:
+        assert _describe(b, "t-done").error_code == Errors.TRANSACTIONAL_ID_NOT_FOUND
+        assert _describe(b, "t-open").transaction_state == "Ongoing"
+        assert "t-done" not in _listed(b)
+    finally:
+        b.stop()
