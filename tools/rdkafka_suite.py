@@ -53,7 +53,7 @@ KAFKA_VERSION = "4.0.0"
 # (tests/interop/test_librdkafka_suite.py) and by default here; a few minutes in all.
 SUBSET = ("0001", "0002", "0003", "0005", "0007", "0008", "0012", "0013", "0019", "0020", "0021",
           "0029", "0031", "0034", "0035", "0036", "0040", "0042", "0054", "0063", "0082", "0084",
-          "0085", "0090", "0099", "0109", "0115", "0119", "0130", "0140")
+          "0085", "0090", "0099", "0109", "0115", "0119", "0130", "0140", "0052")
 
 # Test numbers that cannot apply to this broker, with the reason (decided from each test's
 # source; the runner's own skips -- broker version, a missing KAFKA_PATH -- are reported too).
