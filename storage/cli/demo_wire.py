@@ -86,6 +86,7 @@ def _story(broker: _BrokerProcess) -> None:
     recovered = broker.log_lines("unclean restart")
     _say(f"   Restarted (pid {broker.proc.pid}): the log dir is recovered as after an unclean shutdown; "
          f"{recovered[-1] if recovered else 'no partition needed a new leader'}.")
+    _wait_led(address, TOPIC)
     consumer = KafkaConsumer(TOPIC, bootstrap_servers=address, group_id=GROUP, auto_offset_reset="earliest",
                              enable_auto_commit=False)
     tp = TopicPartition(TOPIC, 0)
@@ -98,6 +99,24 @@ def _story(broker: _BrokerProcess) -> None:
     _say(f"   The group resumed at its committed offset {committed} and read the other {len(rest)}: all "
          f"{RECORDS} acknowledged payments, each once, in order. SIGTERM then stops it with a controlled "
          f"shutdown (KIP-841).")
+
+
+def _wait_led(address: str, topic: str, timeout_s: float = 30) -> None:
+    """Until the broker's Metadata names a leader for every partition of `topic`: a consumer that
+    joins its group first may be assigned nothing (kafka-python's range assignor, seeing no
+    partitions yet, says "No partition metadata" and does not look again for minutes)."""
+    from kafka.admin import KafkaAdminClient
+    admin = KafkaAdminClient(bootstrap_servers=address)
+    try:
+        deadline = time.monotonic() + timeout_s
+        while time.monotonic() < deadline:
+            (described,) = admin.describe_topics([topic])
+            parts = described.get("partitions") or []
+            if described.get("error_code", 0) == 0 and parts and all(p["leader_id"] >= 0 for p in parts):
+                return
+            time.sleep(0.1)
+    finally:
+        admin.close()
 
 
 def _poll(consumer, want: int) -> list:
