@@ -539,9 +539,9 @@ class ReplicaManager(FetchAnswers, OffsetAnswers):
     def _produce_now(self, topic: str, partition: int, records, origin: str = "client"):
         """handle_produce of acks 0 or 1 without request and response objects: (error code, base
         offset, log start offset, the StorageError or None, log append time), the offsets and the
-        time -1 on an error.  Its
-        checks in its order -- the dir online, the partition hosted, led, not RECOVERING (_led
-        without a current leader epoch) -- the append, its observer and stats, the high watermark."""
+        time -1 on an error.  Its checks in its order -- the dir online, the partition hosted, led,
+        not RECOVERING (_led without a current leader epoch) -- the append, its observer and stats,
+        the high watermark."""
         if self.logdir.failure_channel.first_failure is not None and self._went_offline():
             return Errors.KAFKA_STORAGE_ERROR, -1, -1, None, -1
         p = self.partitions.get((topic, partition))
