@@ -33,14 +33,14 @@ import asyncio
 import collections
 import contextvars
 
-from .later import MAX_LATER
+from .later import MAX_LATER, Close
 from .limits import ConnectionTimeoutError
 
 BUFFER_BYTES = 64 * 1024        # the receive buffer: the unread bytes held beyond the frame asked for
 PIECE_BYTES = 256 * 1024        # a frame larger than the buffer is gathered in pieces of at most this size
 HELD_BYTES = 64 * 1024          # answers to pipelined requests held for one write, at most
 _MIN_READ = 4096                # room asked of the buffer for one recv_into
-_CLOSE = object()               # in the answers still to come: the connection closes there
+_CLOSE = Close(None)            # in the answers still to come: the connection closes there
 
 
 class Connection(asyncio.BufferedProtocol):
@@ -408,7 +408,8 @@ class Connection(asyncio.BufferedProtocol):
                     return
                 head = head.result()
             later.popleft()
-            if head is _CLOSE:          # close_after_answers: the answers before it go, then the connection
+            if type(head) is Close:     # close_after_answers, or a handler's that waited: the answers
+                # before it go, then the connection
                 if ready and self.transport is not None and not self.transport.is_closing():
                     self.flush()
                     self.transport.write(b"".join(ready))

@@ -8,6 +8,7 @@ may serve the next frame meanwhile: the close must wait for that answer, not can
 """
 from __future__ import annotations
 
+import asyncio
 import socket
 import struct
 import time
@@ -67,3 +68,32 @@ def test_an_acks_zero_close_sends_the_answers_still_to_come_first(tmp_path, expr
     _, body = codec.decode_response(0, 9, answer)
     assert body.responses[0].partition_responses[0].error_code == Errors.REQUEST_TIMED_OUT, body
     assert rest is None
+
+
+@pytest.mark.parametrize("fails", [False, True], ids=["error-row", "raises"])
+def test_an_acks_zero_close_from_a_handler_that_waited(tmp_path, fails):
+    """A Produce begun from the protocol's callback (FrameServer._now) whose handler waits
+    answers through a future (FrameServer._rest); for acks=0 with an error that answer is a
+    later.Close -- an error row, or the handler raising (Kafka's getErrorResponse is null for
+    acks=0) -- and the connection must close there, not try to write the Close as bytes."""
+    with broker(tmp_path, False) as (server, loop, port):
+        original = server.handlers[0]
+
+        async def slow(header, request):
+            await asyncio.sleep(0.01)       # the handler waits: its answer comes through a future
+            if fails:
+                raise RuntimeError("injected")
+            return await original(header, request)
+        on_loop(loop, lambda: server.handlers.__setitem__(0, slow))
+        with socket.create_connection(("127.0.0.1", port), timeout=5) as s:
+            s.sendall(frame(1, acks=0, topic="__consumer_offsets")[0])
+            time.sleep(0.3)
+            try:
+                s.sendall(frame(2)[0])          # never served: the connection closed before it
+            except (BrokenPipeError, ConnectionResetError):
+                pass
+            try:
+                got = _read(s, 1)
+            except ConnectionResetError:
+                got = None
+    assert got is None
