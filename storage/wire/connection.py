@@ -33,13 +33,14 @@ import asyncio
 import collections
 import contextvars
 
-from .later import MAX_LATER
+from .later import MAX_LATER, Close
 from .limits import ConnectionTimeoutError
 
 BUFFER_BYTES = 64 * 1024        # the receive buffer: the unread bytes held beyond the frame asked for
 PIECE_BYTES = 256 * 1024        # a frame larger than the buffer is gathered in pieces of at most this size
 HELD_BYTES = 64 * 1024          # answers to pipelined requests held for one write, at most
 _MIN_READ = 4096                # room asked of the buffer for one recv_into
+_CLOSE = Close(None)            # in the answers still to come: the connection closes there
 
 
 class Connection(asyncio.BufferedProtocol):
@@ -82,6 +83,7 @@ class Connection(asyncio.BufferedProtocol):
         self._parked = False        # the task waits in wait_size for the next request
         self._idle_s = 0.0          # that wait's connections.max.idle.ms
         self._blocker: asyncio.Future | None = None     # an eagerly begun request still running
+        self._closing = False       # close_after_answers: nothing more is read or served
 
     # ---- the protocol side (the event loop calls these) ----
     def connection_made(self, transport) -> None:
@@ -111,6 +113,8 @@ class Connection(asyncio.BufferedProtocol):
                     self._pause()
             if not self._missing:           # the task waits for the whole frame, not for each piece
                 self._wake()
+            return
+        if self._closing:           # the frames after a closing request are never served
             return
         self._end += nbytes
         if self._end - self._head >= BUFFER_BYTES and self.transport is not None:
@@ -164,7 +168,7 @@ class Connection(asyncio.BufferedProtocol):
     def _resume(self) -> None:
         """Read again, when there is room for what is read."""
         room = self._missing if self._pieces is not None else BUFFER_BYTES - (self._end - self._head)
-        if self._paused and not self._lost and room > 0:
+        if self._paused and not self._lost and not self._closing and room > 0:
             self._paused = False
             self.transport.resume_reading()
 
@@ -404,6 +408,14 @@ class Connection(asyncio.BufferedProtocol):
                     return
                 head = head.result()
             later.popleft()
+            if type(head) is Close:     # close_after_answers, or a handler's that waited: the answers
+                # before it go, then the connection
+                if ready and self.transport is not None and not self.transport.is_closing():
+                    self.flush()
+                    self.transport.write(b"".join(ready))
+                self.close()
+                self._wake()
+                return
             if head is not None:
                 ready.append(head)
         if ready and self.transport is not None and not self.transport.is_closing():
@@ -458,6 +470,22 @@ class Connection(asyncio.BufferedProtocol):
 
     def get_extra_info(self, name: str, default=None):
         return self.transport.get_extra_info(name, default)
+
+    def close_after_answers(self) -> None:
+        """Close once the answers still to come are written (a handler's later.Close: Kafka's
+        closeConnection comes after the answers to the requests before it, since it reads a
+        connection's next request only once the last is answered); the frames not yet served,
+        and any that arrive, never are."""
+        if not self._later:
+            self.close()
+            return
+        self._head = self._end = 0
+        self._closing = True
+        if self.transport is not None:
+            self._pause()
+        done = self._loop.create_future()
+        done.set_result(_CLOSE)
+        self._later.append(done)
 
     def close(self) -> None:
         self._head = self._end = 0      # the frames not yet served never are: the connection ended

@@ -313,7 +313,7 @@ class FrameServer:
             if response is not NOT_MINE:
                 connection.skip(size)
                 if response is not None:    # a Close: the frames after it are never served
-                    connection.answer(response) if type(response) is bytes else connection.close()
+                    connection.answer(response) if type(response) is bytes else connection.close_after_answers()
                 return True
         if not alone:
             return False
@@ -362,7 +362,7 @@ class FrameServer:
         elif type(response) is bytes:
             connection.answer(response)
         else:
-            connection.answer_later(response) if type(response) is not Close else connection.close()
+            connection.answer_later(response) if type(response) is not Close else connection.close_after_answers()
         return True
 
     async def _rest(self, step, waited, size: int, key: int, version: int, correlation_id: int, header, request,

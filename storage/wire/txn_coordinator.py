@@ -380,6 +380,10 @@ class TxnCoordinator:
                 producer_id = await self.node.next_producer_id()
             except StorageError as exc:
                 return int(exc.error_code), None
+            if meta.pending is not None or self.txns.get(tid) is not meta:
+                # A transition began while this waited (the expiry's Dead, another Init): Kafka's
+                # check and transition are one step under the id's lock.
+                return Errors.CONCURRENT_TRANSACTIONS, None
             new = meta.rotate_producer_id(producer_id, timeout_ms, now, expected is not None)
         else:
             new = meta.increment_epoch(timeout_ms, None if expected is None else expected[1], now)

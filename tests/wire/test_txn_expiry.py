@@ -209,3 +209,47 @@ def test_partitions_led_elsewhere_are_left_to_their_coordinator():
     node.leader = 2         # the partitions' leader is now another broker
     assert _expire(txn) == 0
     assert node.written == {} and _usable(txn, "one")
+
+
+def test_an_init_waiting_for_a_producer_id_does_not_race_the_expiry():
+    """InitProducerId of an idle id whose epoch is exhausted waits for a new producer id (KIP-360:
+    node.next_producer_id); the expiry that starts meanwhile marks the id Dead and writes its
+    tombstone.  Kafka's coordinator holds the id's lock from its check to its transition, so the
+    two never interleave: here the Init, resumed, must see the pending expiry and answer
+    CONCURRENT_TRANSACTIONS -- not write its own record over the expiry's (the tombstone then
+    drops the id from memory while the producer holds the id and epoch the Init answered)."""
+    node = _Node()
+    node.hold = True
+    txn = _coordinator(node)
+    txn.txns["one"] = ts.TxnMetadata("one", 1000, ts.MAX_EPOCH - 1, state=ts.COMPLETE_COMMIT, update_ms=OLD)
+
+    async def run():
+        given = asyncio.get_running_loop().create_future()
+
+        async def next_producer_id():
+            return await given
+        node.next_producer_id = next_producer_id
+        init = asyncio.ensure_future(txn._init("one", 60_000, None))
+        while not _waiting(init):
+            await asyncio.sleep(0)
+        assert txn.expire_idle_ids() == 1       # the id is Dead-pending; its tombstone is in flight
+        given.set_result(2000)                  # the new producer id: the Init goes on
+        for _ in range(5):
+            await asyncio.sleep(0)
+        while node.held:                        # the writes answered in their order
+            node.held.pop(0)()
+            for _ in range(5):
+                await asyncio.sleep(0)
+        code, new = await init
+        await asyncio.gather(*txn._tasks)
+        return code, new
+    code, new = asyncio.run(run())
+    if code == Errors.NONE:     # the Init won: the coordinator must know what it answered
+        assert txn.txns.get("one") is not None and txn.txns["one"].producer_id == new.producer_id
+    else:
+        assert code == Errors.CONCURRENT_TRANSACTIONS and "one" not in txn.txns
+
+
+def _waiting(task) -> bool:
+    """Whether `task` waits on a future (it ran up to its first suspension)."""
+    return getattr(task, "_fut_waiter", None) is not None
