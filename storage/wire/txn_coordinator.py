@@ -126,7 +126,11 @@ class TxnCoordinator:
         return Errors.NONE, state.leader_epoch
 
     def _still(self, transactional_id: str, epoch: int) -> bool:
-        state = self.node.partition_state(TRANSACTION_STATE_TOPIC, self.partition_for(transactional_id))
+        return self._leads(self.partition_for(transactional_id), epoch)
+
+    def _leads(self, partition: int, epoch: int) -> bool:
+        """Whether this broker still leads `partition` of __transaction_state at leader epoch `epoch`."""
+        state = self.node.partition_state(TRANSACTION_STATE_TOPIC, partition)
         return state is not None and state.leader == self.node.node_id and state.leader_epoch == epoch
 
     def _take_over(self, partition: int, epoch: int) -> None:
@@ -241,19 +245,13 @@ class TxnCoordinator:
     async def _write_tombstones(self, partition: int, epoch: int, metas: list[ts.TxnMetadata]) -> None:
         """One batch of tombstones (acks=all); each id forgotten once it is acknowledged and the
         coordinator epoch has not moved, else left as it was (Kafka's removeFromCacheCallback)."""
-        batch = build_batch([(ts.record_key(meta.transactional_id), None) for meta in metas])
-        done = asyncio.get_running_loop().create_future()
-        self.node.manager.handle_produce(m.ProduceRequest(TRANSACTION_STATE_TOPIC, partition, batch, -1),
-                                         callback=lambda r: done.done() or done.set_result(r))
-        self.node.pump()
         try:
-            code = (await done).error_code
+            code = await self._append_acked(partition, [(ts.record_key(meta.transactional_id), None) for meta in metas])
         finally:
             for meta in metas:
                 if meta.pending == ts.DEAD:
                     meta.pending = None
-        state = self.node.partition_state(TRANSACTION_STATE_TOPIC, partition)
-        still = state is not None and state.leader == self.node.node_id and state.leader_epoch == epoch
+        still = self._leads(partition, epoch)
         for meta in metas:
             tid = meta.transactional_id
             if code == Errors.NONE and still and self.txns.get(tid) is meta:
@@ -278,16 +276,20 @@ class TxnCoordinator:
             peer.close()
 
     # ---- writing a transition ----------------------------------------------------------------
+    async def _append_acked(self, partition: int, records: list) -> int:
+        """One batch of `records` appended to `partition` of __transaction_state with acks=all;
+        the append's error code once the high watermark passes it (or it fails)."""
+        done = asyncio.get_running_loop().create_future()
+        self.node.manager.handle_produce(m.ProduceRequest(TRANSACTION_STATE_TOPIC, partition, build_batch(records), -1),
+                                         callback=lambda r: done.done() or done.set_result(r))
+        self.node.pump()
+        return (await done).error_code
+
     async def _write(self, meta: ts.TxnMetadata, new: ts.TxnMetadata, epoch: int) -> int:
         """Write `new` (acks=all) and adopt it; Kafka's coordinator error when that fails."""
         tid = meta.transactional_id
         meta.pending = new.state
-        batch = build_batch([(ts.record_key(tid), ts.record_value(new))])
-        done = asyncio.get_running_loop().create_future()
-        self.node.manager.handle_produce(m.ProduceRequest(TRANSACTION_STATE_TOPIC, self.partition_for(tid), batch, -1),
-                                         callback=lambda r: done.done() or done.set_result(r))
-        self.node.pump()
-        code = (await done).error_code
+        code = await self._append_acked(self.partition_for(tid), [(ts.record_key(tid), ts.record_value(new))])
         meta.pending = None
         if code in (Errors.NOT_LEADER_OR_FOLLOWER, Errors.FENCED_LEADER_EPOCH, Errors.KAFKA_STORAGE_ERROR):
             code = Errors.NOT_COORDINATOR
