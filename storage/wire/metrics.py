@@ -34,7 +34,7 @@ from prometheus_client.utils import floatToGoString
 from ..core.clock import wall_seconds
 from ..core.errors import Errors
 from ..log.metrics import FSYNC_BUCKETS_SECONDS
-from ..replication.messages import NO_LEADER
+from ..replication.messages import NO_LEADER, error_name
 from . import codec
 from .produce_codec import PRODUCE_KEY
 
@@ -42,12 +42,6 @@ from .produce_codec import PRODUCE_KEY
 LATENCY_BUCKETS_SECONDS = (0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0)
 SCRAPE_TIMEOUT_S = 5.0
 
-
-def _error_name(code: int) -> str:
-    try:
-        return Errors(code).name
-    except ValueError:
-        return str(code)
 
 
 def error_codes(body, out: list) -> list:
@@ -198,7 +192,7 @@ class RequestFamilies:
                 latency.add_sample(latency.name + "_created", labels, created[key])
                 requests.add_sample(requests.name + "_created", labels, created[key])
         for (key, code), count in errors.items():
-            labels = {"request": codec.api_name(key), "error": _error_name(code)}
+            labels = {"request": codec.api_name(key), "error": error_name(code)}
             failures.add_sample(failures.name + "_total", labels, float(count))
             if with_created:
                 failures.add_sample(failures.name + "_created", labels, created[(key, code)])

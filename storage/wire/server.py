@@ -29,6 +29,7 @@ import ssl
 import time
 
 from ..core import errors
+from ..replication.messages import error_name
 from . import authz, codec, error_answers, fetch_answer, produce_codec, sasl, sendfile, session, tls
 from .acl_control import AclApis
 from .admin_apis import AdminApis
@@ -400,7 +401,7 @@ class FrameServer:
         KafkaApis does ("Closing connection due to error during produce request ...")."""
         if self.observer is not None:
             self.observer.answered(key, started, close.body)
-        seen = [f"{t['name']}-{p['index']}: {_error_name(p['error_code'])}"
+        seen = [f"{t['name']}-{p['index']}: {error_name(p['error_code'])}"
                 for t in close.body["responses"] for p in t["partition_responses"] if p["error_code"]]
         log.info("closing the connection: Produce #%d with acks=0 met an error (%s)", correlation_id, ", ".join(seen))
         return close
@@ -457,13 +458,6 @@ class FrameServer:
         """The connection handlers still running, but for the calling task."""
         current = asyncio.current_task()
         return [t for t in self._handlers if t is not current and not t.done()]
-
-
-def _error_name(code: int) -> str:
-    try:
-        return errors.Errors(code).name
-    except ValueError:
-        return str(code)
 
 
 async def _resumed_body(step, waited):

@@ -18,6 +18,7 @@ from prometheus_client.openmetrics.exposition import generate_latest as generate
 from prometheus_client.parser import text_string_to_metric_families
 
 from storage.core.errors import Errors
+from storage.replication.messages import error_name
 from storage.wire import codec, metrics
 from storage.wire.produce_codec import ROW_KEYS
 
@@ -44,7 +45,7 @@ class PerRequestChildren:
         self.requests.labels(name).inc()
         self.latency.labels(name).observe(elapsed)
         for code in codes:
-            self.errors.labels(name, metrics._error_name(code)).inc()
+            self.errors.labels(name, error_name(code)).inc()
 
     def answered(self, key: int, elapsed: float, body) -> None:
         self._count(key, elapsed, metrics.error_codes(body, []) if body is not None else [])
