@@ -13,7 +13,7 @@ import itertools
 from dataclasses import dataclass, field
 from typing import Callable
 
-from .messages import ProduceResponse
+from .messages import ProduceResponse, produce_response
 
 
 @dataclass
@@ -30,9 +30,7 @@ class DelayedProduce:
     def answer(self, code: int) -> ProduceResponse:
         """Its answer: its first offset and log append time with `code` (Kafka's DelayedProduce
         keeps the append's PartitionResponse and sets only its error)."""
-        response = ProduceResponse(self.topic, self.partition, code, self.base_offset)
-        response.log_append_time = self.log_append_time
-        return response
+        return produce_response(self.topic, self.partition, code, self.base_offset, append_time=self.log_append_time)
 
 
 def log_append_time(log, info) -> int:
